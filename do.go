@@ -1,0 +1,50 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ReleaseTimeout bounds the Release that Do performs after fn returns. Release
+// runs even when ctx is already cancelled, so it needs a deadline of its own.
+const ReleaseTimeout = 10 * time.Second
+
+// Do acquires key on l (waiting as Acquire does), runs fn while holding it, and
+// releases the lock afterwards whatever fn returns, even when fn panics.
+//
+// The context passed to fn is cancelled when ctx is, and also as soon as the
+// lock is lost; context.Cause then wraps ErrLost. fn should stop its work
+// promptly when its context ends.
+//
+// Do returns fn's error joined with any error from releasing. When the lock was
+// lost while fn ran, the result wraps ErrLost even if fn returned nil: the
+// work was not protected throughout.
+func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...Option) (err error) {
+	h, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		select {
+		case <-h.Done():
+			cancel(h.Err())
+		case <-fnCtx.Done():
+		}
+	}()
+	defer func() {
+		cancel(nil)
+		<-watchDone
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+		defer rcancel()
+		relErr := h.Release(rctx)
+		if errors.Is(relErr, ErrReleased) {
+			relErr = nil // fn released the lock itself; nothing was lost
+		}
+		err = errors.Join(err, relErr)
+	}()
+	return fn(fnCtx)
+}

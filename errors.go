@@ -1,0 +1,73 @@
+package locker
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// ErrNotAcquired reports that TryAcquire found the key held by another holder.
+var ErrNotAcquired = errors.New("locker: not acquired")
+
+// ErrLost reports that a lock was held but can no longer be trusted to be: its
+// lease ran out before it could be renewed, the session or connection that
+// carried it ended, or another holder owns the key now. Work that relied on the
+// lock must stop; writes must be fenced with the token.
+var ErrLost = errors.New("locker: lock lost")
+
+// ErrReleased reports use of a handle after Release.
+var ErrReleased = errors.New("locker: lock released")
+
+// ErrInvalidKey reports a key that no backend accepts: empty, longer than
+// MaxKeyLen bytes, not valid UTF-8, or containing a NUL byte.
+var ErrInvalidKey = errors.New("locker: invalid key")
+
+// ErrInvalidOption reports an option value that the Locker cannot honour, such
+// as a TTL that is zero, negative or below the backend's minimum.
+var ErrInvalidOption = errors.New("locker: invalid option")
+
+// ErrClosed reports use of a Locker after Close.
+var ErrClosed = errors.New("locker: closed")
+
+// ErrUnknownScheme reports a URL given to Open whose scheme no backend has
+// registered, usually because the backend package was not imported.
+var ErrUnknownScheme = errors.New("locker: unknown scheme")
+
+// ErrInvalidURL reports a URL given to Open that its backend cannot use: a
+// malformed URL, an unknown or malformed query parameter.
+var ErrInvalidURL = errors.New("locker: invalid URL")
+
+// Error records a failed operation on a key, in the manner of os.PathError.
+// Backends return it so that every error names the key it concerns; Unwrap
+// gives the cause, which is matched with errors.Is (ErrNotAcquired, ErrLost,
+// context.Canceled, a client library's own error, ...).
+type Error struct {
+	Op  string // "acquire", "try-acquire", "release", "renew", ...
+	Key string
+	Err error
+}
+
+// maxKeyInError bounds how much of a key an error message quotes.
+const maxKeyInError = 128
+
+func (e *Error) Error() string {
+	k := e.Key
+	if len(k) > maxKeyInError {
+		cut := maxKeyInError
+		for cut > 0 && !utf8.RuneStart(k[cut]) {
+			cut--
+		}
+		k = k[:cut] + "…"
+	}
+	return fmt.Sprintf("%s %q: %v", e.Op, k, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// KeyError returns an *Error for op on key caused by err, or nil when err is nil.
+func KeyError(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Op: op, Key: key, Err: err}
+}

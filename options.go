@@ -1,0 +1,48 @@
+package locker
+
+import (
+	"fmt"
+	"time"
+)
+
+// Options are the per-call settings of Acquire and TryAcquire. Backends obtain
+// them with ApplyOptions; the zero value of each field means "the backend's
+// default".
+type Options struct {
+	// TTL is the lease: how long the lock outlives a holder that stops renewing
+	// it (crash, pause, partition). Zero means the backend's default. Backends
+	// without leases (PostgreSQL advisory locks end with the session) document
+	// how they treat it.
+	TTL time.Duration
+}
+
+// Option sets one per-call option. An Option reports an invalid value as an
+// error wrapping ErrInvalidOption.
+type Option func(*Options) error
+
+// WithTTL sets the lease of the lock. It must be positive; backends reject
+// values below their own minimum with an error wrapping ErrInvalidOption.
+func WithTTL(ttl time.Duration) Option {
+	return func(o *Options) error {
+		if ttl <= 0 {
+			return fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalidOption, ttl)
+		}
+		o.TTL = ttl
+		return nil
+	}
+}
+
+// ApplyOptions applies opts in order to a zero Options and returns the result,
+// or the first option's error. Nil options are ignored.
+func ApplyOptions(opts ...Option) (Options, error) {
+	var o Options
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return Options{}, err
+		}
+	}
+	return o, nil
+}

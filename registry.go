@@ -1,0 +1,84 @@
+package locker
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Opener opens a Locker from a URL whose scheme it was registered for. It
+// must reject query parameters it does not know with an error wrapping
+// ErrInvalidURL, and must not mention the URL's password in any error.
+type Opener func(ctx context.Context, u *url.URL) (Locker, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Opener{}
+)
+
+// Register makes a backend available to Open under scheme (case-insensitive).
+// Backends call it from init. It panics when opener is nil, the scheme is
+// empty, or the scheme is registered twice: all are programming errors.
+func Register(scheme string, opener Opener) {
+	scheme = strings.ToLower(scheme)
+	if scheme == "" {
+		panic("locker: Register with an empty scheme")
+	}
+	if opener == nil {
+		panic(fmt.Sprintf("locker: Register of scheme %q with a nil opener", scheme))
+	}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[scheme]; dup {
+		panic(fmt.Sprintf("locker: Register called twice for scheme %q", scheme))
+	}
+	registry[scheme] = opener
+}
+
+// Schemes returns the registered URL schemes, sorted.
+func Schemes() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	out := make([]string, 0, len(registry))
+	for s := range registry {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Open returns a Locker for rawURL, chosen by its scheme ("redis://...",
+// "postgres://...", "mem://", ...). The backend's package must be imported,
+// usually for its side effects:
+//
+//	import _ "github.com/go-locker/locker/redis"
+//
+// The Locker owns the clients it opened and closes them in Close.
+func Open(ctx context.Context, rawURL string) (Locker, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Parse quotes the whole URL, password included; say less.
+		return nil, fmt.Errorf("%w: cannot parse URL: %v", ErrInvalidURL, redactParseError(err))
+	}
+	if u.Scheme == "" {
+		return nil, fmt.Errorf("%w: %q has no scheme (want e.g. redis://host:6379)", ErrInvalidURL, u.Redacted())
+	}
+	scheme := strings.ToLower(u.Scheme)
+	registryMu.RLock()
+	opener := registry[scheme]
+	registryMu.RUnlock()
+	if opener == nil {
+		return nil, fmt.Errorf("%w %q (forgotten import?)", ErrUnknownScheme, scheme)
+	}
+	return opener(ctx, u)
+}
+
+func redactParseError(err error) error {
+	if ue, ok := err.(*url.Error); ok {
+		return ue.Err
+	}
+	return err
+}
