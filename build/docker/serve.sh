@@ -1,0 +1,98 @@
+#!/bin/sh
+# locker-serve KIND PORT [EXTRA_PORT]: run one test server in the foreground on
+# 127.0.0.1:PORT. State lives in the container's own file system (/srv), so it survives
+# a stop/start of the same container and vanishes with it.
+set -eu
+kind="$1"; port="$2"; extra="${3:-}"
+mkdir -p /srv
+
+case "$kind" in
+redis)
+	exec redis-server --bind 127.0.0.1 --port "$port" --dir /srv --save '' --appendonly no \
+		--protected-mode no --daemonize no --logfile ''
+	;;
+redis-cluster)
+	# Three cluster-enabled masters in one container: locker-serve redis-cluster P1 P2 P3
+	# with cluster bus ports P+10000 unless given as B1 B2 B3 after them. The provider
+	# assigns the slots and makes the nodes meet.
+	shift
+	ports="$1 $2 $3"; b1="${4:-$(( $1 + 10000 ))}"; b2="${5:-$(( $2 + 10000 ))}"; b3="${6:-$(( $3 + 10000 ))}"
+	set -- $ports
+	node() { # port busport daemonize
+		redis-server --bind 127.0.0.1 --port "$1" --cluster-enabled yes --cluster-port "$2" \
+			--cluster-config-file "/srv/nodes-$1.conf" --cluster-announce-ip 127.0.0.1 \
+			--cluster-node-timeout 5000 --dir /srv --save '' --appendonly no \
+			--protected-mode no --daemonize "$3" --logfile "/srv/redis-$1.log"
+	}
+	node "$1" "$b1" yes
+	node "$2" "$b2" yes
+	exec redis-server --bind 127.0.0.1 --port "$3" --cluster-enabled yes --cluster-port "$b3" \
+		--cluster-config-file "/srv/nodes-$3.conf" --cluster-announce-ip 127.0.0.1 \
+		--cluster-node-timeout 5000 --dir /srv --save '' --appendonly no \
+		--protected-mode no --daemonize no --logfile ''
+	;;
+postgres)
+	bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
+	data=/srv/pg
+	if [ ! -s "$data/PG_VERSION" ]; then
+		mkdir -p "$data" && chown postgres:postgres "$data"
+		runuser -u postgres -- "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/srv/initdb.log 2>&1 \
+			|| runuser -u postgres -- "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 >/srv/initdb.log 2>&1
+		# A single-user run creates the role and database the DSN names.
+		printf "CREATE ROLE locker LOGIN SUPERUSER PASSWORD 'locker';\n" | runuser -u postgres -- "$bin/postgres" --single -D "$data" postgres >/dev/null
+		printf "CREATE DATABASE locker OWNER locker;\n" | runuser -u postgres -- "$bin/postgres" --single -D "$data" postgres >/dev/null
+	fi
+	# A kill leaves lock files behind; nothing else runs in this container, so drop them.
+	rm -f "$data/postmaster.pid" /tmp/.s.PGSQL."$port" /tmp/.s.PGSQL."$port".lock
+	exec runuser -u postgres -- "$bin/postgres" -D "$data" -h 127.0.0.1 -p "$port" -k /tmp \
+		-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200
+	;;
+mysql)
+	data=/srv/mysql
+	if [ ! -d "$data/mysql" ]; then
+		mkdir -p "$data" && chown mysql:mysql "$data"
+		mariadb-install-db --user=mysql --datadir="$data" --auth-root-authentication-method=normal \
+			--skip-test-db >/srv/install-db.log 2>&1
+		cat >/srv/init.sql <<SQL
+CREATE DATABASE IF NOT EXISTS locker;
+CREATE USER IF NOT EXISTS 'locker'@'%' IDENTIFIED BY 'locker';
+CREATE USER IF NOT EXISTS 'locker'@'localhost' IDENTIFIED BY 'locker';
+GRANT ALL ON *.* TO 'locker'@'%';
+GRANT ALL ON *.* TO 'locker'@'localhost';
+SQL
+	fi
+	mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
+	rm -f "/run/mysqld/mysqld-$port.pid" "/run/mysqld/mysqld-$port.sock" "/run/mysqld/mysqld-$port.sock.lock"
+	exec mariadbd --user=mysql --datadir="$data" --bind-address=127.0.0.1 --port="$port" \
+		--socket="/run/mysqld/mysqld-$port.sock" --pid-file="/run/mysqld/mysqld-$port.pid" \
+		--init-file=/srv/init.sql --skip-name-resolve --innodb-flush-log-at-trx-commit=0 \
+		--skip-log-bin --max-connections=300
+	;;
+zookeeper)
+	mkdir -p /srv/zk
+	cat >/srv/zoo.cfg <<CFG
+tickTime=500
+initLimit=10
+syncLimit=5
+dataDir=/srv/zk
+clientPort=$port
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,stat
+CFG
+	cp=/etc/zookeeper/conf
+	for j in /usr/share/java/zookeeper.jar /usr/share/java/*.jar; do cp="$cp:$j"; done
+	exec java -Xmx256m -Dzookeeper.log.dir=/srv -Dzookeeper.root.logger=WARN,CONSOLE \
+		-cp "$cp" org.apache.zookeeper.server.quorum.QuorumPeerMain /srv/zoo.cfg
+	;;
+etcd)
+	exec etcd --name locker --data-dir /srv/etcd \
+		--listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+		--listen-peer-urls "http://127.0.0.1:$extra" --initial-advertise-peer-urls "http://127.0.0.1:$extra" \
+		--initial-cluster "locker=http://127.0.0.1:$extra" --log-level warn
+	;;
+*)
+	echo "locker-serve: unknown kind $kind" >&2; exit 2
+	;;
+esac

@@ -1,0 +1,118 @@
+package testserver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+)
+
+// Proxy is a TCP fault proxy (Toxiproxy, run in this process) between a client and a
+// server: the client connects to Addr, the proxy to the upstream.
+type Proxy struct {
+	upstream string
+	mu       sync.Mutex
+	p        *toxiproxy.Proxy
+	addr     string
+}
+
+var (
+	toxiOnce   sync.Once
+	toxiServer *toxiproxy.ApiServer
+	proxySeq   atomic.Int64
+)
+
+// NewProxy starts a proxy to upstream ("host:port") listening on 127.0.0.1 on a free
+// port. It is removed at t.Cleanup.
+func NewProxy(t testing.TB, upstream string) *Proxy {
+	t.Helper()
+	toxiOnce.Do(func() {
+		toxiServer = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+	})
+	name := fmt.Sprintf("locker-%d", proxySeq.Add(1))
+	p := toxiproxy.NewProxy(toxiServer, name, "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		t.Fatalf("testserver: proxy to %s: %v", upstream, err)
+	}
+	px := &Proxy{upstream: upstream, p: p, addr: p.Listen}
+	t.Cleanup(func() {
+		px.mu.Lock()
+		defer px.mu.Unlock()
+		// Remove toxics first: a link blocked in a toxic is only freed by its removal.
+		px.p.Toxics.ResetToxics(context.Background())
+		px.p.Stop()
+	})
+	return px
+}
+
+// Addr returns "127.0.0.1:port", where clients connect instead of the upstream.
+func (p *Proxy) Addr() string { return p.addr }
+
+// Upstream returns the address the proxy forwards to.
+func (p *Proxy) Upstream() string { return p.upstream }
+
+func (p *Proxy) addToxic(t testing.TB, name, typ, stream string, attrs string) {
+	t.Helper()
+	js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, name, typ, stream, attrs)
+	if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+		t.Fatalf("testserver: proxy %s: add %s toxic: %v", p.addr, typ, err)
+	}
+}
+
+// Blackhole stops all traffic through the proxy, both ways: current and new
+// connections stay open, but no byte passes (or is answered) until Heal.
+func (p *Proxy) Blackhole(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, dir := range []string{"upstream", "downstream"} {
+		if p.p.Toxics.GetToxic("blackhole_"+dir) == nil {
+			// A timeout toxic with timeout 0 holds the data and never closes.
+			p.addToxic(t, "blackhole_"+dir, "timeout", dir, `{"timeout":0}`)
+		}
+	}
+}
+
+// Latency delays every byte from the server to the client by d (so each request and
+// response round trip takes at least d longer). A new call replaces the old delay.
+func (p *Proxy) Latency(t testing.TB, d time.Duration) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.p.Toxics.GetToxic("latency_downstream") != nil {
+		if err := p.p.Toxics.RemoveToxic(context.Background(), "latency_downstream"); err != nil {
+			t.Fatalf("testserver: proxy %s: %v", p.addr, err)
+		}
+	}
+	p.addToxic(t, "latency_downstream", "latency", "downstream", fmt.Sprintf(`{"latency":%d,"jitter":0}`, d.Milliseconds()))
+}
+
+// ResetAll closes every current connection through the proxy at once; clients see an
+// error on their next read or write. New connections are accepted (and pass, unless a
+// toxic is in place) right after.
+func (p *Proxy) ResetAll(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Stop closes the listener and every connection; Start listens again on the same
+	// address (Listen was set to the bound address at the first start).
+	p.p.Stop()
+	if err := p.p.Start(); err != nil {
+		t.Fatalf("testserver: proxy %s: restart after reset: %v", p.addr, err)
+	}
+}
+
+// Heal removes every toxic: traffic passes again, on new connections and on current
+// ones that survived.
+func (p *Proxy) Heal(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.p.Toxics.ResetToxics(context.Background())
+}
