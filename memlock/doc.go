@@ -1,0 +1,84 @@
+// Package memlock is the in-process backend of locker: the reference
+// implementation of the whole contract, for tests, examples and programs that
+// run as a single process.
+//
+// It is also meant to be read. Third-party backend authors can follow the
+// same split: a server side (store.go: who holds which key, the lease timers,
+// the queue of waiters, the fencing counter) and a client side (locker.go and
+// handle.go: validating input, waiting with a context, renewing leases,
+// reporting loss, Close).
+//
+// # Keyspaces
+//
+// A Store is one keyspace, the stand-in for a lock server. Lockers made from
+// the same Store behave like separate processes sharing that server:
+//
+//	store := memlock.NewStore()
+//	a, b := store.NewLocker(), store.NewLocker()
+//
+// New makes a Locker on a process-wide default Store.
+//
+// # URL form
+//
+// Importing the package registers the scheme mem for locker.Open:
+//
+//	mem://              the default Store (the one New uses)
+//	mem://NAME          the process-wide Store called NAME (case-sensitive);
+//	                    every Open of the same NAME shares its keys
+//	mem://NAME?ttl=10s  ... with a default lease of 10s (WithDefaultTTL)
+//
+// Any other query parameter, user information, port, path or fragment fails
+// with an error wrapping locker.ErrInvalidURL. Named stores live as long as the
+// process.
+//
+// # What it promises
+//
+//   - Exclusion: at most one holder per key at any moment. The Store decides
+//     under one mutex, so no fault can break this.
+//   - Fairness: waiters get a key in the order they started waiting. A release
+//     or an expiry hands the key to the oldest waiter in the same step; waiters
+//     are woken by a channel, never by polling.
+//   - Leases: every lock has a TTL (locker.WithTTL per call, WithDefaultTTL per
+//     Locker, else DefaultTTL; at least MinTTL, else the call fails with an
+//     error wrapping locker.ErrInvalidOption). Each Locker has one watchdog
+//     goroutine that renews each of its leases every TTL/3 while it is held.
+//     A lease that is not renewed runs out after its TTL, and a timer (not a
+//     poll) then hands the key on.
+//   - Loss: when a lease runs out, the Store closes the old holder's Done and
+//     sets its Err to an error wrapping locker.ErrLost before the key goes to
+//     anyone else. That ordering is strict here, because the store can reach
+//     its holders in memory; a network backend must get the same effect with
+//     a deadline of its own on the client side.
+//   - Context: Acquire returns an error wrapping ctx.Err() when ctx ends; the
+//     abandoned wait is removed from the queue, or, if the key was handed to it
+//     at that moment, the key is passed straight on.
+//   - Close releases every lock of the Locker at once (other Lockers' waiters
+//     get the keys), ends its blocked Acquires with locker.ErrClosed, stops
+//     its watchdog and returns only once it has stopped. Handles it held then
+//     report an error wrapping both locker.ErrLost and locker.ErrClosed.
+//   - Locks are not reentrant: a Locker that Acquires a key it holds waits.
+//
+// # Fencing tokens
+//
+// Each Store has one counter, like etcd's store-wide revision; every grant of
+// any key takes the next value, starting at 1. So the tokens of one key
+// strictly increase across holders, including after a holder's lease expired,
+// for as long as the Store exists, and the Store keeps nothing per key after
+// the key is released. Tokens of different keys are distinct but otherwise
+// unrelated; do not expect them to be consecutive.
+//
+// # Failure modes
+//
+// Nothing fails on its own in memory, but a holder can still lose its lock: a
+// process that stalls (a long GC pause, a stopped debugger, a saturated CPU)
+// for longer than about 2/3 of the TTL misses its renewal, and the key may go
+// to another holder. Its Done then closes; writes made after that must be
+// rejected by the protected resource, using the token.
+//
+// A process that exits without Close loses its locks with it, which in
+// memory means at once. Within a process, a Locker that is dropped without
+// Close keeps its locks renewed by its watchdog forever: always Close Lockers.
+//
+// Keys are compared as Go strings, so distinct keys never share a lock.
+// Key validation is locker.ValidateKey's.
+package memlock

@@ -1,0 +1,144 @@
+package memlock
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+// handle is a Locker's grip on one key: the client side of a grant.
+type handle struct {
+	l *Locker
+	g *grant
+
+	// Guarded by l.mu.
+	next  time.Time // when the watchdog renews the lease next
+	index int       // position in l.held; -1 once the Locker has let go of it
+}
+
+func (h *handle) Key() string           { return h.g.key }
+func (h *handle) Token() int64          { return h.g.token }
+func (h *handle) Done() <-chan struct{} { return h.g.state.Done() }
+func (h *handle) Err() error            { return h.g.state.Err() }
+
+// Release gives the lock up and hands the key to the next waiter. It fails
+// with an error wrapping locker.ErrReleased if the handle was released
+// already, and with one wrapping locker.ErrLost if the lease expired first;
+// then the store, which compares holders, leaves the key to whoever has it
+// now. Release never blocks, so ctx is not consulted.
+func (h *handle) Release(ctx context.Context) error {
+	l := h.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := h.g.state.Err(); err != nil {
+		return locker.KeyError("release", h.g.key, err)
+	}
+	if err := l.usableLocked(); err != nil {
+		return locker.KeyError("release", h.g.key, err)
+	}
+	l.forgetLocked(h)
+	if !l.store.release(h.g, locker.ErrReleased) {
+		// The lease ran out; the store ended the state with ErrLost.
+		return locker.KeyError("release", h.g.key, h.g.state.Err())
+	}
+	return nil
+}
+
+// holdLocked makes a handle for a grant the store just gave l and puts it
+// under the watchdog.
+func (l *Locker) holdLocked(g *grant) *handle {
+	h := &handle{l: l, g: g, next: g.start.Add(g.ttl / 3)}
+	heap.Push(&l.held, h)
+	if l.alarm.IsZero() || h.next.Before(l.alarm) {
+		// The watchdog sleeps until l.alarm; wake it to rearm its timer
+		// for this earlier renewal. A buffered send: one pending wake is
+		// enough. (A later renewal needs no wake: the watchdog looks at
+		// the queue again whenever its timer fires.)
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+	return h
+}
+
+// forgetLocked takes h from the watchdog.
+func (l *Locker) forgetLocked(h *handle) {
+	if h.index >= 0 {
+		heap.Remove(&l.held, h.index)
+	}
+}
+
+// watchdog is the Locker's one goroutine. It renews each held lease every
+// TTL/3, sleeping on a single timer until the earliest renewal is due; it
+// never polls. It returns when Close or crash closes l.quit.
+func (l *Locker) watchdog() {
+	defer close(l.exited)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		l.renewDueLocked(time.Now())
+		if len(l.held) > 0 {
+			l.alarm = l.held[0].next
+			timer.Reset(time.Until(l.alarm))
+		} else {
+			l.alarm = time.Time{}
+			timer.Stop()
+		}
+		l.mu.Unlock()
+
+		select {
+		case <-l.quit:
+			return
+		case <-l.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// renewDueLocked renews every lease whose renewal is due by now, and drops
+// the handles that were lost.
+func (l *Locker) renewDueLocked(now time.Time) {
+	for len(l.held) > 0 && !l.held[0].next.After(now) {
+		h := l.held[0]
+		switch {
+		case h.g.state.Ended():
+			// Lost: the store expired the lease and ended the handle.
+			heap.Pop(&l.held)
+		case l.isCut || l.store.renew(h.g):
+			// Renewed; or unreachable, so try again next period: if the
+			// lease runs out first, the store ends the handle with ErrLost.
+			h.next = now.Add(h.g.ttl / 3)
+			heap.Fix(&l.held, 0)
+		default:
+			// Too late: the lease had run out, and renew ended the handle.
+			heap.Pop(&l.held)
+		}
+	}
+}
+
+// renewQueue is a min-heap of handles by next renewal (container/heap).
+type renewQueue []*handle
+
+func (q renewQueue) Len() int           { return len(q) }
+func (q renewQueue) Less(i, j int) bool { return q[i].next.Before(q[j].next) }
+func (q renewQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *renewQueue) Push(x any) {
+	h := x.(*handle)
+	h.index = len(*q)
+	*q = append(*q, h)
+}
+func (q *renewQueue) Pop() any {
+	old := *q
+	h := old[len(old)-1]
+	old[len(old)-1] = nil
+	h.index = -1
+	*q = old[:len(old)-1]
+	return h
+}

@@ -1,0 +1,293 @@
+package memlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+// DefaultTTL is the lease of a lock when neither locker.WithTTL nor
+// WithDefaultTTL says otherwise.
+const DefaultTTL = 30 * time.Second
+
+// MinTTL is the shortest lease memlock accepts; a shorter one fails with an
+// error wrapping locker.ErrInvalidOption. The watchdog renews a lease every
+// TTL/3, so a holder whose process stalls for more than 2/3 of its TTL loses
+// the lock: leases near the minimum are for tests, not for real work.
+const MinTTL = time.Millisecond
+
+// errUnreachable is what a Locker cut off from its Store (by the test hook
+// cut) gets from every call that needs the store.
+var errUnreachable = errors.New("memlock: store unreachable (connection cut)")
+
+// Option configures a Locker.
+type Option func(*config)
+
+type config struct {
+	defaultTTL time.Duration
+	err        error
+}
+
+// WithDefaultTTL sets the lease used when a call has no locker.WithTTL. It
+// must be at least MinTTL; otherwise every Acquire and TryAcquire of the
+// Locker fails with an error wrapping locker.ErrInvalidOption.
+func WithDefaultTTL(ttl time.Duration) Option {
+	return func(c *config) {
+		if err := checkTTL(ttl); err != nil {
+			c.err = fmt.Errorf("memlock: WithDefaultTTL: %w", err)
+			return
+		}
+		c.defaultTTL = ttl
+	}
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl < MinTTL {
+		return fmt.Errorf("%w: TTL %v is below memlock's minimum of %v", locker.ErrInvalidOption, ttl, MinTTL)
+	}
+	return nil
+}
+
+// Locker is one client of a Store: what a process is to a lock server. It is
+// safe for concurrent use. Its locks are kept alive by a watchdog goroutine
+// that Close stops.
+type Locker struct {
+	store *Store
+	cfg   config
+
+	// mu guards the client state below. Lock order: Locker.mu, then
+	// Store.mu (the client calls the server, never the reverse).
+	mu      sync.Mutex
+	closed  bool                 // by Close or crash
+	isCut   bool                 // by the test hook cut, until healed
+	waiters map[*waiter]struct{} // this Locker's blocked Acquires
+	held    renewQueue           // this Locker's handles, by next renewal
+	alarm   time.Time            // when the watchdog's timer fires; zero when unarmed
+
+	wake   chan struct{} // tells the watchdog to rearm for an earlier renewal
+	quit   chan struct{} // closed to stop the watchdog
+	exited chan struct{} // closed by the watchdog when it returns
+}
+
+var _ locker.Locker = (*Locker)(nil)
+
+// NewLocker returns a new client of s.
+func (s *Store) NewLocker(opts ...Option) *Locker {
+	cfg := config{defaultTTL: DefaultTTL}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	l := &Locker{
+		store:   s,
+		cfg:     cfg,
+		waiters: make(map[*waiter]struct{}),
+		wake:    make(chan struct{}, 1),
+		quit:    make(chan struct{}),
+		exited:  make(chan struct{}),
+	}
+	go l.watchdog()
+	return l
+}
+
+var defaultStore = NewStore()
+
+// New returns a new client of the process-wide default Store, the one that the
+// URL mem:// opens.
+func New(opts ...Option) *Locker { return defaultStore.NewLocker(opts...) }
+
+// Acquire waits until key is held, ctx is done, or the Locker is closed.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	return l.acquire(ctx, "acquire", key, true, opts)
+}
+
+// TryAcquire takes key if it is free and fails with an error wrapping
+// locker.ErrNotAcquired if it is held, without waiting.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	return l.acquire(ctx, "try-acquire", key, false, opts)
+}
+
+func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (locker.Handle, error) {
+	if err := locker.ValidateKey(key); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	ttl, err := l.ttl(opts)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+
+	l.mu.Lock()
+	if err := l.usableLocked(); err != nil {
+		l.mu.Unlock()
+		return nil, locker.KeyError(op, key, err)
+	}
+	g, w, err := l.store.acquire(key, ttl, wait)
+	if err != nil {
+		l.mu.Unlock()
+		return nil, locker.KeyError(op, key, err)
+	}
+	if g != nil {
+		h := l.holdLocked(g)
+		l.mu.Unlock()
+		return h, nil
+	}
+	// Queued: remember the waiter so that Close, crash and cut can end it.
+	l.waiters[w] = struct{}{}
+	l.mu.Unlock()
+
+	var r reply
+	select {
+	case r = <-w.ready:
+	case <-ctx.Done():
+		l.store.cancelWait(w, ctx.Err())
+		if r = <-w.ready; r.g != nil {
+			// The key was handed to us as ctx ended: give it straight back,
+			// so that the abandoned wait leaves nothing behind.
+			l.store.release(r.g, locker.ErrReleased)
+			r = reply{err: ctx.Err()}
+		}
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.waiters, w)
+	if r.err != nil {
+		return nil, locker.KeyError(op, key, r.err)
+	}
+	if l.closed {
+		// Granted while Close ran; Close could not see this lock yet.
+		l.store.release(r.g, locker.ErrReleased)
+		return nil, locker.KeyError(op, key, locker.ErrClosed)
+	}
+	return l.holdLocked(r.g), nil
+}
+
+// ttl returns the lease a call asks for.
+func (l *Locker) ttl(opts []locker.Option) (time.Duration, error) {
+	if l.cfg.err != nil {
+		return 0, l.cfg.err
+	}
+	o, err := locker.ApplyOptions(opts...)
+	if err != nil {
+		return 0, err
+	}
+	if o.TTL == 0 {
+		return l.cfg.defaultTTL, nil
+	}
+	if err := checkTTL(o.TTL); err != nil {
+		return 0, err
+	}
+	return o.TTL, nil
+}
+
+// usableLocked says why the Locker cannot talk to its store, if it cannot.
+func (l *Locker) usableLocked() error {
+	switch {
+	case l.closed:
+		return locker.ErrClosed
+	case l.isCut:
+		return errUnreachable
+	}
+	return nil
+}
+
+// Close releases every lock the Locker holds, so that waiters elsewhere get
+// them at once, ends its blocked Acquires with an error wrapping
+// locker.ErrClosed, and stops its watchdog. The handles it held report an
+// error wrapping both locker.ErrLost and locker.ErrClosed: work that relied on
+// them is no longer protected. Close is idempotent.
+//
+// A Locker cut off from its store cannot release: its locks stay until their
+// leases run out, and Close says so in its error.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	cut := l.isCut
+	// Waiters first, so that the releases below cannot hand a key to one
+	// of our own waiters.
+	l.endWaitersLocked(locker.ErrClosed)
+	held := l.held
+	l.held = nil
+	lost := fmt.Errorf("%w: %w", locker.ErrLost, locker.ErrClosed)
+	for _, h := range held {
+		h.index = -1
+		if cut {
+			h.g.state.End(lost) // our own view; the store keeps the lease until it expires
+		} else {
+			l.store.release(h.g, lost)
+		}
+	}
+	close(l.quit)
+	l.mu.Unlock()
+	<-l.exited
+
+	if cut && len(held) > 0 {
+		return fmt.Errorf("memlock: close: %w: %d lock(s) left to expire", errUnreachable, len(held))
+	}
+	return nil
+}
+
+// endWaitersLocked ends every blocked Acquire of l with err.
+func (l *Locker) endWaitersLocked(err error) {
+	for w := range l.waiters {
+		// If the key was granted to w already, cancelWait does nothing: its
+		// Acquire gets the grant and, seeing l.closed, gives it back (or,
+		// after cut, keeps it: the answer arrived just before the cut).
+		l.store.cancelWait(w, err)
+		delete(l.waiters, w)
+	}
+}
+
+// crash is the fault hook for tests: l dies as a process killed with SIGKILL
+// would. It stops renewing and forgets its handles without releasing them or
+// ending them, so its locks stay in the store until their leases expire (the
+// store then ends the handles with ErrLost). Its blocked Acquires end with
+// ErrClosed, and every later call fails with ErrClosed.
+func (l *Locker) crash() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	l.endWaitersLocked(locker.ErrClosed)
+	for _, h := range l.held {
+		h.index = -1
+	}
+	l.held = nil
+	close(l.quit)
+	l.mu.Unlock()
+	<-l.exited
+}
+
+// cut is the fault hook for tests: l keeps running but can no longer reach
+// its store, as in a network partition. Until heal is called, its renewals
+// fail (so its locks are lost when their leases expire, and the store then
+// ends its handles with ErrLost), its blocked Acquires end with an error,
+// and its calls fail at once. heal may be called more than once.
+func (l *Locker) cut() (heal func()) {
+	l.mu.Lock()
+	l.isCut = true
+	l.endWaitersLocked(errUnreachable)
+	l.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.isCut = false
+			l.mu.Unlock()
+		})
+	}
+}
