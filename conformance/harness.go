@@ -58,6 +58,12 @@ type Harness struct {
 	// Goroutines goroutines. Zero: 4 Lockers × 4 goroutines.
 	Contenders, Goroutines int
 
+	// HandoffBound is how soon after a release a waiting Acquire must hold
+	// the lock. A backend that waits by notification needs about one round
+	// trip; the bound only catches waiters that sleep until the holder's
+	// lease runs out. Zero: 5s.
+	HandoffBound time.Duration
+
 	// CaseTimeout is the deadline of each case; a case that deadlocks fails
 	// when it passes instead of hanging the test binary. Zero: 60s.
 	CaseTimeout time.Duration

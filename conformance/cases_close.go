@@ -1,0 +1,113 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/go-locker/locker"
+)
+
+// closeReleasesHeld: Close frees what the Locker held, at once, and every
+// later call fails with ErrClosed.
+func (s *suite) closeReleasesHeld(t *testing.T, ctx context.Context) {
+	a, b, c := s.newLocker(t), s.newLocker(t), s.newLocker(t)
+	k1, k2 := key(t, "/1"), key(t, "/2")
+	h1 := mustAcquire(t, ctx, a, k1)
+	h2 := mustAcquire(t, ctx, a, k2)
+	ch := goAcquire(ctx, b, k1)
+	stillWaiting(t, ch, "Acquire of a key held by a Locker about to close")
+	if err := a.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	r := await(t, ch, s.h.HandoffBound+prompt, "Acquire of a key whose holder closed")
+	if r.err != nil {
+		t.Fatalf("Acquire of a key whose holder closed: %v", r.err)
+	}
+	mustRelease(t, ctx, r.h)
+	mustRelease(t, ctx, mustTry(t, ctx, c, k2))
+	for _, h := range []locker.Handle{h1, h2} {
+		waitDone(t, h, prompt, "handle of a closed Locker")
+		if h.Err() == nil {
+			t.Errorf("Err() of %q after its Locker closed is nil", h.Key())
+		}
+		rctx, cancel := context.WithTimeout(ctx, prompt)
+		if err := h.Release(rctx); err == nil {
+			t.Errorf("Release of %q after its Locker closed returned nil; the lock was already given up by Close", h.Key())
+		}
+		cancel()
+	}
+	if _, err := a.Acquire(ctx, k1); !errors.Is(err, locker.ErrClosed) {
+		t.Errorf("Acquire after Close: %v, want an error wrapping locker.ErrClosed", err)
+	}
+	if _, err := a.TryAcquire(ctx, key(t, "/3")); !errors.Is(err, locker.ErrClosed) {
+		t.Errorf("TryAcquire after Close: %v, want an error wrapping locker.ErrClosed", err)
+	}
+	if err := a.Close(); err != nil && !errors.Is(err, locker.ErrClosed) {
+		t.Errorf("second Close: %v, want nil or an error wrapping locker.ErrClosed", err)
+	}
+}
+
+// closeWakesOwnWaiters: Close ends the Locker's own waits with ErrClosed.
+func (s *suite) closeWakesOwnWaiters(t *testing.T, ctx context.Context) {
+	a, b := s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	hb := mustAcquire(t, ctx, b, k)
+	ch := goAcquire(ctx, a, k)
+	stillWaiting(t, ch, "Acquire of a held key")
+	if err := a.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	r := await(t, ch, prompt, "Acquire waiting on a Locker that closed")
+	if r.err == nil {
+		t.Fatalf("Acquire waiting on a Locker that closed succeeded")
+	}
+	if !errors.Is(r.err, locker.ErrClosed) {
+		t.Errorf("Acquire waiting on a Locker that closed: %v, want an error wrapping locker.ErrClosed", r.err)
+	}
+	if err := hb.Err(); err != nil {
+		t.Errorf("another client's lock was disturbed by Close: Err() = %v", err)
+	}
+	mustRelease(t, ctx, hb)
+}
+
+// noGoroutineLeak: nothing a Locker started runs after Close (and after the
+// harness's own cleanup of the client it made).
+func (s *suite) noGoroutineLeak(t *testing.T, ctx context.Context) {
+	if s.h.SkipLeakCheck {
+		t.Skip("conformance: Harness.SkipLeakCheck is set")
+	}
+	opts := []goleak.Option{goleak.IgnoreCurrent()}
+	for _, fn := range s.h.IgnoreGoroutines {
+		opts = append(opts, goleak.IgnoreTopFunction(fn))
+	}
+	t.Run("Use", func(t *testing.T) {
+		a, b := s.h.NewLocker(t), s.h.NewLocker(t)
+		k := key(t, "")
+		h := mustAcquire(t, ctx, a, k, ttl(s))
+		wctx, cancel := context.WithCancel(ctx)
+		ch := goAcquire(wctx, b, k)
+		stillWaiting(t, ch, "Acquire of a held key")
+		cancel()
+		if r := await(t, ch, prompt, "cancelled Acquire"); r.err == nil {
+			t.Fatal("cancelled Acquire succeeded")
+		}
+		mustNotTry(t, ctx, b, k, "another client holds it")
+		if _, err := a.Acquire(ctx, key(t, "/other"), ttl(s)); err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		mustRelease(t, ctx, h)
+		// The second lock is still held: Close must release it and stop
+		// whatever keeps it alive.
+		for _, l := range []locker.Locker{a, b} {
+			if err := l.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		}
+	})
+	if err := goleak.Find(opts...); err != nil {
+		t.Errorf("goroutines still running after Close: %v", err)
+	}
+}

@@ -1,0 +1,258 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+// keysIndependent: a held key does not block another.
+func (s *suite) keysIndependent(t *testing.T, ctx context.Context) {
+	a, b := s.newLocker(t), s.newLocker(t)
+	k1, k2 := key(t, "/1"), key(t, "/2")
+	h1 := mustAcquire(t, ctx, a, k1)
+	h2 := mustTry(t, ctx, b, k2)
+	h3 := mustTry(t, ctx, a, key(t, "/3"))
+	mustRelease(t, ctx, h1)
+	mustRelease(t, ctx, h2)
+	mustRelease(t, ctx, h3)
+}
+
+// manyHeld: one client holds many keys at once; another client is shut out
+// of each, and gets them all after release.
+func (s *suite) manyHeld(t *testing.T, ctx context.Context) {
+	a, b := s.newLocker(t), s.newLocker(t)
+	n := s.h.ManyKeys
+	base := key(t, "/")
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = base + itoa(i)
+	}
+	start := time.Now()
+	handles := make([]locker.Handle, n)
+	parallel(t, n, func(i int) error {
+		h, err := a.TryAcquire(ctx, keys[i])
+		handles[i] = h
+		return err
+	})
+	if t.Failed() {
+		return
+	}
+	t.Logf("%d keys held by one client, taken in %v", n, time.Since(start))
+	for _, i := range sample(n, 100) {
+		mustNotTry(t, ctx, b, keys[i], "another client holds it among many")
+	}
+	parallel(t, n, func(i int) error { return handles[i].Release(ctx) })
+	for _, i := range sample(n, 100) {
+		mustRelease(t, ctx, mustTry(t, ctx, b, keys[i]))
+	}
+}
+
+// parallel runs fn(0..n-1) on a few goroutines and fails t with the errors.
+func parallel(t *testing.T, n int, fn func(i int) error) {
+	t.Helper()
+	const workers = 16
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		next = make(chan int)
+	)
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := fn(i); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d operations failed; first: %v", len(errs), n, errs[0])
+	}
+}
+
+// sample returns up to k indices spread over [0, n).
+func sample(n, k int) []int {
+	if n <= k {
+		k = n
+	}
+	out := make([]int, 0, k)
+	for i := range k {
+		out = append(out, i*n/k)
+	}
+	return out
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b [20]byte
+	p := len(b)
+	for ; i > 0; i /= 10 {
+		p--
+		b[p] = byte('0' + i%10)
+	}
+	return string(b[p:])
+}
+
+// unusualKeys returns legal keys that trip naive encodings: path syntax,
+// glob and hash-tag characters, separators a backend might use itself,
+// percent-encodings, unicode, and the longest legal keys.
+func unusualKeys(base string) []string {
+	keys := []string{
+		"/", "..", ".", " ", "*", "🔒",
+		base + "/a/b/../c",
+		base + "/a/b",
+		base + "/a_b",
+		base + "/a%2Fb",
+		base + "/a%2fb",
+		base + "/a:b",
+		base + "/A/b",
+		base + "/a/b/",
+		base + "//a/b",
+		base + "/a\\b",
+		base + " spaces in a key ",
+		base + `"double" 'single' ` + "`back`",
+		base + "*glob?[x]",
+		base + "{tag}",
+		base + "{",
+		base + "}",
+		base + "/x",
+		base + "/x:fence",
+		base + "/x}:fence",
+		base + "/x:lock",
+		base + "ünïcödé/日本語/🔒",
+		base + "\n\t\r",
+		base + "%00",
+		base + "#frag?q=1&r=2",
+		base + "/" + strings.Repeat("x", locker.MaxKeyLen-len(base)-1),
+		base + "/" + strings.Repeat("y", locker.MaxKeyLen-len(base)-1),
+	}
+	// A 1024-byte key of two-byte runes (and one filler byte if needed).
+	uni := base + "/"
+	if (locker.MaxKeyLen-len(uni))%2 == 1 {
+		uni += "u"
+	}
+	uni += strings.Repeat("é", (locker.MaxKeyLen-len(uni))/2)
+	return append(keys, uni)
+}
+
+// unusualKeys: every legal key works, and distinct keys never share a lock.
+func (s *suite) unusualKeys(t *testing.T, ctx context.Context) {
+	a, b := s.newLocker(t), s.newLocker(t)
+	keys := unusualKeys(key(t, ""))
+	for _, k := range keys {
+		if err := locker.ValidateKey(k); err != nil {
+			t.Fatalf("suite bug: %q is not a legal key: %v", truncate(k), err)
+		}
+	}
+	for i, ki := range keys {
+		ha, err := a.TryAcquire(ctx, ki)
+		if err != nil {
+			t.Errorf("TryAcquire(%q): %v", truncate(ki), err)
+			continue
+		}
+		if ha.Key() != ki {
+			t.Errorf("Key() = %q, want %q: keys must not be altered", truncate(ha.Key()), truncate(ki))
+		}
+		mustNotTry(t, ctx, b, ki, "another client holds the same unusual key")
+		for j, kj := range keys {
+			if i == j {
+				continue
+			}
+			hb, err := b.TryAcquire(ctx, kj)
+			if err != nil {
+				t.Errorf("keys %q and %q share a lock: TryAcquire of the second while the first is held: %v", truncate(ki), truncate(kj), err)
+				continue
+			}
+			if err := hb.Release(ctx); err != nil {
+				t.Errorf("Release(%q): %v", truncate(kj), err)
+			}
+		}
+		if err := ha.Release(ctx); err != nil {
+			t.Errorf("Release(%q): %v", truncate(ki), err)
+		}
+	}
+}
+
+// invalidKeys: illegal keys fail at once with ErrInvalidKey, on both calls.
+func (s *suite) invalidKeys(t *testing.T, ctx context.Context) {
+	l := s.newLocker(t)
+	bad := map[string]string{
+		"empty":         "",
+		"invalid UTF-8": "bad\xff\xfekey",
+		"NUL byte":      "a\x00b",
+		"1025 bytes":    strings.Repeat("k", locker.MaxKeyLen+1),
+	}
+	for name, k := range bad {
+		for _, call := range []struct {
+			name string
+			fn   func(context.Context, string, ...locker.Option) (locker.Handle, error)
+		}{{"Acquire", l.Acquire}, {"TryAcquire", l.TryAcquire}} {
+			cctx, cancel := context.WithTimeout(ctx, prompt)
+			h, err := call.fn(cctx, k)
+			cancel()
+			if err == nil {
+				_ = h.Release(ctx)
+				t.Errorf("%s with a key that is %s succeeded", call.name, name)
+				continue
+			}
+			if !errors.Is(err, locker.ErrInvalidKey) {
+				t.Errorf("%s with a key that is %s: %v, want an error wrapping locker.ErrInvalidKey", call.name, name, err)
+			}
+		}
+	}
+}
+
+// invalidTTL: a TTL that is zero, negative or below the backend's minimum is
+// rejected with ErrInvalidOption (or clamped, where documented), and a
+// rejected call holds nothing.
+func (s *suite) invalidTTL(t *testing.T, ctx context.Context) {
+	a, b := s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	for _, d := range []time.Duration{0, -time.Second} {
+		for _, call := range []struct {
+			name string
+			fn   func(context.Context, string, ...locker.Option) (locker.Handle, error)
+		}{{"Acquire", a.Acquire}, {"TryAcquire", a.TryAcquire}} {
+			h, err := call.fn(ctx, k, locker.WithTTL(d))
+			if err == nil {
+				_ = h.Release(ctx)
+				t.Errorf("%s with WithTTL(%v) succeeded", call.name, d)
+			} else if !errors.Is(err, locker.ErrInvalidOption) {
+				t.Errorf("%s with WithTTL(%v): %v, want an error wrapping locker.ErrInvalidOption", call.name, d, err)
+			}
+		}
+	}
+	if s.h.MinTTL > 0 {
+		below := s.h.MinTTL / 2
+		h, err := a.TryAcquire(ctx, k, locker.WithTTL(below))
+		switch {
+		case err == nil && s.h.ClampsTTL:
+			mustRelease(t, ctx, h)
+		case err == nil:
+			_ = h.Release(ctx)
+			t.Errorf("TryAcquire with WithTTL(%v), below the minimum %v, succeeded; reject it or set Harness.ClampsTTL and document the clamp", below, s.h.MinTTL)
+		case !errors.Is(err, locker.ErrInvalidOption):
+			t.Errorf("TryAcquire with WithTTL(%v), below the minimum %v: %v, want an error wrapping locker.ErrInvalidOption", below, s.h.MinTTL, err)
+		}
+	}
+	// Nothing may be left held by the rejected calls.
+	mustRelease(t, ctx, mustTry(t, ctx, b, k))
+}

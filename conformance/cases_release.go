@@ -1,0 +1,190 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+// releaseTwice: the second Release says the lock was already released.
+func (s *suite) releaseTwice(t *testing.T, ctx context.Context) {
+	l := s.newLocker(t)
+	h := mustAcquire(t, ctx, l, key(t, ""))
+	mustRelease(t, ctx, h)
+	if err := h.Release(ctx); !errors.Is(err, locker.ErrReleased) {
+		t.Errorf("second Release: %v, want an error wrapping locker.ErrReleased", err)
+	}
+	if err := h.Err(); !errors.Is(err, locker.ErrReleased) {
+		t.Errorf("Err() after a second Release = %v, want locker.ErrReleased", err)
+	}
+}
+
+// cutAndLose cuts l off after it took key, and waits until its handle
+// reports the loss. It returns the handle and the heal function.
+func (s *suite) cutAndLose(t *testing.T, ctx context.Context, l locker.Locker, k string) (locker.Handle, func()) {
+	t.Helper()
+	h := mustAcquire(t, ctx, l, k, ttl(s))
+	heal := s.h.Cut(t, l)
+	waitDone(t, h, s.h.ExpiryBound+prompt, "holder cut off from the backend")
+	if err := h.Err(); !errors.Is(err, locker.ErrLost) {
+		t.Errorf("Err() of a holder cut off until its lease ran out = %v, want an error wrapping locker.ErrLost", err)
+	}
+	return h, heal
+}
+
+func (s *suite) needCut(t *testing.T) {
+	if s.h.Cut == nil {
+		t.Skip("conformance: Harness.Cut is not set; set it to run the cases where a holder is cut off from the backend")
+	}
+}
+
+func (s *suite) needCrash(t *testing.T) {
+	if s.h.Crash == nil {
+		t.Skip("conformance: Harness.Crash is not set; set it to run the cases where a holder dies without releasing")
+	}
+}
+
+// releaseAfterLoss: Release of a lost lock reports the loss, not success.
+func (s *suite) releaseAfterLoss(t *testing.T, ctx context.Context) {
+	s.needCut(t)
+	l := s.newLocker(t)
+	k := key(t, "")
+	h, heal := s.cutAndLose(t, ctx, l, k)
+	heal()
+	rctx, cancel := context.WithTimeout(ctx, prompt)
+	defer cancel()
+	if err := h.Release(rctx); !errors.Is(err, locker.ErrLost) {
+		t.Errorf("Release after loss: %v, want an error wrapping locker.ErrLost", err)
+	}
+	// The key is free again (the lost lease ended), for anyone.
+	other := s.newLocker(t)
+	hb := mustAcquire(t, ctx, other, k)
+	if hb.Token() <= h.Token() {
+		t.Errorf("token %d after loss is not greater than the lost holder's %d", hb.Token(), h.Token())
+	}
+	mustRelease(t, ctx, hb)
+}
+
+// releaseNotOwner: a holder whose lock passed to another client releases
+// nothing of the new holder's.
+func (s *suite) releaseNotOwner(t *testing.T, ctx context.Context) {
+	s.needCut(t)
+	a, b, c := s.newLocker(t), s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	ha := mustAcquire(t, ctx, a, k, ttl(s))
+	heal := s.h.Cut(t, a)
+	r := await(t, goAcquire(ctx, b, k), s.h.ExpiryBound+prompt, "Acquire after the holder was cut off")
+	if r.err != nil {
+		heal()
+		t.Fatalf("Acquire after the holder was cut off: %v", r.err)
+	}
+	hb := r.h
+	waitDone(t, ha, prompt, "holder whose lock went to another client")
+	heal()
+	if err := ha.Release(ctx); !errors.Is(err, locker.ErrLost) {
+		t.Errorf("Release by the old holder: %v, want an error wrapping locker.ErrLost", err)
+	}
+	if err := hb.Err(); err != nil {
+		t.Errorf("new holder's Err() = %v after the old holder's Release, want nil", err)
+	}
+	mustNotTry(t, ctx, c, k, "the new holder must keep it after the old holder's Release")
+	if hb.Token() <= ha.Token() {
+		t.Errorf("new holder's token %d is not greater than the old holder's %d", hb.Token(), ha.Token())
+	}
+	mustRelease(t, ctx, hb)
+}
+
+// fencingAfterRelease: tokens keep increasing across holders and clients,
+// and after the key sat free.
+func (s *suite) fencingAfterRelease(t *testing.T, ctx context.Context) {
+	ls := []locker.Locker{s.newLocker(t), s.newLocker(t), s.newLocker(t)}
+	k := key(t, "")
+	var prev int64
+	for i := range 9 {
+		var h locker.Handle
+		if i%2 == 0 {
+			h = mustAcquire(t, ctx, ls[i%3], k)
+		} else {
+			h = mustTry(t, ctx, ls[i%3], k)
+		}
+		if h.Token() <= prev {
+			t.Errorf("acquisition %d got token %d, not greater than the previous %d", i, h.Token(), prev)
+		}
+		prev = h.Token()
+		mustRelease(t, ctx, h)
+	}
+}
+
+// fencingAfterCrash: a holder that dies stops blocking others within the
+// expiry bound, and the next holder's token is higher.
+func (s *suite) fencingAfterCrash(t *testing.T, ctx context.Context) {
+	s.needCrash(t)
+	a, b := s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	ha := mustAcquire(t, ctx, a, k, ttl(s))
+	s.h.Crash(t, a)
+	crashed := time.Now()
+	r := await(t, goAcquire(ctx, b, k), s.h.ExpiryBound+prompt, "Acquire after the holder crashed")
+	if r.err != nil {
+		t.Fatalf("Acquire after the holder crashed: %v (bound %v)", r.err, s.h.ExpiryBound)
+	}
+	hb := r.h
+	took := r.at.Sub(crashed)
+	t.Logf("key acquirable %v after the holder crashed (TTL %v, bound %v)", took, s.h.TTL, s.h.ExpiryBound)
+	if took > s.h.ExpiryBound {
+		t.Errorf("key acquirable only %v after the holder crashed, more than the bound %v", took, s.h.ExpiryBound)
+	}
+	if hb.Token() <= ha.Token() {
+		t.Errorf("token %d after a crash is not greater than the crashed holder's %d", hb.Token(), ha.Token())
+	}
+	mustRelease(t, ctx, hb)
+}
+
+// doneOnCut: a holder cut off from the backend hears that its lock is lost
+// no later than another client acquires it.
+func (s *suite) doneOnCut(t *testing.T, ctx context.Context) {
+	s.needCut(t)
+	a, b := s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	ha := mustAcquire(t, ctx, a, k, ttl(s))
+	heal := s.h.Cut(t, a)
+	defer heal()
+	cut := time.Now()
+	ch := goAcquire(ctx, b, k)
+	r := await(t, ch, s.h.ExpiryBound+prompt, "Acquire while the holder is cut off")
+	if r.err != nil {
+		t.Fatalf("Acquire while the holder is cut off: %v", r.err)
+	}
+	lostFirst := isClosed(ha.Done())
+	t.Logf("another client acquired %v after the holder was cut off (TTL %v)", r.at.Sub(cut), s.h.TTL)
+	if !lostFirst {
+		t.Errorf("another client acquired the key while the cut-off holder's Done() was still open: the holder must hear of the loss first")
+	}
+	if err := ha.Err(); !errors.Is(err, locker.ErrLost) {
+		t.Errorf("cut-off holder's Err() = %v, want an error wrapping locker.ErrLost", err)
+	}
+	if took := r.at.Sub(cut); took > s.h.ExpiryBound {
+		t.Errorf("key acquirable only %v after the holder was cut off, more than the bound %v", took, s.h.ExpiryBound)
+	}
+	mustRelease(t, ctx, r.h)
+}
+
+// renewalKeepsLock: a live holder keeps its lock well past its TTL.
+func (s *suite) renewalKeepsLock(t *testing.T, ctx context.Context) {
+	if s.h.NoTTL {
+		t.Skip("conformance: the backend has no leases (Harness.NoTTL)")
+	}
+	a, b := s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	h := mustAcquire(t, ctx, a, k, ttl(s))
+	select {
+	case <-h.Done():
+		t.Fatalf("holder lost its lock within 3×TTL while alive and connected: %v", h.Err())
+	case <-time.After(3 * s.h.TTL):
+	}
+	mustNotTry(t, ctx, b, k, "its holder is alive and renewing past its TTL")
+	mustRelease(t, ctx, h)
+}

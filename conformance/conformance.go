@@ -1,0 +1,279 @@
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+// prompt bounds every call that must not wait for another holder: a failed
+// TryAcquire, an Acquire whose context has ended, a rejected key or option.
+// It is generous on purpose: it separates "returns" from "hangs", not fast
+// from slow.
+const prompt = 5 * time.Second
+
+// Run runs the conformance suite against the backend h describes. It fails t
+// for every broken promise, and skips, visibly, the cases whose hooks h lacks.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.NewLocker == nil {
+		t.Fatal("conformance: Harness.NewLocker is required")
+	}
+	s := &suite{h: h.withDefaults()}
+	for _, c := range s.cases() {
+		t.Run(c.name, func(t *testing.T) { s.runCase(t, c) })
+	}
+}
+
+func (h Harness) withDefaults() Harness {
+	if h.TTL <= 0 {
+		h.TTL = 2 * time.Second
+	}
+	if h.ExpiryBound <= 0 {
+		h.ExpiryBound = 3 * h.TTL
+	}
+	if h.ManyKeys <= 0 {
+		h.ManyKeys = 2000
+	}
+	if h.Contenders <= 0 {
+		h.Contenders = 4
+	}
+	if h.Goroutines <= 0 {
+		h.Goroutines = 4
+	}
+	if h.HandoffBound <= 0 {
+		h.HandoffBound = 5 * time.Second
+	}
+	if h.CaseTimeout <= 0 {
+		h.CaseTimeout = max(60*time.Second, 4*h.ExpiryBound+4*h.TTL)
+	}
+	return h
+}
+
+type suite struct {
+	h Harness
+}
+
+type testCase struct {
+	name string
+	fn   func(t *testing.T, ctx context.Context)
+}
+
+func (s *suite) cases() []testCase {
+	return []testCase{
+		{"Handle/Accessors", s.handleAccessors},
+		{"Acquire/MutualExclusion", s.mutualExclusion},
+		{"Acquire/WaitsForRelease", s.waitsForRelease},
+		{"Acquire/NotReentrant", s.notReentrant},
+		{"TryAcquire/Held", s.tryAcquireHeld},
+		{"Keys/Independent", s.keysIndependent},
+		{"Keys/ManyHeld", s.manyHeld},
+		{"Keys/Unusual", s.unusualKeys},
+		{"Keys/Invalid", s.invalidKeys},
+		{"Options/InvalidTTL", s.invalidTTL},
+		{"Release/Twice", s.releaseTwice},
+		{"Release/AfterLoss", s.releaseAfterLoss},
+		{"Release/NotOwner", s.releaseNotOwner},
+		{"Fencing/AfterRelease", s.fencingAfterRelease},
+		{"Fencing/AfterCrash", s.fencingAfterCrash},
+		{"Loss/DoneOnCut", s.doneOnCut},
+		{"Loss/RenewalKeepsLock", s.renewalKeepsLock},
+		{"Context/CancelledBeforeCall", s.cancelledBeforeCall},
+		{"Context/CancelWhileWaiting", s.cancelWhileWaiting},
+		{"Context/DeadlineWhileWaiting", s.deadlineWhileWaiting},
+		{"Close/ReleasesHeld", s.closeReleasesHeld},
+		{"Close/WakesOwnWaiters", s.closeWakesOwnWaiters},
+		{"Close/NoGoroutineLeak", s.noGoroutineLeak},
+	}
+}
+
+// runCase runs one case with its deadline. The context it gets ends at the
+// deadline, which ends every well-behaved wait; a backend that ignores it and
+// hangs is caught by a timer that dumps all goroutines and aborts the binary,
+// because a hung test goroutine cannot be stopped any other way.
+func (s *suite) runCase(t *testing.T, c testCase) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.h.CaseTimeout)
+	defer cancel()
+	grace := s.h.CaseTimeout + 30*time.Second
+	timer := time.AfterFunc(grace, func() {
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		fmt.Fprintf(os.Stderr, "conformance: %s did not finish within %v (deadlock?); goroutines:\n%s\n", t.Name(), grace, buf[:n])
+		panic(fmt.Sprintf("conformance: %s did not finish within %v", t.Name(), grace))
+	})
+	defer timer.Stop()
+	c.fn(t, ctx)
+}
+
+// newLocker returns a new client that is closed when the test ends.
+func (s *suite) newLocker(t *testing.T) locker.Locker {
+	t.Helper()
+	l := s.h.NewLocker(t)
+	if l == nil {
+		t.Fatal("conformance: Harness.NewLocker returned nil")
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// key returns a key unique to this test and this run, so that cases never
+// see each other's locks even on a server shared with other test binaries.
+func key(t *testing.T, suffix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "conformance/" + t.Name() + "/" + hex.EncodeToString(b[:]) + suffix
+}
+
+func ttl(s *suite) locker.Option { return locker.WithTTL(s.h.TTL) }
+
+// mustAcquire acquires key or fails the test.
+func mustAcquire(t *testing.T, ctx context.Context, l locker.Locker, key string, opts ...locker.Option) locker.Handle {
+	t.Helper()
+	h, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	checkHeld(t, h, key)
+	return h
+}
+
+// mustTry makes one TryAcquire that must succeed.
+func mustTry(t *testing.T, ctx context.Context, l locker.Locker, key string, opts ...locker.Option) locker.Handle {
+	t.Helper()
+	h, err := l.TryAcquire(ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q) on a free key: %v", key, err)
+	}
+	checkHeld(t, h, key)
+	return h
+}
+
+// checkHeld checks what a fresh handle must say of itself.
+func checkHeld(t *testing.T, h locker.Handle, key string) {
+	t.Helper()
+	if h == nil {
+		t.Fatalf("acquiring %q returned a nil Handle and no error", key)
+	}
+	if h.Key() != key {
+		t.Errorf("Handle.Key() = %q, want %q", h.Key(), key)
+	}
+	if h.Token() <= 0 {
+		t.Errorf("Handle.Token() = %d for %q, want a positive fencing token", h.Token(), key)
+	}
+	if err := h.Err(); err != nil {
+		t.Errorf("Handle.Err() of a fresh lock on %q = %v, want nil", key, err)
+	}
+	if isClosed(h.Done()) {
+		t.Errorf("Handle.Done() of a fresh lock on %q is already closed", key)
+	}
+}
+
+// mustNotTry makes one TryAcquire that must fail with ErrNotAcquired, promptly.
+func mustNotTry(t *testing.T, ctx context.Context, l locker.Locker, key, why string) {
+	t.Helper()
+	start := time.Now()
+	h, err := l.TryAcquire(ctx, key)
+	took := time.Since(start)
+	if err == nil {
+		_ = h.Release(ctx)
+		t.Fatalf("TryAcquire(%q) succeeded although %s", key, why)
+	}
+	if !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("TryAcquire(%q) while %s: error %v does not wrap locker.ErrNotAcquired", key, why, err)
+	}
+	if took > prompt {
+		t.Errorf("TryAcquire(%q) on a held key took %v; it must not wait for the holder", key, took)
+	}
+}
+
+func mustRelease(t *testing.T, ctx context.Context, h locker.Handle) {
+	t.Helper()
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("Release(%q): %v", h.Key(), err)
+	}
+	if !isClosed(h.Done()) {
+		t.Errorf("Done() of %q not closed after Release", h.Key())
+	}
+	if err := h.Err(); !errors.Is(err, locker.ErrReleased) {
+		t.Errorf("Err() of %q after Release = %v, want locker.ErrReleased", h.Key(), err)
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// result is the outcome of an Acquire run in the background.
+type result struct {
+	h   locker.Handle
+	err error
+	at  time.Time
+}
+
+// goAcquire starts Acquire in a goroutine and returns where its result goes.
+func goAcquire(ctx context.Context, l locker.Locker, key string, opts ...locker.Option) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		h, err := l.Acquire(ctx, key, opts...)
+		ch <- result{h, err, time.Now()}
+	}()
+	return ch
+}
+
+// await waits at most d for a background Acquire.
+func await(t *testing.T, ch <-chan result, d time.Duration, what string) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(d):
+		t.Fatalf("%s: no result within %v", what, d)
+		return result{}
+	}
+}
+
+// stillWaiting gives a background Acquire time to reach its wait (there is no
+// signal for "now waiting" in the contract), then checks it has not returned.
+func stillWaiting(t *testing.T, ch <-chan result, what string) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err == nil {
+			_ = r.h.Release(context.Background())
+			t.Fatalf("%s: acquired a key that another holder has", what)
+		}
+		t.Fatalf("%s: returned early with %v", what, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// waitDone waits at most d for h to report that it is no longer held.
+func waitDone(t *testing.T, h locker.Handle, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-h.Done():
+	case <-time.After(d):
+		t.Fatalf("%s: Done() of %q not closed within %v", what, h.Key(), d)
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + fmt.Sprintf("…(%d bytes)", len(s))
+	}
+	return strings.ToValidUTF8(s, "?")
+}

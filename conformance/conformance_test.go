@@ -1,0 +1,96 @@
+package conformance_test
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/conformance"
+)
+
+func toyHarness(f flaw) conformance.Harness {
+	store := newToyStore()
+	return conformance.Harness{
+		NewLocker: func(t *testing.T) locker.Locker { return newToy(store, f) },
+		Crash:     func(t *testing.T, l locker.Locker) { l.(*toyLocker).crash() },
+		Cut: func(t *testing.T, l locker.Locker) func() {
+			l.(*toyLocker).setCut(true)
+			return func() { l.(*toyLocker).setCut(false) }
+		},
+		TTL:      300 * time.Millisecond,
+		ManyKeys: 500,
+	}
+}
+
+// TestToy runs the suite on the flawless toy: the control for the flaws below.
+func TestToy(t *testing.T) {
+	conformance.Run(t, toyHarness(noFlaw))
+}
+
+var flaws = []struct {
+	name   string
+	flaw   flaw
+	caught []string // cases that must fail
+}{
+	{"NoExclusion", noExclusion, []string{"Acquire/MutualExclusion", "TryAcquire/Held"}},
+	{"ConstantToken", constantToken, []string{"Acquire/MutualExclusion", "Fencing/AfterRelease"}},
+	{"BlindRelease", blindRelease, []string{"Release/NotOwner"}},
+	{"IgnoresContext", ignoresContext, []string{"Context/CancelWhileWaiting", "Context/DeadlineWhileWaiting"}},
+	{"SilentLoss", silentLoss, []string{"Loss/DoneOnCut", "Release/AfterLoss"}},
+}
+
+const flawEnv = "LOCKER_CONFORMANCE_FLAW"
+
+// TestFlawedToy is run by TestSuiteCatchesFlaws in a child process, because
+// a failing Run must fail a test binary of its own, not this one.
+func TestFlawedToy(t *testing.T) {
+	name := os.Getenv(flawEnv)
+	if name == "" {
+		t.Skip("runs only as a child of TestSuiteCatchesFlaws")
+	}
+	for _, f := range flaws {
+		if f.name == name {
+			conformance.Run(t, toyHarness(f.flaw))
+			return
+		}
+	}
+	t.Fatalf("unknown flaw %q", name)
+}
+
+// TestSuiteCatchesFlaws proves that the suite can fail: each deliberately
+// broken locker must make Run fail, in the cases meant to catch its flaw.
+func TestSuiteCatchesFlaws(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a child test binary per flaw")
+	}
+	for _, f := range flaws {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestFlawedToy$", "-test.v", "-test.timeout=5m")
+			cmd.Env = append(os.Environ(), flawEnv+"="+f.name)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("Run passed a locker with flaw %s; output:\n%s", f.name, tail(out))
+			}
+			for _, c := range f.caught {
+				if !strings.Contains(string(out), "--- FAIL: TestFlawedToy/"+c+" ") {
+					t.Errorf("flaw %s was not caught by %s; output:\n%s", f.name, c, tail(out))
+				}
+			}
+			if strings.Contains(string(out), "panic:") {
+				t.Errorf("flaw %s made the suite panic instead of fail; output:\n%s", f.name, tail(out))
+			}
+		})
+	}
+}
+
+func tail(b []byte) string {
+	const n = 6000
+	if len(b) > n {
+		return "…" + string(b[len(b)-n:])
+	}
+	return string(b)
+}
