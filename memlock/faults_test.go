@@ -131,7 +131,7 @@ func TestCut(t *testing.T) {
 func TestCutAndHealInTimeKeepsLock(t *testing.T) {
 	s := NewStore()
 	a := newLocker(t, s)
-	const ttl = 300 * time.Millisecond
+	const ttl = 500 * time.Millisecond // see TestRenewalKeepsLockPastTTL
 	h := mustAcquire(t, a, "k", locker.WithTTL(ttl))
 	a.cut()()
 	select {
