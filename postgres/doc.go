@@ -1,0 +1,126 @@
+// Package postgres implements locker.Locker with PostgreSQL session-level
+// advisory locks (pg_advisory_lock), on a pgx v5 connection pool.
+//
+// # What it promises
+//
+// A lock on a key is a session advisory lock on a bigint derived from the key
+// (see AdvisoryKey), held by one server session. PostgreSQL grants it to one
+// session at a time, so two holders of one key never overlap while their
+// sessions live — across goroutines, Lockers and processes that use the same
+// database and namespace. Each held lock pins its own connection of the pool
+// for as long as it is held: session locks belong to a session, and two
+// handles sharing one would both "hold" the lock, since PostgreSQL grants a
+// session the same lock again.
+//
+// Acquire waits on the server (pg_advisory_lock): waiters queue in
+// PostgreSQL, and the next is granted the instant the holder unlocks — no
+// polling. When ctx ends first, a cancel request stops the server-side wait
+// (a lock granted in that same instant is given back), so an abandoned wait
+// leaves no backend queued behind. TryAcquire uses pg_try_advisory_lock.
+// Release runs pg_advisory_unlock and returns the connection to the pool;
+// if the unlock fails the connection is closed, never returned holding a
+// lock. Locks are not reentrant: a second Acquire of a held key from the same
+// Locker takes another connection and waits.
+//
+// # Fencing tokens
+//
+// Each acquisition draws a token from a sequence (default locker_fence, see
+// WithSequence), in the statement that takes the lock, after the grant. The
+// next holder is granted only after this one unlocked, so its nextval comes
+// later and is higher: tokens strictly increase per key, also across
+// crashes, restarts and Lockers — provided every Locker locking the same keys
+// uses the same sequence, and the sequence has CACHE 1 and NO CYCLE (the
+// Locker checks this once and refuses otherwise). One sequence serves every
+// key. The Locker creates it on first use; where the application may not run
+// DDL, use WithoutDDL and create it once:
+//
+//	CREATE SEQUENCE IF NOT EXISTS locker_fence AS bigint MINVALUE 1 NO CYCLE CACHE 1;
+//	GRANT USAGE ON SEQUENCE locker_fence TO app_role;
+//
+// # Keys and namespaces
+//
+// Keys are hashed with the namespace (WithNamespace) into the 64-bit advisory
+// key space. Distinct keys collide only by a 64-bit hash collision; a
+// collision makes two keys exclude each other (false contention), never
+// grants one lock twice. Advisory locks taken directly with small integers,
+// by other software on the same database, share the key space too.
+//
+// # Failure modes
+//
+// A lock ends with its session. There is no lease: locker.WithTTL is
+// validated (it must be positive) and otherwise ignored. What bounds how long
+// a dead holder blocks others is how fast the server notices the session is
+// gone:
+//
+//   - holder process killed, or its connection closed: at once (the kernel
+//     closes the socket and the backend sees EOF);
+//   - holder's machine or network gone silently: the server's TCP keepalive.
+//     Set tcp_keepalives_idle, tcp_keepalives_interval and
+//     tcp_keepalives_count (e.g. 10s, 5s, 3: about 25s), and tcp_user_timeout
+//     (e.g. 30s) for data in flight; idle_session_timeout ends sessions
+//     idle outside a transaction and would end every held lock, so leave it
+//     off for the locking role, or set it well above the longest hold.
+//
+// The holder learns of the loss through a health monitor on each held lock.
+// A session that the server ends (pg_terminate_backend, shutdown, restart,
+// connection reset) is noticed at once: the monitor waits on the idle
+// socket, and the server's FATAL message or EOF wakes it. A silent link is
+// noticed by a check every WithHealthCheckInterval (default 5s) that must
+// answer within one interval and find the lock still held by the same
+// backend; so a cut-off holder hears of the loss within about two intervals.
+// Then Done is closed, Err wraps locker.ErrLost, and the connection is
+// closed, which, if the server still sees the session, frees the lock. The
+// Locker never reconnects behind a handle's back.
+//
+// When the server ends a session on its own (pg_terminate_backend, restart),
+// it frees the lock at once and another client may take it a moment before
+// the old holder's Done closes. That is why writes must carry the token.
+//
+// A failed Release leaves nothing held: the connection is closed.
+//
+// # Pool sizing
+//
+// Each held lock pins one connection, and a waiting Acquire pins one too.
+// Size pool_max_conns (pgxpool default: max(4, number of CPUs)) for the
+// largest number of locks held or awaited at once, plus what the rest of the
+// program uses, and the server's max_connections for all pools together.
+// When no connection is free, Acquire and TryAcquire wait for one as long as
+// ctx allows, then fail with an error wrapping ErrPoolExhausted and ctx's
+// error. A goroutine that holds locks and waits for another while the pool is
+// exhausted waits for itself: give such waits a deadline.
+//
+// # Poolers (PgBouncer)
+//
+// Session locks need a connection that keeps its server session: a direct
+// connection or a session-mode pooler. Behind a transaction-mode pooler
+// consecutive statements may run on different server sessions. The Locker
+// detects this — the backend pid differs from the one announced at connect
+// time, then a second statement lands on another backend or does not see the
+// lock — and fails with ErrPooler instead of granting a lock that is not
+// held; the health check keeps watching for a changed backend pid. The
+// detection can miss a pooler that happens to route both statements to the
+// same server connection, and a lock taken before detection can stay on a
+// server connection until the pooler closes it. Behind transaction-mode
+// poolers use LockTx and TryLockTx, which take transaction-scoped locks
+// (pg_advisory_xact_lock) inside a pgx.Tx; those end with the transaction.
+//
+// # URL
+//
+// The package registers the schemes postgres and postgresql with locker.Open:
+//
+//	postgres://user:password@host:5432/db?sslmode=require&pool_max_conns=20&lock_namespace=billing
+//
+// The URL is a libpq connection URL as pgxpool.ParseConfig reads it
+// (sslmode, pool_max_conns, application_name, ...), plus these parameters of
+// ours, removed before pgx sees the URL:
+//
+//	lock_namespace=NAME         WithNamespace
+//	lock_health_interval=5s     WithHealthCheckInterval
+//	lock_sequence=SCHEMA.NAME   WithSequence
+//	lock_ddl=false              WithoutDDL
+//
+// Any other parameter starting with lock_ is rejected with an error wrapping
+// locker.ErrInvalidURL. Errors never show the password. A Locker opened from
+// a URL owns its pool and closes it in Close; one built with New leaves the
+// caller's pool open.
+package postgres

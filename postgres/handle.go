@@ -1,0 +1,149 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/lease"
+)
+
+// errNotAcquired is what TryAcquire reports when another session holds the key.
+var errNotAcquired = fmt.Errorf("%w: another session holds it", locker.ErrNotAcquired)
+
+// handle is one held session advisory lock and the connection it pins.
+//
+// The connection is used by one goroutine at a time: the health monitor
+// while the lock is held, then Release once the monitor has exited. It is
+// given back to the pool or destroyed exactly once (gone).
+type handle struct {
+	l     *Locker
+	conn  *pgxpool.Conn
+	pgc   *pgconn.PgConn
+	key   string
+	id    int64
+	token int64
+	pid   uint32
+	state *lease.State
+
+	relMu sync.Mutex // one Release at a time
+	gone  sync.Once
+
+	// Coordination with the monitor goroutine (health.go).
+	mmu      sync.Mutex
+	stopping bool          // Release asked the monitor to stop
+	idle     bool          // the monitor is waiting on the socket, not running a statement
+	exited   chan struct{} // closed when the monitor returns
+}
+
+var _ locker.Handle = (*handle)(nil)
+
+func newHandle(l *Locker, conn *pgxpool.Conn, key string, id int64, g grant) *handle {
+	return &handle{
+		l:      l,
+		conn:   conn,
+		pgc:    conn.Conn().PgConn(),
+		key:    key,
+		id:     id,
+		token:  g.token,
+		pid:    g.pid,
+		state:  lease.New(),
+		exited: make(chan struct{}),
+	}
+}
+
+func (h *handle) Key() string           { return h.key }
+func (h *handle) Token() int64          { return h.token }
+func (h *handle) Done() <-chan struct{} { return h.state.Done() }
+func (h *handle) Err() error            { return h.state.Err() }
+
+// Release unlocks the key (pg_advisory_unlock) and gives the connection back
+// to the pool. If the unlock fails, or finds the lock no longer held, the
+// connection is closed instead — which frees whatever the session still
+// held — and the error wraps locker.ErrLost. Release waits for a health
+// check in progress (at most one check interval) before it unlocks; if ctx
+// ends first, the connection is closed instead of unlocked.
+func (h *handle) Release(ctx context.Context) error {
+	return h.release(ctx, false)
+}
+
+func (h *handle) release(ctx context.Context, byClose bool) error {
+	h.relMu.Lock()
+	defer h.relMu.Unlock()
+	if h.state.Ended() {
+		return locker.KeyError("release", h.key, h.state.Err())
+	}
+	h.stopMonitor()
+	select {
+	case <-h.exited:
+	case <-ctx.Done():
+		// A health check is still talking to the server. Close the socket
+		// under it; the server frees the lock when it sees the close.
+		h.state.End(releasedErr(byClose))
+		_ = h.pgc.Conn().Close()
+		<-h.exited
+		h.discard()
+		return locker.KeyError("release", h.key,
+			fmt.Errorf("gave up waiting for a health check (%w); closed the connection instead, which frees the lock", ctx.Err()))
+	}
+	if h.state.Ended() { // the monitor found the lock lost
+		return locker.KeyError("release", h.key, h.state.Err())
+	}
+	return h.unlock(ctx, byClose)
+}
+
+// unlock gives the lock up on the pinned connection. The monitor must not be
+// running.
+func (h *handle) unlock(ctx context.Context, byClose bool) error {
+	uctx, cancel := context.WithTimeout(ctx, locker.ReleaseTimeout)
+	defer cancel()
+	var ok bool
+	var pid int32
+	err := h.conn.QueryRow(uctx, sqlUnlock, h.id).Scan(&ok, &pid)
+	switch {
+	case err == nil && ok && uint32(pid) == h.pid:
+		h.state.End(releasedErr(byClose))
+		h.l.forget(h)
+		h.gone.Do(h.conn.Release)
+		return nil
+	case err == nil && uint32(pid) != h.pid:
+		lost := fmt.Errorf("%w: %w: the unlock ran on server backend %d, not on %d that was granted the lock", locker.ErrLost, ErrPooler, pid, h.pid)
+		h.state.End(lost)
+		h.discard()
+		return locker.KeyError("release", h.key, lost)
+	case err == nil:
+		lost := fmt.Errorf("%w: the session no longer held the lock when it was released", locker.ErrLost)
+		h.state.End(lost)
+		h.discard()
+		return locker.KeyError("release", h.key, lost)
+	case ctx.Err() != nil:
+		// The caller gave up. The connection is closed, which frees the
+		// lock as surely as the unlock would have.
+		h.state.End(releasedErr(byClose))
+		h.discard()
+		return locker.KeyError("release", h.key,
+			fmt.Errorf("unlock interrupted (%w); closed the connection instead, which frees the lock", ctx.Err()))
+	default:
+		lost := fmt.Errorf("%w: unlock failed, the connection is closed: %w", locker.ErrLost, err)
+		h.state.End(lost)
+		h.discard()
+		return locker.KeyError("release", h.key, lost)
+	}
+}
+
+// discard destroys the connection (once) and forgets the handle.
+func (h *handle) discard() {
+	h.gone.Do(func() { destroy(h.conn) })
+	h.l.forget(h)
+}
+
+func releasedErr(byClose bool) error {
+	if byClose {
+		return fmt.Errorf("%w by Close (%w)", locker.ErrReleased, locker.ErrClosed)
+	}
+	return locker.ErrReleased
+}

@@ -1,0 +1,414 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/go-locker/locker"
+)
+
+// Defaults of the Locker options.
+const (
+	// DefaultHealthCheckInterval is how often a held lock's connection is
+	// checked when WithHealthCheckInterval is not given.
+	DefaultHealthCheckInterval = 5 * time.Second
+
+	// DefaultSequence is the sequence that hands out fencing tokens when
+	// WithSequence is not given. It is resolved through the search_path of
+	// the pool's connections, like any unqualified name.
+	DefaultSequence = "locker_fence"
+)
+
+// cancelGrace bounds each step of abandoning a wait: delivering the cancel
+// request, and the server answering it. Past it the connection is closed.
+const cancelGrace = 5 * time.Second
+
+// ErrPoolExhausted reports that a lock could not be taken because every
+// connection of the pool was in use until the caller's context ended. Each
+// held lock pins one connection for as long as it is held.
+var ErrPoolExhausted = errors.New("postgres: connection pool exhausted")
+
+// ErrPooler reports that the pool's connections do not keep one server
+// session from statement to statement: a transaction-mode pooler (PgBouncer
+// pool_mode=transaction, and the like) sits between the pool and PostgreSQL.
+// Session advisory locks cannot work there; use LockTx, or connect directly
+// or through a session-mode pool.
+var ErrPooler = errors.New("postgres: connection does not keep its server session (transaction-mode pooler?)")
+
+// Locker takes PostgreSQL session-level advisory locks. Each held lock pins
+// one connection of the pool until it is released or lost. Build it with New
+// or open it with locker.Open; it is safe for concurrent use.
+type Locker struct {
+	pool     *pgxpool.Pool
+	ownsPool bool
+	cfg      config
+
+	// closing is cancelled by Close; every wait listens to it.
+	closing     context.Context
+	closeCancel context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool
+	handles map[*handle]struct{}
+
+	// ops counts Acquire, TryAcquire and the LockTx calls in flight, so that
+	// Close can wait for them; monitors counts health-check goroutines.
+	ops      sync.WaitGroup
+	monitors sync.WaitGroup
+
+	seqMu    sync.Mutex
+	seqReady bool
+}
+
+var _ locker.Locker = (*Locker)(nil)
+
+type config struct {
+	namespace string
+	interval  time.Duration
+	sequence  string
+	noDDL     bool
+	err       error // the first invalid option, reported by every call
+}
+
+// Option configures a Locker.
+type Option func(*config)
+
+// WithNamespace keeps this Locker's keys apart from those of Lockers with
+// another namespace on the same database: the namespace is hashed together
+// with each key. Lockers that must exclude each other need the same
+// namespace. The default is the empty namespace.
+func WithNamespace(ns string) Option {
+	return func(c *config) { c.namespace = ns }
+}
+
+// WithHealthCheckInterval sets how often each held lock's connection is
+// checked (default 5s). A check that fails, or does not answer within one
+// interval, ends the lock with ErrLost and closes its connection. A
+// connection that the server closes (pg_terminate_backend, restart, reset)
+// is noticed at once, without waiting for a check. The interval must be
+// positive.
+func WithHealthCheckInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.setErr(fmt.Errorf("%w: health-check interval must be positive, got %v", locker.ErrInvalidOption, d))
+			return
+		}
+		c.interval = d
+	}
+}
+
+// WithSequence names the sequence that hands out fencing tokens (default
+// locker_fence), as SQL would write it: optionally schema-qualified, each
+// part a plain identifier (folded to lower case) or a double-quoted one.
+// Every Locker that locks the same keys must use the same sequence, or
+// tokens are not ordered between them.
+func WithSequence(name string) Option {
+	return func(c *config) {
+		if !sequenceName.MatchString(name) {
+			c.setErr(fmt.Errorf("%w: sequence name %q is not a possibly schema-qualified SQL identifier", locker.ErrInvalidOption, name))
+			return
+		}
+		c.sequence = name
+	}
+}
+
+// WithoutDDL stops the Locker from creating the token sequence when it is
+// missing; an acquisition then fails with an error that shows the SQL to
+// run. Use it where the application's role may not run DDL.
+func WithoutDDL() Option {
+	return func(c *config) { c.noDDL = true }
+}
+
+func (c *config) setErr(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// sequenceName accepts [schema.]name where each part is an unquoted or a
+// double-quoted identifier. Nothing else can appear, which is what makes it
+// safe to put the name into the CREATE SEQUENCE statement.
+var sequenceName = regexp.MustCompile(`^(?:(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"\x00]|"")+")\.)?(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"\x00]|"")+")$`)
+
+// New returns a Locker that takes its connections from pool. The Locker does
+// not own the pool: Close releases the locks but leaves the pool open, and
+// the pool must outlive the Locker (pgxpool.Pool.Close waits for the
+// connections that held locks pin).
+//
+// An invalid option is reported, wrapping locker.ErrInvalidOption, by every
+// Acquire and TryAcquire.
+func New(pool *pgxpool.Pool, opts ...Option) *Locker {
+	cfg := config{interval: DefaultHealthCheckInterval, sequence: DefaultSequence}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if pool == nil {
+		cfg.setErr(fmt.Errorf("%w: nil *pgxpool.Pool", locker.ErrInvalidOption))
+	}
+	closing, cancel := context.WithCancel(context.Background())
+	return &Locker{
+		pool:        pool,
+		cfg:         cfg,
+		closing:     closing,
+		closeCancel: cancel,
+		handles:     map[*handle]struct{}{},
+	}
+}
+
+// AdvisoryKey returns the bigint advisory-lock key that namespace and key map
+// to: the first 8 bytes, big-endian, of
+//
+//	SHA-256("locker/v1\x00" || uint64be(len(namespace)) || namespace || key)
+//
+// read as a two's-complement int64. The length prefix makes (namespace, key)
+// pairs encode injectively before hashing; the hash makes any key of up to
+// locker.MaxKeyLen bytes fit the 64-bit key space. Two distinct keys share an
+// advisory key only by a hash collision (about one chance in 2^64 per pair),
+// which costs false contention — the keys exclude each other — and never a
+// double grant. Programs in other languages can compute the same value to
+// take part in the same locks, or to find a lock in pg_locks (classid holds
+// the high 32 bits, objid the low 32, objsubid is 1).
+func AdvisoryKey(namespace, key string) int64 {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(namespace)))
+	h.Write([]byte("locker/v1\x00"))
+	h.Write(n[:])
+	h.Write([]byte(namespace))
+	h.Write([]byte(key))
+	var sum [sha256.Size]byte
+	return int64(binary.BigEndian.Uint64(h.Sum(sum[:0])[:8]))
+}
+
+// Acquire waits until key is held. The wait happens in PostgreSQL
+// (pg_advisory_lock): waiters queue on the server, and the next one is granted
+// the instant the holder unlocks. When ctx ends first, a cancel request stops
+// the server-side wait, and a lock granted in that same instant is given back.
+// The TTL option is validated and otherwise ignored: advisory locks last as
+// long as the session (see the package documentation).
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	return l.acquire(ctx, "acquire", key, true, opts)
+}
+
+// TryAcquire makes one attempt (pg_try_advisory_lock); when another session
+// holds key the error wraps locker.ErrNotAcquired. It does not wait for the
+// holder, but it does wait, as long as ctx allows, for a free connection of
+// the pool.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	return l.acquire(ctx, "try-acquire", key, false, opts)
+}
+
+func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (_ locker.Handle, err error) {
+	if err := locker.ValidateKey(key); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if _, err := locker.ApplyOptions(opts...); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if l.cfg.err != nil {
+		return nil, locker.KeyError(op, key, l.cfg.err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	ctx, done, err := l.begin(ctx)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	defer done()
+	defer func() { err = l.closedErr(ctx, op, key, err) }()
+
+	if err := l.ensureSequence(ctx); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	conn, err := l.acquireConn(ctx)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	id := AdvisoryKey(l.cfg.namespace, key)
+	var g grant
+	if wait {
+		g, err = l.lockWait(ctx, conn, id)
+	} else {
+		g, err = l.lockTry(ctx, conn, id)
+	}
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	h := newHandle(l, conn, key, id, g)
+	if !l.register(h) {
+		// Close began while the lock was being granted: give it back.
+		rctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
+		defer cancel()
+		_ = h.unlock(rctx, true)
+		return nil, locker.KeyError(op, key, locker.ErrClosed)
+	}
+	return h, nil
+}
+
+// begin registers a call in flight and returns its context, which Close
+// cancels with cause locker.ErrClosed.
+func (l *Locker) begin(ctx context.Context) (context.Context, func(), error) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, nil, locker.ErrClosed
+	}
+	l.ops.Add(1)
+	l.mu.Unlock()
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.closing, func() { cancel(locker.ErrClosed) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+		l.ops.Done()
+	}, nil
+}
+
+// closedErr turns the context error of a call that Close interrupted into
+// locker.ErrClosed.
+func (l *Locker) closedErr(ctx context.Context, op, key string, err error) error {
+	if err != nil && errors.Is(context.Cause(ctx), locker.ErrClosed) && !errors.Is(err, locker.ErrClosed) {
+		return locker.KeyError(op, key, fmt.Errorf("%w (while: %v)", locker.ErrClosed, err))
+	}
+	return err
+}
+
+func (l *Locker) register(h *handle) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.handles[h] = struct{}{}
+	l.monitors.Add(1)
+	go h.monitor()
+	return true
+}
+
+func (l *Locker) forget(h *handle) {
+	l.mu.Lock()
+	delete(l.handles, h)
+	l.mu.Unlock()
+}
+
+// acquireConn takes a connection to pin for one lock. When ctx ends while
+// every connection is in use, the error says so: the usual cause is more
+// locks held at once than the pool has connections.
+func (l *Locker) acquireConn(ctx context.Context) (*pgxpool.Conn, error) {
+	conn, err := l.pool.Acquire(ctx)
+	if err == nil {
+		return conn, nil
+	}
+	if ctx.Err() != nil {
+		st := l.pool.Stat()
+		if st.AcquiredConns() >= st.MaxConns() {
+			return nil, fmt.Errorf("%w: all %d connections are in use (each held lock pins one; raise pool_max_conns or hold fewer locks at once): %w",
+				ErrPoolExhausted, st.MaxConns(), ctx.Err())
+		}
+		return nil, fmt.Errorf("waiting for a connection: %w", ctx.Err())
+	}
+	return nil, fmt.Errorf("connecting: %w", err)
+}
+
+// ensureSequence makes sure the token sequence exists and hands out ordered
+// values, once per Locker. It runs before any lock is taken so that a missing
+// sequence can never fail a statement after its lock was granted.
+func (l *Locker) ensureSequence(ctx context.Context) error {
+	l.seqMu.Lock()
+	defer l.seqMu.Unlock()
+	if l.seqReady {
+		return nil
+	}
+	seq := l.cfg.sequence
+	for attempt := 0; ; attempt++ {
+		var cache int64
+		var cycle bool
+		err := l.pool.QueryRow(ctx,
+			`SELECT s.seqcache, s.seqcycle FROM pg_catalog.pg_sequence s WHERE s.seqrelid = pg_catalog.to_regclass($1)`,
+			seq).Scan(&cache, &cycle)
+		switch {
+		case err == nil:
+			if cache != 1 || cycle {
+				// With a cache, each session hands out numbers from its own
+				// block: a later holder could get a lower token.
+				return fmt.Errorf("fencing-token sequence %s has CACHE %d, CYCLE %v; tokens are ordered only with CACHE 1 and NO CYCLE: ALTER SEQUENCE %s CACHE 1 NO CYCLE",
+					seq, cache, cycle, seq)
+			}
+			l.seqReady = true
+			return nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("checking fencing-token sequence %s: %w", seq, err)
+		case l.cfg.noDDL:
+			return fmt.Errorf("fencing-token sequence %s does not exist (or is not visible in the search_path), and WithoutDDL forbids creating it; run: %s",
+				seq, createSequenceSQL(seq))
+		case attempt > 0:
+			return fmt.Errorf("%s exists but is not a sequence; name another with WithSequence", seq)
+		}
+		if _, err := l.pool.Exec(ctx, createSequenceSQL(seq)); err != nil && !isDuplicate(err) {
+			return fmt.Errorf("creating fencing-token sequence: %w", err)
+		}
+	}
+}
+
+func createSequenceSQL(seq string) string {
+	return "CREATE SEQUENCE IF NOT EXISTS " + seq + " AS bigint MINVALUE 1 NO CYCLE CACHE 1"
+}
+
+// isDuplicate reports the error of two sessions creating the same sequence
+// at once, which CREATE ... IF NOT EXISTS does not rule out.
+func isDuplicate(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07")
+}
+
+// Close releases every lock the Locker holds (each unlock bounded by
+// locker.ReleaseTimeout), ends waiting calls with locker.ErrClosed and stops
+// the health checks. It closes the pool only when the Locker opened it
+// (locker.Open). A second Close returns nil.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.closeCancel()
+	l.ops.Wait() // waits end promptly: their contexts are cancelled
+
+	l.mu.Lock()
+	held := make([]*handle, 0, len(l.handles))
+	for h := range l.handles {
+		held = append(held, h)
+	}
+	l.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, h := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
+			defer cancel()
+			h.release(ctx, true)
+		}()
+	}
+	wg.Wait()
+	l.monitors.Wait()
+	if l.ownsPool {
+		l.pool.Close()
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/go-locker/locker"
+)
+
+// Transaction-scoped locks (pg_advisory_xact_lock) belong to a transaction,
+// not to a session: PostgreSQL releases them at COMMIT or ROLLBACK, and there
+// is nothing to release by hand and no connection to pin. They therefore work
+// behind transaction-mode poolers such as PgBouncer, where session locks do
+// not. They share the key space (AdvisoryKey of the Locker's namespace) and
+// the token sequence with the Locker's session locks, so the two kinds
+// exclude each other and their tokens are ordered together.
+const (
+	sqlXactWait = `SELECT pg_catalog.nextval($2::text::regclass) FROM pg_catalog.pg_advisory_xact_lock($1)`
+	sqlXactTry  = `SELECT CASE WHEN pg_catalog.pg_try_advisory_xact_lock($1) THEN pg_catalog.nextval($2::text::regclass) END`
+)
+
+// LockTx waits until key is held by tx and returns the fencing token of this
+// acquisition. The lock lasts until tx commits or rolls back; it cannot be
+// released earlier, and it cannot be lost while tx lives (if the connection
+// dies, so does the transaction, and any write that relied on the lock is
+// rolled back with it).
+//
+// When ctx ends first the wait is cancelled on the server and the error wraps
+// ctx's error. On any error tx must be rolled back: it is either aborted by
+// the cancelled statement or holds a lock granted in the same instant.
+//
+// The token sequence is checked (and created, unless WithoutDDL) through the
+// Locker's pool, outside tx.
+func (l *Locker) LockTx(ctx context.Context, tx pgx.Tx, key string) (token int64, err error) {
+	return l.lockTx(ctx, "lock-tx", tx, key, true)
+}
+
+// TryLockTx makes one attempt to take key for the rest of tx; when another
+// session or transaction holds it the error wraps locker.ErrNotAcquired, and
+// tx remains usable.
+func (l *Locker) TryLockTx(ctx context.Context, tx pgx.Tx, key string) (token int64, err error) {
+	return l.lockTx(ctx, "try-lock-tx", tx, key, false)
+}
+
+func (l *Locker) lockTx(ctx context.Context, op string, tx pgx.Tx, key string, wait bool) (_ int64, err error) {
+	if err := locker.ValidateKey(key); err != nil {
+		return 0, locker.KeyError(op, key, err)
+	}
+	if l.cfg.err != nil {
+		return 0, locker.KeyError(op, key, l.cfg.err)
+	}
+	if tx == nil {
+		return 0, locker.KeyError(op, key, fmt.Errorf("%w: nil pgx.Tx", locker.ErrInvalidOption))
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, locker.KeyError(op, key, err)
+	}
+	ctx, done, err := l.begin(ctx)
+	if err != nil {
+		return 0, locker.KeyError(op, key, err)
+	}
+	defer done()
+	defer func() { err = l.closedErr(ctx, op, key, err) }()
+
+	if err := l.ensureSequence(ctx); err != nil {
+		return 0, locker.KeyError(op, key, err)
+	}
+	id := AdvisoryKey(l.cfg.namespace, key)
+	if !wait {
+		var token *int64
+		if err := tx.QueryRow(ctx, sqlXactTry, id, l.cfg.sequence).Scan(&token); err != nil {
+			return 0, locker.KeyError(op, key, fmt.Errorf("trying the lock: %w", err))
+		}
+		if token == nil {
+			return 0, locker.KeyError(op, key, errNotAcquired)
+		}
+		return *token, nil
+	}
+	var token int64
+	interrupted, err := runCancellable(ctx, tx.Conn().PgConn(), func(qctx context.Context) error {
+		return tx.QueryRow(qctx, sqlXactWait, id, l.cfg.sequence).Scan(&token)
+	})
+	if interrupted {
+		return 0, locker.KeyError(op, key, fmt.Errorf("waiting for the lock (roll the transaction back): %w", context.Cause(ctx)))
+	}
+	if err != nil {
+		return 0, locker.KeyError(op, key, fmt.Errorf("waiting for the lock: %w", err))
+	}
+	return token, nil
+}

@@ -1,0 +1,202 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The statements that take a lock also draw the fencing token, in the same
+// statement and so on the same connection, strictly after the grant: the
+// function in FROM (or the CASE condition) runs before the target list. A
+// later holder is granted only after this one unlocked, which is after this
+// one's nextval, so its nextval is higher.
+const (
+	sqlLockWait = `SELECT pg_catalog.nextval($2::text::regclass), pg_catalog.pg_backend_pid() FROM pg_catalog.pg_advisory_lock($1)`
+	sqlLockTry  = `SELECT CASE WHEN pg_catalog.pg_try_advisory_lock($1) THEN pg_catalog.nextval($2::text::regclass) END, pg_catalog.pg_backend_pid()`
+	sqlUnlock   = `SELECT pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_backend_pid()`
+
+	// sqlHeld asks which backend answers and whether it holds the lock whose
+	// bigint key has the given high and low halves (pg_locks shows a bigint
+	// advisory key as classid, objid, with objsubid 1).
+	sqlHeld = `SELECT pg_catalog.pg_backend_pid(), EXISTS (SELECT 1 FROM pg_catalog.pg_locks
+		WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid() AND granted
+		AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1)`
+
+	// sqlAnyHeld checks a connection before it goes back to the pool after
+	// an abandoned wait.
+	sqlAnyHeld = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid())`
+)
+
+// grant is what the lock statement returned.
+type grant struct {
+	token int64
+	pid   uint32 // the server backend that holds the lock
+}
+
+// lockTry runs pg_try_advisory_lock on conn. On success conn stays pinned to
+// the lock; on every other outcome it has been given back or destroyed.
+func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64) (grant, error) {
+	var token *int64
+	var pid int32
+	err := conn.QueryRow(ctx, sqlLockTry, id, l.cfg.sequence).Scan(&token, &pid)
+	if err != nil {
+		// Whether the lock was granted is unknown: closing the session
+		// frees it if it was.
+		destroy(conn)
+		return grant{}, fmt.Errorf("trying the lock: %w", err)
+	}
+	if token == nil {
+		conn.Release() // nothing was taken; the connection is clean
+		return grant{}, errNotAcquired
+	}
+	g := grant{token: *token, pid: uint32(pid)}
+	if err := l.verifySession(ctx, conn, id, g.pid); err != nil {
+		destroy(conn)
+		return grant{}, err
+	}
+	return g, nil
+}
+
+// lockWait runs pg_advisory_lock on conn, abandoning the wait when ctx ends.
+func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (grant, error) {
+	var token int64
+	var pid int32
+	interrupted, err := runCancellable(ctx, conn.Conn().PgConn(), func(qctx context.Context) error {
+		return conn.QueryRow(qctx, sqlLockWait, id, l.cfg.sequence).Scan(&token, &pid)
+	})
+	if !interrupted {
+		if err != nil {
+			destroy(conn)
+			return grant{}, fmt.Errorf("waiting for the lock: %w", err)
+		}
+		g := grant{token: token, pid: uint32(pid)}
+		if err := l.verifySession(ctx, conn, id, g.pid); err != nil {
+			destroy(conn)
+			return grant{}, err
+		}
+		return g, nil
+	}
+	// ctx ended during the wait, and the server was asked to cancel it.
+	switch {
+	case err == nil:
+		// Granted in the same instant. Closing the session gives the lock
+		// back; the connection is not reused because the cancel request
+		// may still be on its way to the backend and hit a later statement.
+		destroy(conn)
+	case isQueryCanceled(err) && !holdsAny(conn):
+		// The cancel ended the wait (and was consumed by it): clean.
+		conn.Release()
+	default:
+		destroy(conn)
+	}
+	return grant{}, fmt.Errorf("waiting for the lock: %w", context.Cause(ctx))
+}
+
+// verifySession makes sure the backend that granted the lock is the session
+// the connection keeps. Connected directly, the backend pid equals the one
+// the server announced at connect time, and nothing more is needed. When
+// they differ a pooler or proxy sits in between; a second statement must
+// land on the same backend and see the lock, or the pooler hands statements
+// to different sessions and the lock would not really be held.
+func (l *Locker) verifySession(ctx context.Context, conn *pgxpool.Conn, id int64, pid uint32) error {
+	if pid == conn.Conn().PgConn().PID() {
+		return nil
+	}
+	hi, lo := keyHalves(id)
+	var pid2 int32
+	var held bool
+	if err := conn.QueryRow(ctx, sqlHeld, hi, lo).Scan(&pid2, &held); err != nil {
+		return fmt.Errorf("verifying the session after the grant: %w", err)
+	}
+	if uint32(pid2) != pid || !held {
+		return fmt.Errorf("%w: the lock was granted by server backend %d, but the next statement ran on backend %d; session advisory locks need session pooling or a direct connection (LockTx works in transaction mode); the lock may stay on that server connection until the pooler closes it",
+			ErrPooler, pid, pid2)
+	}
+	return nil
+}
+
+// runCancellable runs a statement that may wait a long time. When ctx ends
+// first it sends the server a cancel request (as psql's Ctrl-C does) instead
+// of closing the connection: a closed connection's backend would stay queued
+// for the lock, taking a server connection slot, until it is granted the
+// lock — only to drop it then. If the cancel request cannot be delivered, or
+// the statement does not end within cancelGrace of it, the connection is
+// closed after all.
+//
+// interrupted reports whether ctx ended before the statement finished; it is
+// then certain that no cancel request is still in flight when this returns.
+func runCancellable(ctx context.Context, pc *pgconn.PgConn, run func(context.Context) error) (interrupted bool, err error) {
+	qctx, stopQuery := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopQuery()
+	finished := make(chan struct{})
+	cancelDone := make(chan struct{})
+	breakConn := func() {
+		stopQuery()
+		_ = pc.Conn().Close()
+	}
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelDone)
+		cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+		err := pc.CancelRequest(cctx)
+		cancel()
+		if err != nil {
+			breakConn()
+			return
+		}
+		t := time.NewTimer(cancelGrace)
+		defer t.Stop()
+		select {
+		case <-finished:
+		case <-t.C:
+			breakConn()
+		}
+	})
+	err = run(qctx)
+	close(finished)
+	if stop() {
+		return false, err
+	}
+	<-cancelDone
+	return true, err
+}
+
+// holdsAny reports whether conn's session holds any advisory lock; on error
+// it says true, so that the caller does not reuse the connection.
+func holdsAny(conn *pgxpool.Conn) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+	defer cancel()
+	var held bool
+	if err := conn.QueryRow(ctx, sqlAnyHeld).Scan(&held); err != nil {
+		return true
+	}
+	return held
+}
+
+func isQueryCanceled(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "57014"
+}
+
+// destroy closes a pinned connection and removes it from the pool, so that a
+// connection that may still hold a lock never goes back to the pool. The
+// server ends the session, and with it the session's locks, when it sees
+// the socket close.
+func destroy(conn *pgxpool.Conn) {
+	c := conn.Hijack()
+	// Close the socket first: a polite Terminate could hang on a dead link.
+	_ = c.PgConn().Conn().Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+// keyHalves splits a bigint advisory key the way pg_locks shows it.
+func keyHalves(id int64) (hi, lo int64) {
+	u := uint64(id)
+	return int64(u >> 32), int64(u & 0xFFFFFFFF)
+}
