@@ -1,0 +1,127 @@
+// Package redis is the Redis backend of locker: SET NX PX with a random
+// owner token, Lua compare-and-delete release and compare-and-pexpire
+// renewal, fencing tokens from a per-key counter, and waiters woken by
+// Pub/Sub. It works with a single server, a Sentinel failover client and a
+// Cluster client, all through go-redis v9 (github.com/redis/go-redis/v9).
+//
+//	l := redis.New(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"}))
+//	defer l.Close()
+//	h, err := l.Acquire(ctx, "invoice/42")
+//	...
+//	defer h.Release(ctx)
+//
+// # What it promises
+//
+// While no fault occurs, at most one holder has a key. Every acquisition
+// returns a fencing token (Handle.Token) larger than that of every earlier
+// holder of the key, as long as the key's fence counter survives (see
+// below). A held lock is renewed every TTL/3 by a watchdog; when renewal
+// fails for long enough that the lease may have run out, the Handle reports
+// the loss (Done is closed, Err wraps locker.ErrLost) before the server can
+// give the key to anyone else. Release and renewal act only on the caller's
+// own lock, never on another holder's. A crashed holder blocks others for at
+// most its TTL (default 30s, at least MinTTL).
+//
+// A lock alone does not make data safe: a holder can be paused (GC, swap, a
+// stopped VM) past its lease and resume believing it still holds the lock.
+// Pass Handle.Token to the resource you protect and have it reject writes
+// that carry a token lower than one it has seen:
+//
+//	UPDATE invoices SET status = 'sent', fence = $token
+//	 WHERE id = 42 AND fence < $token
+//
+// # How it works
+//
+// A key k is stored under three names that share one Cluster hash tag, so
+// that the scripts, which touch several of them, run on one slot:
+//
+//	<prefix>{base64url(k)}:lock   owner token, expires with the lease
+//	<prefix>{base64url(k)}:fence  fencing counter, never expires
+//	<prefix>{base64url(k)}:wake   Pub/Sub channel announcing releases
+//
+// The base64url encoding (no padding) is injective and contains no braces
+// or colons, so no user key, whatever bytes it holds ("{", "}", "/", "*",
+// spaces, unicode), can share a name with another key or break the tag.
+// The prefix defaults to "locker:" (WithPrefix).
+//
+// Acquire runs one script: if the lock is free it increments the fence
+// counter and sets the lock with SET PX; otherwise it returns the holder's
+// remaining lease (PTTL). A waiter then subscribes to the key's channel
+// (one shared Pub/Sub connection per Locker and master, multiplexing every
+// key it waits on; sharded SSUBSCRIBE on Cluster), tries once more, and
+// sleeps until a release is announced, the holder's lease runs out, or the
+// retry interval (WithRetryInterval, default 3s) passes — a safety net for
+// lost messages, not a polling loop. Release deletes the lock and publishes
+// on the channel in the same script, so a handoff costs about one round
+// trip. Within one Locker a release wakes one waiter, not all.
+//
+// Loss is measured on the local monotonic clock: the lease counts from the
+// moment the last successful acquire or renewal request was sent (the server
+// set the expiry later than that), minus a drift margin (WithDriftMargin,
+// default TTL/50 + 10ms) for clock-rate differences and timer latency. A
+// timer independent of the renewal requests fires at that moment, so a
+// request hanging on a partitioned or paused server cannot delay the report.
+// With WithoutWatchdog the lease is not renewed and the Handle reports the
+// loss a drift margin before the TTL runs out.
+//
+// # URL
+//
+// Opening by URL (locker.Open) needs this package imported. Forms:
+//
+//	redis://[user:password@]host:port[/db][?options]
+//	rediss://...                          TLS
+//	redis+cluster://[user:password@]host:port?addr=host2:port&addr=host3:port[&options]
+//	rediss+cluster://...                  Cluster over TLS
+//	redis+sentinel://[user:password@]sentinel:port[/db]?master_name=mymaster&addr=sentinel2:port[&options]
+//
+// Options of the Locker: prefix, ttl (a Go duration such as 30s), watchdog
+// (true/false), drift_margin and retry_interval. Every other parameter is
+// handed to go-redis' own URL parser (redis.ParseURL, ParseClusterURL,
+// ParseFailoverURL: dial_timeout, read_timeout, pool_size, client_name,
+// skip_verify, ...), which rejects what it does not know; so is every
+// malformed value, with an error wrapping locker.ErrInvalidURL that never
+// contains the password. Clients opened from a URL have ContextTimeoutEnabled
+// set, and the Locker closes them in Close.
+//
+// # Failure modes
+//
+//   - Holder crashes: the lock expires after its TTL; the next holder gets a
+//     larger token.
+//   - Holder cut off from Redis, or Redis paused: renewals fail, and the
+//     holder's Handle reports ErrLost a drift margin before the lease ends
+//     on the server. Other clients get the key after the TTL.
+//   - Server restarts: without persistence the lock and the fence counter
+//     are gone; the holder's next renewal finds the lock missing and reports
+//     ErrLost, and tokens start again from 1 (see below). With AOF the lock
+//     and counter come back with the server, as durable as the fsync policy.
+//   - Failover (Sentinel, Cluster): replication is asynchronous, so a lock
+//     or counter increment not yet copied to the replica that is promoted is
+//     lost: two clients may hold the key, and tokens may repeat. Fencing on
+//     the resource side catches writes only if tokens never go backwards.
+//   - Lost Pub/Sub messages (reconnect, failover, resharding): waiters wake
+//     at the holder's expiry or the retry interval instead of at once. On
+//     Cluster, go-redis resubscribes all of a connection's shard channels in
+//     one command after a reconnect, which the server refuses when they span
+//     slots; those waiters also fall back to their timers.
+//   - A client without ContextTimeoutEnabled (the go-redis default) cannot
+//     abort a request in flight: calls still return when their context ends,
+//     but the request finishes in the background until ReadTimeout, and Close
+//     waits for it.
+//
+// # Fencing tokens and persistence
+//
+// Tokens come from INCR on the fence counter, which never expires. They
+// increase as long as the counter survives. It does not survive a restart
+// without persistence, FLUSHDB/FLUSHALL, eviction under a maxmemory policy
+// that may evict keys without a TTL (allkeys-*), or a failover to a replica
+// that had not received the latest increments. For tokens you can rely on:
+// run with appendonly yes and appendfsync always (everysec can lose the last
+// second of increments on a crash), use maxmemory-policy noeviction or a
+// volatile-* policy, and under replication make failover wait for replicas
+// (min-replicas-to-write, or WAIT after acquiring, which narrows but does
+// not close the window). Where tokens must never regress whatever happens to
+// Redis, take locks from a consensus store (etcd, ZooKeeper) instead.
+//
+// *goredis.Ring is not supported: it moves keys to another shard when one
+// fails, which would let two clients hold one lock.
+package redis

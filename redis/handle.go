@@ -1,0 +1,256 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/lease"
+)
+
+var _ locker.Handle = (*Handle)(nil)
+
+// Handle is one held lock. It is safe for concurrent use.
+type Handle struct {
+	l     *Locker
+	key   string
+	k     keys
+	owner string
+	token int64
+	ttl   time.Duration
+	drift time.Duration
+	st    *lease.State
+
+	ctx    context.Context // ends when renewal must stop
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	deadline  time.Time   // until when the lock is surely ours (monotonic)
+	lossTimer *time.Timer // fires at deadline unless renewals moved it
+	lastErr   error       // the last failed renewal, for the loss message
+	releasing bool
+}
+
+func newHandle(l *Locker, key string, k keys, owner string, token int64, ttl, drift time.Duration, start time.Time) *Handle {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Handle{
+		l: l, key: key, k: k, owner: owner, token: token, ttl: ttl, drift: drift,
+		st:       lease.New(),
+		ctx:      ctx,
+		cancel:   cancel,
+		deadline: start.Add(ttl - drift),
+	}
+}
+
+// Key returns the key as the caller gave it.
+func (h *Handle) Key() string { return h.key }
+
+// Token returns the fencing token: the value of the key's fence counter
+// after this acquisition incremented it.
+func (h *Handle) Token() int64 { return h.token }
+
+// Done is closed once the lock is released or lost.
+func (h *Handle) Done() <-chan struct{} { return h.st.Done() }
+
+// Err is nil while the lock is held, then locker.ErrReleased or an error
+// wrapping locker.ErrLost.
+func (h *Handle) Err() error { return h.st.Err() }
+
+// TTL returns the lease of the lock.
+func (h *Handle) TTL() time.Duration { return h.ttl }
+
+// start arms the loss timer and, if enabled, the watchdog. It runs inside
+// the acquiring call, which the Locker counts as active.
+func (h *Handle) start() {
+	h.mu.Lock()
+	h.lossTimer = time.AfterFunc(time.Until(h.deadline), h.checkDeadline)
+	h.mu.Unlock()
+	if h.l.cfg.watchdog {
+		h.l.active.add()
+		go h.watchdog()
+	}
+}
+
+// checkDeadline runs when the loss timer fires. The timer is not moved on
+// every renewal; it fires at the old deadline and re-arms itself if a
+// renewal has moved the deadline since.
+//
+// This timer, not the watchdog, declares the loss: a renewal request may
+// hang (a partition, a paused server) past the deadline, and the holder
+// must hear of the loss before the server lets anyone else in.
+func (h *Handle) checkDeadline() {
+	h.mu.Lock()
+	if h.st.Ended() {
+		h.mu.Unlock()
+		return
+	}
+	if rem := time.Until(h.deadline); rem > 0 {
+		h.lossTimer.Reset(rem)
+		h.mu.Unlock()
+		return
+	}
+	why := "lease ran out (the watchdog is off)"
+	if h.l.cfg.watchdog {
+		why = fmt.Sprintf("lease may have run out: no renewal succeeded within TTL %v minus drift margin %v", h.ttl, h.drift)
+		if h.lastErr != nil {
+			why += fmt.Sprintf("; last renewal error: %v", h.lastErr)
+		}
+	}
+	h.mu.Unlock()
+	h.lose(why)
+}
+
+// watchdog extends the lease every TTL/3 while the lock is held.
+func (h *Handle) watchdog() {
+	defer h.l.active.done()
+	interval := h.ttl / 3
+	retry := max(h.ttl/20, 5*time.Millisecond) // after a failed renewal
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+		case <-h.ctx.Done():
+			return
+		}
+		h.mu.Lock()
+		deadline := h.deadline
+		h.mu.Unlock()
+		start := time.Now()
+		// Renewing after the deadline would not help: the holder has been
+		// told of the loss by then. The request may not outlive it either.
+		ctx, cancel := context.WithDeadline(h.ctx, deadline)
+		var ok bool
+		err := h.l.exec(ctx, func(ctx context.Context) error {
+			var err error
+			ok, err = h.l.runExtend(ctx, h.k, h.owner, h.ttl)
+			return err
+		}, nil)
+		cancel()
+		switch {
+		case h.ctx.Err() != nil:
+			return
+		case err == nil && ok:
+			h.renewed(start)
+			timer.Reset(interval)
+		case err == nil:
+			h.lose("renewal found the lock no longer ours: its lease ran out and it may have been taken")
+			return
+		default:
+			// Transient (network, failover, timeout): retry soon; the loss
+			// timer ends the lock if no renewal succeeds in time.
+			h.mu.Lock()
+			h.lastErr = err
+			h.mu.Unlock()
+			timer.Reset(retry)
+		}
+	}
+}
+
+// renewed records a successful renewal whose request left at start: the
+// server reset the lease no earlier than that.
+func (h *Handle) renewed(start time.Time) {
+	h.mu.Lock()
+	if d := start.Add(h.ttl - h.drift); d.After(h.deadline) {
+		h.deadline = d
+	}
+	h.lastErr = nil
+	h.mu.Unlock()
+}
+
+func (h *Handle) lostErr(why string) error {
+	return locker.KeyError("hold", h.key, fmt.Errorf("%w: %s", locker.ErrLost, why))
+}
+
+// lose ends the lock as lost, then deletes it in the background in case it
+// is still ours on the server (a renewal that succeeded too late), so that
+// it does not block others for the rest of its lease.
+func (h *Handle) lose(why string) {
+	if !h.end(h.lostErr(why)) {
+		return
+	}
+	h.l.unregister(h)
+	if h.l.enter() {
+		h.l.cleanup(h.k, h.owner)
+		h.l.exit()
+	}
+}
+
+// end records how the lock ended and stops everything that kept it alive.
+func (h *Handle) end(err error) bool {
+	first := h.st.End(err)
+	h.stopRenewal()
+	return first
+}
+
+// stopRenewal stops the watchdog and the loss timer without waiting for
+// them.
+func (h *Handle) stopRenewal() {
+	h.cancel()
+	h.mu.Lock()
+	if h.lossTimer != nil {
+		h.lossTimer.Stop()
+	}
+	h.mu.Unlock()
+}
+
+// Release deletes the lock if it is still ours, and wakes waiters. It never
+// deletes another holder's lock. After loss it returns an error wrapping
+// locker.ErrLost; a second Release returns one wrapping locker.ErrReleased.
+// When the server cannot be reached the lock is given up all the same
+// (renewal stops, Err reports ErrReleased) and expires after its TTL; the
+// error says so.
+func (h *Handle) Release(ctx context.Context) error {
+	h.mu.Lock()
+	if h.releasing || h.st.Ended() {
+		h.mu.Unlock()
+		return h.endedErr()
+	}
+	h.releasing = true
+	h.mu.Unlock()
+
+	if !h.l.enter() {
+		// Close has ended (or is ending) every handle it knew of; after a
+		// crash nothing may talk to the server any more.
+		h.end(h.lostErr("the Locker stopped before Release"))
+		return h.endedErr()
+	}
+	defer h.l.exit()
+	h.stopRenewal()
+	var released bool
+	err := h.l.exec(ctx, func(ctx context.Context) error {
+		var err error
+		released, err = h.l.runRelease(ctx, h.k, h.owner)
+		return err
+	}, nil)
+	h.l.unregister(h)
+	switch {
+	case err != nil:
+		if !h.end(locker.ErrReleased) {
+			return h.endedErr()
+		}
+		return locker.KeyError("release", h.key, fmt.Errorf("%w (the lock was given up and expires within its TTL of %v)", err, h.ttl))
+	case released:
+		if !h.end(locker.ErrReleased) {
+			// The loss timer fired while the release was in flight: the
+			// holder was told it lost the lock, so say so here too.
+			return h.endedErr()
+		}
+		return nil
+	default:
+		h.end(h.lostErr("the lease had run out before Release"))
+		return h.endedErr()
+	}
+}
+
+// endedErr is what Release returns on an ended (or ending) lock.
+func (h *Handle) endedErr() error {
+	<-h.st.Done() // a concurrent Release is finishing
+	err := h.st.Err()
+	if err == locker.ErrReleased {
+		return locker.KeyError("release", h.key, locker.ErrReleased)
+	}
+	return err // already a *locker.Error wrapping ErrLost
+}

@@ -1,0 +1,486 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+)
+
+var _ locker.Locker = (*Locker)(nil)
+
+// Locker takes locks on one Redis deployment (a single server, a Sentinel
+// failover group or a Cluster). It is safe for concurrent use. Make it with
+// New or locker.Open, and Close it when done.
+type Locker struct {
+	client    goredis.UniversalClient
+	ownClient bool // opened from a URL: Close closes the client too
+	cfg       config
+	cfgErr    error // an invalid Option, reported by every acquire
+	sharded   bool  // Cluster: sharded Pub/Sub (SPUBLISH/SSUBSCRIBE)
+	ctxAware  bool  // the client aborts socket I/O when a context ends
+	hub       *hub
+
+	closing chan struct{} // closed by Close (and crash): waiters give up
+
+	mu      sync.Mutex
+	closed  bool
+	handles map[*Handle]struct{} // held locks, for Close
+
+	// active counts calls in progress and goroutines that may still talk to
+	// Redis (watchdogs, detached commands, clean-ups); Close waits for them.
+	active tracker
+}
+
+// New returns a Locker that takes locks through client, which may be a
+// *goredis.Client (single server, or Sentinel through NewFailoverClient) or a
+// *goredis.ClusterClient. The Locker does not close client: the caller keeps
+// owning it and must close it after the Locker.
+//
+// A client made with ContextTimeoutEnabled aborts a request in flight as soon
+// as its context ends; otherwise the Locker still returns when the context
+// ends, but the abandoned request occupies a connection until the client's
+// ReadTimeout. *goredis.Ring is not supported: it moves keys between shards
+// when one fails, which would let two clients hold one lock.
+func New(client goredis.UniversalClient, opts ...Option) *Locker {
+	cfg := defaultConfig()
+	var cfgErr error
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&cfg); err != nil && cfgErr == nil {
+			cfgErr = err
+		}
+	}
+	if cfgErr == nil {
+		if _, err := cfg.driftFor(cfg.ttl); err != nil {
+			cfgErr = err
+		}
+	}
+	l := &Locker{
+		client:  client,
+		cfg:     cfg,
+		cfgErr:  cfgErr,
+		closing: make(chan struct{}),
+		handles: map[*Handle]struct{}{},
+	}
+	switch c := client.(type) {
+	case *goredis.ClusterClient:
+		l.sharded = true
+		l.ctxAware = c.Options().ContextTimeoutEnabled
+	case *goredis.Client:
+		l.ctxAware = c.Options().ContextTimeoutEnabled
+	case *goredis.Ring:
+		if l.cfgErr == nil {
+			l.cfgErr = fmt.Errorf("%w: redis: *goredis.Ring is not supported: it remaps keys to other shards when one fails, so two clients could hold one lock; use a single server, Sentinel or Cluster", locker.ErrInvalidOption)
+		}
+	case nil:
+		if l.cfgErr == nil {
+			l.cfgErr = fmt.Errorf("%w: redis: nil client", locker.ErrInvalidOption)
+		}
+	}
+	l.hub = newHub(l)
+	return l
+}
+
+// keys are the Redis names of one lock.
+type keys struct {
+	lock  string // holds the owner token while locked; expires with the lease
+	fence string // the fencing counter; never expires
+	wake  string // Pub/Sub channel announcing releases
+}
+
+// keysFor encodes a user key injectively: base64url of its bytes, which
+// contains neither braces nor ':' , inside a Cluster hash tag, so the three
+// names of one key share one slot, and no two user keys share any name.
+func (l *Locker) keysFor(key string) keys {
+	tag := l.cfg.prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
+	return keys{lock: tag + ":lock", fence: tag + ":fence", wake: tag + ":wake"}
+}
+
+// newOwner returns a random owner token: 128 bits, so that no two holders,
+// in any process, ever carry the same one.
+func newOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// TryAcquire makes one attempt to take key. When another holder has it the
+// error wraps locker.ErrNotAcquired.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.acquire(ctx, "try-acquire", key, opts, false)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Acquire takes key, waiting as long as ctx allows while another holder has
+// it. It sleeps until the holder releases (a Pub/Sub notification), the
+// holder's lease runs out, or the retry interval passes, then tries again.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.acquire(ctx, "acquire", key, opts, true)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Option, wait bool) (*Handle, error) {
+	if err := locker.ValidateKey(key); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if l.cfgErr != nil {
+		return nil, locker.KeyError(op, key, l.cfgErr)
+	}
+	ttl, err := l.cfg.lockTTL(opts)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	drift, err := l.cfg.driftFor(ttl)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if !l.enter() {
+		return nil, locker.KeyError(op, key, locker.ErrClosed)
+	}
+	defer l.exit()
+	if ctx.Err() != nil {
+		return nil, locker.KeyError(op, key, ctxErr(ctx))
+	}
+	k := l.keysFor(key)
+
+	// Try first: an uncontended lock costs one round trip and no
+	// subscription.
+	h, res, err := l.tryOnce(ctx, key, k, ttl, drift)
+	if err != nil || h != nil {
+		return h, locker.KeyError(op, key, err)
+	}
+	if !wait {
+		return nil, locker.KeyError(op, key, locker.ErrNotAcquired)
+	}
+
+	// Subscribe, then try again before sleeping: a release that happened
+	// between the first try and the subscription would otherwise go
+	// unheard until the retry interval.
+	w := l.hub.watch(ctx, k.wake)
+	acquired := false
+	defer func() { w.leave(!acquired) }()
+	if err := w.awaitSubscribed(ctx, l.closing, l.cfg.retryInterval); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		h, res, err = l.tryOnce(ctx, key, k, ttl, drift)
+		if err != nil {
+			return nil, locker.KeyError(op, key, err)
+		}
+		if h != nil {
+			acquired = true
+			return h, nil
+		}
+		timer.Reset(l.sleepFor(res.pttl))
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, locker.KeyError(op, key, ctxErr(ctx))
+		case <-l.closing:
+			return nil, locker.KeyError(op, key, locker.ErrClosed)
+		}
+	}
+}
+
+// sleepFor is how long a waiter sleeps after a failed attempt: until the
+// holder's lease runs out (plus a millisecond, as Redis expires a key only
+// once its deadline has passed), but no longer than the retry interval.
+func (l *Locker) sleepFor(pttl time.Duration) time.Duration {
+	d := l.cfg.retryInterval
+	if pttl >= 0 && pttl+time.Millisecond < d {
+		d = pttl + time.Millisecond
+	}
+	return d
+}
+
+// tryOnce makes one attempt. It returns the new Handle, or the holder's
+// remaining lease when another client holds key.
+func (l *Locker) tryOnce(ctx context.Context, key string, k keys, ttl, drift time.Duration) (*Handle, acquireResult, error) {
+	owner := newOwner()
+	start := time.Now() // the lease starts no earlier than the request leaves
+	var res acquireResult
+	err := l.exec(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = l.runAcquire(ctx, k, owner, ttl)
+		return err
+	}, func() {
+		// The request was abandoned (ctx ended) but may have reached the
+		// server: remove the lock it may have taken, so that a cancelled
+		// Acquire leaves nothing behind.
+		l.cleanup(k, owner)
+	})
+	if err != nil {
+		return nil, acquireResult{}, err // res may still be written to
+	}
+	if !res.ok {
+		return nil, res, nil
+	}
+	h := newHandle(l, key, k, owner, res.token, ttl, drift, start)
+	if !l.register(h) {
+		// Close ran while we were acquiring: give the lock back.
+		l.cleanup(k, owner)
+		return nil, acquireResult{}, locker.ErrClosed
+	}
+	h.start()
+	return h, res, nil
+}
+
+func (l *Locker) register(h *Handle) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.handles[h] = struct{}{}
+	return true
+}
+
+func (l *Locker) unregister(h *Handle) {
+	l.mu.Lock()
+	delete(l.handles, h)
+	l.mu.Unlock()
+}
+
+// cleanupTimeout bounds the best-effort deletes of locks nobody holds any
+// more (abandoned acquires, lost leases); the lease ends them anyway.
+const cleanupTimeout = 5 * time.Second
+
+// cleanup deletes k's lock if it still carries owner, in the background.
+// It must run inside an active call or goroutine.
+func (l *Locker) cleanup(k keys, owner string) {
+	l.active.add()
+	go func() {
+		defer l.active.done()
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_, _ = l.runRelease(ctx, k, owner)
+	}()
+}
+
+// exec runs a Redis call so that it returns when ctx ends even with a client
+// that ignores contexts during socket I/O (ContextTimeoutEnabled false, the
+// go-redis default): the call then finishes on its own goroutine, which
+// Close waits for. abandoned runs after a call that ctx cut short, once it
+// has finished, because its effect on the server is unknown. exec must run
+// inside an active call (see enter) or an active goroutine.
+func (l *Locker) exec(ctx context.Context, call func(context.Context) error, abandoned func()) error {
+	if ctx.Err() != nil {
+		return ctxErr(ctx)
+	}
+	if l.ctxAware || ctx.Done() == nil {
+		err := call(ctx)
+		if err != nil && ctx.Err() != nil {
+			if abandoned != nil {
+				abandoned()
+			}
+			return ctxErr(ctx)
+		}
+		return err
+	}
+	var (
+		mu   sync.Mutex
+		gone bool // the caller stopped waiting; guarded by mu with done
+	)
+	done := make(chan error, 1)
+	l.active.add()
+	go func() {
+		defer l.active.done()
+		err := call(context.WithoutCancel(ctx))
+		mu.Lock()
+		if !gone {
+			done <- err
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		if abandoned != nil {
+			abandoned()
+		}
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case err := <-done: // finished meanwhile: its result stands
+			return err
+		default:
+			gone = true
+			return ctxErr(ctx)
+		}
+	}
+}
+
+// ctxErr is the error of an ended ctx: it wraps ctx.Err(), so errors.Is
+// with context.Canceled or context.DeadlineExceeded holds, and the cause
+// given to context.WithCancelCause, if any.
+func ctxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
+}
+
+// enter counts a call that may talk to Redis as active, unless the Locker
+// is closed; exit ends it. Close waits until nothing is active, so no
+// goroutine of the Locker outlives it.
+func (l *Locker) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.active.add()
+	return true
+}
+
+func (l *Locker) exit() { l.active.done() }
+
+// tracker counts active calls and goroutines; wait returns once none is.
+// Unlike sync.WaitGroup it allows add while someone waits, which happens
+// when an active goroutine starts another.
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0 while someone waits
+}
+
+func (t *tracker) add() {
+	t.mu.Lock()
+	t.n++
+	t.mu.Unlock()
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	t.n--
+	if t.n == 0 && t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+	t.mu.Unlock()
+}
+
+func (t *tracker) wait() {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.mu.Unlock()
+		return
+	}
+	if t.idle == nil {
+		t.idle = make(chan struct{})
+	}
+	idle := t.idle
+	t.mu.Unlock()
+	<-idle
+}
+
+// closeReleaseTimeout bounds how long Close spends releasing held locks.
+const closeReleaseTimeout = 10 * time.Second
+
+// Close releases every lock the Locker holds (their Handles report
+// ErrReleased), stops the watchdogs and the Pub/Sub connections, and ends
+// waiting Acquires with ErrClosed. It closes the client only when the Locker
+// was opened from a URL. It returns once no goroutine of the Locker runs; a
+// second Close returns nil.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.closing)
+	held := make([]*Handle, 0, len(l.handles))
+	for h := range l.handles {
+		held = append(held, h)
+	}
+	clear(l.handles)
+	l.mu.Unlock()
+
+	err := l.releaseAll(held)
+	l.hub.close()
+	l.active.wait()
+	if l.ownClient {
+		err = errors.Join(err, l.client.Close())
+	}
+	return err
+}
+
+// releaseAll gives up held in one pipeline: one round trip however many
+// locks the Locker holds.
+func (l *Locker) releaseAll(held []*Handle) error {
+	if len(held) == 0 {
+		return nil
+	}
+	for _, h := range held {
+		h.stopRenewal()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
+	defer cancel()
+	pipe := l.client.Pipeline()
+	cmds := make([]*goredis.Cmd, len(held))
+	for i, h := range held {
+		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
+		cmds[i] = releaseScript.Eval(ctx, pipe, []string{h.k.lock, h.k.wake}, h.owner, l.shardedFlag())
+	}
+	// Not through exec: the results are read below, so the pipeline must
+	// have finished. Without ContextTimeoutEnabled this may take until the
+	// client's ReadTimeout when the server does not answer.
+	_, _ = pipe.Exec(ctx)
+	var errs []error
+	for i, h := range held {
+		n, err := cmds[i].Int64()
+		switch {
+		case err != nil:
+			h.end(locker.ErrReleased)
+			errs = append(errs, locker.KeyError("release", h.key, fmt.Errorf("%w (the lock expires after its TTL)", err)))
+		case n == 1:
+			h.end(locker.ErrReleased)
+		default:
+			h.end(h.lostErr("released by Close, but the lease had already run out"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// crash makes the Locker stop as a killed process would: watchdogs and
+// Pub/Sub stop, waiters give up, but nothing is released. Tests use it.
+func (l *Locker) crash() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	close(l.closing)
+	for h := range l.handles {
+		h.stopRenewal()
+	}
+	clear(l.handles)
+	l.mu.Unlock()
+	l.hub.close()
+	l.active.wait()
+}

@@ -1,0 +1,156 @@
+package redis
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+const (
+	// DefaultTTL is the lease of a lock when neither WithTTL nor the per-call
+	// locker.WithTTL says otherwise. With the watchdog on (the default) it is
+	// only how long a crashed or cut-off holder keeps blocking others.
+	DefaultTTL = 30 * time.Second
+
+	// MinTTL is the shortest lease accepted. Below it the watchdog (renewing
+	// every TTL/3) would spend most of the lease on round trips and the drift
+	// margin, and a single slow request would be reported as a loss.
+	MinTTL = 100 * time.Millisecond
+
+	// DefaultPrefix namespaces every Redis key and channel the Locker uses.
+	DefaultPrefix = "locker:"
+
+	// DefaultRetryInterval is how long a waiter sleeps at most between two
+	// attempts when no release notification arrives and the holder's lease
+	// has not run out: the safety net for a lost Pub/Sub message (dropped
+	// connection, failover, resharding). Notifications normally wake waiters
+	// long before it.
+	DefaultRetryInterval = 3 * time.Second
+)
+
+// config holds the Locker-level settings.
+type config struct {
+	prefix        string
+	ttl           time.Duration
+	watchdog      bool
+	drift         time.Duration // 0: derived from the TTL, see driftFor
+	retryInterval time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		prefix:        DefaultPrefix,
+		ttl:           DefaultTTL,
+		watchdog:      true,
+		retryInterval: DefaultRetryInterval,
+	}
+}
+
+// Option configures a Locker. Options are checked by New; an invalid one makes
+// every Acquire and TryAcquire of the Locker fail with an error wrapping
+// locker.ErrInvalidOption (Open returns it at once).
+type Option func(*config) error
+
+// WithPrefix sets the prefix of every Redis key and Pub/Sub channel the
+// Locker uses (default "locker:"). Lockers that should exclude each other
+// must use the same prefix. A prefix containing "{" changes which part of the
+// name Redis Cluster hashes: the lock and its counter still land on one slot,
+// but possibly the same slot for every key.
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithTTL sets the default lease of the Locker's locks (default 30s, at least
+// MinTTL). A per-call locker.WithTTL overrides it.
+func WithTTL(ttl time.Duration) Option {
+	return func(c *config) error {
+		if err := checkTTL(ttl); err != nil {
+			return err
+		}
+		c.ttl = ttl
+		return nil
+	}
+}
+
+// WithWatchdog turns automatic renewal on (the default) or off. With it on,
+// a held lock is extended every TTL/3 for as long as the Handle is held.
+// With it off the lease simply runs out after its TTL, and the Handle
+// reports the loss (Done, ErrLost) a drift margin before that moment.
+func WithWatchdog(on bool) Option {
+	return func(c *config) error {
+		c.watchdog = on
+		return nil
+	}
+}
+
+// WithoutWatchdog is WithWatchdog(false).
+func WithoutWatchdog() Option { return WithWatchdog(false) }
+
+// WithDriftMargin sets how long before the lease may have run out on the
+// server the holder gives the lock up as lost. The lease is measured on the
+// local monotonic clock from the moment the last successful acquire or
+// renewal request was sent, so network delay is already on the safe side;
+// the margin covers the server's and the client's clocks running at slightly
+// different rates, timer latency, and Redis' 1ms expiry granularity. The
+// default is TTL/50 + 10ms. It must be below half the TTL of every lock.
+func WithDriftMargin(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: redis: drift margin must be positive, got %v", locker.ErrInvalidOption, d)
+		}
+		c.drift = d
+		return nil
+	}
+}
+
+// WithRetryInterval sets the longest a waiter sleeps between attempts when
+// no notification arrives (default 3s); see DefaultRetryInterval.
+func WithRetryInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: redis: retry interval must be at least 1ms, got %v", locker.ErrInvalidOption, d)
+		}
+		c.retryInterval = d
+		return nil
+	}
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl < MinTTL {
+		return fmt.Errorf("%w: redis: TTL %v is below the minimum of %v", locker.ErrInvalidOption, ttl, MinTTL)
+	}
+	return nil
+}
+
+// driftFor returns the drift margin for a lock of the given TTL, or an error
+// when the configured margin leaves too little of the lease.
+func (c *config) driftFor(ttl time.Duration) (time.Duration, error) {
+	d := c.drift
+	if d == 0 {
+		d = ttl/50 + 10*time.Millisecond
+	}
+	if d >= ttl/2 {
+		return 0, fmt.Errorf("%w: redis: drift margin %v is not below half the TTL %v", locker.ErrInvalidOption, d, ttl)
+	}
+	return d, nil
+}
+
+// lockTTL resolves the lease of one call from the per-call options.
+func (c *config) lockTTL(opts []locker.Option) (time.Duration, error) {
+	o, err := locker.ApplyOptions(opts...)
+	if err != nil {
+		return 0, err
+	}
+	ttl := c.ttl
+	if o.TTL != 0 {
+		if err := checkTTL(o.TTL); err != nil {
+			return 0, err
+		}
+		ttl = o.TTL
+	}
+	return ttl, nil
+}

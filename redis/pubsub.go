@@ -1,0 +1,341 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+)
+
+// Waiters sleep until a release is announced on the key's wake-up channel.
+// A Locker keeps one Pub/Sub connection per Redis master it waits on (one in
+// all for a single server or Sentinel; on Cluster one per master, since a
+// sharded subscription must be made on the master of the channel's slot) and
+// multiplexes every key it waits on over it. Subscriptions are reference
+// counted by waiters and made or dropped by one writer goroutine per
+// connection, so that Acquire never blocks on a subscription command.
+//
+// Notifications only make waiting prompt; they are not needed for safety.
+// A lost message (reconnect, failover, resharding) costs at most the
+// holder's remaining lease or the Locker's retry interval.
+
+// hub owns the Locker's Pub/Sub connections.
+type hub struct {
+	l      *Locker
+	mu     sync.Mutex
+	closed bool
+	nodes  map[string]*node // by master address; "" for a non-cluster client
+	wg     sync.WaitGroup
+}
+
+func newHub(l *Locker) *hub { return &hub{l: l, nodes: map[string]*node{}} }
+
+// waiter is one Acquire waiting on one key.
+type waiter struct {
+	wake  chan struct{}   // receives a signal when the key may be free
+	ready <-chan struct{} // closed once the server confirmed the subscription
+	n     *node           // nil: no notifications, timers only
+	ch    string
+}
+
+// closedChan is ready at once: used when no subscription can be made.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// watch registers a waiter for releases announced on channel. It does not
+// wait for the subscription; see awaitSubscribed.
+func (h *hub) watch(ctx context.Context, channel string) *waiter {
+	w := &waiter{wake: make(chan struct{}, 1), ready: closedChan, ch: channel}
+	n := h.node(ctx, channel)
+	if n != nil {
+		n.add(w)
+	}
+	return w
+}
+
+// node returns the connection for channel's master, making it if needed,
+// or nil when there is none (closed, or the cluster's slot map is unknown).
+func (h *hub) node(ctx context.Context, channel string) *node {
+	var (
+		addr   string
+		master *goredis.Client // on Cluster: the slot's master
+	)
+	if cc, ok := h.l.client.(*goredis.ClusterClient); ok {
+		var err error
+		if master, err = cc.MasterForKey(ctx, channel); err != nil {
+			return nil
+		}
+		addr = master.Options().Addr
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	if n := h.nodes[addr]; n != nil {
+		return n
+	}
+	var ps *goredis.PubSub
+	if h.l.sharded {
+		ps = master.SSubscribe(context.Background())
+	} else {
+		ps = h.l.client.Subscribe(context.Background())
+	}
+	n := &node{
+		sharded: h.l.sharded,
+		ps:      ps,
+		msgs:    ps.ChannelWithSubscriptions(goredis.WithChannelSize(1024)),
+		chans:   map[string]*chanState{},
+		dirty:   map[string]struct{}{},
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+	}
+	h.nodes[addr] = n
+	h.wg.Add(2)
+	go func() { defer h.wg.Done(); n.writer() }()
+	go func() { defer h.wg.Done(); n.dispatch() }()
+	return n
+}
+
+// close drops every subscription and waits for the hub's goroutines.
+func (h *hub) close() {
+	h.mu.Lock()
+	h.closed = true
+	nodes := h.nodes
+	h.nodes = map[string]*node{}
+	h.mu.Unlock()
+	for _, n := range nodes {
+		close(n.stop)
+		_ = n.ps.Close() // ends msgs, which ends dispatch
+	}
+	h.wg.Wait()
+}
+
+// node is one Pub/Sub connection.
+type node struct {
+	sharded bool
+	ps      *goredis.PubSub
+	msgs    <-chan interface{}
+	kick    chan struct{} // wakes the writer
+	stop    chan struct{}
+
+	mu    sync.Mutex
+	chans map[string]*chanState
+	dirty map[string]struct{} // channels whose subscription may need a command
+}
+
+// chanState is the subscription of one channel.
+type chanState struct {
+	waiters []*waiter     // in arrival order: wake-ups go to the first
+	sent    bool          // our last command for it was a subscribe
+	pending int           // subscribe confirmations still to come
+	ready   chan struct{} // closed when sent and confirmed
+}
+
+func (n *node) add(w *waiter) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := n.chans[w.ch]
+	if cs == nil {
+		cs = &chanState{ready: make(chan struct{})}
+		n.chans[w.ch] = cs
+	}
+	cs.waiters = append(cs.waiters, w)
+	w.n, w.ready = n, cs.ready
+	if !cs.sent {
+		n.markDirty(w.ch)
+	}
+}
+
+func (n *node) markDirty(ch string) {
+	n.dirty[ch] = struct{}{}
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// awaitSubscribed waits until the subscription is confirmed, but at most
+// max (capped at one second): a slow subscription delays the next attempt,
+// never the Acquire as a whole.
+func (w *waiter) awaitSubscribed(ctx context.Context, closing <-chan struct{}, max time.Duration) error {
+	max = min(max, time.Second)
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-w.ready:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctxErr(ctx)
+	case <-closing:
+		return locker.ErrClosed
+	}
+	return nil
+}
+
+// leave unregisters the waiter. A waiter that leaves without the lock
+// passes a wake-up on to the next one, in case it swallowed the
+// notification that was meant for whoever comes next.
+func (w *waiter) leave(passOn bool) {
+	n := w.n
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := n.chans[w.ch]
+	if cs == nil {
+		return
+	}
+	for i, o := range cs.waiters {
+		if o == w {
+			cs.waiters = append(cs.waiters[:i], cs.waiters[i+1:]...)
+			break
+		}
+	}
+	if passOn {
+		cs.wakeOne()
+	}
+	if len(cs.waiters) == 0 {
+		n.markDirty(w.ch)
+	}
+}
+
+// wakeOne signals the first waiter that has no signal pending. One
+// release lets one holder in, so waking every waiter of this Locker would
+// only make all but one of them try in vain.
+func (cs *chanState) wakeOne() {
+	for _, w := range cs.waiters {
+		select {
+		case w.wake <- struct{}{}:
+			return
+		default:
+		}
+	}
+}
+
+func (cs *chanState) wakeAll() {
+	for _, w := range cs.waiters {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// writer sends subscribe and unsubscribe commands so that the connection is
+// subscribed to exactly the channels that have waiters.
+func (n *node) writer() {
+	for {
+		select {
+		case <-n.kick:
+		case <-n.stop:
+			return
+		}
+		var subs, unsubs []string
+		n.mu.Lock()
+		for ch := range n.dirty {
+			cs := n.chans[ch]
+			if cs == nil {
+				continue
+			}
+			want := len(cs.waiters) > 0
+			switch {
+			case want && !cs.sent:
+				cs.sent = true
+				cs.pending++
+				subs = append(subs, ch)
+			case !want && cs.sent:
+				cs.sent = false
+				cs.ready = make(chan struct{})
+				unsubs = append(unsubs, ch)
+			}
+			if !want && !cs.sent && cs.pending == 0 {
+				delete(n.chans, ch)
+			}
+		}
+		clear(n.dirty)
+		n.mu.Unlock()
+		n.send(unsubs, false)
+		n.send(subs, true)
+	}
+}
+
+// send issues the commands. Errors need no handling here: go-redis
+// reconnects and resubscribes to the channels it was asked for, and
+// waiters fall back to their timers meanwhile.
+func (n *node) send(chs []string, subscribe bool) {
+	if len(chs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !n.sharded {
+		if subscribe {
+			_ = n.ps.Subscribe(ctx, chs...)
+		} else {
+			_ = n.ps.Unsubscribe(ctx, chs...)
+		}
+		return
+	}
+	// A sharded (un)subscribe may only name channels of one slot.
+	for _, ch := range chs {
+		select {
+		case <-n.stop:
+			return
+		default:
+		}
+		if subscribe {
+			_ = n.ps.SSubscribe(ctx, ch)
+		} else {
+			_ = n.ps.SUnsubscribe(ctx, ch)
+		}
+	}
+}
+
+// dispatch routes confirmations and release notifications to waiters until
+// the connection is closed.
+func (n *node) dispatch() {
+	for msg := range n.msgs {
+		switch m := msg.(type) {
+		case *goredis.Subscription:
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				n.confirmed(m.Channel)
+			}
+		case *goredis.Message:
+			n.mu.Lock()
+			if cs := n.chans[m.Channel]; cs != nil {
+				cs.wakeOne()
+			}
+			n.mu.Unlock()
+		}
+	}
+}
+
+func (n *node) confirmed(ch string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := n.chans[ch]
+	if cs == nil {
+		return
+	}
+	if cs.pending > 0 {
+		cs.pending--
+	} else {
+		// Not one we asked for: go-redis resubscribed after a reconnect,
+		// and releases announced meanwhile were missed. Let everyone look.
+		cs.wakeAll()
+	}
+	if cs.sent && cs.pending == 0 {
+		select {
+		case <-cs.ready:
+		default:
+			close(cs.ready)
+		}
+	}
+	if !cs.sent && cs.pending == 0 && len(cs.waiters) == 0 {
+		delete(n.chans, ch)
+	}
+}

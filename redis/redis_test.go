@@ -1,0 +1,78 @@
+package redis
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/conformance"
+	"github.com/go-locker/locker/internal/testserver"
+)
+
+func TestMain(m *testing.M) { testserver.Main(m) }
+
+// testClient returns a client of addr closed at the end of the test.
+func testClient(t testing.TB, addr string, ctxAware bool) *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: ctxAware,
+		// A blackholed proxy must not keep a test waiting for long.
+		DialTimeout: 2 * time.Second,
+		ReadTimeout: 2 * time.Second,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestConformance runs the shared suite against a real Redis, twice: with a
+// client that honours contexts during socket I/O and with one that does not
+// (the go-redis default), which takes the Locker's detached-call path.
+func TestConformance(t *testing.T) {
+	srv := testserver.Redis(t)
+	for _, tc := range []struct {
+		name     string
+		ctxAware bool
+	}{{"ContextTimeout", true}, {"DefaultClient", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if testing.Short() && !tc.ctxAware {
+				t.Skip("-short: one client flavour is enough")
+			}
+			var (
+				mu      sync.Mutex
+				proxies = map[locker.Locker]*testserver.Proxy{}
+			)
+			conformance.Run(t, conformance.Harness{
+				// Each Locker is another process: its own client, and its own
+				// connection path through a fault proxy so Cut can sever it.
+				NewLocker: func(t *testing.T) locker.Locker {
+					px := testserver.NewProxy(t, srv.Addr())
+					l := New(testClient(t, px.Addr(), tc.ctxAware))
+					t.Cleanup(func() { _ = l.Close() }) // before the client closes
+					mu.Lock()
+					proxies[l] = px
+					mu.Unlock()
+					return l
+				},
+				// A killed process: renewal and Pub/Sub stop, nothing is
+				// released, and the client never speaks again.
+				Crash: func(t *testing.T, l locker.Locker) {
+					rl := l.(*Locker)
+					rl.crash()
+					_ = rl.client.Close()
+				},
+				Cut: func(t *testing.T, l locker.Locker) func() {
+					mu.Lock()
+					px := proxies[l]
+					mu.Unlock()
+					px.Blackhole(t)
+					return func() { px.Heal(t) }
+				},
+				TTL:    2 * time.Second,
+				MinTTL: MinTTL,
+			})
+		})
+	}
+}

@@ -1,0 +1,136 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// The scripts run atomically on the server, so no other client can act
+// between their check and their effect. Each touches only keys that share one
+// hash tag (see keys.go), so they run unchanged on Redis Cluster, where a
+// script may only use keys of one slot. Keys are always passed in KEYS (also
+// the wake-up channel, which is not a key) so that cluster clients route the
+// script to the slot's master.
+
+// acquireScript takes the lock and, only then, draws the next fencing token.
+//
+//	KEYS[1] lock key, KEYS[2] fence counter
+//	ARGV[1] owner token, ARGV[2] lease in milliseconds
+//	returns {1, fencing token} or {0, PTTL of the current holder}
+//
+// The counter is incremented before the SET so that a failing INCR (a
+// foreign value under our prefix) leaves no lock behind: Redis does not roll
+// a script back when one of its commands fails. The counter never expires:
+// it must outlive every lock on the key for tokens to keep increasing.
+//
+// A lock that already carries our (fresh, random) owner token means this is
+// a retry by the client of a request whose reply was lost: the lock is ours
+// and the counter still holds our token, since only a successful acquire
+// increments it.
+var acquireScript = goredis.NewScript(`
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
+end
+if holder then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {1, token}
+`)
+
+// releaseScript deletes the lock only if it still carries our owner token,
+// and then tells waiters, in the same atomic step, that the key is free.
+//
+//	KEYS[1] lock key, KEYS[2] wake-up channel
+//	ARGV[1] owner token, ARGV[2] "1" to publish on a shard channel (Cluster)
+//	returns 1 when released, 0 when the lock was no longer ours
+var releaseScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+if ARGV[2] == '1' then
+  redis.call('SPUBLISH', KEYS[2], 'released')
+else
+  redis.call('PUBLISH', KEYS[2], 'released')
+end
+return 1
+`)
+
+// extendScript resets the lease of the lock only if it still carries our
+// owner token.
+//
+//	KEYS[1] lock key
+//	ARGV[1] owner token, ARGV[2] lease in milliseconds
+//	returns 1 when extended, 0 when the lock was no longer ours
+var extendScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+`)
+
+// millis renders a lease for PX/PEXPIRE, rounded up: the server may keep the
+// lock a little longer than the holder believes, never shorter.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// acquireResult is what one attempt found.
+type acquireResult struct {
+	ok    bool
+	token int64         // when ok
+	pttl  time.Duration // when !ok: the holder's remaining lease; <0 unknown
+}
+
+func (l *Locker) runAcquire(ctx context.Context, k keys, owner string, ttl time.Duration) (acquireResult, error) {
+	v, err := acquireScript.Run(ctx, l.client, []string{k.lock, k.fence}, owner, millis(ttl)).Int64Slice()
+	if err != nil {
+		return acquireResult{}, err
+	}
+	if len(v) != 2 {
+		return acquireResult{}, fmt.Errorf("redis: acquire script returned %d values, want 2", len(v))
+	}
+	if v[0] == 1 {
+		if v[1] <= 0 {
+			return acquireResult{}, fmt.Errorf("redis: fence counter %s returned token %d; it must be positive (was the counter overwritten?)", k.fence, v[1])
+		}
+		return acquireResult{ok: true, token: v[1]}, nil
+	}
+	pttl := time.Duration(-1)
+	if v[1] >= 0 {
+		pttl = time.Duration(v[1]) * time.Millisecond
+	}
+	return acquireResult{pttl: pttl}, nil
+}
+
+func (l *Locker) runRelease(ctx context.Context, k keys, owner string) (bool, error) {
+	n, err := releaseScript.Run(ctx, l.client, []string{k.lock, k.wake}, owner, l.shardedFlag()).Int64()
+	return n == 1, err
+}
+
+func (l *Locker) runExtend(ctx context.Context, k keys, owner string, ttl time.Duration) (bool, error) {
+	n, err := extendScript.Run(ctx, l.client, []string{k.lock}, owner, millis(ttl)).Int64()
+	return n == 1, err
+}
+
+func (l *Locker) shardedFlag() string {
+	if l.sharded {
+		return "1"
+	}
+	return "0"
+}
+
+// isRedisReply reports whether err is an error reply from the server (as
+// opposed to a network, timeout or context error): the command reached Redis
+// and was refused, so retrying the same command will not help.
+func isRedisReply(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
