@@ -81,8 +81,9 @@ maxClientCnxns=0
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,stat
 CFG
-	cp=/etc/zookeeper/conf
-	for j in /usr/share/java/zookeeper.jar /usr/share/java/*.jar; do cp="$cp:$j"; done
+	# Debian's own class path (/etc/zookeeper/conf/environment); the jar's manifest
+	# names its dependencies.
+	cp=/etc/zookeeper/conf:/usr/share/java/zookeeper.jar
 	exec java -Xmx256m -Dzookeeper.log.dir=/srv -Dzookeeper.root.logger=WARN,CONSOLE \
 		-cp "$cp" org.apache.zookeeper.server.quorum.QuorumPeerMain /srv/zoo.cfg
 	;;

@@ -82,7 +82,7 @@ func formCluster(ctx context.Context, data, bus []int) error {
 	const slots = 16384
 	clients := make([]*redis.Client, len(data))
 	for i, p := range data {
-		clients[i] = redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), DialTimeout: 2 * time.Second})
+		clients[i] = redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
 		defer clients[i].Close()
 	}
 	for i, c := range clients {

@@ -169,14 +169,14 @@ func waitAnswer(ctx context.Context, s *Server) error { return wait(ctx, s, fals
 
 func wait(ctx context.Context, s *Server, full bool) error {
 	var last error
-	for i := 0; ; i++ {
+	for {
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		last = ping(pctx, s, full)
 		cancel()
 		if last == nil {
 			return nil
 		}
-		if s.ctr != nil && i%5 == 4 {
+		if s.ctr != nil {
 			st, err := s.ctr.State(ctx)
 			if err == nil && !st.Running && !st.Restarting {
 				return fmt.Errorf("%w (code %d): %v", errExited, st.ExitCode, last)
@@ -194,11 +194,11 @@ func wait(ctx context.Context, s *Server, full bool) error {
 func ping(ctx context.Context, s *Server, full bool) error {
 	switch s.kind {
 	case kindRedis:
-		c := redis.NewClient(&redis.Options{Addr: s.addr, DialTimeout: 2 * time.Second, MaxRetries: -1, PoolSize: 1})
+		c := redis.NewClient(&redis.Options{Addr: s.addr, DialTimeout: 2 * time.Second, MaxRetries: -1, PoolSize: 1, ContextTimeoutEnabled: true})
 		defer c.Close()
 		return c.Ping(ctx).Err()
 	case kindRedisCluster:
-		c := redis.NewClient(&redis.Options{Addr: s.addr, DialTimeout: 2 * time.Second, MaxRetries: -1, PoolSize: 1})
+		c := redis.NewClient(&redis.Options{Addr: s.addr, DialTimeout: 2 * time.Second, MaxRetries: -1, PoolSize: 1, ContextTimeoutEnabled: true})
 		defer c.Close()
 		if err := c.Ping(ctx).Err(); err != nil || !full {
 			return err
@@ -242,6 +242,13 @@ func ping(ctx context.Context, s *Server, full bool) error {
 }
 
 func pingZooKeeper(ctx context.Context, addr string) error {
+	// zk.Connect retries in the background until ctx ends; fail fast when nothing listens.
+	d := net.Dialer{}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	_ = c.Close()
 	conn, events, err := zk.Connect([]string{addr}, 4*time.Second, zk.WithLogger(quietLogger{}),
 		zk.WithDialer(func(network, address string, timeout time.Duration) (net.Conn, error) {
 			d := net.Dialer{Timeout: timeout}

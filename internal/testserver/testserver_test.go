@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/go-locker/locker/internal/testserver"
 )
@@ -29,7 +31,9 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 
 func redisClient(t *testing.T, addr string) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 2 * time.Second})
+	// ContextTimeoutEnabled: without it go-redis ignores context deadlines and waits
+	// for its own read timeout.
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -132,6 +136,24 @@ func TestZooKeeperSmoke(t *testing.T) {
 	}
 }
 
+func TestEtcdSmoke(t *testing.T) {
+	s := testserver.Etcd(t)
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + s.Addr()}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxFor(t, 20*time.Second)
+	key := "/smoke/" + t.Name()
+	if _, err := c.Put(ctx, key, "etcd"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "etcd" {
+		t.Fatalf("read back %v, %v", resp, err)
+	}
+}
+
 type nopLogger struct{}
 
 func (nopLogger) Printf(string, ...any) {}
@@ -174,7 +196,7 @@ func TestRedisCluster(t *testing.T) {
 	for _, n := range nodes {
 		addrs = append(addrs, n.Addr())
 	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: 2 * time.Second})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
 	defer c.Close()
 	ctx := ctxFor(t, 20*time.Second)
 	// Keys spread over all three masters.
@@ -183,17 +205,17 @@ func TestRedisCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	masters := 0
+	var masters atomic.Int32
 	err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		masters++
+		masters.Add(1)
 		host, _, err := net.SplitHostPort(m.Options().Addr)
 		if err != nil || host != "127.0.0.1" {
 			return fmt.Errorf("master at %q, want 127.0.0.1", m.Options().Addr)
 		}
 		return nil
 	})
-	if err != nil || masters != 3 {
-		t.Fatalf("masters: %d, %v", masters, err)
+	if err != nil || masters.Load() != 3 {
+		t.Fatalf("masters: %d, %v", masters.Load(), err)
 	}
 }
 
