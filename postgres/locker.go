@@ -179,7 +179,11 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 // which costs false contention — the keys exclude each other — and never a
 // double grant. Programs in other languages can compute the same value to
 // take part in the same locks, or to find a lock in pg_locks (classid holds
-// the high 32 bits, objid the low 32, objsubid is 1).
+// the high 32 bits, objid the low 32, objsubid is 1). In SQL:
+//
+//	SELECT ('x' || left(encode(sha256('locker/v1'::bytea || '\x00'::bytea
+//	        || int8send(octet_length(convert_to(ns, 'UTF8')))
+//	        || convert_to(ns, 'UTF8') || convert_to(key, 'UTF8')), 'hex'), 16))::bit(64)::bigint
 func AdvisoryKey(namespace, key string) int64 {
 	h := sha256.New()
 	var n [8]byte
