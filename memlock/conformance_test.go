@@ -1,5 +1,3 @@
-//go:build conformance_pending
-
 package memlock
 
 import (

@@ -33,8 +33,9 @@ type config struct {
 }
 
 // WithDefaultTTL sets the lease used when a call has no locker.WithTTL. It
-// must be at least MinTTL; otherwise every Acquire and TryAcquire of the
-// Locker fails with an error wrapping locker.ErrInvalidOption.
+// must be at least MinTTL. NewLocker returns no error, so a bad value is
+// reported by every Acquire and TryAcquire of the Locker instead, with an
+// error wrapping locker.ErrInvalidOption.
 func WithDefaultTTL(ttl time.Duration) Option {
 	return func(c *config) {
 		if err := checkTTL(ttl); err != nil {
@@ -75,7 +76,8 @@ type Locker struct {
 
 var _ locker.Locker = (*Locker)(nil)
 
-// NewLocker returns a new client of s.
+// NewLocker returns a new client of s. It starts the Locker's watchdog
+// goroutine, which runs until Close: always Close a Locker.
 func (s *Store) NewLocker(opts ...Option) *Locker {
 	cfg := config{defaultTTL: DefaultTTL}
 	for _, opt := range opts {
@@ -102,6 +104,8 @@ var defaultStore = NewStore()
 func New(opts ...Option) *Locker { return defaultStore.NewLocker(opts...) }
 
 // Acquire waits until key is held, ctx is done, or the Locker is closed.
+// Callers waiting for one key get it in the order they started waiting, the
+// moment it is released or its lease expires.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
 	return l.acquire(ctx, "acquire", key, true, opts)
 }
@@ -143,6 +147,16 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	l.waiters[w] = struct{}{}
 	l.mu.Unlock()
 
+	h, err := l.await(ctx, w)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	return h, nil
+}
+
+// await waits for the store's answer to w, or for ctx to end, and returns
+// the key's new handle.
+func (l *Locker) await(ctx context.Context, w *waiter) (*handle, error) {
 	var r reply
 	select {
 	case r = <-w.ready:
@@ -160,12 +174,12 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	defer l.mu.Unlock()
 	delete(l.waiters, w)
 	if r.err != nil {
-		return nil, locker.KeyError(op, key, r.err)
+		return nil, r.err
 	}
 	if l.closed {
-		// Granted while Close ran; Close could not see this lock yet.
+		// Granted while Close or crash ran, which could not see this lock.
 		l.store.release(r.g, locker.ErrReleased)
-		return nil, locker.KeyError(op, key, locker.ErrClosed)
+		return nil, locker.ErrClosed
 	}
 	return l.holdLocked(r.g), nil
 }
@@ -221,20 +235,21 @@ func (l *Locker) Close() error {
 	held := l.held
 	l.held = nil
 	lost := fmt.Errorf("%w: %w", locker.ErrLost, locker.ErrClosed)
+	left := 0 // locks a cut-off Locker leaves in the store
 	for _, h := range held {
 		h.index = -1
-		if cut {
-			h.g.state.End(lost) // our own view; the store keeps the lease until it expires
-		} else {
+		if !cut {
 			l.store.release(h.g, lost)
+		} else if h.g.state.End(lost) {
+			left++ // ended here, in our own view only: the store keeps the lease until it runs out
 		}
 	}
 	close(l.quit)
 	l.mu.Unlock()
 	<-l.exited
 
-	if cut && len(held) > 0 {
-		return fmt.Errorf("memlock: close: %w: %d lock(s) left to expire", errUnreachable, len(held))
+	if left > 0 {
+		return fmt.Errorf("memlock: close: %w: %d lock(s) left to expire", errUnreachable, left)
 	}
 	return nil
 }

@@ -55,8 +55,10 @@ type grant struct {
 	ttl   time.Duration
 	start time.Time // when the key was granted; the first renewal is due at start+ttl/3
 
-	// state is ended (closing the handle's Done) exactly once, always under
-	// Store.mu: ErrReleased by release, an error wrapping ErrLost by expiry.
+	// state is ended (closing the handle's Done) by the store, under
+	// Store.mu: with ErrReleased by release, or with an error wrapping
+	// ErrLost by expiry. Only a Locker that closes while cut off from the
+	// store ends its handles itself. The first End wins.
 	state *lease.State
 
 	// Guarded by Store.mu.
