@@ -81,4 +81,14 @@
 //
 // Keys are compared as Go strings, so distinct keys never share a lock.
 // Key validation is locker.ValidateKey's.
+//
+// # Faults in tests
+//
+// The package's own tests inject faults through two unexported hooks, which
+// its conformance test hands to conformance.Harness: crash (the Locker dies
+// without releasing; its locks stay until their leases run out) and cut (the
+// Locker keeps running but cannot reach its Store until healed; its calls
+// fail, its renewals fail, and its locks are lost when their leases run
+// out). A backend for a real server gets the same effects by killing a client
+// and by cutting its connection with a fault proxy.
 package memlock

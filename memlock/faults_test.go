@@ -81,7 +81,9 @@ func TestCrash(t *testing.T) {
 func TestCut(t *testing.T) {
 	s := NewStore()
 	a, b := newLocker(t, s), newLocker(t, s)
-	const ttl = 50 * time.Millisecond
+	// Long enough that the lease outlives the checks made while cut, even
+	// on a loaded machine; the test waits for it to run out once.
+	const ttl = 300 * time.Millisecond
 	ha := mustAcquire(t, a, "k", locker.WithTTL(ttl))
 	hb := mustAcquire(t, b, "w")
 	waiting := goAcquire(testCtx(t), a, "w")
@@ -197,7 +199,7 @@ func TestClose(t *testing.T) {
 func TestCloseWhileCutLeavesLeasesToExpire(t *testing.T) {
 	s := NewStore()
 	a, b := newLocker(t, s), newLocker(t, s)
-	h := mustAcquire(t, a, "k", locker.WithTTL(50*time.Millisecond))
+	h := mustAcquire(t, a, "k", locker.WithTTL(300*time.Millisecond)) // outlives the checks below
 	a.cut()
 	if err := a.Close(); !errors.Is(err, errUnreachable) {
 		t.Fatalf("Close while cut: %v, want an error saying locks were left", err)
