@@ -50,21 +50,7 @@ type Locker struct {
 // ReadTimeout. *goredis.Ring is not supported: it moves keys between shards
 // when one fails, which would let two clients hold one lock.
 func New(client goredis.UniversalClient, opts ...Option) *Locker {
-	cfg := defaultConfig()
-	var cfgErr error
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&cfg); err != nil && cfgErr == nil {
-			cfgErr = err
-		}
-	}
-	if cfgErr == nil {
-		if _, err := cfg.driftFor(cfg.ttl); err != nil {
-			cfgErr = err
-		}
-	}
+	cfg, cfgErr := newConfig(opts)
 	l := &Locker{
 		client:  client,
 		cfg:     cfg,
@@ -84,12 +70,14 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 		}
 	case nil:
 		if l.cfgErr == nil {
-			l.cfgErr = fmt.Errorf("%w: redis: nil client", locker.ErrInvalidOption)
+			l.cfgErr = errNilClient
 		}
 	}
 	l.hub = newHub(l)
 	return l
 }
+
+var errNilClient = fmt.Errorf("%w: redis: nil client", locker.ErrInvalidOption)
 
 // keys are the Redis names of one lock.
 type keys struct {

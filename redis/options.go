@@ -119,6 +119,23 @@ func WithRetryInterval(d time.Duration) Option {
 	}
 }
 
+// newConfig applies opts to the defaults and checks the result.
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	if _, err := cfg.driftFor(cfg.ttl); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
 func checkTTL(ttl time.Duration) error {
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: redis: TTL %v is below the minimum of %v", locker.ErrInvalidOption, ttl, MinTTL)

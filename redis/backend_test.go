@@ -1,0 +1,334 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/testserver"
+)
+
+// newTestLocker returns a Locker on its own client of addr, closed at the end
+// of the test.
+func newTestLocker(t testing.TB, addr string, opts ...Option) *Locker {
+	t.Helper()
+	l := New(testClient(t, addr, true), opts...)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func uniqueKey(t testing.TB) string {
+	return "test/" + t.Name() + "/" + newOwner()
+}
+
+func mustGet(t testing.TB, ctx context.Context, l *Locker, key string, opts ...locker.Option) *Handle {
+	t.Helper()
+	h, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return h.(*Handle)
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestKeyEncoding(t *testing.T) {
+	l := New(nil)
+	seen := map[string]string{}
+	for _, k := range []string{"a", "b", "{a}", "a}", "{", "}", "}{", "a:lock", "a}:fence", "ключ", "x/../y", "*", " ", "\"'", strings.Repeat("z", locker.MaxKeyLen)} {
+		ks := l.keysFor(k)
+		for _, name := range []string{ks.lock, ks.fence, ks.wake} {
+			if prev, dup := seen[name]; dup {
+				t.Errorf("keys %q and %q share the Redis name %q", prev, k, name)
+			}
+			seen[name] = k
+			// The hash tag is the part between the first "{" and the next
+			// "}"; it must be the same for all three names of one key.
+			open := strings.IndexByte(name, '{')
+			end := strings.IndexByte(name[open:], '}')
+			if open < 0 || end <= 1 {
+				t.Fatalf("%q has no hash tag", name)
+			}
+			if tag := name[open : open+end+1]; !strings.HasPrefix(ks.lock, DefaultPrefix+tag) || !strings.HasPrefix(ks.fence, DefaultPrefix+tag) {
+				t.Errorf("names of %q do not share the hash tag %q: %+v", k, tag, ks)
+			}
+		}
+	}
+}
+
+func TestOptionsRejected(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	for name, l := range map[string]*Locker{
+		"TTL below minimum":   newTestLocker(t, srv.Addr(), WithTTL(MinTTL/2)),
+		"drift over half TTL": newTestLocker(t, srv.Addr(), WithTTL(time.Second), WithDriftMargin(600*time.Millisecond)),
+		"retry interval":      newTestLocker(t, srv.Addr(), WithRetryInterval(0)),
+		"nil client":          New(nil),
+	} {
+		if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, locker.ErrInvalidOption) {
+			t.Errorf("%s: TryAcquire: %v, want an error wrapping ErrInvalidOption", name, err)
+		}
+	}
+	l := newTestLocker(t, srv.Addr())
+	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(MinTTL-time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("per-call TTL below MinTTL: %v, want an error wrapping ErrInvalidOption", err)
+	}
+	h, err := l.TryAcquire(ctx, uniqueKey(t), locker.WithTTL(MinTTL))
+	if err != nil {
+		t.Fatalf("TryAcquire with TTL = MinTTL: %v", err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeaseOnServer checks what the scripts leave in Redis: the lock with its
+// TTL and our owner token, a counter without one, nothing after release.
+func TestLeaseOnServer(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	admin := testClient(t, srv.Addr(), true)
+	l := newTestLocker(t, srv.Addr(), WithTTL(5*time.Second))
+	key := uniqueKey(t)
+	h := mustGet(t, ctx, l, key)
+	k := l.keysFor(key)
+	if owner, err := admin.Get(ctx, k.lock).Result(); err != nil || owner != h.owner {
+		t.Errorf("lock value = %q, %v; want the owner token %q", owner, err, h.owner)
+	}
+	if pttl := admin.PTTL(ctx, k.lock).Val(); pttl <= 4*time.Second || pttl > 5*time.Second {
+		t.Errorf("PTTL of the lock = %v, want just under 5s", pttl)
+	}
+	if ttl := admin.PTTL(ctx, k.fence).Val(); ttl != -1 {
+		t.Errorf("PTTL of the fence counter = %v, want -1 (no expiry)", ttl)
+	}
+	if tok, _ := admin.Get(ctx, k.fence).Int64(); tok != h.Token() {
+		t.Errorf("fence counter = %d, handle token = %d", tok, h.Token())
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := admin.Exists(ctx, k.lock).Val(); n != 0 {
+		t.Errorf("lock still exists after Release")
+	}
+}
+
+// TestWakeByReleaseAndByExpiry: a waiter is woken by the release
+// notification (far sooner than its retry interval or the holder's lease),
+// and, when the holder dies, by the holder's lease running out (its PTTL),
+// not by the retry interval.
+func TestWakeByReleaseAndByExpiry(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	const retry = time.Minute // so that only a notification or PTTL can wake
+	holder := newTestLocker(t, srv.Addr(), WithRetryInterval(retry))
+	waiter := newTestLocker(t, srv.Addr(), WithRetryInterval(retry))
+
+	t.Run("Release", func(t *testing.T) {
+		key := uniqueKey(t)
+		h := mustGet(t, ctx, holder, key, locker.WithTTL(30*time.Second))
+		got := make(chan time.Time, 1)
+		go func() {
+			wh, err := waiter.Acquire(ctx, key)
+			got <- time.Now()
+			if err == nil {
+				_ = wh.Release(ctx)
+			}
+		}()
+		time.Sleep(300 * time.Millisecond) // let the waiter subscribe and sleep
+		released := time.Now()
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		took := (<-got).Sub(released)
+		t.Logf("release to handoff: %v", took)
+		if took > time.Second {
+			t.Errorf("waiter took %v after the release; a notification should wake it within a round trip or two", took)
+		}
+	})
+
+	t.Run("Expiry", func(t *testing.T) {
+		key := uniqueKey(t)
+		dying := newTestLocker(t, srv.Addr(), WithRetryInterval(retry))
+		const ttl = 1500 * time.Millisecond
+		start := time.Now()
+		mustGet(t, ctx, dying, key, locker.WithTTL(ttl))
+		dying.crash() // no release, no renewal: the lease just runs out
+		wh := mustGet(t, ctx, waiter, key)
+		took := time.Since(start)
+		t.Logf("acquired %v after the dead holder's acquire (TTL %v)", took, ttl)
+		if took < ttl-50*time.Millisecond || took > ttl+time.Second {
+			t.Errorf("waiter got the key %v after a holder with TTL %v died; want about the TTL", took, ttl)
+		}
+		_ = wh.Release(ctx)
+	})
+}
+
+// TestWatchdogOff: without renewal the lease runs out, and the holder hears
+// of it before the server frees the key.
+func TestWatchdogOff(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	l := newTestLocker(t, srv.Addr(), WithoutWatchdog(), WithTTL(time.Second))
+	other := newTestLocker(t, srv.Addr())
+	key := uniqueKey(t)
+	h := mustGet(t, ctx, l, key)
+	otherGot := make(chan time.Time, 1)
+	go func() {
+		oh, err := other.Acquire(ctx, key)
+		otherGot <- time.Now()
+		if err == nil {
+			_ = oh.Release(ctx)
+		}
+	}()
+	<-h.Done()
+	lost := time.Now()
+	if !errors.Is(h.Err(), locker.ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", h.Err())
+	}
+	if got := <-otherGot; got.Before(lost) {
+		t.Errorf("another client got the key %v before the holder heard of the loss", lost.Sub(got))
+	}
+	if err := h.Release(ctx); !errors.Is(err, locker.ErrLost) {
+		t.Errorf("Release after expiry: %v, want ErrLost", err)
+	}
+}
+
+// TestServerRestartWhileHeld: the server restarts while a lock is held.
+//
+// Without persistence the lock and the fence counter vanish: the holder
+// reports the loss at its next renewal, but another client can take the key
+// at once, before that, and tokens start again (the failure mode the
+// package documentation describes). With the data persisted (here an RDB
+// snapshot taken while held) the lock and counter come back: the holder
+// keeps the lock and tokens keep rising.
+func TestServerRestartWhileHeld(t *testing.T) {
+	t.Run("WithoutPersistence", func(t *testing.T) {
+		srv := testserver.NewRedis(t)
+		if !srv.CanControl() {
+			t.Skip("needs a server the test controls")
+		}
+		ctx := testCtx(t)
+		admin := testClient(t, srv.Addr(), true)
+		_ = admin.ConfigSet(ctx, "appendonly", "no").Err()
+		_ = admin.ConfigSet(ctx, "save", "").Err()
+		const ttl = 2 * time.Second
+		holder := newTestLocker(t, srv.Addr(), WithTTL(ttl))
+		other := newTestLocker(t, srv.Addr())
+		key := uniqueKey(t)
+		h := mustGet(t, ctx, holder, key)
+		srv.Stop(t)
+		srv.Start(t)
+		oh := mustGet(t, ctx, other, key)
+		select {
+		case <-h.Done():
+		case <-time.After(2 * ttl):
+			t.Fatal("holder did not report the loss after the server lost its lock")
+		}
+		if !errors.Is(h.Err(), locker.ErrLost) {
+			t.Errorf("holder Err() = %v, want ErrLost", h.Err())
+		}
+		t.Logf("without persistence: token before restart %d, after %d", h.Token(), oh.Token())
+		if err := oh.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("WithSnapshot", func(t *testing.T) {
+		srv := testserver.NewRedis(t)
+		if !srv.CanControl() {
+			t.Skip("needs a server the test controls")
+		}
+		ctx := testCtx(t)
+		admin := testClient(t, srv.Addr(), true)
+		const ttl = 10 * time.Second
+		holder := newTestLocker(t, srv.Addr(), WithTTL(ttl))
+		other := newTestLocker(t, srv.Addr())
+		key := uniqueKey(t)
+		h := mustGet(t, ctx, holder, key)
+		// The test server starts with --appendonly no on its command line,
+		// which a restart would restore; a synchronous RDB snapshot stands
+		// in for persistence (it is loaded at start, lease expiry included).
+		if err := admin.Save(ctx).Err(); err != nil {
+			t.Skipf("SAVE: %v", err)
+		}
+		srv.Stop(t)
+		srv.Start(t)
+		if _, err := other.TryAcquire(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Fatalf("TryAcquire after a restart with persistence: %v, want ErrNotAcquired (the lock survives)", err)
+		}
+		if err := h.Err(); err != nil {
+			t.Errorf("holder lost the lock across a restart shorter than its lease: %v", err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		oh := mustGet(t, ctx, other, key)
+		if oh.Token() <= h.Token() {
+			t.Errorf("token after restart %d is not above %d from before", oh.Token(), h.Token())
+		}
+		_ = oh.Release(ctx)
+	})
+}
+
+// TestPausedServerLongerThanTTL: the server freezes for longer than the TTL.
+// The holder reports the loss before anyone else can take the key, which
+// is possible only once the server thaws.
+func TestPausedServerLongerThanTTL(t *testing.T) {
+	srv := testserver.NewRedis(t)
+	if !srv.CanControl() {
+		t.Skip("needs a server the test controls")
+	}
+	ctx := testCtx(t)
+	const ttl = time.Second
+	holder := newTestLocker(t, srv.Addr(), WithTTL(ttl))
+	other := newTestLocker(t, srv.Addr())
+	key := uniqueKey(t)
+	h := mustGet(t, ctx, holder, key)
+	srv.Pause(t)
+	paused := time.Now()
+	select {
+	case <-h.Done():
+	case <-time.After(3 * ttl):
+		srv.Resume(t)
+		t.Fatal("holder did not report the loss while the server was paused")
+	}
+	lost := time.Now()
+	if !errors.Is(h.Err(), locker.ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", h.Err())
+	}
+	if d := lost.Sub(paused); d > ttl {
+		t.Errorf("loss reported %v after the pause, later than the TTL %v", d, ttl)
+	}
+	time.Sleep(ttl) // paused well past the TTL
+	srv.Resume(t)
+	oh := mustGet(t, ctx, other, key)
+	if oh.Token() <= h.Token() {
+		t.Errorf("token after the pause %d is not above the lost holder's %d", oh.Token(), h.Token())
+	}
+	_ = oh.Release(ctx)
+}
+
+// TestCloseDoesNotCloseClient: a Locker made with New leaves the caller's
+// client open.
+func TestCloseDoesNotCloseClient(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	c := testClient(t, srv.Addr(), false)
+	l := New(c)
+	mustGet(t, ctx, l, uniqueKey(t))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Errorf("client unusable after Locker.Close: %v", err)
+	}
+	var _ goredis.UniversalClient = c
+}

@@ -1,0 +1,167 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/urlopt"
+)
+
+// URL schemes registered with locker.Register; see the package
+// documentation for their forms.
+const (
+	SchemeRedis          = "redis"
+	SchemeRedisTLS       = "rediss"
+	SchemeCluster        = "redis+cluster"
+	SchemeClusterTLS     = "rediss+cluster"
+	SchemeSentinel       = "redis+sentinel"
+	SchemeSentinelTLS    = "rediss+sentinel"
+	contextTimeoutOption = "context_timeout_enabled"
+)
+
+func init() {
+	for _, s := range []string{SchemeRedis, SchemeRedisTLS, SchemeCluster, SchemeClusterTLS, SchemeSentinel, SchemeSentinelTLS} {
+		locker.Register(s, open)
+	}
+}
+
+// Open returns a Locker for a redis://, rediss://, redis+cluster://,
+// rediss+cluster://, redis+sentinel:// or rediss+sentinel:// URL. It is
+// what locker.Open calls; it is exported for callers that want the concrete
+// type. The Locker owns the client it makes and closes it in Close. Open
+// does not contact the server: a wrong address or password shows in the
+// first Acquire, as with database/sql.Open.
+func Open(ctx context.Context, rawURL string) (*Locker, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Parse quotes the whole URL, password included.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("%w: redis: cannot parse URL: %v", locker.ErrInvalidURL, err)
+	}
+	return openURL(ctx, u)
+}
+
+func open(ctx context.Context, u *url.URL) (locker.Locker, error) {
+	l, err := openURL(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func openURL(_ context.Context, u *url.URL) (*Locker, error) {
+	scheme := strings.ToLower(u.Scheme)
+	base, kind, _ := strings.Cut(scheme, "+")
+	if base != SchemeRedis && base != SchemeRedisTLS || kind != "" && kind != "cluster" && kind != "sentinel" {
+		return nil, fmt.Errorf("%w: redis: unsupported scheme %q", locker.ErrInvalidURL, scheme)
+	}
+	q, err := urlopt.New(u)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		opts       []Option
+		prefix     string
+		lockTTL    = DefaultTTL
+		watchdog   = true
+		drift      time.Duration
+		retryEvery = DefaultRetryInterval
+	)
+	if q.Has("prefix") {
+		q.String("prefix", &prefix)
+		opts = append(opts, WithPrefix(prefix))
+	}
+	q.Duration("ttl", &lockTTL)
+	q.Bool("watchdog", &watchdog)
+	q.Duration("drift_margin", &drift)
+	q.Duration("retry_interval", &retryEvery)
+	if err := q.Err(); err != nil {
+		return nil, err
+	}
+	opts = append(opts, WithTTL(lockTTL), WithWatchdog(watchdog), WithRetryInterval(retryEvery))
+	if drift > 0 {
+		opts = append(opts, WithDriftMargin(drift))
+	}
+	// Check our options before making a client that would need closing.
+	if _, err := newConfig(opts); err != nil {
+		return nil, fmt.Errorf("%w: %w", locker.ErrInvalidURL, err)
+	}
+
+	// Hand the rest to go-redis' own parser, which rejects what it does not
+	// know. It only understands redis:// and rediss://.
+	rest := q.Rest()
+	ctxTimeoutGiven := rest.Has(contextTimeoutOption)
+	gu := *u
+	gu.Scheme = base
+	gu.RawQuery = rest.Encode()
+	var client goredis.UniversalClient
+	switch kind {
+	case "":
+		o, err := goredis.ParseURL(gu.String())
+		if err != nil {
+			return nil, clientURLError(scheme, u, err)
+		}
+		if !ctxTimeoutGiven {
+			o.ContextTimeoutEnabled = true
+		}
+		client = goredis.NewClient(o)
+	case "cluster":
+		o, err := goredis.ParseClusterURL(gu.String())
+		if err != nil {
+			return nil, clientURLError(scheme, u, err)
+		}
+		if !ctxTimeoutGiven {
+			o.ContextTimeoutEnabled = true
+		}
+		client = goredis.NewClusterClient(o)
+	case "sentinel":
+		o, err := goredis.ParseFailoverURL(gu.String())
+		if err != nil {
+			return nil, clientURLError(scheme, u, err)
+		}
+		if o.MasterName == "" {
+			return nil, fmt.Errorf("%w: %s: parameter \"master_name\" is required", locker.ErrInvalidURL, scheme)
+		}
+		if !ctxTimeoutGiven {
+			o.ContextTimeoutEnabled = true
+		}
+		client = goredis.NewFailoverClient(o)
+	}
+	l := New(client, opts...)
+	l.ownClient = true
+	return l, nil
+}
+
+// clientURLError wraps an error of go-redis' URL parsers, with every secret
+// of the URL blanked out in case the parser quoted it.
+func clientURLError(scheme string, u *url.URL, err error) error {
+	msg := err.Error()
+	var secrets []string
+	if pw, ok := u.User.Password(); ok {
+		secrets = append(secrets, pw)
+	}
+	for name, vs := range u.Query() {
+		if strings.Contains(strings.ToLower(name), "password") {
+			secrets = append(secrets, vs...)
+		}
+	}
+	for _, s := range secrets {
+		if s == "" {
+			continue
+		}
+		for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s)} {
+			msg = strings.ReplaceAll(msg, form, "xxxxx")
+		}
+	}
+	return fmt.Errorf("%w: %s: %s", locker.ErrInvalidURL, scheme, msg)
+}
