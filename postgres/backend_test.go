@@ -154,9 +154,13 @@ func TestServerRestartEndsHold(t *testing.T) {
 	l := newLocker(t, pool, WithHealthCheckInterval(time.Minute))
 	k := testKey(t, "")
 	h := mustAcquire(t, ctx, l, k)
+	stopping := time.Now()
+	doneAt := make(chan time.Time, 1)
+	go func() { <-h.Done(); doneAt <- time.Now() }()
 	srv.Stop(t)
-	took := waitDone(t, h, 10*time.Second, "holder whose server stopped")
-	t.Logf("Done() closed %v after Stop returned", took)
+	stopped := time.Since(stopping)
+	waitDone(t, h, 10*time.Second, "holder whose server stopped")
+	t.Logf("Done() closed %v after Stop began (Stop took %v; check interval 1m)", (<-doneAt).Sub(stopping), stopped)
 	if !errors.Is(h.Err(), locker.ErrLost) {
 		t.Fatalf("Err() = %v, want ErrLost", h.Err())
 	}
@@ -523,4 +527,31 @@ func TestOpenURL(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "s3cr3t-pw") {
 		t.Errorf("Open of an unreachable server: %v", err)
 	}
+}
+
+// A frozen server (docker pause) does not answer the health check: the holder
+// reports the loss within about two intervals and closes its connection, and
+// once the server runs again it sees the close and frees the key.
+func TestServerPauseLosesLock(t *testing.T) {
+	srv := testserver.NewPostgres(t)
+	if !srv.CanControl() {
+		t.Skipf("needs a server the test may pause; %s is not", srv)
+	}
+	ctx := testCtx(t)
+	l := newLocker(t, newPool(t, srv.DSN(), 4))
+	k := testKey(t, "")
+	h := mustAcquire(t, ctx, l, k)
+	srv.Pause(t)
+	took := waitDone(t, h, 4*testInterval+5*time.Second, "holder whose server froze")
+	srv.Resume(t)
+	t.Logf("Done() closed %v after the pause (interval %v)", took, testInterval)
+	if !errors.Is(h.Err(), locker.ErrLost) {
+		t.Fatalf("Err() = %v, want ErrLost", h.Err())
+	}
+	other := newLocker(t, newPool(t, srv.DSN(), 4))
+	h2 := mustAcquire(t, ctx, other, k)
+	if h2.Token() <= h.Token() {
+		t.Errorf("token %d not greater than %d", h2.Token(), h.Token())
+	}
+	mustRelease(t, ctx, h2)
 }

@@ -1,0 +1,259 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/testserver"
+)
+
+// Every benchmark runs this package's Locker and a raw pgx baseline doing the
+// bare advisory-lock statements, in the same run against the same server, so
+// the difference is the cost of what the Locker adds: a pinned pool
+// connection, the fencing token, the health monitor, the handle.
+//
+//	go test -run '^$' -bench . -benchmem -count 5 ./postgres
+
+func benchConn(b *testing.B, dsn string) *pgx.Conn {
+	b.Helper()
+	c, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		b.Fatalf("pgx.Connect: %v", err)
+	}
+	b.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func benchLocker(b *testing.B, dsn string, maxConns int32) *Locker {
+	b.Helper()
+	l := newLocker(b, newPool(b, dsn, maxConns))
+	// Create the sequence and fill the pool's statement caches outside the
+	// measurement.
+	h, err := l.Acquire(context.Background(), fmt.Sprintf("%s/warm-up/%d", b.Name(), time.Now().UnixNano()))
+	if err != nil {
+		b.Fatalf("warm-up Acquire: %v", err)
+	}
+	if err := h.Release(context.Background()); err != nil {
+		b.Fatalf("warm-up Release: %v", err)
+	}
+	return l
+}
+
+// BenchmarkUncontended: one goroutine takes and releases a key nobody else
+// wants.
+func BenchmarkUncontended(b *testing.B) {
+	dsn := testserver.Postgres(b).DSN()
+	ctx := context.Background()
+	b.Run("raw-pgx/try+unlock", func(b *testing.B) {
+		c := benchConn(b, dsn)
+		id := AdvisoryKey("bench", b.Name())
+		for b.Loop() {
+			var ok bool
+			if err := c.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", id).Scan(&ok); err != nil || !ok {
+				b.Fatalf("pg_try_advisory_lock = %v, %v", ok, err)
+			}
+			if err := c.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", id).Scan(&ok); err != nil || !ok {
+				b.Fatalf("pg_advisory_unlock = %v, %v", ok, err)
+			}
+		}
+	})
+	for _, try := range []bool{true, false} {
+		name := "locker/Acquire+Release"
+		if try {
+			name = "locker/TryAcquire+Release"
+		}
+		b.Run(name, func(b *testing.B) {
+			l := benchLocker(b, dsn, 4)
+			key := fmt.Sprintf("%s/%d", b.Name(), time.Now().UnixNano())
+			for b.Loop() {
+				var h locker.Handle
+				var err error
+				if try {
+					h, err = l.TryAcquire(ctx, key)
+				} else {
+					h, err = l.Acquire(ctx, key)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := h.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkHandoff measures the latency of a handoff: from the moment the
+// holder starts its release to the moment the next waiter's acquire returns,
+// with 1, 8 and 64 goroutines waiting. Each holder keeps the lock for
+// handoffHold so that the others are queued on the server when it lets go.
+// ns/op includes that hold; read the p50 and p99 metrics.
+func BenchmarkHandoff(b *testing.B) {
+	dsn := testserver.Postgres(b).DSN()
+	for _, waiters := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("waiters=%d/raw-pgx", waiters), func(b *testing.B) {
+			id := AdvisoryKey("bench", fmt.Sprintf("%s/%d", b.Name(), time.Now().UnixNano()))
+			conns := make([]*pgx.Conn, waiters+1)
+			for i := range conns {
+				conns[i] = benchConn(b, dsn)
+			}
+			runHandoff(b, waiters+1, func(ctx context.Context, g int) func() {
+				if _, err := conns[g].Exec(ctx, "SELECT pg_advisory_lock($1)", id); err != nil {
+					b.Errorf("pg_advisory_lock: %v", err)
+					return nil
+				}
+				return func() {
+					if _, err := conns[g].Exec(ctx, "SELECT pg_advisory_unlock($1)", id); err != nil {
+						b.Errorf("pg_advisory_unlock: %v", err)
+					}
+				}
+			})
+		})
+		b.Run(fmt.Sprintf("waiters=%d/locker", waiters), func(b *testing.B) {
+			l := benchLocker(b, dsn, int32(waiters)+2)
+			key := fmt.Sprintf("%s/%d", b.Name(), time.Now().UnixNano())
+			runHandoff(b, waiters+1, func(ctx context.Context, g int) func() {
+				h, err := l.Acquire(ctx, key)
+				if err != nil {
+					b.Errorf("Acquire: %v", err)
+					return nil
+				}
+				return func() {
+					if err := h.Release(ctx); err != nil {
+						b.Errorf("Release: %v", err)
+					}
+				}
+			})
+		})
+	}
+}
+
+const handoffHold = time.Millisecond
+
+// runHandoff runs n goroutines that take turns holding one lock through
+// acquire (which returns the release function) until b.N acquisitions were
+// made, and reports the handoff latency percentiles.
+func runHandoff(b *testing.B, n int, acquire func(ctx context.Context, g int) func()) {
+	ctx := context.Background()
+	var (
+		remaining   atomic.Int64
+		lastRelease atomic.Int64 // UnixNano when the last holder began to release
+		mu          sync.Mutex
+		samples     = make([]time.Duration, 0, b.N)
+		wg          sync.WaitGroup
+	)
+	remaining.Store(int64(b.N))
+	b.ResetTimer()
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				release := acquire(ctx, g)
+				if release == nil {
+					return
+				}
+				got := time.Now()
+				if remaining.Add(-1) < 0 {
+					release()
+					return
+				}
+				if lr := lastRelease.Load(); lr != 0 {
+					mu.Lock()
+					samples = append(samples, got.Sub(time.Unix(0, lr)))
+					mu.Unlock()
+				}
+				time.Sleep(handoffHold)
+				lastRelease.Store(time.Now().UnixNano())
+				release()
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	reportPercentiles(b, samples)
+}
+
+func reportPercentiles(b *testing.B, samples []time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	slices.Sort(samples)
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	b.ReportMetric(us(samples[len(samples)/2]), "p50-µs")
+	b.ReportMetric(us(samples[(len(samples)*99)/100]), "p99-µs")
+}
+
+// BenchmarkContended: 8 goroutines take and release one key as fast as they
+// can; ns/op is the time per acquisition, so 1e9/ns_op is the throughput.
+func BenchmarkContended(b *testing.B) {
+	const goroutines = 8
+	dsn := testserver.Postgres(b).DSN()
+	run := func(b *testing.B, acquire func(ctx context.Context, g int) func()) {
+		ctx := context.Background()
+		var remaining atomic.Int64
+		remaining.Store(int64(b.N))
+		var wg sync.WaitGroup
+		b.ResetTimer()
+		start := time.Now()
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for remaining.Add(-1) >= 0 {
+					release := acquire(ctx, g)
+					if release == nil {
+						return
+					}
+					release()
+				}
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "acq/s")
+	}
+	b.Run("raw-pgx", func(b *testing.B) {
+		id := AdvisoryKey("bench", fmt.Sprintf("%s/%d", b.Name(), time.Now().UnixNano()))
+		conns := make([]*pgx.Conn, goroutines)
+		for i := range conns {
+			conns[i] = benchConn(b, dsn)
+		}
+		run(b, func(ctx context.Context, g int) func() {
+			if _, err := conns[g].Exec(ctx, "SELECT pg_advisory_lock($1)", id); err != nil {
+				b.Errorf("pg_advisory_lock: %v", err)
+				return nil
+			}
+			return func() {
+				if _, err := conns[g].Exec(ctx, "SELECT pg_advisory_unlock($1)", id); err != nil {
+					b.Errorf("pg_advisory_unlock: %v", err)
+				}
+			}
+		})
+	})
+	b.Run("locker", func(b *testing.B) {
+		l := benchLocker(b, dsn, goroutines+2)
+		key := fmt.Sprintf("%s/%d", b.Name(), time.Now().UnixNano())
+		run(b, func(ctx context.Context, g int) func() {
+			h, err := l.Acquire(ctx, key)
+			if err != nil {
+				b.Errorf("Acquire: %v", err)
+				return nil
+			}
+			return func() {
+				if err := h.Release(ctx); err != nil {
+					b.Errorf("Release: %v", err)
+				}
+			}
+		})
+	})
+}
