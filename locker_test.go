@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,8 +59,12 @@ func TestValidateKey(t *testing.T) {
 
 func nopOpener(context.Context, *url.URL) (locker.Locker, error) { return nil, errors.New("nop") }
 
+// registerDup registers the scheme that TestRegisterPanics registers again,
+// once per process (tests may run more than once with -count).
+var registerDup = sync.OnceFunc(func() { locker.Register("locker-test-dup", nopOpener) })
+
 func TestRegisterPanics(t *testing.T) {
-	locker.Register("locker-test-dup", nopOpener)
+	registerDup()
 	tests := []struct {
 		name   string
 		scheme string

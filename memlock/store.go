@@ -14,7 +14,8 @@ import (
 // made from the same Store contend for the same keys, as separate processes
 // sharing one server would; Lockers on different Stores never meet.
 //
-// A Store has no goroutines of its own and needs no closing. Its memory is
+// A Store needs no closing: it runs no goroutine of its own, only a timer
+// per held lease whose callback runs for a moment when it fires. Its memory is
 // proportional to the keys currently held and the callers waiting for them;
 // a key that is released and has no waiters leaves nothing behind.
 //
