@@ -40,11 +40,7 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) 
 		<-watchDone
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 		defer rcancel()
-		relErr := h.Release(rctx)
-		if errors.Is(relErr, ErrReleased) {
-			relErr = nil // fn released the lock itself; nothing was lost
-		}
-		err = errors.Join(err, relErr)
+		err = errors.Join(err, h.Release(rctx))
 	}()
 	return fn(fnCtx)
 }
