@@ -93,16 +93,26 @@
 //
 // Session locks need a connection that keeps its server session: a direct
 // connection or a session-mode pooler. Behind a transaction-mode pooler
-// consecutive statements may run on different server sessions. The Locker
-// detects this — the backend pid differs from the one announced at connect
-// time, then a second statement lands on another backend or does not see the
-// lock — and fails with ErrPooler instead of granting a lock that is not
-// held; the health check keeps watching for a changed backend pid. The
-// detection can miss a pooler that happens to route both statements to the
-// same server connection, and a lock taken before detection can stay on a
-// server connection until the pooler closes it. Behind transaction-mode
-// poolers use LockTx and TryLockTx, which take transaction-scoped locks
-// (pg_advisory_xact_lock) inside a pgx.Tx; those end with the transaction.
+// consecutive statements may run on different server sessions, and a lock
+// "held" by one would be granted again to another client whose transaction
+// lands on the same server session. No test tells the two modes apart for
+// sure (a transaction pooler may route two statements to the same session by
+// chance), so the Locker refuses by default any connection that goes through
+// a pooler or proxy, recognised by a backend pid that differs from the one
+// announced at connect time, with an error wrapping ErrPooler that says what
+// to do. Declare a session-mode pooler with WithSessionPooler; the Locker
+// then still checks, after each grant and at each health check, that the
+// statements land on the backend that holds the lock, and refuses (or
+// reports the lock lost) when they do not. A lock left on a pooler's server
+// session by a refused grant is unlocked on that session when a statement
+// reaches it, else it stays until the pooler closes the session.
+//
+// Behind transaction-mode poolers use LockTx and TryLockTx: they take
+// transaction-scoped locks (pg_advisory_xact_lock) inside a pgx.Tx, which
+// the pooler keeps on one server session, and those end with the
+// transaction. With PgBouncer before 1.21, also set
+// default_query_exec_mode=exec (pgx's named prepared statements need 1.21's
+// max_prepared_statements).
 //
 // # URL
 //
@@ -118,6 +128,7 @@
 //	lock_health_interval=5s     WithHealthCheckInterval
 //	lock_sequence=SCHEMA.NAME   WithSequence
 //	lock_ddl=false              WithoutDDL
+//	lock_session_pooler=true    WithSessionPooler
 //
 // Any other parameter starting with lock_ is rejected with an error wrapping
 // locker.ErrInvalidURL. Errors never show the password. A Locker opened from

@@ -111,6 +111,7 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 		h.gone.Do(h.conn.Release)
 		return nil
 	case err == nil && uint32(pid) != h.pid:
+		unstrand(h.conn, h.id, h.pid)
 		lost := fmt.Errorf("%w: %w: the unlock ran on server backend %d, not on %d that was granted the lock", locker.ErrLost, ErrPooler, pid, h.pid)
 		h.state.End(lost)
 		h.discard()

@@ -64,6 +64,9 @@ func (h *handle) monitor() {
 			return
 		}
 		if err := h.check(interval); err != nil {
+			if errors.Is(err, ErrPooler) {
+				unstrand(h.conn, h.id, h.pid)
+			}
 			h.lose(err)
 			return
 		}

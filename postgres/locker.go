@@ -38,12 +38,14 @@ const cancelGrace = 5 * time.Second
 // held lock pins one connection for as long as it is held.
 var ErrPoolExhausted = errors.New("postgres: connection pool exhausted")
 
-// ErrPooler reports that the pool's connections do not keep one server
-// session from statement to statement: a transaction-mode pooler (PgBouncer
-// pool_mode=transaction, and the like) sits between the pool and PostgreSQL.
-// Session advisory locks cannot work there; use LockTx, or connect directly
-// or through a session-mode pool.
-var ErrPooler = errors.New("postgres: connection does not keep its server session (transaction-mode pooler?)")
+// ErrPooler reports a connection that does not keep one server session from
+// statement to statement — a transaction-mode pooler (PgBouncer
+// pool_mode=transaction, and the like) sits between the pool and PostgreSQL
+// — or one that goes through a pooler or proxy that was not declared a
+// session pooler with WithSessionPooler. Session advisory locks cannot work
+// in transaction mode; use LockTx there, or connect directly or through a
+// session-mode pooler.
+var ErrPooler = errors.New("postgres: connection may not keep its server session (pooler)")
 
 // Locker takes PostgreSQL session-level advisory locks. Each held lock pins
 // one connection of the pool until it is released or lost. Build it with New
@@ -77,6 +79,7 @@ type config struct {
 	interval  time.Duration
 	sequence  string
 	noDDL     bool
+	sessionOK bool // WithSessionPooler
 	err       error // the first invalid option, reported by every call
 }
 
@@ -127,6 +130,19 @@ func WithSequence(name string) Option {
 // run. Use it where the application's role may not run DDL.
 func WithoutDDL() Option {
 	return func(c *config) { c.noDDL = true }
+}
+
+// WithSessionPooler declares that the pool's connections go through a
+// pooler or proxy in session mode (PgBouncer pool_mode=session, and the
+// like), which ties each client connection to one server session for its
+// whole life. Without it the Locker refuses, with ErrPooler, a connection
+// whose server backend differs from the one it announced at connect time —
+// the mark of a pooler or proxy — because in transaction mode a session lock
+// would not really be held, and another client could be granted it too.
+// With it the Locker still checks, after each grant and at every health
+// check, that statements keep landing on the backend that holds the lock.
+func WithSessionPooler() Option {
+	return func(c *config) { c.sessionOK = true }
 }
 
 func (c *config) setErr(err error) {

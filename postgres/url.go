@@ -21,6 +21,7 @@ const (
 	paramHealthInterval = "lock_health_interval" // WithHealthCheckInterval, a Go duration
 	paramSequence       = "lock_sequence"        // WithSequence
 	paramDDL            = "lock_ddl"             // false: WithoutDDL
+	paramSessionPooler  = "lock_session_pooler"  // true: WithSessionPooler
 )
 
 // ourPrefix marks parameters that belong to us: an unknown one is a typo,
@@ -55,6 +56,11 @@ func openURL(ctx context.Context, u *url.URL) (locker.Locker, error) {
 	if !ddl {
 		opts = append(opts, WithoutDDL())
 	}
+	var sessionPooler bool
+	q.Bool(paramSessionPooler, &sessionPooler)
+	if sessionPooler {
+		opts = append(opts, WithSessionPooler())
+	}
 	if err := q.Err(); err != nil {
 		return nil, err
 	}
@@ -67,9 +73,9 @@ func openURL(ctx context.Context, u *url.URL) (locker.Locker, error) {
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)
-		return nil, fmt.Errorf("%w: %s: unknown parameter(s) %s (known: %s, %s, %s, %s; other parameters go to pgx)",
+		return nil, fmt.Errorf("%w: %s: unknown parameter(s) %s (known: %s, %s, %s, %s, %s; other parameters go to pgx)",
 			locker.ErrInvalidURL, u.Scheme, strings.Join(unknown, ", "),
-			paramDDL, paramHealthInterval, paramNamespace, paramSequence)
+			paramDDL, paramHealthInterval, paramNamespace, paramSequence, paramSessionPooler)
 	}
 
 	dsn := *u

@@ -27,6 +27,9 @@ const (
 		WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid() AND granted
 		AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1)`
 
+	// sqlUnstrand unlocks only when it runs on the given backend.
+	sqlUnstrand = `SELECT pg_catalog.pg_backend_pid(), CASE WHEN pg_catalog.pg_backend_pid() = $2 THEN pg_catalog.pg_advisory_unlock($1) END`
+
 	// sqlAnyHeld checks a connection before it goes back to the pool after
 	// an abandoned wait.
 	sqlAnyHeld = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid())`
@@ -100,12 +103,20 @@ func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (gr
 // verifySession makes sure the backend that granted the lock is the session
 // the connection keeps. Connected directly, the backend pid equals the one
 // the server announced at connect time, and nothing more is needed. When
-// they differ a pooler or proxy sits in between; a second statement must
-// land on the same backend and see the lock, or the pooler hands statements
-// to different sessions and the lock would not really be held.
+// they differ a pooler or proxy sits in between. Unless it was declared a
+// session pooler the lock is refused: a transaction-mode pooler can send the
+// next statement to the same backend by chance, so no test can tell the
+// modes apart for sure. For a declared one, a second statement must land on
+// the same backend and see the lock.
 func (l *Locker) verifySession(ctx context.Context, conn *pgxpool.Conn, id int64, pid uint32) error {
-	if pid == conn.Conn().PgConn().PID() {
+	announced := conn.Conn().PgConn().PID()
+	if pid == announced {
 		return nil
+	}
+	if !l.cfg.sessionOK {
+		unstrand(conn, id, pid)
+		return fmt.Errorf("%w: the lock was granted by server backend %d, but the connection announced backend %d at connect time, so a pooler or proxy sits in between; if it keeps one server session per connection (PgBouncer pool_mode=session) declare it with WithSessionPooler (URL: lock_session_pooler=true); in transaction mode use LockTx",
+			ErrPooler, pid, announced)
 	}
 	hi, lo := keyHalves(id)
 	var pid2 int32
@@ -114,10 +125,35 @@ func (l *Locker) verifySession(ctx context.Context, conn *pgxpool.Conn, id int64
 		return fmt.Errorf("verifying the session after the grant: %w", err)
 	}
 	if uint32(pid2) != pid || !held {
-		return fmt.Errorf("%w: the lock was granted by server backend %d, but the next statement ran on backend %d; session advisory locks need session pooling or a direct connection (LockTx works in transaction mode); the lock may stay on that server connection until the pooler closes it",
-			ErrPooler, pid, pid2)
+		stranded := ""
+		if !unstrand(conn, id, pid) {
+			stranded = "; the lock may stay on that server connection until the pooler closes it"
+		}
+		return fmt.Errorf("%w: the lock was granted by server backend %d, but the next statement ran on backend %d; session advisory locks need session pooling or a direct connection (LockTx works in transaction mode)%s",
+			ErrPooler, pid, pid2, stranded)
 	}
 	return nil
+}
+
+// unstrand tries to give back a lock that a transaction-mode pooler left on
+// server backend pid, by sending statements until one lands there. It
+// reports whether it did. Only that backend's own hold is touched: the
+// unlock runs nowhere else.
+func unstrand(conn *pgxpool.Conn, id int64, pid uint32) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+	defer cancel()
+	for range 16 {
+		var got int32
+		var unlocked *bool
+		err := conn.QueryRow(ctx, sqlUnstrand, id, int32(pid)).Scan(&got, &unlocked)
+		if err != nil {
+			return false
+		}
+		if uint32(got) == pid {
+			return unlocked != nil && *unlocked
+		}
+	}
+	return false
 }
 
 // runCancellable runs a statement that may wait a long time. When ctx ends
