@@ -79,7 +79,7 @@ type config struct {
 	interval  time.Duration
 	sequence  string
 	noDDL     bool
-	sessionOK bool // WithSessionPooler
+	sessionOK bool  // WithSessionPooler
 	err       error // the first invalid option, reported by every call
 }
 
