@@ -83,6 +83,11 @@
 // contains the password. Clients opened from a URL have ContextTimeoutEnabled
 // set, and the Locker closes them in Close.
 //
+// An ACL user needs, on its prefix's keys (~prefix*) and channels
+// (&prefix*): EVALSHA and EVAL, and inside the scripts GET, SET, INCR, PTTL,
+// DEL, PEXPIRE and PUBLISH (SPUBLISH on Cluster); for waiting, SUBSCRIBE and
+// UNSUBSCRIBE (SSUBSCRIBE and SUNSUBSCRIBE on Cluster), plus PING.
+//
 // # Failure modes
 //
 //   - Holder crashes: the lock expires after its TTL; the next holder gets a
