@@ -81,6 +81,11 @@ func (h *handle) release(ctx context.Context, byClose bool) error {
 	select {
 	case <-h.exited:
 	case <-ctx.Done():
+		select {
+		case <-h.exited: // the monitor had already stopped: unlock as usual
+			return h.afterMonitor(ctx, byClose)
+		default:
+		}
 		// A health check is still talking to the server. Close the socket
 		// under it; the server frees the lock when it sees the close.
 		h.state.End(releasedErr(byClose))
@@ -90,6 +95,11 @@ func (h *handle) release(ctx context.Context, byClose bool) error {
 		return locker.KeyError("release", h.key,
 			fmt.Errorf("gave up waiting for a health check (%w); closed the connection instead, which frees the lock", ctx.Err()))
 	}
+	return h.afterMonitor(ctx, byClose)
+}
+
+// afterMonitor finishes a Release once the monitor has returned.
+func (h *handle) afterMonitor(ctx context.Context, byClose bool) error {
 	if h.state.Ended() { // the monitor found the lock lost
 		return locker.KeyError("release", h.key, h.state.Err())
 	}
