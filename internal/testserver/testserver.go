@@ -248,8 +248,16 @@ func getShared(key string, start func() ([]*Server, error)) ([]*Server, error) {
 // fromEnv returns the value of an environment variable naming a server.
 func fromEnv(name string) string { return strings.TrimSpace(os.Getenv(name)) }
 
-// envServer wraps an address or DSN from an environment variable.
+// envServer wraps an address or DSN from an environment variable; the same value gives
+// the same *Server for the whole test binary.
 func envServer(kind, env, value string) *Server {
+	servers, _ := getShared("env\x00"+kind+"\x00"+env+"\x00"+value, func() ([]*Server, error) {
+		return []*Server{newEnvServer(kind, env, value)}, nil
+	})
+	return servers[0]
+}
+
+func newEnvServer(kind, env, value string) *Server {
 	s := &Server{kind: kind, env: env, addr: value}
 	switch kind {
 	case kindPostgres, kindMySQL:

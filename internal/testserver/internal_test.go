@@ -1,0 +1,51 @@
+package testserver
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+func TestHostPortFromDSN(t *testing.T) {
+	for _, c := range []struct{ kind, dsn, want string }{
+		{kindPostgres, "postgres://u:p@127.0.0.1:5433/db?sslmode=disable", "127.0.0.1:5433"},
+		{kindPostgres, "postgresql://u@localhost/db", "localhost:5432"},
+		{kindPostgres, "host=127.0.0.1 port=6000 user=u dbname=d", "127.0.0.1:6000"},
+		{kindMySQL, "u:p@tcp(127.0.0.1:3307)/db", "127.0.0.1:3307"},
+		{kindMySQL, "u:p@tcp(127.0.0.1:3307)/db?parseTime=true", "127.0.0.1:3307"},
+	} {
+		if got := hostPortFromDSN(c.kind, c.dsn); got != c.want {
+			t.Errorf("hostPortFromDSN(%s, %q) = %q, want %q", c.kind, c.dsn, got, c.want)
+		}
+	}
+}
+
+// The local image tag computed here must be the one scripts/docker-up.sh builds.
+func TestLocalImageTagMatchesScript(t *testing.T) {
+	for _, tool := range []string{"sh", "find", "sort", "xargs", "sha256sum", "cut"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not found", tool)
+		}
+	}
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "build", "docker")
+	cmd := exec.Command("sh", "-c", "find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-12")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := hashDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.TrimSpace(string(out)); got != want {
+		t.Fatalf("hashDir = %s, the script computes %s", got, want)
+	}
+	t.Setenv("LOCKER_TEST_LOCAL_IMAGE", "")
+	if img := localImage(); img != "locker/testserver:"+got {
+		t.Fatalf("localImage() = %s", img)
+	}
+}
