@@ -172,6 +172,46 @@ func TestWakeByReleaseAndByExpiry(t *testing.T) {
 	})
 }
 
+// TestClockTokens: tokens are at least the server clock in µs, increase
+// strictly, and keep increasing when Lockers with and without the floor
+// share a key.
+func TestClockTokens(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	admin := testClient(t, srv.Addr(), true)
+	clock := newTestLocker(t, srv.Addr(), WithClockTokens(true))
+	plain := newTestLocker(t, srv.Addr())
+	key := uniqueKey(t)
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for i, l := range []*Locker{clock, clock, plain, plain, clock, plain} {
+		h := mustGet(t, ctx, l, key)
+		if h.Token() <= last {
+			t.Errorf("acquisition %d: token %d not above %d", i, h.Token(), last)
+		}
+		if i == 0 && h.Token() < now.UnixMicro() {
+			t.Errorf("clock token %d is below the server time %d µs", h.Token(), now.UnixMicro())
+		}
+		last = h.Token()
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A foreign value in the counter is an error, not a silent overwrite.
+	bad := uniqueKey(t)
+	admin.Set(ctx, clock.keysFor(bad).fence, "not a number", 0)
+	t.Cleanup(func() { admin.Del(context.Background(), clock.keysFor(bad).fence) })
+	if _, err := clock.TryAcquire(ctx, bad); err == nil || errors.Is(err, locker.ErrNotAcquired) {
+		t.Errorf("TryAcquire with a foreign fence value: %v, want a server error", err)
+	}
+	if n := admin.Exists(ctx, clock.keysFor(bad).lock).Val(); n != 0 {
+		t.Error("a failed acquire left a lock behind")
+	}
+}
+
 // TestWatchdogOff: without renewal the lease runs out, and the holder hears
 // of it before the server frees the key.
 func TestWatchdogOff(t *testing.T) {
@@ -211,36 +251,42 @@ func TestWatchdogOff(t *testing.T) {
 // snapshot taken while held) the lock and counter come back: the holder
 // keeps the lock and tokens keep rising.
 func TestServerRestartWhileHeld(t *testing.T) {
-	t.Run("WithoutPersistence", func(t *testing.T) {
-		srv := testserver.NewRedis(t)
-		if !srv.CanControl() {
-			t.Skip("needs a server the test controls")
+	for _, clock := range []bool{false, true} {
+		name := "WithoutPersistence"
+		if clock {
+			name += "/ClockTokens"
 		}
-		ctx := testCtx(t)
-		admin := testClient(t, srv.Addr(), true)
-		_ = admin.ConfigSet(ctx, "appendonly", "no").Err()
-		_ = admin.ConfigSet(ctx, "save", "").Err()
-		const ttl = 2 * time.Second
-		holder := newTestLocker(t, srv.Addr(), WithTTL(ttl))
-		other := newTestLocker(t, srv.Addr())
-		key := uniqueKey(t)
-		h := mustGet(t, ctx, holder, key)
-		srv.Stop(t)
-		srv.Start(t)
-		oh := mustGet(t, ctx, other, key)
-		select {
-		case <-h.Done():
-		case <-time.After(2 * ttl):
-			t.Fatal("holder did not report the loss after the server lost its lock")
-		}
-		if !errors.Is(h.Err(), locker.ErrLost) {
-			t.Errorf("holder Err() = %v, want ErrLost", h.Err())
-		}
-		t.Logf("without persistence: token before restart %d, after %d", h.Token(), oh.Token())
-		if err := oh.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
+		t.Run(name, func(t *testing.T) {
+			srv := testserver.NewRedis(t)
+			if !srv.CanControl() {
+				t.Skip("needs a server the test controls")
+			}
+			ctx := testCtx(t)
+			const ttl = 2 * time.Second
+			holder := newTestLocker(t, srv.Addr(), WithTTL(ttl), WithClockTokens(clock))
+			other := newTestLocker(t, srv.Addr(), WithClockTokens(clock))
+			key := uniqueKey(t)
+			h := mustGet(t, ctx, holder, key)
+			srv.Stop(t)
+			srv.Start(t)
+			oh := mustGet(t, ctx, other, key)
+			select {
+			case <-h.Done():
+			case <-time.After(2 * ttl):
+				t.Fatal("holder did not report the loss after the server lost its lock")
+			}
+			if !errors.Is(h.Err(), locker.ErrLost) {
+				t.Errorf("holder Err() = %v, want ErrLost", h.Err())
+			}
+			t.Logf("without persistence: token before restart %d, after %d", h.Token(), oh.Token())
+			if clock && oh.Token() <= h.Token() {
+				t.Errorf("clock tokens went back across a restart without persistence: %d after %d", oh.Token(), h.Token())
+			}
+			if err := oh.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 	t.Run("WithSnapshot", func(t *testing.T) {
 		srv := testserver.NewRedis(t)
 		if !srv.CanControl() {

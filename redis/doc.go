@@ -75,7 +75,7 @@
 //	redis+sentinel://[user:password@]sentinel:port[/db]?master_name=mymaster&addr=sentinel2:port[&options]
 //
 // Options of the Locker: prefix, ttl (a Go duration such as 30s), watchdog
-// (true/false), drift_margin and retry_interval. Every other parameter is
+// (true/false), drift_margin, retry_interval and clock_tokens (true/false). Every other parameter is
 // handed to go-redis' own URL parser (redis.ParseURL, ParseClusterURL,
 // ParseFailoverURL: dial_timeout, read_timeout, pool_size, client_name,
 // skip_verify, ...), which rejects what it does not know; so is every
@@ -96,9 +96,12 @@
 //     holder's Handle reports ErrLost a drift margin before the lease ends
 //     on the server. Other clients get the key after the TTL.
 //   - Server restarts: without persistence the lock and the fence counter
-//     are gone; the holder's next renewal finds the lock missing and reports
-//     ErrLost, and tokens start again from 1 (see below). With AOF the lock
-//     and counter come back with the server, as durable as the fsync policy.
+//     are gone. Another client can take the key at once, before the holder's
+//     next renewal finds the lock missing and reports ErrLost, and tokens
+//     start again from 1 unless WithClockTokens is on (see below). Restart
+//     a server that held locks only after the longest TTL has passed, or
+//     persist: with AOF or a snapshot the lock and counter come back with the
+//     server, as durable as the fsync or snapshot policy.
 //   - Failover (Sentinel, Cluster): replication is asynchronous, so a lock
 //     or counter increment not yet copied to the replica that is promoted is
 //     lost: two clients may hold the key, and tokens may repeat. Fencing on
@@ -124,8 +127,17 @@
 // second of increments on a crash), use maxmemory-policy noeviction or a
 // volatile-* policy, and under replication make failover wait for replicas
 // (min-replicas-to-write, or WAIT after acquiring, which narrows but does
-// not close the window). Where tokens must never regress whatever happens to
-// Redis, take locks from a consensus store (etcd, ZooKeeper) instead.
+// not close the window).
+//
+// WithClockTokens (URL: clock_tokens=true) removes most of that dependence:
+// each token becomes max(previous + 1, the server's clock in microseconds),
+// so a lost counter restarts above every earlier token unless the clock of
+// the server issuing the next token is behind the one that issued the last.
+// It does not bring back a lost lock: after a restart without persistence or
+// a failover, another client may hold the key while the old holder has not
+// yet noticed, and only fencing on the resource side stops the old holder's
+// writes. Where tokens must never regress whatever happens to Redis and its
+// clocks, take locks from a consensus store (etcd, ZooKeeper) instead.
 //
 // *goredis.Ring is not supported: it moves keys to another shard when one
 // fails, which would let two clients hold one lock.

@@ -36,6 +36,7 @@ type config struct {
 	watchdog      bool
 	drift         time.Duration // 0: derived from the TTL, see driftFor
 	retryInterval time.Duration
+	clockTokens   bool
 }
 
 func defaultConfig() config {
@@ -134,6 +135,23 @@ func newConfig(opts []Option) (config, error) {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// WithClockTokens makes fencing tokens at least the Redis server's clock in
+// microseconds: each token is max(previous token + 1, server time in µs)
+// instead of a plain INCR. Tokens then keep increasing even when the fence
+// counter is lost — a restart without persistence, FLUSHALL, eviction, a
+// failover to a replica that missed the latest increments — provided the
+// clock of the server that issues the next token is not behind the clock of
+// the one that issued the last (NTP keeps that true by a wide margin for
+// failovers that take seconds). The tokens are large numbers (about 1.8e15
+// in 2026) rather than 1, 2, 3; they still fit an int64 and a JSON number.
+// Lockers with and without it can share keys: tokens increase either way.
+func WithClockTokens(on bool) Option {
+	return func(c *config) error {
+		c.clockTokens = on
+		return nil
+	}
 }
 
 func checkTTL(ttl time.Duration) error {

@@ -27,18 +27,24 @@ func testClient(t testing.TB, addr string, ctxAware bool) *goredis.Client {
 	return c
 }
 
-// TestConformance runs the shared suite against a real Redis, twice: with a
-// client that honours contexts during socket I/O and with one that does not
-// (the go-redis default), which takes the Locker's detached-call path.
+// TestConformance runs the shared suite against a real Redis: with a client
+// that honours contexts during socket I/O, with one that does not (the
+// go-redis default), which takes the Locker's detached-call path, and with
+// clock-floored tokens.
 func TestConformance(t *testing.T) {
 	srv := testserver.Redis(t)
 	for _, tc := range []struct {
 		name     string
 		ctxAware bool
-	}{{"ContextTimeout", true}, {"DefaultClient", false}} {
+		opts     []Option
+	}{
+		{"ContextTimeout", true, nil},
+		{"DefaultClient", false, nil},
+		{"ClockTokens", true, []Option{WithClockTokens(true)}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if testing.Short() && !tc.ctxAware {
-				t.Skip("-short: one client flavour is enough")
+			if testing.Short() && tc.name != "ContextTimeout" {
+				t.Skip("-short: one flavour is enough")
 			}
 			var (
 				mu      sync.Mutex
@@ -49,7 +55,7 @@ func TestConformance(t *testing.T) {
 				// connection path through a fault proxy so Cut can sever it.
 				NewLocker: func(t *testing.T) locker.Locker {
 					px := testserver.NewProxy(t, srv.Addr())
-					l := New(testClient(t, px.Addr(), tc.ctxAware))
+					l := New(testClient(t, px.Addr(), tc.ctxAware), tc.opts...)
 					t.Cleanup(func() { _ = l.Close() }) // before the client closes
 					mu.Lock()
 					proxies[l] = px

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -19,18 +18,26 @@ import (
 // acquireScript takes the lock and, only then, draws the next fencing token.
 //
 //	KEYS[1] lock key, KEYS[2] fence counter
-//	ARGV[1] owner token, ARGV[2] lease in milliseconds
+//	ARGV[1] owner token, ARGV[2] lease in milliseconds,
+//	ARGV[3] "1" to raise the token to at least the server clock in µs
 //	returns {1, fencing token} or {0, PTTL of the current holder}
 //
-// The counter is incremented before the SET so that a failing INCR (a
-// foreign value under our prefix) leaves no lock behind: Redis does not roll
-// a script back when one of its commands fails. The counter never expires:
+// The counter is advanced before the SET so that a failing INCR (a foreign
+// value under our prefix) leaves no lock behind: Redis does not roll a
+// script back when one of its commands fails. The counter never expires:
 // it must outlive every lock on the key for tokens to keep increasing.
+//
+// With the clock floor (WithClockTokens) the token is max(counter + 1,
+// server time in microseconds): the same as INCR while the counter lives,
+// and still larger than every earlier token when the counter is lost
+// (restart without persistence, failover to a lagging replica), as long as
+// the server clock has not gone back. Microseconds since 1970 stay below
+// 2^53, so Lua's doubles hold them exactly.
 //
 // A lock that already carries our (fresh, random) owner token means this is
 // a retry by the client of a request whose reply was lost: the lock is ours
 // and the counter still holds our token, since only a successful acquire
-// increments it.
+// advances it.
 var acquireScript = goredis.NewScript(`
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
@@ -39,7 +46,20 @@ end
 if holder then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local token = redis.call('INCR', KEYS[2])
+local token
+if ARGV[3] == '1' then
+  if redis.replicate_commands then redis.replicate_commands() end
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if cur == nil then
+    return redis.error_reply('fence counter ' .. KEYS[2] .. ' does not hold a number')
+  end
+  token = math.max(cur + 1, floor)
+  redis.call('SET', KEYS[2], string.format('%.0f', token))
+else
+  token = redis.call('INCR', KEYS[2])
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, token}
 `)
@@ -90,7 +110,11 @@ type acquireResult struct {
 }
 
 func (l *Locker) runAcquire(ctx context.Context, k keys, owner string, ttl time.Duration) (acquireResult, error) {
-	v, err := acquireScript.Run(ctx, l.client, []string{k.lock, k.fence}, owner, millis(ttl)).Int64Slice()
+	clock := "0"
+	if l.cfg.clockTokens {
+		clock = "1"
+	}
+	v, err := acquireScript.Run(ctx, l.client, []string{k.lock, k.fence}, owner, millis(ttl), clock).Int64Slice()
 	if err != nil {
 		return acquireResult{}, err
 	}
@@ -125,12 +149,4 @@ func (l *Locker) shardedFlag() string {
 		return "1"
 	}
 	return "0"
-}
-
-// isRedisReply reports whether err is an error reply from the server (as
-// opposed to a network, timeout or context error): the command reached Redis
-// and was refused, so retrying the same command will not help.
-func isRedisReply(err error) bool {
-	var re goredis.Error
-	return errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }

@@ -76,6 +76,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		watchdog   = true
 		drift      time.Duration
 		retryEvery = DefaultRetryInterval
+		clock      bool
 	)
 	if q.Has("prefix") {
 		q.String("prefix", &prefix)
@@ -85,10 +86,11 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	q.Bool("watchdog", &watchdog)
 	q.Duration("drift_margin", &drift)
 	q.Duration("retry_interval", &retryEvery)
+	q.Bool("clock_tokens", &clock)
 	if err := q.Err(); err != nil {
 		return nil, err
 	}
-	opts = append(opts, WithTTL(lockTTL), WithWatchdog(watchdog), WithRetryInterval(retryEvery))
+	opts = append(opts, WithTTL(lockTTL), WithWatchdog(watchdog), WithRetryInterval(retryEvery), WithClockTokens(clock))
 	if drift > 0 {
 		opts = append(opts, WithDriftMargin(drift))
 	}
