@@ -24,3 +24,9 @@ if [ -f "$DIR/dockerd.pid" ]; then
 	rm -f "$DIR/dockerd.pid"
 fi
 rm -f "$SOCK"
+# dockerd leaves its bind mounts of the data and exec roots behind; drop them (deepest
+# first) once no dockerd uses them.
+if [ ! -f "$DIR/dockerd.pid" ]; then
+	awk -v d="$DIR/" 'index($2, d) == 1 {print $2}' /proc/mounts 2>/dev/null | sort -r |
+		while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+fi

@@ -93,7 +93,9 @@ func connectEngine() (*engine, error) {
 	defer cancel()
 	var opts []testcontainers.DockerProviderOption
 	if profile == profileLocal {
-		// Host networking: testcontainers must not create a bridge network.
+		// Host networking: testcontainers must not create a bridge network. DefaultNetwork
+		// is deprecated but is the documented way v0.45 runs containers on "host".
+		//lint:ignore SA1019 no replacement in testcontainers-go v0.45
 		opts = append(opts, testcontainers.DefaultNetwork("host"))
 	}
 	opts = append(opts, testcontainers.WithLogger(quietLogger{}))

@@ -55,8 +55,9 @@ const (
 	EnvRequire       = "LOCKER_REQUIRE_SERVERS"
 )
 
-// startTimeout bounds creating a container and waiting for its first real ping.
-const startTimeout = 3 * time.Minute
+// startTimeout bounds creating a container (pulling its image, in the official
+// profile) and waiting for its first real ping.
+const startTimeout = 5 * time.Minute
 
 // opTimeout bounds one control operation on a container (stop, kill, pause, ...).
 const opTimeout = time.Minute
