@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,10 +35,11 @@ type handle struct {
 	gone  sync.Once
 
 	// Coordination with the monitor goroutine (health.go).
-	mmu      sync.Mutex
-	stopping bool          // Release asked the monitor to stop
-	idle     bool          // the monitor is waiting on the socket, not running a statement
-	exited   chan struct{} // closed when the monitor returns
+	mmu        sync.Mutex
+	stopping   bool          // Release asked the monitor to stop
+	idle       bool          // the monitor is waiting on the socket, not running a statement
+	exited     chan struct{} // closed when the monitor returns
+	startTimer *time.Timer   // starts the monitor after monitorDelay
 }
 
 var _ locker.Handle = (*handle)(nil)

@@ -12,6 +12,9 @@ import (
 	"github.com/go-locker/locker"
 )
 
+// monitorDelay is how long after a grant the monitor starts.
+const monitorDelay = 10 * time.Millisecond
+
 // monitor watches a held lock's connection until the lock is released or
 // lost. It alternates two phases:
 //
@@ -28,6 +31,11 @@ import (
 //
 // On loss the connection is closed, never handed back: if the server still
 // thinks the session alive, the close is what frees the lock for others.
+//
+// The monitor starts monitorDelay after the grant. Most holds are short, and
+// a monitor that must be woken from its socket wait costs a release two
+// goroutine switches; a session that ends within the delay is still noticed
+// the moment the monitor starts and finds the socket closed.
 func (h *handle) monitor() {
 	defer h.l.monitors.Done()
 	defer close(h.exited)
@@ -82,7 +90,12 @@ func (h *handle) stopMonitor() {
 		return
 	}
 	h.stopping = true
-	if h.idle {
+	switch {
+	case h.startTimer.Stop():
+		// The monitor never started, and now never will.
+		close(h.exited)
+		h.l.monitors.Done()
+	case h.idle:
 		_ = h.pgc.Conn().SetReadDeadline(time.Now())
 	}
 }

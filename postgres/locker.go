@@ -314,7 +314,9 @@ func (l *Locker) register(h *handle) bool {
 	}
 	l.handles[h] = struct{}{}
 	l.monitors.Add(1)
-	go h.monitor()
+	h.mmu.Lock()
+	h.startTimer = time.AfterFunc(monitorDelay, h.monitor)
+	h.mmu.Unlock()
 	return true
 }
 
