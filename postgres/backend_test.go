@@ -314,6 +314,7 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 	waiter := newLocker(t, pool)
 	k := testKey(t, "")
 	h := mustAcquire(t, ctx, holder, k)
+	opened := pool.Stat().NewConnsCount()
 	for range 5 {
 		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		_, err := waiter.Acquire(wctx, k)
@@ -331,8 +332,10 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 	if waiting != 0 {
 		t.Errorf("%d backends still wait for the lock after their Acquire was cancelled", waiting)
 	}
-	if st := pool.Stat(); st.TotalConns() > 3 {
-		t.Errorf("pool has %d connections after 5 cancelled waits, want them reused (destroyed ones are replaced)", st.TotalConns())
+	// The waits' connections went back to the pool and were reused: a
+	// cancel that raced a grant would have cost one, not five.
+	if n := pool.Stat().NewConnsCount() - opened; n > 2 {
+		t.Errorf("%d connections opened for 5 cancelled waits, want them reused", n)
 	}
 	mustRelease(t, ctx, h)
 }

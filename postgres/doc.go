@@ -74,9 +74,14 @@
 // closed, which, if the server still sees the session, frees the lock. The
 // Locker never reconnects behind a handle's back.
 //
-// When the server ends a session on its own (pg_terminate_backend, restart),
-// it frees the lock at once and another client may take it a moment before
-// the old holder's Done closes. That is why writes must carry the token.
+// When the server ends a session on its own (pg_terminate_backend, restart,
+// or its keepalive or tcp_user_timeout giving up on a silent client), it
+// frees the lock at once, and another client may take it before the old
+// holder's Done closes — at once in the first two cases, up to two intervals
+// later in the last. Keep the server's timeouts above twice the
+// health-check interval, so that a cut-off holder gives up first, and fence
+// writes with the token for the cases no timeout can order.
+
 //
 // A failed Release leaves nothing held: the connection is closed.
 //
