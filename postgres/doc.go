@@ -77,11 +77,11 @@
 // When the server ends a session on its own (pg_terminate_backend, restart,
 // or its keepalive or tcp_user_timeout giving up on a silent client), it
 // frees the lock at once, and another client may take it before the old
-// holder's Done closes — at once in the first two cases, up to two intervals
-// later in the last. Keep the server's timeouts above twice the
-// health-check interval, so that a cut-off holder gives up first, and fence
-// writes with the token for the cases no timeout can order.
-
+// holder's Done closes: the holder hears of it a moment later in the first
+// two cases, and within two intervals of the link going silent in the last.
+// Keep the server's timeouts above twice the health-check interval, so that
+// a cut-off holder gives up first, and fence writes with the token for the
+// cases no timeout can order.
 //
 // A failed Release leaves nothing held: the connection is closed.
 //
