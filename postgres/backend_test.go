@@ -558,3 +558,32 @@ func TestServerPauseLosesLock(t *testing.T) {
 	}
 	mustRelease(t, ctx, h2)
 }
+
+// A statement_timeout or lock_timeout on the session (a role default, say)
+// does not end Acquire early: the wait starts again until ctx ends.
+func TestServerTimeoutsDoNotEndWait(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := testserver.Postgres(t).DSN()
+	pool := newPool(t, withHost(t, dsn, "", url.Values{"statement_timeout": {"100"}, "lock_timeout": {"70"}}), 4)
+	l := newLocker(t, pool)
+	other := newLocker(t, sharedPool(t, 2))
+	k := testKey(t, "")
+	h := mustAcquire(t, ctx, other, k)
+	got := make(chan error, 1)
+	go func() {
+		h, err := l.Acquire(ctx, k)
+		if err == nil {
+			err = h.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("Acquire returned while the key was held: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	mustRelease(t, ctx, h)
+	if err := <-got; err != nil {
+		t.Fatalf("Acquire after the holder released: %v", err)
+	}
+}

@@ -217,7 +217,9 @@ func AdvisoryKey(namespace, key string) int64 {
 // the instant the holder unlocks. When ctx ends first, a cancel request stops
 // the server-side wait, and a lock granted in that same instant is given back.
 // The TTL option is validated and otherwise ignored: advisory locks last as
-// long as the session (see the package documentation).
+// long as the session (see the package documentation). A statement_timeout
+// or lock_timeout of the session does not end Acquire: it waits again (at
+// the back of the server's queue), until ctx ends.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
 	return l.acquire(ctx, "acquire", key, true, opts)
 }

@@ -28,8 +28,10 @@ const (
 // rolled back with it).
 //
 // When ctx ends first the wait is cancelled on the server and the error wraps
-// ctx's error. On any error tx must be rolled back: it is either aborted by
-// the cancelled statement or holds a lock granted in the same instant.
+// ctx's error. The session's statement_timeout and lock_timeout also end the
+// wait, with their error: the transaction is aborted by then, so LockTx
+// cannot wait again. On any error tx must be rolled back: it is either
+// aborted or holds a lock granted in the same instant.
 //
 // The token sequence is checked (and created, unless WithoutDDL) through the
 // Locker's pool, outside tx.

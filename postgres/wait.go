@@ -69,9 +69,23 @@ func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64) (gra
 func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (grant, error) {
 	var token int64
 	var pid int32
-	interrupted, err := runCancellable(ctx, conn.Conn().PgConn(), func(qctx context.Context) error {
-		return conn.QueryRow(qctx, sqlLockWait, id, l.cfg.sequence).Scan(&token, &pid)
-	})
+	var interrupted bool
+	var err error
+	for {
+		interrupted, err = runCancellable(ctx, conn.Conn().PgConn(), func(qctx context.Context) error {
+			return conn.QueryRow(qctx, sqlLockWait, id, l.cfg.sequence).Scan(&token, &pid)
+		})
+		// A statement_timeout or lock_timeout of the session (a role's
+		// default, say) ends the wait on the server while ctx still allows
+		// more: wait again, unless the lock was somehow granted.
+		if interrupted || !isServerTimeout(err) || ctx.Err() != nil {
+			break
+		}
+		if holdsAny(conn) {
+			destroy(conn)
+			return grant{}, fmt.Errorf("waiting for the lock: %w", err)
+		}
+	}
 	if !interrupted {
 		if err != nil {
 			destroy(conn)
@@ -211,6 +225,14 @@ func holdsAny(conn *pgxpool.Conn) bool {
 		return true
 	}
 	return held
+}
+
+// isServerTimeout reports a statement ended by statement_timeout (or
+// another session's pg_cancel_backend: both are query_canceled) or by
+// lock_timeout.
+func isServerTimeout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "57014" || pe.Code == "55P03")
 }
 
 func isQueryCanceled(err error) bool {
