@@ -81,6 +81,11 @@ func (h *Handle) start() {
 // hang (a partition, a paused server) past the deadline, and the holder
 // must hear of the loss before the server lets anyone else in.
 func (h *Handle) checkDeadline() {
+	// Counted as active so that Close does not return while it runs.
+	if !h.l.enter() {
+		return // Close ends the handle itself
+	}
+	defer h.l.exit()
 	h.mu.Lock()
 	if h.st.Ended() {
 		h.mu.Unlock()
@@ -231,7 +236,10 @@ func (h *Handle) Release(ctx context.Context) error {
 		if !h.end(locker.ErrReleased) {
 			return h.endedErr()
 		}
-		return locker.KeyError("release", h.key, fmt.Errorf("%w (the lock was given up and expires within its TTL of %v)", err, h.ttl))
+		// Keep trying for a while in the background (ctx may merely have
+		// been too short), so the key frees sooner than its TTL.
+		h.l.cleanup(h.k, h.owner)
+		return locker.KeyError("release", h.key, fmt.Errorf("%w (the lock was given up; it is deleted in the background if the server answers, else it expires within its TTL of %v)", err, h.ttl))
 	case released:
 		if !h.end(locker.ErrReleased) {
 			// The loss timer fired while the release was in flight: the
