@@ -290,19 +290,17 @@ func (e *engine) runContainer(ctx context.Context, kind string, sp spec) (*testc
 		}
 	}
 	c, err := e.provider.CreateContainer(ctx, req)
-	if c != nil {
-		if dc, ok := c.(*testcontainers.DockerContainer); ok {
-			track(dc)
-		}
+	dc, ok := c.(*testcontainers.DockerContainer)
+	if ok && dc != nil {
+		track(dc)
 	}
 	if err != nil {
-		if dc, ok := c.(*testcontainers.DockerContainer); ok && dc != nil {
+		if ok && dc != nil {
 			removeContainer(dc)
 		}
 		return nil, fmt.Errorf("create %s container from %s: %w", kind, sp.image, err)
 	}
-	dc, ok := c.(*testcontainers.DockerContainer)
-	if !ok {
+	if !ok || dc == nil {
 		return nil, fmt.Errorf("unexpected container type %T", c)
 	}
 	if err := dc.Start(ctx); err != nil {
