@@ -587,3 +587,43 @@ func TestServerTimeoutsDoNotEndWait(t *testing.T) {
 		t.Fatalf("Acquire after the holder released: %v", err)
 	}
 }
+
+// A wait cancelled while the link is dead (no cancel request can get
+// through) still returns promptly, and Close still ends in bounded time.
+func TestCancelOnDeadLink(t *testing.T) {
+	srv := testserver.Postgres(t)
+	px := testserver.NewProxy(t, srv.Addr())
+	ctx := testCtx(t)
+	holder := newLocker(t, sharedPool(t, 2))
+	waiter := newLocker(t, newPool(t, withHost(t, srv.DSN(), px.Addr(), nil), 2))
+	k := testKey(t, "")
+	h := mustAcquire(t, ctx, holder, k)
+	wctx, cancel := context.WithCancel(ctx)
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(wctx, k)
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // queued on the server
+	px.Blackhole(t)
+	cancelled := time.Now()
+	cancel()
+	err := <-got
+	took := time.Since(cancelled)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Acquire on a dead link: %v", err)
+	}
+	if took > abandonWait+time.Second {
+		t.Errorf("cancelled Acquire on a dead link returned after %v, want about %v", took, abandonWait)
+	}
+	t.Logf("returned %v after its context ended", took)
+	closing := time.Now()
+	waiter.Close()
+	d := time.Since(closing)
+	t.Logf("Close took %v", d)
+	if d > cancelRequestTimeout+cancelGrace+2*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	px.Heal(t)
+	mustRelease(t, ctx, h)
+}

@@ -16,7 +16,10 @@
 // PostgreSQL, and the next is granted the instant the holder unlocks — no
 // polling. When ctx ends first, a cancel request stops the server-side wait
 // (a lock granted in that same instant is given back), so an abandoned wait
-// leaves no backend queued behind. TryAcquire uses pg_try_advisory_lock.
+// leaves no backend queued behind; Acquire returns once that is done, a round
+// trip after ctx ended — or, when the link is dead and nothing can reach the
+// server, after at most a second, leaving the connection to be closed in the
+// background. TryAcquire uses pg_try_advisory_lock.
 // Release runs pg_advisory_unlock and returns the connection to the pool;
 // if the unlock fails the connection is closed, never returned holding a
 // lock. Locks are not reentrant: a second Acquire of a held key from the same

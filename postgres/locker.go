@@ -29,9 +29,16 @@ const (
 	DefaultSequence = "locker_fence"
 )
 
-// cancelGrace bounds each step of abandoning a wait: delivering the cancel
-// request, and the server answering it. Past it the connection is closed.
-const cancelGrace = 5 * time.Second
+// Bounds of abandoning a wait: delivering the cancel request, then the
+// statement ending after it (which takes a round trip on a live server).
+// Past them the connection is closed instead.
+const (
+	cancelRequestTimeout = 2 * time.Second
+	cancelGrace          = time.Second
+	// abandonWait bounds how long Acquire outstays its context to leave no
+	// backend queued; it matters on a dead link only.
+	abandonWait = time.Second
+)
 
 // ErrPoolExhausted reports that a lock could not be taken because every
 // connection of the pool was in use until the caller's context ended. Each
@@ -64,9 +71,11 @@ type Locker struct {
 	handles map[*handle]struct{}
 
 	// ops counts Acquire, TryAcquire and the LockTx calls in flight, so that
-	// Close can wait for them; monitors counts health-check goroutines.
+	// Close can wait for them; monitors counts health-check goroutines;
+	// cleanups counts the goroutines that clean up after abandoned waits.
 	ops      sync.WaitGroup
 	monitors sync.WaitGroup
+	cleanups sync.WaitGroup
 
 	seqMu    sync.Mutex
 	seqReady bool
@@ -431,6 +440,7 @@ func (l *Locker) Close() error {
 	}
 	wg.Wait()
 	l.monitors.Wait()
+	l.cleanups.Wait()
 	if l.ownsPool {
 		l.pool.Close()
 	}

@@ -65,29 +65,29 @@ func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64) (gra
 	return g, nil
 }
 
-// lockWait runs pg_advisory_lock on conn, abandoning the wait when ctx ends.
+// lockWait runs pg_advisory_lock on conn. When ctx ends first it abandons the
+// server-side wait and cleans the connection up, in a goroutine that Close
+// waits for, and returns when that is done or after abandonWait.
 func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (grant, error) {
 	var token int64
 	var pid int32
-	var interrupted bool
-	var err error
-	for {
-		interrupted, err = runCancellable(ctx, conn.Conn().PgConn(), func(qctx context.Context) error {
-			return conn.QueryRow(qctx, sqlLockWait, id, l.cfg.sequence).Scan(&token, &pid)
-		})
-		// A statement_timeout or lock_timeout of the session (a role's
-		// default, say) ends the wait on the server while ctx still allows
-		// more: wait again, unless the lock was somehow granted.
-		if interrupted || !isServerTimeout(err) || ctx.Err() != nil {
-			break
+	w := startWait(conn.Conn().PgConn(), func(qctx context.Context) error {
+		for {
+			err := conn.QueryRow(qctx, sqlLockWait, id, l.cfg.sequence).Scan(&token, &pid)
+			// A statement_timeout or lock_timeout of the session (a role's
+			// default, say) ends the wait on the server while ctx still
+			// allows more: wait again, unless the lock was somehow granted.
+			if !isServerTimeout(err) || ctx.Err() != nil || holdsAny(qctx, conn) {
+				return err
+			}
 		}
-		if holdsAny(conn) {
-			destroy(conn)
-			return grant{}, fmt.Errorf("waiting for the lock: %w", err)
-		}
-	}
-	if !interrupted {
+	})
+	select {
+	case err := <-w.done:
+		w.stopQuery()
 		if err != nil {
+			// Whether the lock was granted is unknown: closing the session
+			// frees it if it was.
 			destroy(conn)
 			return grant{}, fmt.Errorf("waiting for the lock: %w", err)
 		}
@@ -97,19 +97,37 @@ func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (gr
 			return grant{}, err
 		}
 		return g, nil
+	case <-ctx.Done():
 	}
-	// ctx ended during the wait, and the server was asked to cancel it.
-	switch {
-	case err == nil:
-		// Granted in the same instant. Closing the session gives the lock
-		// back; the connection is not reused because the cancel request
-		// may still be on its way to the backend and hit a later statement.
-		destroy(conn)
-	case isQueryCanceled(err) && !holdsAny(conn):
-		// The cancel ended the wait (and was consumed by it): clean.
-		conn.Release()
-	default:
-		destroy(conn)
+	// Abandon the wait before returning, so that no backend of ours is still
+	// queued for the lock when the caller (or anyone) tries again. On a dead
+	// link that can take until the connection is given up; then return after
+	// abandonWait and let the cleanup finish alone: nothing sent over that
+	// link could reach the server anyway.
+	cleaned := make(chan struct{})
+	l.cleanups.Add(1)
+	go func() {
+		defer l.cleanups.Done()
+		defer close(cleaned)
+		cancelSent, err := w.abandon()
+		switch {
+		case err == nil:
+			// Granted in the same instant. Closing the session gives the
+			// lock back; the connection is not reused, because the cancel
+			// request may still be on its way to the backend.
+			destroy(conn)
+		case cancelSent && isQueryCanceled(err) && !holdsAny(context.Background(), conn):
+			// The cancel ended the wait (and was consumed by it): clean.
+			conn.Release()
+		default:
+			destroy(conn)
+		}
+	}()
+	t := time.NewTimer(abandonWait)
+	defer t.Stop()
+	select {
+	case <-cleaned:
+	case <-t.C:
 	}
 	return grant{}, fmt.Errorf("waiting for the lock: %w", context.Cause(ctx))
 }
@@ -170,55 +188,68 @@ func unstrand(conn *pgxpool.Conn, id int64, pid uint32) bool {
 	return false
 }
 
-// runCancellable runs a statement that may wait a long time. When ctx ends
-// first it sends the server a cancel request (as psql's Ctrl-C does) instead
-// of closing the connection: a closed connection's backend would stay queued
-// for the lock, taking a server connection slot, until it is granted the
-// lock — only to drop it then. If the cancel request cannot be delivered, or
-// the statement does not end within cancelGrace of it, the connection is
-// closed after all.
-//
-// interrupted reports whether ctx ended before the statement finished; it is
-// then certain that no cancel request is still in flight when this returns.
-func runCancellable(ctx context.Context, pc *pgconn.PgConn, run func(context.Context) error) (interrupted bool, err error) {
-	qctx, stopQuery := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopQuery()
-	finished := make(chan struct{})
-	cancelDone := make(chan struct{})
-	breakConn := func() {
-		stopQuery()
-		_ = pc.Conn().Close()
-	}
-	stop := context.AfterFunc(ctx, func() {
-		defer close(cancelDone)
-		cctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
-		err := pc.CancelRequest(cctx)
-		cancel()
-		if err != nil {
-			breakConn()
-			return
-		}
-		t := time.NewTimer(cancelGrace)
-		defer t.Stop()
-		select {
-		case <-finished:
-		case <-t.C:
-			breakConn()
-		}
-	})
-	err = run(qctx)
-	close(finished)
-	if stop() {
+// wait is a statement that may wait a long time, running in a goroutine of
+// its own so that the caller can stop waiting for it the moment its context
+// ends.
+type wait struct {
+	pc        *pgconn.PgConn
+	stopQuery context.CancelFunc
+	done      chan error // the statement's result, sent once
+}
+
+// startWait runs run(qctx) on pc in a new goroutine. qctx is not cancelled by
+// the caller's context; abandon ends the statement instead.
+func startWait(pc *pgconn.PgConn, run func(qctx context.Context) error) *wait {
+	qctx, stop := context.WithCancel(context.Background())
+	w := &wait{pc: pc, stopQuery: stop, done: make(chan error, 1)}
+	go func() { w.done <- run(qctx) }()
+	return w
+}
+
+// abandon ends the statement and returns its result. It sends the server a
+// cancel request (as psql's Ctrl-C does) rather than closing the connection:
+// a closed connection's backend would stay queued for the lock, holding a
+// server connection slot, until granted the lock only to drop it. If the
+// request cannot be delivered within cancelRequestTimeout, or the statement
+// does not end within cancelGrace after it, the socket is closed after all.
+// cancelSent says whether a cancel request went out (none does when the
+// statement had already ended); when abandon returns, none is in flight.
+func (w *wait) abandon() (cancelSent bool, err error) {
+	defer w.stopQuery()
+	select {
+	case err := <-w.done:
 		return false, err
+	default:
 	}
-	<-cancelDone
-	return true, err
+	cctx, cancel := context.WithTimeout(context.Background(), cancelRequestTimeout)
+	cerr := w.pc.CancelRequest(cctx)
+	cancel()
+	if cerr != nil {
+		w.breakConn()
+		return true, <-w.done
+	}
+	t := time.NewTimer(cancelGrace)
+	defer t.Stop()
+	select {
+	case err := <-w.done:
+		return true, err
+	case <-t.C:
+		w.breakConn()
+		return true, <-w.done
+	}
+}
+
+// breakConn makes the statement fail at once, whatever the pool's
+// configuration does with a cancelled context.
+func (w *wait) breakConn() {
+	w.stopQuery()
+	_ = w.pc.Conn().Close()
 }
 
 // holdsAny reports whether conn's session holds any advisory lock; on error
 // it says true, so that the caller does not reuse the connection.
-func holdsAny(conn *pgxpool.Conn) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+func holdsAny(ctx context.Context, conn *pgxpool.Conn) bool {
+	ctx, cancel := context.WithTimeout(ctx, cancelGrace)
 	defer cancel()
 	var held bool
 	if err := conn.QueryRow(ctx, sqlAnyHeld).Scan(&held); err != nil {
