@@ -627,3 +627,61 @@ func TestCancelOnDeadLink(t *testing.T) {
 	px.Heal(t)
 	mustRelease(t, ctx, h)
 }
+
+// A role that may not run DDL (the default since PostgreSQL 15, which no
+// longer lets every role create in public): creating the sequence fails with
+// an error that shows the SQL to run; with the sequence created by an
+// administrator and WithoutDDL, locks work.
+func TestRoleWithoutDDL(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := testserver.Postgres(t).DSN()
+	admin := newPool(t, dsn, 2)
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano())
+	role, schema := "locker_app_"+suffix, "locker_s_"+suffix
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN PASSWORD 'app-pw'"); err != nil {
+		t.Skipf("cannot create a role on this server: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		admin.Exec(ctx, "DROP OWNED BY "+role)
+		admin.Exec(ctx, "DROP ROLE IF EXISTS "+role)
+	})
+	var canCreate bool
+	if err := admin.QueryRow(ctx, "SELECT has_schema_privilege($1, 'public', 'CREATE')", role).Scan(&canCreate); err != nil {
+		t.Fatal(err)
+	}
+	seq := schema + ".fence"
+	for _, stmt := range []string{
+		"CREATE SCHEMA " + schema,
+		createSequenceSQL(seq),
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		"GRANT USAGE ON SEQUENCE " + seq + " TO " + role,
+	} {
+		if _, err := admin.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	u, _ := url.Parse(dsn)
+	u.User = url.UserPassword(role, "app-pw")
+	app := newPool(t, u.String(), 2)
+
+	if !canCreate {
+		l := newLocker(t, app, WithSequence("locker_fence_"+suffix))
+		_, err := l.TryAcquire(ctx, testKey(t, ""))
+		if err == nil || !strings.Contains(err.Error(), "WithoutDDL") || !strings.Contains(err.Error(), "CREATE SEQUENCE") {
+			t.Errorf("TryAcquire by a role that may not create the sequence: %v, want an error showing the SQL", err)
+		}
+	} else {
+		t.Log("this server lets every role create in public; skipping the refusal check")
+	}
+	l := newLocker(t, app, WithSequence(seq), WithoutDDL())
+	h, err := l.TryAcquire(ctx, testKey(t, ""))
+	if err != nil {
+		t.Fatalf("TryAcquire with an administrator-made sequence: %v", err)
+	}
+	if h.Token() != 1 {
+		t.Errorf("first token = %d, want 1", h.Token())
+	}
+	mustRelease(t, ctx, h)
+}

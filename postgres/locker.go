@@ -391,7 +391,8 @@ func (l *Locker) ensureSequence(ctx context.Context) error {
 			return fmt.Errorf("%s exists but is not a sequence; name another with WithSequence", seq)
 		}
 		if _, err := l.pool.Exec(ctx, createSequenceSQL(seq)); err != nil && !isDuplicate(err) {
-			return fmt.Errorf("creating fencing-token sequence: %w", err)
+			return fmt.Errorf("creating fencing-token sequence: %w (if this role may not create it, create it once with a role that may, grant USAGE on it, and use WithoutDDL: %s)",
+				err, createSequenceSQL(seq))
 		}
 	}
 }
