@@ -378,3 +378,43 @@ func TestCloseDoesNotCloseClient(t *testing.T) {
 	}
 	var _ goredis.UniversalClient = c
 }
+
+// TestWaiterSurvivesPubSubReconnect: the waiter's connections are reset
+// while it waits; go-redis reconnects and resubscribes, and a later release
+// still wakes the waiter by notification, not by its retry interval.
+func TestWaiterSurvivesPubSubReconnect(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	px := testserver.NewProxy(t, srv.Addr())
+	const retry = time.Minute
+	waiter := newTestLocker(t, px.Addr(), WithRetryInterval(retry))
+	holder := newTestLocker(t, srv.Addr())
+	key := uniqueKey(t)
+	h := mustGet(t, ctx, holder, key, locker.WithTTL(time.Minute))
+	got := make(chan time.Time, 1)
+	go func() {
+		wh, err := waiter.Acquire(ctx, key)
+		got <- time.Now()
+		if err != nil {
+			t.Errorf("waiting Acquire: %v", err)
+			return
+		}
+		_ = wh.Release(ctx)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	px.ResetAll(t)
+	time.Sleep(time.Second) // reconnect and resubscribe
+	released := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		t.Logf("woken %v after the release", at.Sub(released))
+		if d := at.Sub(released); d > 2*time.Second {
+			t.Errorf("waiter woke %v after the release; the resubscription did not work", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken within 10s of the release after a reconnect")
+	}
+}

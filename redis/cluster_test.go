@@ -190,3 +190,69 @@ func TestConformanceCluster(t *testing.T) {
 }
 
 var _ = context.Background
+
+// TestClusterWaitersSurviveReconnect: the Pub/Sub connections of a waiting
+// Locker are killed; waiters on several slots of one master must still be
+// woken by the next releases.
+func TestClusterWaitersSurviveReconnect(t *testing.T) {
+	c := clusterClient(t)
+	ctx := testCtx(t)
+	const retry = time.Minute
+	waiter := New(c, WithRetryInterval(retry))
+	holder := New(c)
+	t.Cleanup(func() { _ = waiter.Close(); _ = holder.Close() })
+
+	// Three keys on one master, on different slots.
+	var keys []string
+	var master *goredis.Client
+	slots := map[int64]bool{}
+	for i := 0; len(keys) < 3; i++ {
+		key := fmt.Sprintf("%s/%d", uniqueKey(t), i)
+		k := waiter.keysFor(key)
+		m, err := c.MasterForKey(ctx, k.wake)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slot := c.ClusterKeySlot(ctx, k.wake).Val()
+		if master == nil {
+			master = m
+		}
+		if m.Options().Addr == master.Options().Addr && !slots[slot] {
+			slots[slot] = true
+			keys = append(keys, key)
+		}
+	}
+	var handles []locker.Handle
+	got := make(chan time.Time, len(keys))
+	for _, key := range keys {
+		handles = append(handles, mustGet(t, ctx, holder, key, locker.WithTTL(time.Minute)))
+		go func() {
+			wh, err := waiter.Acquire(ctx, key)
+			got <- time.Now()
+			if err == nil {
+				_ = wh.Release(ctx)
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := master.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // reconnect and resubscribe
+	released := time.Now()
+	for _, h := range handles {
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range keys {
+		select {
+		case at := <-got:
+			if d := at.Sub(released); d > 2*time.Second {
+				t.Errorf("waiter woke %v after the release", d)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("waiter not woken within 10s of the release after its Pub/Sub connection was killed")
+		}
+	}
+}

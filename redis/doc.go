@@ -106,11 +106,12 @@
 //     or counter increment not yet copied to the replica that is promoted is
 //     lost: two clients may hold the key, and tokens may repeat. Fencing on
 //     the resource side catches writes only if tokens never go backwards.
-//   - Lost Pub/Sub messages (reconnect, failover, resharding): waiters wake
-//     at the holder's expiry or the retry interval instead of at once. On
-//     Cluster, go-redis resubscribes all of a connection's shard channels in
-//     one command after a reconnect, which the server refuses when they span
-//     slots; those waiters also fall back to their timers.
+//   - Lost Pub/Sub messages: the Locker checks its Pub/Sub connections (a
+//     PING after 3s of silence) and replaces a failed one, subscribing again
+//     channel by channel and waking every waiter once, since releases may
+//     have been announced meanwhile. A message lost otherwise (a failover, a
+//     slot moved to another master) costs a waiter at most the holder's
+//     remaining lease or the retry interval.
 //   - A client without ContextTimeoutEnabled (the go-redis default) cannot
 //     abort a request in flight: calls still return when their context ends,
 //     but the request finishes in the background until ReadTimeout, and Close

@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"errors"
+	"net"
 	"sync"
 	"time"
 
@@ -17,6 +19,12 @@ import (
 // multiplexes every key it waits on over it. Subscriptions are reference
 // counted by waiters and made or dropped by one writer goroutine per
 // connection, so that Acquire never blocks on a subscription command.
+//
+// The connection is read by our own goroutine, which also checks its health
+// (a PING when nothing arrived for healthInterval) and replaces it when it
+// fails, subscribing again channel by channel. go-redis' own reconnection is
+// not relied on: it resubscribes all shard channels in one SSUBSCRIBE,
+// which Redis Cluster refuses when they span slots.
 //
 // Notifications only make waiting prompt; they are not needed for safety.
 // A lost message (reconnect, failover, resharding) costs at most the
@@ -77,25 +85,28 @@ func (h *hub) node(ctx context.Context, channel string) *node {
 	if n := h.nodes[addr]; n != nil {
 		return n
 	}
-	var ps *goredis.PubSub
-	if h.l.sharded {
-		ps = master.SSubscribe(context.Background())
-	} else {
-		ps = h.l.client.Subscribe(context.Background())
+	newPubSub := func() *goredis.PubSub {
+		if h.l.sharded {
+			return master.SSubscribe(context.Background())
+		}
+		return h.l.client.Subscribe(context.Background())
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	n := &node{
-		sharded: h.l.sharded,
-		ps:      ps,
-		msgs:    ps.ChannelWithSubscriptions(goredis.WithChannelSize(1024)),
-		chans:   map[string]*chanState{},
-		dirty:   map[string]struct{}{},
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
+		ctx:       ctx,
+		cancel:    cancel,
+		sharded:   h.l.sharded,
+		newPubSub: newPubSub,
+		ps:        newPubSub(),
+		chans:     map[string]*chanState{},
+		dirty:     map[string]struct{}{},
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
 	}
 	h.nodes[addr] = n
 	h.wg.Add(2)
 	go func() { defer h.wg.Done(); n.writer() }()
-	go func() { defer h.wg.Done(); n.dispatch() }()
+	go func() { defer h.wg.Done(); n.receive() }()
 	return n
 }
 
@@ -108,20 +119,26 @@ func (h *hub) close() {
 	h.mu.Unlock()
 	for _, n := range nodes {
 		close(n.stop)
-		_ = n.ps.Close() // ends msgs, which ends dispatch
+		n.cancel()
+		n.mu.Lock()
+		ps := n.ps
+		n.mu.Unlock()
+		_ = ps.Close() // ends a read in progress
 	}
 	h.wg.Wait()
 }
 
 // node is one Pub/Sub connection.
 type node struct {
-	sharded bool
-	ps      *goredis.PubSub
-	msgs    <-chan interface{}
-	kick    chan struct{} // wakes the writer
-	stop    chan struct{}
+	ctx       context.Context // ends when the hub closes
+	cancel    context.CancelFunc
+	sharded   bool
+	newPubSub func() *goredis.PubSub
+	kick      chan struct{} // wakes the writer
+	stop      chan struct{}
 
 	mu    sync.Mutex
+	ps    *goredis.PubSub // replaced when the connection fails
 	chans map[string]*chanState
 	dirty map[string]struct{} // channels whose subscription may need a command
 }
@@ -257,16 +274,19 @@ func (n *node) writer() {
 			}
 		}
 		clear(n.dirty)
+		ps := n.ps
 		n.mu.Unlock()
-		n.send(unsubs, false)
-		n.send(subs, true)
+		// A command sent on a connection that is being replaced fails or
+		// is lost; the replacement marks every channel for resubscription.
+		n.send(ps, unsubs, false)
+		n.send(ps, subs, true)
 	}
 }
 
-// send issues the commands. Errors need no handling here: go-redis
-// reconnects and resubscribes to the channels it was asked for, and
-// waiters fall back to their timers meanwhile.
-func (n *node) send(chs []string, subscribe bool) {
+// send issues the commands. Errors need no handling here: a failed
+// connection is replaced by receive, which resubscribes, and waiters fall
+// back to their timers meanwhile.
+func (n *node) send(ps *goredis.PubSub, chs []string, subscribe bool) {
 	if len(chs) == 0 {
 		return
 	}
@@ -274,9 +294,9 @@ func (n *node) send(chs []string, subscribe bool) {
 	defer cancel()
 	if !n.sharded {
 		if subscribe {
-			_ = n.ps.Subscribe(ctx, chs...)
+			_ = ps.Subscribe(ctx, chs...)
 		} else {
-			_ = n.ps.Unsubscribe(ctx, chs...)
+			_ = ps.Unsubscribe(ctx, chs...)
 		}
 		return
 	}
@@ -288,29 +308,118 @@ func (n *node) send(chs []string, subscribe bool) {
 		default:
 		}
 		if subscribe {
-			_ = n.ps.SSubscribe(ctx, ch)
+			_ = ps.SSubscribe(ctx, ch)
 		} else {
-			_ = n.ps.SUnsubscribe(ctx, ch)
+			_ = ps.SUnsubscribe(ctx, ch)
 		}
 	}
 }
 
-// dispatch routes confirmations and release notifications to waiters until
-// the connection is closed.
-func (n *node) dispatch() {
-	for msg := range n.msgs {
-		switch m := msg.(type) {
-		case *goredis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-				n.confirmed(m.Channel)
-			}
-		case *goredis.Message:
-			n.mu.Lock()
-			if cs := n.chans[m.Channel]; cs != nil {
-				cs.wakeOne()
-			}
-			n.mu.Unlock()
+// healthInterval is how long the connection may stay silent before a PING
+// checks it; a PING unanswered for as long again replaces the connection.
+const healthInterval = 3 * time.Second
+
+// receive reads confirmations and release notifications and routes them to
+// waiters, until the hub closes. It runs on the goroutine that reads the
+// socket, so a notification reaches the waiter in one goroutine switch.
+func (n *node) receive() {
+	ctx := n.ctx
+	var (
+		pinged  bool // a PING is unanswered
+		backoff time.Duration
+	)
+	for {
+		n.mu.Lock()
+		ps := n.ps
+		n.mu.Unlock()
+		msg, err := ps.ReceiveTimeout(ctx, healthInterval)
+		if n.stopped() {
+			return
 		}
+		var ne net.Error
+		switch {
+		case err == nil:
+			pinged, backoff = false, 0
+			n.route(msg)
+		case errors.As(err, &ne) && ne.Timeout():
+			if !pinged {
+				pctx, pcancel := context.WithTimeout(ctx, healthInterval)
+				pinged = ps.Ping(pctx) == nil
+				pcancel()
+				if pinged {
+					continue
+				}
+			}
+			n.replace(ps)
+			pinged = false
+		case isServerReply(err):
+			// An error reply to one of our commands (a channel whose slot
+			// moved, a missing permission): its waiters fall back to their
+			// timers; the connection itself is fine.
+		default:
+			n.replace(ps)
+			pinged = false
+			// Do not spin on a server that is down.
+			backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
+			select {
+			case <-time.After(backoff):
+			case <-n.stop:
+				return
+			}
+		}
+	}
+}
+
+func (n *node) stopped() bool {
+	select {
+	case <-n.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// isServerReply reports whether err is an error reply of the server rather
+// than a failure of the connection.
+func isServerReply(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re)
+}
+
+// replace swaps a failed connection for a new one and has every channel
+// that has waiters subscribed again. Releases announced meanwhile were
+// missed, so every waiter looks once.
+func (n *node) replace(old *goredis.PubSub) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ps != old || n.stopped() {
+		return
+	}
+	_ = old.Close()
+	n.ps = n.newPubSub()
+	for ch, cs := range n.chans {
+		cs.sent, cs.pending = false, 0
+		if len(cs.waiters) == 0 {
+			delete(n.chans, ch)
+			continue
+		}
+		cs.wakeAll()
+		n.markDirty(ch)
+	}
+}
+
+func (n *node) route(msg any) {
+	switch m := msg.(type) {
+	case *goredis.Subscription:
+		if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+			n.confirmed(m.Channel)
+		}
+	case *goredis.Message:
+		n.mu.Lock()
+		if cs := n.chans[m.Channel]; cs != nil {
+			cs.wakeOne()
+		}
+		n.mu.Unlock()
 	}
 }
 
@@ -324,8 +433,8 @@ func (n *node) confirmed(ch string) {
 	if cs.pending > 0 {
 		cs.pending--
 	} else {
-		// Not one we asked for: go-redis resubscribed after a reconnect,
-		// and releases announced meanwhile were missed. Let everyone look.
+		// Not one we asked for (go-redis resubscribed after a reconnect of
+		// its own): releases announced meanwhile were missed.
 		cs.wakeAll()
 	}
 	if cs.sent && cs.pending == 0 {
