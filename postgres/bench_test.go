@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/internal/testserver"
@@ -43,6 +44,18 @@ func benchLocker(b *testing.B, dsn string, maxConns int32) *Locker {
 	}
 	if err := h.Release(context.Background()); err != nil {
 		b.Fatalf("warm-up Release: %v", err)
+	}
+	// Open every connection now, as the raw baselines do before the timer.
+	conns := make([]*pgxpool.Conn, 0, maxConns)
+	for range maxConns {
+		c, err := l.pool.Acquire(context.Background())
+		if err != nil {
+			b.Fatalf("warm-up: %v", err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
 	}
 	return l
 }
