@@ -13,34 +13,6 @@ import (
 	"github.com/go-locker/locker/internal/testserver"
 )
 
-// newTestLocker returns a Locker on its own client of addr, closed at the end
-// of the test.
-func newTestLocker(t testing.TB, addr string, opts ...Option) *Locker {
-	t.Helper()
-	l := New(testClient(t, addr, true), opts...)
-	t.Cleanup(func() { _ = l.Close() })
-	return l
-}
-
-func uniqueKey(t testing.TB) string {
-	return "test/" + t.Name() + "/" + newOwner()
-}
-
-func mustGet(t testing.TB, ctx context.Context, l *Locker, key string, opts ...locker.Option) *Handle {
-	t.Helper()
-	h, err := l.Acquire(ctx, key, opts...)
-	if err != nil {
-		t.Fatalf("Acquire(%q): %v", key, err)
-	}
-	return h.(*Handle)
-}
-
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestKeyEncoding(t *testing.T) {
 	l := New(nil)
 	seen := map[string]string{}
@@ -417,4 +389,98 @@ func TestWaiterSurvivesPubSubReconnect(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter not woken within 10s of the release after a reconnect")
 	}
+}
+
+// TestReleaseWithEndedContext: a Release whose context has already ended
+// reports the context error, gives the lock up, and still deletes it in the
+// background, so others need not wait for the TTL.
+func TestReleaseWithEndedContext(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	l := newTestLocker(t, srv.Addr())
+	other := newTestLocker(t, srv.Addr())
+	key := uniqueKey(t)
+	h := mustGet(t, ctx, l, key, locker.WithTTL(time.Minute))
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := h.Release(done); !errors.Is(err, context.Canceled) {
+		t.Errorf("Release with a cancelled context: %v, want context.Canceled", err)
+	}
+	if !errors.Is(h.Err(), locker.ErrReleased) {
+		t.Errorf("Err() = %v, want ErrReleased", h.Err())
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	oh, err := other.Acquire(wctx, key)
+	if err != nil {
+		t.Fatalf("key not freed in the background: %v", err)
+	}
+	_ = oh.Release(ctx)
+}
+
+// TestConcurrentRelease: of many concurrent Releases exactly one succeeds.
+func TestConcurrentRelease(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	l := newTestLocker(t, srv.Addr())
+	h := mustGet(t, ctx, l, uniqueKey(t))
+	errs := make(chan error, 8)
+	for range cap(errs) {
+		go func() { errs <- h.Release(ctx) }()
+	}
+	ok := 0
+	for range cap(errs) {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case !errors.Is(err, locker.ErrReleased):
+			t.Errorf("concurrent Release: %v, want nil or ErrReleased", err)
+		}
+	}
+	if ok != 1 {
+		t.Errorf("%d Releases succeeded, want exactly 1", ok)
+	}
+}
+
+// TestAcquireAbandonedInFlight: with a client that ignores contexts during
+// socket I/O, an Acquire whose request hangs (blackholed connection) still
+// returns when its context ends; the request finishes in the background and
+// Close waits for it. The lock it may have taken is cleaned up after heal.
+func TestAcquireAbandonedInFlight(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	px := testserver.NewProxy(t, srv.Addr())
+	l := New(testClient(t, px.Addr(), false))
+	key := uniqueKey(t)
+	// Warm the connection so the blackhole catches a request, not a dial.
+	if h, err := l.TryAcquire(ctx, key+"/warm"); err == nil {
+		_ = h.Release(ctx)
+	}
+	px.Blackhole(t)
+	actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := l.Acquire(actx, key)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Acquire returned %v after its context ended", took-200*time.Millisecond)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire on a blackholed server: %v, want context.DeadlineExceeded", err)
+	}
+	px.Heal(t)
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	other := newTestLocker(t, srv.Addr())
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	oh, err := other.Acquire(wctx, key)
+	if err != nil {
+		t.Fatalf("key blocked after an abandoned Acquire: %v", err)
+	}
+	_ = oh.Release(ctx)
 }

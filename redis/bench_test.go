@@ -109,6 +109,48 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 }
 
+// BenchmarkUncontendedInterleaved alternates the two within one loop, so
+// that both see the same machine load (the sub-benchmarks above run one
+// after the other, and a busy machine skews them differently). ns/op is one
+// locker cycle plus one raw cycle; the medians of each are reported.
+func BenchmarkUncontendedInterleaved(b *testing.B) {
+	addr := testserver.Redis(b).Addr()
+	ctx := context.Background()
+	c := benchClient(b, addr)
+	defer c.Close()
+	l := New(c)
+	defer l.Close()
+	key, rawKey := "bench/interleaved/"+newOwner(), "bench/interleaved-raw/"+newOwner()
+	lockerT := make([]time.Duration, 0, b.N)
+	rawT := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		h, err := l.Acquire(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		mid := time.Now()
+		owner := newOwner()
+		if err := rawLock(ctx, c, rawKey, owner); err != nil {
+			b.Fatal(err)
+		}
+		if err := rawUnlock(ctx, c, rawKey, owner); err != nil {
+			b.Fatal(err)
+		}
+		lockerT = append(lockerT, mid.Sub(start))
+		rawT = append(rawT, time.Since(mid))
+	}
+	b.StopTimer()
+	slices.Sort(lockerT)
+	slices.Sort(rawT)
+	b.ReportMetric(float64(lockerT[len(lockerT)/2].Nanoseconds())/1e3, "locker-p50-µs")
+	b.ReportMetric(float64(rawT[len(rawT)/2].Nanoseconds())/1e3, "raw-p50-µs")
+}
+
 // BenchmarkHandoff measures the time from the start of a release to the
 // moment the next waiter holds the lock, with 1, 8 and 64 waiters: with
 // impl=locker each on its own Locker (like separate processes: every

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -81,4 +82,32 @@ func TestConformance(t *testing.T) {
 			})
 		})
 	}
+}
+
+// newTestLocker returns a Locker on its own client of addr, closed at the end
+// of the test.
+func newTestLocker(t testing.TB, addr string, opts ...Option) *Locker {
+	t.Helper()
+	l := New(testClient(t, addr, true), opts...)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func uniqueKey(t testing.TB) string {
+	return "test/" + t.Name() + "/" + newOwner()
+}
+
+func mustGet(t testing.TB, ctx context.Context, l *Locker, key string, opts ...locker.Option) *Handle {
+	t.Helper()
+	h, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return h.(*Handle)
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }
