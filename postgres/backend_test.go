@@ -286,12 +286,12 @@ func TestAdvisoryKeyStable(t *testing.T) {
 func TestLongHoldKeepsLock(t *testing.T) {
 	ctx := testCtx(t)
 	pool := sharedPool(t, 4)
-	const interval = 100 * time.Millisecond
+	const interval = 250 * time.Millisecond
 	l := newLocker(t, pool, WithHealthCheckInterval(interval))
 	other := newLocker(t, pool)
 	k := testKey(t, "")
 	h := mustAcquire(t, ctx, l, k)
-	deadline := time.Now().Add(30 * interval)
+	deadline := time.Now().Add(12 * interval)
 	for time.Now().Before(deadline) {
 		select {
 		case <-h.Done():

@@ -195,7 +195,7 @@ func TestSessionPooler(t *testing.T) {
 	if _, err := undeclared.TryAcquire(ctx, testKey(t, "")); !errors.Is(err, ErrPooler) {
 		t.Fatalf("TryAcquire through an undeclared pooler: %v, want ErrPooler", err)
 	}
-	a := newLocker(t, newPool(t, dsn, 2), WithSessionPooler(), WithHealthCheckInterval(100*time.Millisecond))
+	a := newLocker(t, newPool(t, dsn, 2), WithSessionPooler(), WithHealthCheckInterval(250*time.Millisecond))
 	b := newLocker(t, newPool(t, dsn, 2), WithSessionPooler())
 	k := testKey(t, "")
 	h := mustAcquire(t, ctx, a, k)
