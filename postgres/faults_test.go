@@ -1,0 +1,188 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/testserver"
+)
+
+// A server restart ends every session; the holder hears of it at once (the
+// server's FATAL message wakes the health monitor), not a check later.
+func TestServerRestartEndsHold(t *testing.T) {
+	srv := testserver.NewPostgres(t)
+	if !srv.CanControl() {
+		t.Skipf("needs a server the test may restart; %s is not", srv)
+	}
+	ctx := testCtx(t)
+	pool := newPool(t, srv.DSN(), 4)
+	l := newLocker(t, pool, WithHealthCheckInterval(time.Minute))
+	k := testKey(t, "")
+	h := mustAcquire(t, ctx, l, k)
+	stopping := time.Now()
+	doneAt := make(chan time.Time, 1)
+	go func() { <-h.Done(); doneAt <- time.Now() }()
+	srv.Stop(t)
+	stopped := time.Since(stopping)
+	waitDone(t, h, 10*time.Second, "holder whose server stopped")
+	t.Logf("Done() closed %v after Stop began (Stop took %v; check interval 1m)", (<-doneAt).Sub(stopping), stopped)
+	if !errors.Is(h.Err(), locker.ErrLost) {
+		t.Fatalf("Err() = %v, want ErrLost", h.Err())
+	}
+	srv.Start(t)
+	// The Locker never pretends: the handle stays lost, and the key is free.
+	if err := h.Release(ctx); !errors.Is(err, locker.ErrLost) {
+		t.Errorf("Release after restart: %v, want ErrLost", err)
+	}
+	h2 := mustAcquire(t, ctx, l, k)
+	if h2.Token() <= h.Token() {
+		t.Errorf("token %d after restart not greater than %d", h2.Token(), h.Token())
+	}
+	mustRelease(t, ctx, h2)
+}
+
+// pg_terminate_backend frees the lock on the server at once; the holder's
+// monitor reads the FATAL message and reports the loss without waiting for a
+// health check.
+func TestTerminatedBackend(t *testing.T) {
+	ctx := testCtx(t)
+	pool := sharedPool(t, 4)
+	l := newLocker(t, pool, WithHealthCheckInterval(time.Minute))
+	k := testKey(t, "")
+	h := mustAcquire(t, ctx, l, k)
+	pid := h.(*handle).pid
+	var ok bool
+	if err := pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
+	}
+	took := waitDone(t, h, 5*time.Second, "holder whose backend was terminated")
+	t.Logf("Done() closed %v after pg_terminate_backend (check interval 1m)", took)
+	if !errors.Is(h.Err(), locker.ErrLost) {
+		t.Fatalf("Err() = %v, want ErrLost", h.Err())
+	}
+	other := newLocker(t, pool)
+	h2, err := other.TryAcquire(ctx, k)
+	if err != nil {
+		t.Fatalf("TryAcquire after the holder's backend was terminated: %v", err)
+	}
+	if h2.Token() <= h.Token() {
+		t.Errorf("token %d not greater than the terminated holder's %d", h2.Token(), h.Token())
+	}
+	mustRelease(t, ctx, h2)
+}
+
+// A connection reset (the proxy drops every connection) ends the hold at once.
+func TestConnectionReset(t *testing.T) {
+	srv := testserver.Postgres(t)
+	px := testserver.NewProxy(t, srv.Addr())
+	ctx := testCtx(t)
+	l := newLocker(t, newPool(t, withHost(t, srv.DSN(), px.Addr(), nil), 4), WithHealthCheckInterval(time.Minute))
+	h := mustAcquire(t, ctx, l, testKey(t, ""))
+	px.ResetAll(t)
+	took := waitDone(t, h, 5*time.Second, "holder whose connection was reset")
+	t.Logf("Done() closed %v after the reset", took)
+	if !errors.Is(h.Err(), locker.ErrLost) {
+		t.Fatalf("Err() = %v, want ErrLost", h.Err())
+	}
+}
+
+// A frozen server (docker pause) does not answer the health check: the holder
+// reports the loss within about two intervals and closes its connection, and
+// once the server runs again it sees the close and frees the key.
+func TestServerPauseLosesLock(t *testing.T) {
+	srv := testserver.NewPostgres(t)
+	if !srv.CanControl() {
+		t.Skipf("needs a server the test may pause; %s is not", srv)
+	}
+	ctx := testCtx(t)
+	l := newLocker(t, newPool(t, srv.DSN(), 4))
+	k := testKey(t, "")
+	h := mustAcquire(t, ctx, l, k)
+	srv.Pause(t)
+	took := waitDone(t, h, 4*testInterval+5*time.Second, "holder whose server froze")
+	srv.Resume(t)
+	t.Logf("Done() closed %v after the pause (interval %v)", took, testInterval)
+	if !errors.Is(h.Err(), locker.ErrLost) {
+		t.Fatalf("Err() = %v, want ErrLost", h.Err())
+	}
+	other := newLocker(t, newPool(t, srv.DSN(), 4))
+	h2 := mustAcquire(t, ctx, other, k)
+	if h2.Token() <= h.Token() {
+		t.Errorf("token %d not greater than %d", h2.Token(), h.Token())
+	}
+	mustRelease(t, ctx, h2)
+}
+
+// A wait cancelled while the link is dead (no cancel request can get
+// through) still returns promptly, and Close still ends in bounded time.
+func TestCancelOnDeadLink(t *testing.T) {
+	srv := testserver.Postgres(t)
+	px := testserver.NewProxy(t, srv.Addr())
+	ctx := testCtx(t)
+	holder := newLocker(t, sharedPool(t, 2))
+	waiter := newLocker(t, newPool(t, withHost(t, srv.DSN(), px.Addr(), nil), 2))
+	k := testKey(t, "")
+	h := mustAcquire(t, ctx, holder, k)
+	wctx, cancel := context.WithCancel(ctx)
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(wctx, k)
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // queued on the server
+	px.Blackhole(t)
+	cancelled := time.Now()
+	cancel()
+	err := <-got
+	took := time.Since(cancelled)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Acquire on a dead link: %v", err)
+	}
+	if took > abandonWait+time.Second {
+		t.Errorf("cancelled Acquire on a dead link returned after %v, want about %v", took, abandonWait)
+	}
+	t.Logf("returned %v after its context ended", took)
+	closing := time.Now()
+	waiter.Close()
+	d := time.Since(closing)
+	t.Logf("Close took %v", d)
+	if d > cancelRequestTimeout+cancelGrace+2*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	px.Heal(t)
+	mustRelease(t, ctx, h)
+}
+
+// locker.Do on this backend: when the session is killed while fn runs, fn's
+// context ends with a cause wrapping ErrLost, and Do reports the loss.
+func TestDoStopsOnLoss(t *testing.T) {
+	ctx := testCtx(t)
+	pool := sharedPool(t, 4)
+	l := newLocker(t, pool)
+	err := locker.Do(ctx, l, testKey(t, ""), func(fctx context.Context) error {
+		var pid int32
+		l.mu.Lock()
+		for h := range l.handles {
+			pid = int32(h.pid)
+		}
+		l.mu.Unlock()
+		if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+			return err
+		}
+		select {
+		case <-fctx.Done():
+			if !errors.Is(context.Cause(fctx), locker.ErrLost) {
+				t.Errorf("fn's context ended with cause %v, want ErrLost", context.Cause(fctx))
+			}
+			return nil
+		case <-time.After(5 * time.Second):
+			return errors.New("fn's context not cancelled after its lock was lost")
+		}
+	})
+	if !errors.Is(err, locker.ErrLost) {
+		t.Fatalf("Do: %v, want ErrLost", err)
+	}
+}
