@@ -207,8 +207,16 @@ func TestSessionPooler(t *testing.T) {
 	if _, err := b.TryAcquire(ctx, k); !errors.Is(err, locker.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held key through the pooler: %v, want ErrNotAcquired", err)
 	}
+	// A wait abandoned through the pooler (which forwards the cancel
+	// request) leaves nothing queued: the key is free right after release.
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err := b.Acquire(wctx, k)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with a short deadline through the pooler: %v", err)
+	}
 	mustRelease(t, ctx, h)
-	h2, err := b.TryAcquire(ctx, k)
+	h2, err := a.TryAcquire(ctx, k)
 	if err != nil {
 		t.Fatalf("TryAcquire after release: %v", err)
 	}
