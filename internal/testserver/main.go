@@ -14,8 +14,8 @@ import (
 //	func TestMain(m *testing.M) { testserver.Main(m) }
 //
 // A binary that panics or hits -timeout cannot run it: the next test binary that
-// starts a container removes what dead binaries left, and `make test` removes every
-// labelled container at its end.
+// starts a container removes what dead binaries left, and so does `make test` at its
+// end (scripts/with-servers.sh).
 func Main(m *testing.M) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)

@@ -42,7 +42,8 @@ const (
 	kindEtcd         = "etcd"
 )
 
-// Environment variables naming existing servers.
+// Environment variables: those naming existing servers, the image profile, and the
+// switch that turns a missing server from a skip into a failure.
 const (
 	EnvRedisAddr     = "LOCKER_TEST_REDIS_ADDR"
 	EnvRedisNodes    = "LOCKER_TEST_REDIS_NODES"
@@ -369,6 +370,16 @@ func MySQL(t testing.TB) *Server {
 	return sharedOne(t, kindMySQL, EnvMySQLDSN)
 }
 
+// NewMySQL returns a fresh MySQL-protocol (MariaDB) server private to the test,
+// removed at t.Cleanup (or the LOCKER_TEST_MYSQL_DSN server, whose CanControl is false).
+func NewMySQL(t testing.TB) *Server {
+	t.Helper()
+	if v := fromEnv(EnvMySQLDSN); v != "" {
+		return MySQL(t)
+	}
+	return private(t, kindMySQL, EnvMySQLDSN)
+}
+
 // ZooKeeper returns the ZooKeeper server shared by the tests of this binary.
 func ZooKeeper(t testing.TB) *Server {
 	t.Helper()
@@ -376,6 +387,16 @@ func ZooKeeper(t testing.TB) *Server {
 		return envServer(kindZooKeeper, EnvZooKeeperAddr, v)
 	}
 	return sharedOne(t, kindZooKeeper, EnvZooKeeperAddr)
+}
+
+// NewZooKeeper returns a fresh ZooKeeper server private to the test,
+// removed at t.Cleanup (or the LOCKER_TEST_ZOOKEEPER_ADDR server, whose CanControl is false).
+func NewZooKeeper(t testing.TB) *Server {
+	t.Helper()
+	if v := fromEnv(EnvZooKeeperAddr); v != "" {
+		return ZooKeeper(t)
+	}
+	return private(t, kindZooKeeper, EnvZooKeeperAddr)
 }
 
 // Etcd returns the etcd server shared by the tests of this binary; Addr is the
@@ -387,6 +408,16 @@ func Etcd(t testing.TB) *Server {
 		return envServer(kindEtcd, EnvEtcdAddr, strings.TrimSuffix(v, "/"))
 	}
 	return sharedOne(t, kindEtcd, EnvEtcdAddr)
+}
+
+// NewEtcd returns a fresh etcd server private to the test,
+// removed at t.Cleanup (or the LOCKER_TEST_ETCD_ADDR server, whose CanControl is false).
+func NewEtcd(t testing.TB) *Server {
+	t.Helper()
+	if v := fromEnv(EnvEtcdAddr); v != "" {
+		return Etcd(t)
+	}
+	return private(t, kindEtcd, EnvEtcdAddr)
 }
 
 func sharedOne(t testing.TB, kind, envVar string) *Server {

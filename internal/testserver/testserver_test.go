@@ -404,3 +404,42 @@ func TestProxyResetAll(t *testing.T) {
 		t.Fatalf("new connection after ResetAll: %v", err)
 	}
 }
+
+// Pausing ZooKeeper is how session-expiry tests will use it: a private one pauses
+// without disturbing the shared one.
+func TestNewZooKeeperPause(t *testing.T) {
+	s := testserver.NewZooKeeper(t)
+	controllable(t, s)
+	if s == testserver.ZooKeeper(t) {
+		t.Fatal("NewZooKeeper returned the shared server")
+	}
+	s.Pause(t)
+	conn, err := net.DialTimeout("tcp", s.Addr(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The "srvr" four-letter word gets no answer from a paused server.
+	_ = conn.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	_, _ = conn.Write([]byte("srvr"))
+	if _, err := bufio.NewReader(conn).ReadString('\n'); !isTimeout(err) {
+		t.Fatalf("paused zookeeper: want a timeout, got %v", err)
+	}
+	s.Resume(t)
+	c, events, err := zk.Connect([]string{s.Addr()}, 5*time.Second, zk.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxFor(t, 20*time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no session with the resumed zookeeper")
+		}
+	}
+}
