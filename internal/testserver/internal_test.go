@@ -49,3 +49,36 @@ func TestLocalImageTagMatchesScript(t *testing.T) {
 		t.Fatalf("localImage() = %s", img)
 	}
 }
+
+// Every kind comes back on the same address after a crash (Kill) and after a graceful
+// Stop: the entry script must cope with the lock and pid files a crash leaves.
+func TestKillStopStartEveryKind(t *testing.T) {
+	for _, kind := range []string{kindPostgres, kindMySQL, kindZooKeeper, kindEtcd} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s, err := startServer(kind)
+			if err != nil {
+				unavailable(t, kind, "", err)
+			}
+			t.Cleanup(func() { terminate(s) })
+			addr := s.Addr()
+			s.Kill(t)
+			s.Start(t) // waits for a real ping
+			s.Stop(t)
+			s.Start(t)
+			if s.Addr() != addr {
+				t.Fatalf("address changed from %s to %s", addr, s.Addr())
+			}
+		})
+	}
+	t.Run("redis-cluster", func(t *testing.T) {
+		t.Parallel()
+		nodes, err := startRedisCluster()
+		if err != nil {
+			unavailable(t, "redis cluster", "", err)
+		}
+		t.Cleanup(func() { terminate(nodes[0]) })
+		nodes[1].Kill(t)
+		nodes[1].Start(t) // waits until every node reports cluster_state:ok
+	})
+}
