@@ -217,9 +217,13 @@ func (h *Handle) Release(ctx context.Context) error {
 	h.mu.Unlock()
 
 	if !h.l.enter() {
-		// Close has ended (or is ending) every handle it knew of; after a
-		// crash nothing may talk to the server any more.
-		h.end(h.lostErr("the Locker stopped before Release"))
+		// Close is releasing this handle (or has): wait for its verdict
+		// rather than guess one.
+		select {
+		case <-h.st.Done():
+		case <-time.After(closeReleaseTimeout + time.Second):
+			h.end(h.lostErr("the Locker closed before Release"))
+		}
 		return h.endedErr()
 	}
 	defer h.l.exit()

@@ -455,7 +455,9 @@ func (l *Locker) releaseAll(held []*Handle) error {
 }
 
 // crash makes the Locker stop as a killed process would: watchdogs and
-// Pub/Sub stop, waiters give up, but nothing is released. Tests use it.
+// Pub/Sub stop, waiters give up, nothing is released or deleted, and the
+// handles end as lost (a dead process would not look at them). Tests use
+// it.
 func (l *Locker) crash() {
 	l.mu.Lock()
 	if l.closed {
@@ -465,7 +467,7 @@ func (l *Locker) crash() {
 	l.closed = true
 	close(l.closing)
 	for h := range l.handles {
-		h.stopRenewal()
+		h.end(h.lostErr("the Locker crashed"))
 	}
 	clear(l.handles)
 	l.mu.Unlock()
