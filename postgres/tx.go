@@ -81,21 +81,14 @@ func (l *Locker) lockTx(ctx context.Context, op string, tx pgx.Tx, key string, w
 		return *token, nil
 	}
 	var token int64
-	w := startWait(tx.Conn().PgConn(), func(qctx context.Context) error {
+	out := l.runWait(ctx, tx.Conn().PgConn(), func(qctx context.Context) error {
 		return tx.QueryRow(qctx, sqlXactWait, id, l.cfg.sequence).Scan(&token)
 	})
-	select {
-	case err := <-w.done:
-		w.stopQuery()
-		if err != nil {
-			return 0, locker.KeyError(op, key, fmt.Errorf("waiting for the lock: %w", err))
-		}
-		return token, nil
-	case <-ctx.Done():
-		// The statement uses tx's connection, which the caller needs back
-		// to roll back: end it before returning (a round trip on a live
-		// server, at most cancelRequestTimeout+cancelGrace on a dead link).
-		w.abandon()
+	if out.interrupted {
 		return 0, locker.KeyError(op, key, fmt.Errorf("waiting for the lock (roll the transaction back): %w", context.Cause(ctx)))
 	}
+	if out.err != nil {
+		return 0, locker.KeyError(op, key, fmt.Errorf("waiting for the lock: %w", out.err))
+	}
+	return token, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -65,13 +66,12 @@ func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64) (gra
 	return g, nil
 }
 
-// lockWait runs pg_advisory_lock on conn. When ctx ends first it abandons the
-// server-side wait and cleans the connection up, in a goroutine that Close
-// waits for, and returns when that is done or after abandonWait.
+// lockWait runs pg_advisory_lock on conn, abandoning the wait when ctx ends
+// (see runWait).
 func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (grant, error) {
 	var token int64
 	var pid int32
-	w := startWait(conn.Conn().PgConn(), func(qctx context.Context) error {
+	out := l.runWait(ctx, conn.Conn().PgConn(), func(qctx context.Context) error {
 		for {
 			err := conn.QueryRow(qctx, sqlLockWait, id, l.cfg.sequence).Scan(&token, &pid)
 			// A statement_timeout or lock_timeout of the session (a role's
@@ -82,52 +82,29 @@ func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (gr
 			}
 		}
 	})
-	select {
-	case err := <-w.done:
-		w.stopQuery()
-		if err != nil {
-			// Whether the lock was granted is unknown: closing the session
-			// frees it if it was.
-			destroy(conn)
-			return grant{}, fmt.Errorf("waiting for the lock: %w", err)
-		}
+	switch {
+	case !out.interrupted && out.err != nil:
+		// Whether the lock was granted is unknown: closing the session
+		// frees it if it was.
+		destroy(conn)
+		return grant{}, fmt.Errorf("waiting for the lock: %w", out.err)
+	case !out.interrupted:
 		g := grant{token: token, pid: uint32(pid)}
 		if err := l.verifySession(ctx, conn, id, g.pid); err != nil {
 			destroy(conn)
 			return grant{}, err
 		}
 		return g, nil
-	case <-ctx.Done():
-	}
-	// Abandon the wait before returning, so that no backend of ours is still
-	// queued for the lock when the caller (or anyone) tries again. On a dead
-	// link that can take until the connection is given up; then return after
-	// abandonWait and let the cleanup finish alone: nothing sent over that
-	// link could reach the server anyway.
-	cleaned := make(chan struct{})
-	l.cleanups.Add(1)
-	go func() {
-		defer l.cleanups.Done()
-		defer close(cleaned)
-		cancelSent, err := w.abandon()
-		switch {
-		case err == nil:
-			// Granted in the same instant. Closing the session gives the
-			// lock back; the connection is not reused, because the cancel
-			// request may still be on its way to the backend.
-			destroy(conn)
-		case cancelSent && isQueryCanceled(err) && !holdsAny(context.Background(), conn):
-			// The cancel ended the wait (and was consumed by it): clean.
-			conn.Release()
-		default:
-			destroy(conn)
-		}
-	}()
-	t := time.NewTimer(abandonWait)
-	defer t.Stop()
-	select {
-	case <-cleaned:
-	case <-t.C:
+	case out.err == nil:
+		// Granted in the same instant as ctx ended. Closing the session
+		// gives the lock back; the connection is not reused, because the
+		// cancel request may still be on its way to the backend.
+		destroy(conn)
+	case out.cancelAcked && isQueryCanceled(out.err) && !holdsAny(context.Background(), conn):
+		// The cancel ended the wait (and was consumed by it): clean.
+		conn.Release()
+	default:
+		destroy(conn)
 	}
 	return grant{}, fmt.Errorf("waiting for the lock: %w", context.Cause(ctx))
 }
@@ -188,62 +165,67 @@ func unstrand(conn *pgxpool.Conn, id int64, pid uint32) bool {
 	return false
 }
 
-// wait is a statement that may wait a long time, running in a goroutine of
-// its own so that the caller can stop waiting for it the moment its context
-// ends.
-type wait struct {
-	pc        *pgconn.PgConn
-	stopQuery context.CancelFunc
-	done      chan error // the statement's result, sent once
+// waitOutcome is how a waiting statement ended.
+type waitOutcome struct {
+	err         error // the statement's
+	interrupted bool  // ctx ended before the statement did
+	cancelAcked bool  // the server acknowledged a cancel request for it
 }
 
-// startWait runs run(qctx) on pc in a new goroutine. qctx is not cancelled by
-// the caller's context; abandon ends the statement instead.
-func startWait(pc *pgconn.PgConn, run func(qctx context.Context) error) *wait {
-	qctx, stop := context.WithCancel(context.Background())
-	w := &wait{pc: pc, stopQuery: stop, done: make(chan error, 1)}
-	go func() { w.done <- run(qctx) }()
-	return w
-}
-
-// abandon ends the statement and returns its result. It sends the server a
-// cancel request (as psql's Ctrl-C does) rather than closing the connection:
+// runWait runs run(qctx), a statement that may wait a long time, on pc in the
+// calling goroutine; qctx is not cancelled by ctx. When ctx ends first, a
+// goroutine (counted in l.cleanups, which Close waits for) sends the server a
+// cancel request, as psql's Ctrl-C does, rather than closing the connection:
 // a closed connection's backend would stay queued for the lock, holding a
-// server connection slot, until granted the lock only to drop it. If the
-// request cannot be delivered within cancelRequestTimeout, or the statement
-// does not end within cancelGrace after it, the socket is closed after all.
-// cancelSent says whether a cancel request went out (none does when the
-// statement had already ended); when abandon returns, none is in flight.
-func (w *wait) abandon() (cancelSent bool, err error) {
-	defer w.stopQuery()
-	select {
-	case err := <-w.done:
-		return false, err
-	default:
+// server connection slot, until granted the lock only to drop it then.
+// On a live server the statement ends a round trip later. When the request
+// cannot be delivered, or the statement has not ended abandonWait after ctx
+// did (a dead link: nothing sent could reach the server anyway), the socket
+// is closed instead, which ends the statement at once.
+//
+// When runWait returns interrupted with cancelAcked, the cancel request has
+// reached the server; a connection whose statement it ended may be reused.
+func (l *Locker) runWait(ctx context.Context, pc *pgconn.PgConn, run func(qctx context.Context) error) waitOutcome {
+	qctx, stopQuery := context.WithCancel(context.Background())
+	defer stopQuery()
+	finished := make(chan struct{})
+	settled := make(chan struct{}) // closed once the cancel was acknowledged or the socket closed
+	var settleOnce sync.Once
+	var acked bool
+	settle := func(ok bool) {
+		settleOnce.Do(func() {
+			acked = ok
+			close(settled)
+		})
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), cancelRequestTimeout)
-	cerr := w.pc.CancelRequest(cctx)
-	cancel()
-	if cerr != nil {
-		w.breakConn()
-		return true, <-w.done
+	breakConn := func() {
+		settle(false)
+		stopQuery()
+		_ = pc.Conn().Close()
 	}
-	t := time.NewTimer(cancelGrace)
-	defer t.Stop()
-	select {
-	case err := <-w.done:
-		return true, err
-	case <-t.C:
-		w.breakConn()
-		return true, <-w.done
+	l.cleanups.Add(1)
+	stop := context.AfterFunc(ctx, func() {
+		defer l.cleanups.Done()
+		giveUp := time.AfterFunc(abandonWait, breakConn)
+		cctx, cancel := context.WithTimeout(context.Background(), cancelRequestTimeout)
+		err := pc.CancelRequest(cctx)
+		cancel()
+		if err != nil {
+			breakConn()
+		} else {
+			settle(true)
+		}
+		<-finished
+		giveUp.Stop()
+	})
+	err := run(qctx)
+	close(finished)
+	if stop() {
+		l.cleanups.Done()
+		return waitOutcome{err: err}
 	}
-}
-
-// breakConn makes the statement fail at once, whatever the pool's
-// configuration does with a cancelled context.
-func (w *wait) breakConn() {
-	w.stopQuery()
-	_ = w.pc.Conn().Close()
+	<-settled
+	return waitOutcome{err: err, interrupted: true, cancelAcked: acked}
 }
 
 // holdsAny reports whether conn's session holds any advisory lock; on error
