@@ -29,15 +29,17 @@ const (
 	DefaultSequence = "locker_fence"
 )
 
-// Bounds of abandoning a wait: delivering the cancel request, then the
-// statement ending after it (which takes a round trip on a live server).
-// Past them the connection is closed instead.
+// Time bounds of the work that protects against dead links; each takes a
+// round trip or two on a live server.
 const (
+	// cancelRequestTimeout bounds delivering a cancel request.
 	cancelRequestTimeout = 2 * time.Second
-	cancelGrace          = time.Second
 	// abandonWait bounds how long Acquire outstays its context to leave no
-	// backend queued; it matters on a dead link only.
+	// backend queued: past it the connection is closed instead.
 	abandonWait = time.Second
+	// cancelGrace bounds a cleanup statement, and how long a health check
+	// may overrun its interval before its socket is closed under it.
+	cancelGrace = time.Second
 )
 
 // ErrPoolExhausted reports that a lock could not be taken because every
