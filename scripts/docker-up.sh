@@ -24,6 +24,13 @@ die() { echo "docker-up: ERROR: $*" >&2; exit 1; }
 
 engine_up() { timeout 10 docker -H "unix://$SOCK" version >/dev/null 2>&1; }
 
+# One set-up at a time (two `make test` at once must not start two engines).
+mkdir -p "$DIR" 2>/dev/null || true
+if command -v flock >/dev/null && [ -w "$DIR" ]; then
+	exec 9>"$DIR/.docker-up.lock"
+	flock 9
+fi
+
 started=""
 if ! engine_up; then
 	[ "$(id -u)" = 0 ] || die "no Docker engine answers at $SOCK and this is not root: start one (or set DOCKER_HOST), or run as root so this script can install one"
