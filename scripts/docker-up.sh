@@ -57,7 +57,7 @@ if ! engine_up; then
 		--data-root "$DIR/data" --exec-root "$DIR/exec" --pidfile "$DIR/dockerd.pid" \
 		-H "unix://$SOCK" --bridge=none --iptables=false --ip6tables=false \
 		--ip-forward=false --ip-masq=false --userland-proxy=false \
-		>"$DIR/dockerd.log" 2>&1 </dev/null &
+		>"$DIR/dockerd.log" 2>&1 </dev/null 9>&- &
 	for _ in $(seq 120); do engine_up && break; sleep 0.5; done
 	engine_up || { tail -30 "$DIR/dockerd.log" >&2; die "dockerd did not answer within 60s (log: $DIR/dockerd.log)"; }
 	started=1
