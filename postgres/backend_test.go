@@ -361,3 +361,24 @@ func TestServerTimeoutsDoNotEndWait(t *testing.T) {
 		t.Fatalf("Acquire after the holder released: %v", err)
 	}
 }
+
+// Close of a Locker built with New releases its locks (their connections go
+// back to the pool) and leaves the caller's pool open.
+func TestCloseLeavesCallersPool(t *testing.T) {
+	ctx := testCtx(t)
+	pool := sharedPool(t, 4)
+	l := New(pool, WithHealthCheckInterval(testInterval))
+	h := mustAcquire(t, ctx, l, testKey(t, ""))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(h.Err(), locker.ErrReleased) || !errors.Is(h.Err(), locker.ErrClosed) {
+		t.Errorf("handle after Close: Err() = %v, want ErrReleased and ErrClosed", h.Err())
+	}
+	if st := pool.Stat(); st.AcquiredConns() != 0 || st.IdleConns() == 0 {
+		t.Errorf("after Close: %d connections acquired, %d idle; want the lock's connection back in the pool", st.AcquiredConns(), st.IdleConns())
+	}
+	if err := pool.Ping(ctx); err != nil {
+		t.Errorf("the caller's pool after Close: %v", err)
+	}
+}
