@@ -40,6 +40,15 @@
 //	CREATE SEQUENCE IF NOT EXISTS locker_fence AS bigint MINVALUE 1 NO CYCLE CACHE 1;
 //	GRANT USAGE ON SEQUENCE locker_fence TO app_role;
 //
+// A token is only as durable as the sequence: nextval survives a server crash
+// when synchronous_commit is on (the default), and a failover only to a
+// synchronous standby. After promoting an asynchronous standby, which may
+// have missed the last values handed out, move the sequence well past them
+// before clients lock again, or a new holder could get a lower token than a
+// stale one:
+//
+//	SELECT setval('locker_fence', (SELECT last_value FROM locker_fence) + 1000000);
+//
 // # Keys and namespaces
 //
 // Keys are hashed with the namespace (WithNamespace) into the 64-bit advisory
