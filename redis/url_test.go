@@ -44,6 +44,12 @@ func TestOpenURLOptions(t *testing.T) {
 	if !l.ownClient {
 		t.Error("a Locker opened from a URL must own (and close) its client")
 	}
+	if err := l.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := c.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("client of a URL-opened Locker after Close: Ping = %v, want a closed-client error", err)
+	}
 
 	lc, err := Open(ctx, "redis+cluster://127.0.0.1:1?addr=127.0.0.1:2&addr=127.0.0.1:3&ttl=2s")
 	if err != nil {
