@@ -484,3 +484,84 @@ func TestAcquireAbandonedInFlight(t *testing.T) {
 	}
 	_ = oh.Release(ctx)
 }
+
+// TestCutHolderLosesFirst: a holder cut off from Redis hears of the loss
+// before a client that is waiting for the key gets it.
+func TestCutHolderLosesFirst(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	px := testserver.NewProxy(t, srv.Addr())
+	const ttl = time.Second
+	holder := newTestLocker(t, px.Addr(), WithTTL(ttl))
+	other := newTestLocker(t, srv.Addr())
+	key := uniqueKey(t)
+	h := mustGet(t, ctx, holder, key)
+	got := make(chan time.Time, 1)
+	go func() {
+		oh, err := other.Acquire(ctx, key)
+		got <- time.Now()
+		if err == nil {
+			_ = oh.Release(ctx)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	px.Blackhole(t)
+	cut := time.Now()
+	<-h.Done()
+	lost := time.Now()
+	acquired := <-got
+	t.Logf("cut → loss reported %v, cut → other holds %v", lost.Sub(cut), acquired.Sub(cut))
+	if !errors.Is(h.Err(), locker.ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", h.Err())
+	}
+	if !lost.Before(acquired) {
+		t.Errorf("the other client got the key %v before the cut-off holder heard of the loss", lost.Sub(acquired))
+	}
+	px.Heal(t)
+}
+
+// TestWatchdogUnderLatency: renewals that take a fifth of the TTL still keep
+// the lock for several TTLs (the lease is measured from when each renewal
+// was sent); a delay longer than the TTL loses it, before anyone else can
+// get it.
+func TestWatchdogUnderLatency(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	const ttl = time.Second
+	key := uniqueKey(t)
+	px := testserver.NewProxy(t, srv.Addr())
+	holder := newTestLocker(t, px.Addr(), WithTTL(ttl))
+	other := newTestLocker(t, srv.Addr())
+	h := mustGet(t, ctx, holder, key)
+	px.Latency(t, ttl/5)
+	time.Sleep(3 * ttl)
+	if err := h.Err(); err != nil {
+		t.Fatalf("lost the lock with renewals slowed to TTL/5: %v", err)
+	}
+	mustNotTry := func() {
+		if _, err := other.TryAcquire(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Errorf("TryAcquire while held: %v, want ErrNotAcquired", err)
+		}
+	}
+	mustNotTry()
+
+	px.Latency(t, 2*ttl)
+	got := make(chan time.Time, 1)
+	go func() {
+		oh, err := other.Acquire(ctx, key)
+		got <- time.Now()
+		if err == nil {
+			_ = oh.Release(ctx)
+		}
+	}()
+	select {
+	case <-h.Done():
+	case <-time.After(3 * ttl):
+		t.Fatal("no loss reported with renewals slower than the TTL")
+	}
+	lost := time.Now()
+	if acquired := <-got; !lost.Before(acquired) {
+		t.Errorf("the other client got the key %v before the slowed holder heard of the loss", lost.Sub(acquired))
+	}
+	px.Heal(t)
+}
