@@ -14,12 +14,13 @@ func (s *suite) handleAccessors(t *testing.T, ctx context.Context) {
 	l := s.newLocker(t)
 	k := key(t, "")
 	h := mustAcquire(t, ctx, l, k)
-	if h.Token() != h.Token() {
-		t.Error("Token() changes between calls")
-	}
+	token := h.Token()
 	mustRelease(t, ctx, h)
 	if h.Key() != k {
 		t.Errorf("Key() after Release = %q, want %q", h.Key(), k)
+	}
+	if h.Token() != token {
+		t.Errorf("Token() changed from %d to %d on Release", token, h.Token())
 	}
 }
 
