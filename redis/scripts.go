@@ -70,13 +70,17 @@ return {1, token}
 //	KEYS[1] lock key, KEYS[2] wake-up channel
 //	ARGV[1] owner token, ARGV[2] "1" to publish on a shard channel (Cluster)
 //	returns 1 when released, 0 when the lock was no longer ours
+//
+// SPUBLISH runs under pcall: on a server without it (Redis < 7) the release
+// must still succeed, since the DEL cannot be rolled back; waiters then wake
+// by their timers.
 var releaseScript = goredis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
 if ARGV[2] == '1' then
-  redis.call('SPUBLISH', KEYS[2], 'released')
+  redis.pcall('SPUBLISH', KEYS[2], 'released')
 else
   redis.call('PUBLISH', KEYS[2], 'released')
 end
