@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,7 +81,7 @@ type Locker struct {
 	cleanups sync.WaitGroup
 
 	seqMu    sync.Mutex
-	seqReady bool
+	seqReady atomic.Bool // read without seqMu on every acquisition
 }
 
 var _ locker.Locker = (*Locker)(nil)
@@ -362,9 +363,12 @@ func (l *Locker) acquireConn(ctx context.Context) (*pgxpool.Conn, error) {
 // values, once per Locker. It runs before any lock is taken so that a missing
 // sequence can never fail a statement after its lock was granted.
 func (l *Locker) ensureSequence(ctx context.Context) error {
+	if l.seqReady.Load() {
+		return nil
+	}
 	l.seqMu.Lock()
 	defer l.seqMu.Unlock()
-	if l.seqReady {
+	if l.seqReady.Load() {
 		return nil
 	}
 	seq := l.cfg.sequence
@@ -382,7 +386,7 @@ func (l *Locker) ensureSequence(ctx context.Context) error {
 				return fmt.Errorf("fencing-token sequence %s has CACHE %d, CYCLE %v; tokens are ordered only with CACHE 1 and NO CYCLE: ALTER SEQUENCE %s CACHE 1 NO CYCLE",
 					seq, cache, cycle, seq)
 			}
-			l.seqReady = true
+			l.seqReady.Store(true)
 			return nil
 		case !errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("checking fencing-token sequence %s: %w", seq, err)
