@@ -270,3 +270,53 @@ func BenchmarkContended(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkUncontendedPaired alternates a raw pgx try+unlock and a Locker
+// TryAcquire+Release (and Acquire+Release) in every iteration and reports
+// the median of each, so that load from other processes, which comes and goes
+// on shared machines, weighs on both sides alike.
+func BenchmarkUncontendedPaired(b *testing.B) {
+	dsn := testserver.Postgres(b).DSN()
+	ctx := context.Background()
+	c := benchConn(b, dsn)
+	l := benchLocker(b, dsn, 4)
+	id := AdvisoryKey("bench", b.Name())
+	key := fmt.Sprintf("%s/%d", b.Name(), time.Now().UnixNano())
+	raw := make([]time.Duration, 0, b.N)
+	try := make([]time.Duration, 0, b.N)
+	acq := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		t0 := time.Now()
+		var ok bool
+		if err := c.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", id).Scan(&ok); err != nil || !ok {
+			b.Fatalf("pg_try_advisory_lock = %v, %v", ok, err)
+		}
+		if err := c.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", id).Scan(&ok); err != nil || !ok {
+			b.Fatalf("pg_advisory_unlock = %v, %v", ok, err)
+		}
+		t1 := time.Now()
+		h, err := l.TryAcquire(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if h, err = l.Acquire(ctx, key); err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		raw, try, acq = append(raw, t1.Sub(t0)), append(try, t2.Sub(t1)), append(acq, t3.Sub(t2))
+	}
+	med := func(s []time.Duration) float64 {
+		slices.Sort(s)
+		return float64(s[len(s)/2]) / float64(time.Microsecond)
+	}
+	b.ReportMetric(med(raw), "raw-µs")
+	b.ReportMetric(med(try), "try-µs")
+	b.ReportMetric(med(acq), "acquire-µs")
+}
