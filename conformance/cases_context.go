@@ -30,16 +30,19 @@ func (s *suite) cancelledBeforeCall(t *testing.T, ctx context.Context) {
 	mustRelease(t, ctx, mustTry(t, ctx, b, k))
 }
 
-// abandonWait starts a wait for a held key on waiter, ends it with end, and
-// checks that it returns promptly with an error wrapping want and that the
-// abandoned wait leaves the key to others.
-func (s *suite) abandonWait(t *testing.T, ctx context.Context, wctx context.Context, end func(), want error) {
+// abandonWait starts a wait for a held key on waiter with the context that
+// start makes (made only now, so that a deadline does not run during set-up),
+// ends it with end, and checks that it returns promptly with an error
+// wrapping want and that the abandoned wait leaves the key to others.
+func (s *suite) abandonWait(t *testing.T, ctx context.Context, start func() (context.Context, context.CancelFunc), end func(wctx context.Context, cancel context.CancelFunc), want error) {
 	holder, waiter, other := s.newLocker(t), s.newLocker(t), s.newLocker(t)
 	k := key(t, "")
 	h := mustAcquire(t, ctx, holder, k)
+	wctx, cancel := start()
+	defer cancel()
 	ch := goAcquire(wctx, waiter, k)
 	stillWaiting(t, ch, "Acquire of a held key")
-	end()
+	end(wctx, cancel)
 	ended := time.Now()
 	r := await(t, ch, prompt, "Acquire whose context ended while waiting")
 	if r.err == nil {
@@ -59,15 +62,19 @@ func (s *suite) abandonWait(t *testing.T, ctx context.Context, wctx context.Cont
 
 // cancelWhileWaiting: cancelling a wait ends it with context.Canceled.
 func (s *suite) cancelWhileWaiting(t *testing.T, ctx context.Context) {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s.abandonWait(t, ctx, wctx, cancel, context.Canceled)
+	s.abandonWait(t, ctx,
+		func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) },
+		func(_ context.Context, cancel context.CancelFunc) { cancel() },
+		context.Canceled)
 }
 
 // deadlineWhileWaiting: a wait ends at its deadline with DeadlineExceeded.
 func (s *suite) deadlineWhileWaiting(t *testing.T, ctx context.Context) {
-	const d = 500 * time.Millisecond
-	wctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	s.abandonWait(t, ctx, wctx, func() { <-wctx.Done() }, context.DeadlineExceeded)
+	// Long enough that the deadline cannot pass within stillWaiting's
+	// window on a loaded machine.
+	const d = time.Second
+	s.abandonWait(t, ctx,
+		func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, d) },
+		func(wctx context.Context, _ context.CancelFunc) { <-wctx.Done() },
+		context.DeadlineExceeded)
 }
