@@ -19,7 +19,9 @@ type Locker interface {
 	TryAcquire(ctx context.Context, key string, opts ...Option) (Handle, error)
 
 	// Close releases every lock this Locker still holds, stops its background
-	// work and frees its resources. Later calls fail with ErrClosed. No
+	// work and frees its resources. The Handles it held end with an error
+	// wrapping ErrReleased or ErrLost (backends document which), and its
+	// waiting Acquires return errors wrapping ErrClosed, as do later calls. No
 	// goroutine started by the Locker may outlive Close.
 	Close() error
 }
@@ -45,5 +47,10 @@ type Handle interface {
 	// Release gives the lock up. It never removes a lock that another holder has
 	// since acquired. A second Release returns an error wrapping ErrReleased; a
 	// Release after loss returns an error wrapping ErrLost.
+	//
+	// Release gives the lock up even when it fails (the backend cannot be
+	// reached, ctx ends first): when it returns, Done is closed and nothing
+	// renews the lock any more, and a lock the backend could not be told
+	// about ends with its lease or session. So a caller need not retry.
 	Release(ctx context.Context) error
 }

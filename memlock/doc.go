@@ -89,6 +89,7 @@
 // without releasing; its locks stay until their leases run out) and cut (the
 // Locker keeps running but cannot reach its Store until healed; its calls
 // fail, its renewals fail, and its locks are lost when their leases run
-// out). A backend for a real server gets the same effects by killing a client
+// out; a Release fails but gives the lock up all the same, leaving its lease
+// to run out). A backend for a real server gets the same effects by killing a client
 // and by cutting its connection with a fault proxy.
 package memlock

@@ -3,6 +3,7 @@ package memlock
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/go-locker/locker"
@@ -28,6 +29,13 @@ func (h *handle) Err() error            { return h.g.state.Err() }
 // already, and with one wrapping locker.ErrLost if the lease expired first;
 // then the store, which compares holders, leaves the key to whoever has it
 // now. Release never blocks, so ctx is not consulted.
+//
+// A Locker cut off from its store (the test hook cut) cannot release: the
+// lock is given up all the same — the watchdog stops renewing it, the handle
+// reports locker.ErrReleased — and its lease runs out in the store. The
+// error says so. A network backend does the same when the server cannot be
+// reached, so that a failed Release never leaves a lock that a watchdog
+// keeps alive after the network heals.
 func (h *handle) Release(ctx context.Context) error {
 	l := h.l
 	l.mu.Lock()
@@ -35,10 +43,14 @@ func (h *handle) Release(ctx context.Context) error {
 	if err := h.g.state.Err(); err != nil {
 		return locker.KeyError("release", h.g.key, err)
 	}
-	if err := l.usableLocked(); err != nil {
-		return locker.KeyError("release", h.g.key, err)
+	if l.closed { // crashed: a dead process releases nothing
+		return locker.KeyError("release", h.g.key, locker.ErrClosed)
 	}
 	l.forgetLocked(h)
+	if l.isCut {
+		h.g.state.End(locker.ErrReleased)
+		return locker.KeyError("release", h.g.key, fmt.Errorf("%w; the lock was given up and its lease of %v runs out in the store", errUnreachable, h.g.ttl))
+	}
 	if !l.store.release(h.g, locker.ErrReleased) {
 		// The lease ran out; the store ended the state with ErrLost.
 		return locker.KeyError("release", h.g.key, h.g.state.Err())

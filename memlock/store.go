@@ -58,8 +58,9 @@ type grant struct {
 
 	// state is ended (closing the handle's Done) by the store, under
 	// Store.mu: with ErrReleased by release, or with an error wrapping
-	// ErrLost by expiry. Only a Locker that closes while cut off from the
-	// store ends its handles itself. The first End wins.
+	// ErrLost by expiry. Only a Locker cut off from the store ends its
+	// handles itself, when they are released or it closes, leaving the
+	// leases to run out. The first End wins.
 	state *lease.State
 
 	// Guarded by Store.mu.
