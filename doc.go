@@ -34,9 +34,10 @@
 // still believes it holds it. A lock alone therefore cannot protect data.
 // Send Token with every write and let the resource reject stale ones:
 //
-//	UPDATE accounts SET balance = $2, fence = $3 WHERE id = $1 AND fence < $3
+//	UPDATE accounts SET balance = $2, fence = $3 WHERE id = $1 AND fence <= $3
 //
-// A write that updates no row came from a holder that has been superseded.
+// A write that updates no row came from a holder that has been superseded
+// (the holder's own later writes, with the same token, still pass).
 //
 // # Backends and URLs
 //

@@ -94,9 +94,9 @@ func ExampleOpen() {
 }
 
 // account is a protected resource that takes fencing tokens: it refuses a
-// write whose token is not above the last one it accepted, as
+// write whose token is below the last one it accepted, as
 //
-//	UPDATE accounts SET balance = $2, fence = $3 WHERE id = $1 AND fence < $3
+//	UPDATE accounts SET balance = $2, fence = $3 WHERE id = $1 AND fence <= $3
 //
 // would, by updating no row.
 type account struct {
@@ -108,7 +108,7 @@ type account struct {
 func (a *account) write(token int64, balance int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if token <= a.fence {
+	if token < a.fence {
 		return fmt.Errorf("stale token %d: already saw %d", token, a.fence)
 	}
 	a.fence, a.balance = token, balance
