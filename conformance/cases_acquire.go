@@ -3,10 +3,13 @@ package conformance
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-locker/locker"
 )
 
 // handleAccessors: a handle describes itself, and Release changes what it says.
@@ -102,29 +105,38 @@ func last(x []int64) int64 {
 }
 
 // waitsForRelease: Acquire waits while another client holds the key, and
-// holds it soon after the release; the handoff time is logged.
+// holds it soon after the release. The key passes back and forth between two
+// clients a few times; the median handoff must be within HandoffBound, so a
+// waiter that sleeps between attempts is caught while one slow handoff on a
+// loaded machine is forgiven. The handoff times are logged.
 func (s *suite) waitsForRelease(t *testing.T, ctx context.Context) {
-	a, b := s.newLocker(t), s.newLocker(t)
+	const rounds = 5
+	ls := [2]locker.Locker{s.newLocker(t), s.newLocker(t)}
 	k := key(t, "")
-	ha := mustAcquire(t, ctx, a, k)
-	ch := goAcquire(ctx, b, k)
-	stillWaiting(t, ch, "Acquire of a held key")
-	released := time.Now()
-	mustRelease(t, ctx, ha)
-	r := await(t, ch, s.h.HandoffBound+prompt, "Acquire after the holder released")
-	if r.err != nil {
-		t.Fatalf("Acquire after release: %v", r.err)
+	holder := mustAcquire(t, ctx, ls[0], k)
+	handoffs := make([]time.Duration, 0, rounds)
+	for i := range rounds {
+		ch := goAcquire(ctx, ls[(i+1)%2], k)
+		stillWaiting(t, ch, "Acquire of a held key")
+		released := time.Now()
+		mustRelease(t, ctx, holder)
+		r := await(t, ch, s.h.HandoffBound+prompt, "Acquire after the holder released")
+		if r.err != nil {
+			t.Fatalf("Acquire after release: %v", r.err)
+		}
+		handoffs = append(handoffs, r.at.Sub(released))
+		checkHeld(t, r.h, k)
+		if r.h.Token() <= holder.Token() {
+			t.Errorf("waiter's token %d is not greater than the previous holder's %d", r.h.Token(), holder.Token())
+		}
+		holder = r.h
 	}
-	handoff := r.at.Sub(released)
-	t.Logf("handoff from release to the waiter holding the lock: %v", handoff)
-	checkHeld(t, r.h, k)
-	if r.h.Token() <= ha.Token() {
-		t.Errorf("waiter's token %d is not greater than the previous holder's %d", r.h.Token(), ha.Token())
+	mustRelease(t, ctx, holder)
+	median := slices.Sorted(slices.Values(handoffs))[rounds/2]
+	t.Logf("handoff from release to the waiter holding the lock: median %v of %v", median, handoffs)
+	if median > s.h.HandoffBound {
+		t.Errorf("median handoff %v (of %v) is more than HandoffBound %v: waiters must be woken by the release, not by polling or lease expiry", median, handoffs, s.h.HandoffBound)
 	}
-	if handoff > s.h.HandoffBound {
-		t.Errorf("handoff took %v, more than %v: waiters must be woken by the release, not by polling or lease expiry", handoff, s.h.HandoffBound)
-	}
-	mustRelease(t, ctx, r.h)
 }
 
 // notReentrant: a Locker that holds a key waits for it like anyone else.
@@ -152,7 +164,17 @@ func (s *suite) tryAcquireHeld(t *testing.T, ctx context.Context) {
 	a, b, c := s.newLocker(t), s.newLocker(t), s.newLocker(t)
 	k := key(t, "")
 	ha := mustAcquire(t, ctx, a, k)
-	mustNotTry(t, ctx, b, k, "another client holds it")
+	// One attempt, not a wait: the quickest of a few failed tries must take
+	// about a round trip. (One slow try on a loaded machine is forgiven; a
+	// TryAcquire that retries or waits for a while is slow every time.)
+	quickest := prompt
+	for range 3 {
+		quickest = min(quickest, mustNotTry(t, ctx, b, k, "another client holds it"))
+	}
+	t.Logf("quickest failed TryAcquire: %v", quickest)
+	if quickest > quick {
+		t.Errorf("a TryAcquire of a held key took at least %v, every time: it must make one attempt and not wait for the holder", quickest)
+	}
 	mustRelease(t, ctx, ha)
 	// b's failed attempt must have left nothing: c gets the key at once.
 	hc := mustTry(t, ctx, c, k)

@@ -22,7 +22,7 @@ func (s *suite) closeReleasesHeld(t *testing.T, ctx context.Context) {
 	if err := a.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	r := await(t, ch, s.h.HandoffBound+prompt, "Acquire of a key whose holder closed")
+	r := await(t, ch, s.h.HandoffBound+prompt, "Acquire of a key whose holder closed (Close must release it, not leave its lease to run out)")
 	if r.err != nil {
 		t.Fatalf("Acquire of a key whose holder closed: %v", r.err)
 	}
@@ -30,8 +30,8 @@ func (s *suite) closeReleasesHeld(t *testing.T, ctx context.Context) {
 	mustRelease(t, ctx, mustTry(t, ctx, c, k2))
 	for _, h := range []locker.Handle{h1, h2} {
 		waitDone(t, h, prompt, "handle of a closed Locker")
-		if h.Err() == nil {
-			t.Errorf("Err() of %q after its Locker closed is nil", h.Key())
+		if err := h.Err(); !errors.Is(err, locker.ErrReleased) && !errors.Is(err, locker.ErrLost) {
+			t.Errorf("Err() of %q after its Locker closed = %v, want an error wrapping locker.ErrReleased or locker.ErrLost", h.Key(), err)
 		}
 		rctx, cancel := context.WithTimeout(ctx, prompt)
 		if err := h.Release(rctx); err == nil {

@@ -111,13 +111,19 @@ func itoa(i int) string {
 	return string(b[p:])
 }
 
-// unusualKeys returns legal keys that trip naive encodings: path syntax,
-// glob and hash-tag characters, separators a backend might use itself,
-// percent-encodings, unicode, and the longest legal keys.
+// unusualKeys returns legal keys that trip naive encodings: path syntax
+// (and what path cleaning would make of it), glob and hash-tag characters,
+// separators a backend might use itself, percent-encodings, case, trimmed
+// spaces, unicode in both normal forms, and the longest legal keys, two of
+// which differ only in their last byte (a backend that truncates keys, to a
+// column width or a name limit, makes them share a lock).
 func unusualKeys(base string) []string {
+	long := base + "/" + strings.Repeat("z", locker.MaxKeyLen-len(base)-2)
 	keys := []string{
 		"/", "..", ".", " ", "*", "🔒",
 		base + "/a/b/../c",
+		base + "/a/c",
+		base + "/a/./b",
 		base + "/a/b",
 		base + "/a_b",
 		base + "/a%2Fb",
@@ -128,6 +134,7 @@ func unusualKeys(base string) []string {
 		base + "//a/b",
 		base + "/a\\b",
 		base + " spaces in a key ",
+		base + " spaces in a key",
 		base + `"double" 'single' ` + "`back`",
 		base + "*glob?[x]",
 		base + "{tag}",
@@ -138,11 +145,15 @@ func unusualKeys(base string) []string {
 		base + "/x}:fence",
 		base + "/x:lock",
 		base + "ünïcödé/日本語/🔒",
+		base + "/caf\u00e9",  // é precomposed (NFC)
+		base + "/cafe\u0301", // e and a combining acute accent (NFD)
 		base + "\n\t\r",
 		base + "%00",
 		base + "#frag?q=1&r=2",
 		base + "/" + strings.Repeat("x", locker.MaxKeyLen-len(base)-1),
 		base + "/" + strings.Repeat("y", locker.MaxKeyLen-len(base)-1),
+		long + "1",
+		long + "2",
 	}
 	// A 1024-byte key of two-byte runes (and one filler byte if needed).
 	uni := base + "/"

@@ -9,17 +9,26 @@ import (
 	"github.com/go-locker/locker"
 )
 
-// releaseTwice: the second Release says the lock was already released.
+// releaseTwice: the second Release says the lock was already released, and
+// touches nothing even after the same client has taken the key again: the
+// owner a backend compares must identify the acquisition, not the client.
 func (s *suite) releaseTwice(t *testing.T, ctx context.Context) {
-	l := s.newLocker(t)
-	h := mustAcquire(t, ctx, l, key(t, ""))
+	a, b := s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	h := mustAcquire(t, ctx, a, k)
 	mustRelease(t, ctx, h)
+	again := mustAcquire(t, ctx, a, k)
 	if err := h.Release(ctx); !errors.Is(err, locker.ErrReleased) {
 		t.Errorf("second Release: %v, want an error wrapping locker.ErrReleased", err)
 	}
 	if err := h.Err(); !errors.Is(err, locker.ErrReleased) {
 		t.Errorf("Err() after a second Release = %v, want locker.ErrReleased", err)
 	}
+	if err := again.Err(); err != nil {
+		t.Errorf("Err() of the client's new lock on the key = %v after a second Release of its old handle, want nil", err)
+	}
+	mustNotTry(t, ctx, b, k, "the second Release of an old handle must leave the same client's new lock alone")
+	mustRelease(t, ctx, again)
 }
 
 // cutAndLose cuts l off after it took key, and waits until its handle
@@ -95,6 +104,48 @@ func (s *suite) releaseNotOwner(t *testing.T, ctx context.Context) {
 		t.Errorf("new holder's token %d is not greater than the old holder's %d", hb.Token(), ha.Token())
 	}
 	mustRelease(t, ctx, hb)
+}
+
+// releaseWhileCut: a Release that cannot reach the backend returns when its
+// context ends, and gives the lock up all the same, whatever it returns: the
+// handle ends (nothing renews it any more), and the key frees within the
+// expiry bound even though the holder stays cut off. A Release that fails
+// must not leave a lock that its holder's watchdog keeps alive after a heal.
+func (s *suite) releaseWhileCut(t *testing.T, ctx context.Context) {
+	s.needCut(t)
+	a, b := s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	h := mustAcquire(t, ctx, a, k, ttl(s))
+	heal := s.h.Cut(t, a)
+	defer heal() // also frees a Release that hangs, once the case has failed
+	cut := time.Now()
+	const d = 500 * time.Millisecond
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	released := make(chan error, 1)
+	go func() { released <- h.Release(rctx) }()
+	select {
+	case err := <-released:
+		t.Logf("Release while cut off from the backend returned after %v: %v", time.Since(cut), err)
+	case <-time.After(d + prompt):
+		t.Fatalf("Release while cut off from the backend, with a context that ended after %v, had not returned %v later: it must honour ctx", d, prompt)
+	}
+	if !isClosed(h.Done()) {
+		t.Errorf("Done() of %q still open after a Release that could not reach the backend: Release gives the lock up whatever it returns", k)
+	} else if err := h.Err(); !errors.Is(err, locker.ErrReleased) && !errors.Is(err, locker.ErrLost) {
+		t.Errorf("Err() after a Release while cut off = %v, want an error wrapping locker.ErrReleased or locker.ErrLost", err)
+	}
+	r := await(t, goAcquire(ctx, b, k), s.h.ExpiryBound+prompt, "Acquire of a key whose cut-off holder released it")
+	if r.err != nil {
+		t.Fatalf("Acquire of a key whose cut-off holder released it: %v", r.err)
+	}
+	if took := r.at.Sub(cut); took > s.h.ExpiryBound {
+		t.Errorf("key acquirable only %v after its holder was cut off and released it, more than the bound %v", took, s.h.ExpiryBound)
+	}
+	if r.h.Token() <= h.Token() {
+		t.Errorf("token %d is not greater than the previous holder's %d", r.h.Token(), h.Token())
+	}
+	mustRelease(t, ctx, r.h)
 }
 
 // fencingAfterRelease: tokens keep increasing across holders and clients,

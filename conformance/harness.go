@@ -20,12 +20,12 @@ type Harness struct {
 	// Crash makes l die without releasing anything, as a process killed with
 	// SIGKILL would: it stops renewing and stops talking to the backend, but
 	// its locks stay on the backend until their lease or session expires.
-	// Optional: without it the Fencing/AfterCrash and Liveness cases skip.
+	// Optional: without it the Fencing/AfterCrash case skips.
 	Crash func(t *testing.T, l locker.Locker)
 
 	// Cut cuts l off from the backend while l keeps running (a partition:
 	// requests hang or fail). heal undoes the cut. Optional: without it the
-	// Loss cases skip.
+	// Loss cases and the Release cases that need a lost lock skip.
 	Cut func(t *testing.T, l locker.Locker) (heal func())
 
 	// TTL is the lease the suite asks for with locker.WithTTL in the expiry,
@@ -59,9 +59,10 @@ type Harness struct {
 	Contenders, Goroutines int
 
 	// HandoffBound is how soon after a release a waiting Acquire must hold
-	// the lock. A backend that waits by notification needs about one round
-	// trip; the bound only catches waiters that sleep until the holder's
-	// lease runs out. Zero: 5s.
+	// the lock, as the median of a few handoffs (so one slow handoff on a
+	// loaded machine is forgiven). A backend that waits by notification
+	// needs about one round trip; the bound catches waiters that sleep
+	// between attempts or until the holder's lease runs out. Zero: 1s.
 	HandoffBound time.Duration
 
 	// CaseTimeout is the deadline of each case; a case that deadlocks fails

@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -18,13 +19,23 @@ import (
 type flaw int
 
 const (
-	noFlaw         flaw = iota
-	noExclusion         // every attempt succeeds
-	constantToken       // every holder gets token 1
-	blindRelease        // Release deletes whoever holds the key
-	ignoresContext      // waits ignore ctx
-	silentLoss          // a lost lock never closes Done
+	noFlaw            flaw = iota
+	noExclusion            // every attempt succeeds
+	constantToken          // every holder gets token 1
+	perLockerToken         // tokens count per Locker, not per key across Lockers
+	blindRelease           // Release deletes whoever holds the key
+	ownerPerLocker         // Release compares the holder's Locker, not the acquisition, and asks the store first
+	ignoresContext         // waits ignore ctx
+	silentLoss             // a lost lock never closes Done
+	tryWaits               // TryAcquire waits up to a second for the key
+	pollingWaiter          // waiters sleep 2s between attempts instead of being woken
+	truncatedKeys          // keys are cut to 250 bytes in the store
+	closeKeepsLocks        // Close ends its handles but leaves their keys to expire
+	releaseIgnoresCtx      // a Release that cannot reach the store waits for it, ignoring ctx
 )
+
+// toyMaxStoredKey is where truncatedKeys cuts keys, as a VARCHAR(250) would.
+const toyMaxStoredKey = 250
 
 type toyStore struct {
 	mu    sync.Mutex
@@ -51,6 +62,7 @@ type toyLocker struct {
 	closed  bool
 	cut     bool
 	dead    bool
+	tokens  int64 // for perLockerToken
 	handles map[*toyHandle]struct{}
 	quit    chan struct{} // closed by Close: ends waits and watchdogs
 	wg      sync.WaitGroup
@@ -63,6 +75,7 @@ func newToy(s *toyStore, f flaw) *toyLocker {
 type toyHandle struct {
 	l       *toyLocker
 	key     string
+	sk      string // the key in the store
 	token   int64
 	ttl     time.Duration
 	expires time.Time // guarded by s.mu
@@ -83,38 +96,51 @@ func (l *toyLocker) reachable() error {
 	return nil
 }
 
+// storeKey is key as the store sees it.
+func (l *toyLocker) storeKey(key string) string {
+	if l.flaw == truncatedKeys && len(key) > toyMaxStoredKey {
+		return key[:toyMaxStoredKey]
+	}
+	return key
+}
+
 // try makes one attempt; on failure it returns the channel that signals the
 // next change and when the current lease runs out.
 func (l *toyLocker) try(key string, ttl time.Duration) (*toyHandle, <-chan struct{}, time.Time, error) {
 	if err := l.reachable(); err != nil {
 		return nil, nil, time.Time{}, err
 	}
+	sk := l.storeKey(key)
 	s := l.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	if cur := s.held[key]; cur != nil && l.flaw != noExclusion {
+	if cur := s.held[sk]; cur != nil && l.flaw != noExclusion {
 		if now.Before(cur.expires) {
 			return nil, s.wake, cur.expires, nil
 		}
 		// The lease ran out: the old holder must know before we take over.
 		if l.flaw != silentLoss {
-			cur.st.End(locker.KeyError("renew", key, locker.ErrLost))
+			cur.st.End(locker.KeyError("renew", cur.key, locker.ErrLost))
 		}
 	}
-	s.fence[key]++
-	h := &toyHandle{l: l, key: key, token: s.fence[key], ttl: ttl, expires: now.Add(ttl), st: lease.New()}
-	if l.flaw == constantToken {
-		h.token = 1
-	}
+	s.fence[sk]++
+	h := &toyHandle{l: l, key: key, sk: sk, token: s.fence[sk], ttl: ttl, expires: now.Add(ttl), st: lease.New()}
 	l.mu.Lock()
 	if l.closed { // Close ran since reachable(): take nothing
 		l.mu.Unlock()
 		return nil, nil, time.Time{}, locker.ErrClosed
 	}
+	switch l.flaw {
+	case constantToken:
+		h.token = 1
+	case perLockerToken:
+		l.tokens++
+		h.token = l.tokens
+	}
 	l.handles[h] = struct{}{}
 	l.mu.Unlock()
-	s.held[key] = h
+	s.held[sk] = h
 	l.wg.Add(1)
 	go l.watchdog(h)
 	return h, nil, time.Time{}, nil
@@ -134,15 +160,23 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	var giveUp <-chan time.Time // for tryWaits
+	if !wait && l.flaw == tryWaits {
+		giveUp = time.After(time.Second)
+	}
 	for {
 		h, wake, expires, err := l.try(key, o.TTL)
 		if err != nil || h != nil {
 			return h, err
 		}
-		if !wait {
+		if !wait && giveUp == nil {
 			return nil, locker.KeyError("try-acquire", key, locker.ErrNotAcquired)
 		}
 		timer := time.NewTimer(time.Until(expires))
+		if l.flaw == pollingWaiter {
+			wake = nil
+			timer.Reset(2 * time.Second)
+		}
 		done := ctx.Done()
 		if l.flaw == ignoresContext {
 			done = nil
@@ -150,6 +184,9 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 		select {
 		case <-wake:
 		case <-timer.C:
+		case <-giveUp:
+			timer.Stop()
+			return nil, locker.KeyError("try-acquire", key, locker.ErrNotAcquired)
 		case <-l.quit:
 			timer.Stop()
 			return nil, locker.KeyError("acquire", key, locker.ErrClosed)
@@ -187,7 +224,7 @@ func (l *toyLocker) watchdog(h *toyHandle) {
 		if l.reachable() == nil {
 			s := l.s
 			s.mu.Lock()
-			if s.held[h.key] == h {
+			if s.held[h.sk] == h {
 				h.expires = time.Now().Add(h.ttl)
 				lastOK = time.Now()
 			}
@@ -213,26 +250,49 @@ func (h *toyHandle) Done() <-chan struct{} { return h.st.Done() }
 func (h *toyHandle) Err() error            { return h.st.Err() }
 
 func (h *toyHandle) Release(ctx context.Context) error {
-	if h.l.flaw == blindRelease {
-		s := h.l.s
+	s := h.l.s
+	switch h.l.flaw {
+	case blindRelease:
 		s.mu.Lock()
-		delete(s.held, h.key) // whoever holds it now
+		delete(s.held, h.sk) // whoever holds it now
 		s.changedLocked()
 		s.mu.Unlock()
+		h.st.End(locker.ErrReleased)
+		return nil
+	case ownerPerLocker:
+		// Compare-and-delete, but with the Locker as the owner: a stale
+		// handle matches the same Locker's newer lock.
+		s.mu.Lock()
+		if cur := s.held[h.sk]; cur != nil && cur.l == h.l {
+			delete(s.held, h.sk)
+			s.changedLocked()
+		}
+		s.mu.Unlock()
+		if err := h.st.Err(); err != nil {
+			return locker.KeyError("release", h.key, err)
+		}
 		h.st.End(locker.ErrReleased)
 		return nil
 	}
 	if err := h.st.Err(); err != nil {
 		return locker.KeyError("release", h.key, err)
 	}
-	if err := h.l.reachable(); err != nil && !errors.Is(err, locker.ErrClosed) {
-		return locker.KeyError("release", h.key, err)
+	for h.l.flaw == releaseIgnoresCtx && h.l.isCut() {
+		time.Sleep(10 * time.Millisecond) // retry until the store answers, whatever ctx says
 	}
-	s := h.l.s
+	if err := h.l.reachable(); err != nil && !errors.Is(err, locker.ErrClosed) {
+		// Give the lock up all the same: stop renewing, and let the lease
+		// run out in the store.
+		h.l.mu.Lock()
+		delete(h.l.handles, h)
+		h.l.mu.Unlock()
+		h.st.End(locker.ErrReleased)
+		return locker.KeyError("release", h.key, fmt.Errorf("%w (given up; the lease runs out)", err))
+	}
 	s.mu.Lock()
-	ours := s.held[h.key] == h
+	ours := s.held[h.sk] == h
 	if ours {
-		delete(s.held, h.key)
+		delete(s.held, h.sk)
 		s.changedLocked()
 	}
 	s.mu.Unlock()
@@ -261,15 +321,21 @@ func (l *toyLocker) Close() error {
 	s := l.s
 	s.mu.Lock()
 	for h := range hs {
-		if s.held[h.key] == h && !l.dead {
-			delete(s.held, h.key)
+		if s.held[h.sk] == h && !l.dead && l.flaw != closeKeepsLocks {
+			delete(s.held, h.sk)
 		}
-		h.st.End(locker.KeyError("close", h.key, locker.ErrClosed))
+		h.st.End(locker.KeyError("close", h.key, fmt.Errorf("%w by Close (%w)", locker.ErrReleased, locker.ErrClosed)))
 	}
 	s.changedLocked()
 	s.mu.Unlock()
 	l.wg.Wait()
 	return nil
+}
+
+func (l *toyLocker) isCut() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cut
 }
 
 // crash: stop renewing, keep the locks in the store until they expire.
