@@ -31,6 +31,49 @@ func (s *suite) releaseTwice(t *testing.T, ctx context.Context) {
 	mustRelease(t, ctx, again)
 }
 
+// releaseConcurrent: Releases of one handle racing each other (a Handle is
+// safe for concurrent use) give the lock up once: exactly one returns nil,
+// the others say it was already released, and the key is free afterwards.
+func (s *suite) releaseConcurrent(t *testing.T, ctx context.Context) {
+	const n = 8
+	a, b := s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	h := mustAcquire(t, ctx, a, k)
+	var (
+		start = make(chan struct{})
+		errs  = make(chan error, n)
+	)
+	for range n {
+		go func() {
+			<-start
+			errs <- h.Release(ctx)
+		}()
+	}
+	close(start)
+	succeeded := 0
+	for range n {
+		var err error
+		select {
+		case err = <-errs:
+		case <-time.After(prompt):
+			t.Fatalf("concurrent Releases of one handle had not all returned after %v", prompt)
+		}
+		switch {
+		case err == nil:
+			succeeded++
+		case !errors.Is(err, locker.ErrReleased):
+			t.Errorf("one of %d concurrent Releases: %v, want nil or an error wrapping locker.ErrReleased", n, err)
+		}
+	}
+	if succeeded != 1 {
+		t.Errorf("%d of %d concurrent Releases of one handle returned nil, want exactly 1", succeeded, n)
+	}
+	if err := h.Err(); !errors.Is(err, locker.ErrReleased) {
+		t.Errorf("Err() after concurrent Releases = %v, want locker.ErrReleased", err)
+	}
+	mustRelease(t, ctx, mustTry(t, ctx, b, k))
+}
+
 // cutAndLose cuts l off after it took key, and waits until its handle
 // reports the loss. It returns the handle and the heal function.
 func (s *suite) cutAndLose(t *testing.T, ctx context.Context, l locker.Locker, k string) (locker.Handle, func()) {
@@ -235,6 +278,9 @@ func (s *suite) renewalKeepsLock(t *testing.T, ctx context.Context) {
 	case <-h.Done():
 		t.Fatalf("holder lost its lock within 3×TTL while alive and connected: %v", h.Err())
 	case <-time.After(3 * s.h.TTL):
+	}
+	if err := h.Err(); err != nil {
+		t.Errorf("Err() of a lock held past its TTL by renewal = %v, want nil while Done() is open", err)
 	}
 	mustNotTry(t, ctx, b, k, "its holder is alive and renewing past its TTL")
 	mustRelease(t, ctx, h)

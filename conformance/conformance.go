@@ -88,6 +88,7 @@ func (s *suite) cases() []testCase {
 		{"Keys/Invalid", s.invalidKeys},
 		{"Options/InvalidTTL", s.invalidTTL},
 		{"Release/Twice", s.releaseTwice},
+		{"Release/Concurrent", s.releaseConcurrent},
 		{"Release/AfterLoss", s.releaseAfterLoss},
 		{"Release/NotOwner", s.releaseNotOwner},
 		{"Release/WhileCut", s.releaseWhileCut},

@@ -48,6 +48,7 @@ var flaws = []struct {
 	{"TruncatedKeys", truncatedKeys, []string{"Keys/Unusual"}},
 	{"CloseKeepsLocks", closeKeepsLocks, []string{"Close/ReleasesHeld"}},
 	{"ReleaseIgnoresCtx", releaseIgnoresCtx, []string{"Release/WhileCut"}},
+	{"RacyRelease", racyRelease, []string{"Release/Concurrent"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"

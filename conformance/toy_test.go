@@ -32,6 +32,7 @@ const (
 	truncatedKeys          // keys are cut to 250 bytes in the store
 	closeKeepsLocks        // Close ends its handles but leaves their keys to expire
 	releaseIgnoresCtx      // a Release that cannot reach the store waits for it, ignoring ctx
+	racyRelease            // concurrent Releases of one handle are not serialised
 )
 
 // toyMaxStoredKey is where truncatedKeys cuts keys, as a VARCHAR(250) would.
@@ -80,6 +81,7 @@ type toyHandle struct {
 	ttl     time.Duration
 	expires time.Time // guarded by s.mu
 	st      *lease.State
+	relMu   sync.Mutex // serialises Release
 }
 
 const toyTTL = 30 * time.Second
@@ -274,8 +276,20 @@ func (h *toyHandle) Release(ctx context.Context) error {
 		h.st.End(locker.ErrReleased)
 		return nil
 	}
-	if err := h.st.Err(); err != nil {
-		return locker.KeyError("release", h.key, err)
+	if h.l.flaw == racyRelease {
+		// Check, then act a slow round trip later: concurrent calls all
+		// pass the check (the delay is long enough for that on a loaded
+		// machine).
+		if err := h.st.Err(); err != nil {
+			return locker.KeyError("release", h.key, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	} else {
+		h.relMu.Lock()
+		defer h.relMu.Unlock()
+		if err := h.st.Err(); err != nil {
+			return locker.KeyError("release", h.key, err)
+		}
 	}
 	for h.l.flaw == releaseIgnoresCtx && h.l.isCut() {
 		time.Sleep(10 * time.Millisecond) // retry until the store answers, whatever ctx says
