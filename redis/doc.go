@@ -58,7 +58,8 @@
 // Loss is measured on the local monotonic clock: the lease counts from the
 // moment the last successful acquire or renewal request was sent (the server
 // set the expiry later than that), minus a drift margin (WithDriftMargin,
-// default TTL/50 + 10ms) for clock-rate differences and timer latency. A
+// default TTL/50 + 100ms, at most TTL/4) for clock-rate differences and
+// stalls of the holder's process (CPU throttling, timer latency). A
 // timer independent of the renewal requests fires at that moment, so a
 // request hanging on a partitioned or paused server cannot delay the report.
 // With WithoutWatchdog the lease is not renewed and the Handle reports the

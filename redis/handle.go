@@ -139,7 +139,10 @@ func (h *Handle) watchdog() {
 			return
 		case err == nil && ok:
 			h.renewed(start)
-			timer.Reset(interval)
+			// The next renewal is due TTL/3 after this one was sent, not
+			// after its reply came: a slow round trip must not push the
+			// renewals towards the deadline.
+			timer.Reset(max(time.Until(start.Add(interval)), 0))
 		case err == nil:
 			h.lose("renewal found the lock no longer ours: its lease ran out and it may have been taken")
 			return

@@ -97,7 +97,10 @@ func WithoutWatchdog() Option { return WithWatchdog(false) }
 // renewal request was sent, so network delay is already on the safe side;
 // the margin covers the server's and the client's clocks running at slightly
 // different rates, timer latency, and Redis' 1ms expiry granularity. The
-// default is TTL/50 + 10ms. It must be below half the TTL of every lock.
+// default is TTL/50 + 100ms, but at most TTL/4: 2% for clock rates, and
+// 100ms for stalls of the holder's process (CPU throttling in containers,
+// timer and scheduling latency on a loaded machine). It must be below half
+// the TTL of every lock.
 func WithDriftMargin(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -166,7 +169,7 @@ func checkTTL(ttl time.Duration) error {
 func (c *config) driftFor(ttl time.Duration) (time.Duration, error) {
 	d := c.drift
 	if d == 0 {
-		d = ttl/50 + 10*time.Millisecond
+		d = min(ttl/50+100*time.Millisecond, ttl/4)
 	}
 	if d >= ttl/2 {
 		return 0, fmt.Errorf("%w: redis: drift margin %v is not below half the TTL %v", locker.ErrInvalidOption, d, ttl)
