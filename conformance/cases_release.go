@@ -191,6 +191,33 @@ func (s *suite) releaseWhileCut(t *testing.T, ctx context.Context) {
 	mustRelease(t, ctx, r.h)
 }
 
+// releaseStopsRenewal: once released, a lock is no longer renewed, not even
+// by a renewal that would land on the next holder's lock. The next holder
+// crashes, and its lease must still run out within the expiry bound: a
+// watchdog of the first holder that kept running, with a renewal that does
+// not compare owners, would keep the dead holder's lock alive.
+func (s *suite) releaseStopsRenewal(t *testing.T, ctx context.Context) {
+	s.needCrash(t)
+	a, b, c := s.newLocker(t), s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	ha := mustAcquire(t, ctx, a, k, ttl(s))
+	mustRelease(t, ctx, ha)
+	hb := mustAcquire(t, ctx, b, k, ttl(s))
+	s.h.Crash(t, b)
+	crashed := time.Now()
+	r := await(t, goAcquire(ctx, c, k), s.h.ExpiryBound+prompt, "Acquire after the second holder crashed")
+	if r.err != nil {
+		t.Fatalf("Acquire after the second holder crashed: %v", r.err)
+	}
+	if took := r.at.Sub(crashed); took > s.h.ExpiryBound {
+		t.Errorf("key acquirable only %v after its holder crashed, more than the bound %v: does a released handle still renew the key?", took, s.h.ExpiryBound)
+	}
+	if r.h.Token() <= hb.Token() {
+		t.Errorf("token %d after a crash is not greater than the crashed holder's %d", r.h.Token(), hb.Token())
+	}
+	mustRelease(t, ctx, r.h)
+}
+
 // fencingAfterRelease: tokens keep increasing across holders and clients,
 // and after the key sat free.
 func (s *suite) fencingAfterRelease(t *testing.T, ctx context.Context) {

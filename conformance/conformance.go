@@ -92,6 +92,7 @@ func (s *suite) cases() []testCase {
 		{"Release/AfterLoss", s.releaseAfterLoss},
 		{"Release/NotOwner", s.releaseNotOwner},
 		{"Release/WhileCut", s.releaseWhileCut},
+		{"Release/StopsRenewal", s.releaseStopsRenewal},
 		{"Fencing/AfterRelease", s.fencingAfterRelease},
 		{"Fencing/AfterCrash", s.fencingAfterCrash},
 		{"Loss/DoneOnCut", s.doneOnCut},

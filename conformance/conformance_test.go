@@ -49,6 +49,7 @@ var flaws = []struct {
 	{"CloseKeepsLocks", closeKeepsLocks, []string{"Close/ReleasesHeld"}},
 	{"ReleaseIgnoresCtx", releaseIgnoresCtx, []string{"Release/WhileCut"}},
 	{"RacyRelease", racyRelease, []string{"Release/Concurrent"}},
+	{"BlindRenewal", blindRenewal, []string{"Release/StopsRenewal"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"

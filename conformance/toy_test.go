@@ -33,6 +33,7 @@ const (
 	closeKeepsLocks        // Close ends its handles but leaves their keys to expire
 	releaseIgnoresCtx      // a Release that cannot reach the store waits for it, ignoring ctx
 	racyRelease            // concurrent Releases of one handle are not serialised
+	blindRenewal           // the watchdog outlives Release and renews whoever holds the key
 )
 
 // toyMaxStoredKey is where truncatedKeys cuts keys, as a VARCHAR(250) would.
@@ -216,8 +217,12 @@ func (l *toyLocker) watchdog(h *toyHandle) {
 	defer tick.Stop()
 	lastOK := time.Now()
 	for {
+		done := h.st.Done()
+		if l.flaw == blindRenewal {
+			done = nil
+		}
 		select {
-		case <-h.st.Done():
+		case <-done:
 			return
 		case <-l.quit:
 			return
@@ -226,8 +231,8 @@ func (l *toyLocker) watchdog(h *toyHandle) {
 		if l.reachable() == nil {
 			s := l.s
 			s.mu.Lock()
-			if s.held[h.sk] == h {
-				h.expires = time.Now().Add(h.ttl)
+			if cur := s.held[h.sk]; cur == h || (l.flaw == blindRenewal && cur != nil) {
+				cur.expires = time.Now().Add(h.ttl)
 				lastOK = time.Now()
 			}
 			s.mu.Unlock()
