@@ -15,7 +15,8 @@ var ErrNotAcquired = errors.New("locker: not acquired")
 // lock must stop; writes must be fenced with the token.
 var ErrLost = errors.New("locker: lock lost")
 
-// ErrReleased reports use of a handle after Release.
+// ErrReleased reports use of a handle after Release, or after the Close of
+// its Locker released it (some backends report ErrLost for those).
 var ErrReleased = errors.New("locker: lock released")
 
 // ErrInvalidKey reports a key that no backend accepts: empty, longer than

@@ -126,6 +126,9 @@ func TestOpenNeverEchoesPassword(t *testing.T) {
 		{"://user:" + secret + "@host", locker.ErrInvalidURL},         // no scheme, unparsable
 		{"//user:" + secret + "@host/db", locker.ErrInvalidURL},       // no scheme
 		{"mem://user:" + secret + "%zz@store", locker.ErrInvalidURL},  // bad escape
+		{"mem://user:" + secret + "/x@store", locker.ErrInvalidURL},   // unescaped '/' ends the host early
+		{"mem://user:" + secret + "?x@store", locker.ErrInvalidURL},   // ... and '?'
+		{"mem://user:" + secret + "#x@store", locker.ErrInvalidURL},   // ... and '#'
 	}
 	for _, tt := range tests {
 		l, err := locker.Open(t.Context(), tt.url)

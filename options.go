@@ -21,7 +21,8 @@ type Options struct {
 type Option func(*Options) error
 
 // WithTTL sets the lease of the lock. It must be positive; backends reject
-// values below their own minimum with an error wrapping ErrInvalidOption.
+// values below their own minimum with an error wrapping ErrInvalidOption, or,
+// where they document it, raise them to the minimum.
 func WithTTL(ttl time.Duration) Option {
 	return func(o *Options) error {
 		if ttl <= 0 {

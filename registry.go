@@ -2,6 +2,7 @@ package locker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -76,9 +77,21 @@ func Open(ctx context.Context, rawURL string) (Locker, error) {
 	return opener(ctx, u)
 }
 
+// redactParseError returns what url.Parse said without the URL, and without
+// the fragment of it that net/url quotes in some messages: a password with
+// an unescaped '/', '?' or '#' ends the host early, and the rest of the
+// password then shows up as an "invalid port".
 func redactParseError(err error) error {
-	if ue, ok := err.(*url.Error); ok {
-		return ue.Err
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
 	}
-	return err
+	msg := ue.Err.Error()
+	if i, j := strings.IndexByte(msg, '"'), strings.LastIndexByte(msg, '"'); i >= 0 && j > i {
+		msg = msg[:i] + "…" + msg[j+1:]
+	}
+	if strings.Contains(msg, "port") || strings.Contains(msg, "userinfo") {
+		msg += " (percent-encode any '/', '?', '#' or '@' in the user name or password)"
+	}
+	return errors.New(msg)
 }
