@@ -34,15 +34,23 @@ fi
 started=""
 if ! engine_up; then
 	[ "$(id -u)" = 0 ] || die "no Docker engine answers at $SOCK and this is not root: start one (or set DOCKER_HOST), or run as root so this script can install one"
-	# pgbouncer runs on the host: the postgres pooler tests start their own
-	# (transaction and session mode) in front of the test server.
-	if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null || ! command -v docker >/dev/null || ! command -v pgbouncer >/dev/null; then
-		command -v apt-get >/dev/null || die "dockerd/debootstrap missing and no apt-get to install them (Debian/Ubuntu only)"
+	# Besides the engine, a few servers run on the host, started by the tests
+	# themselves: pgbouncer (postgres pooler tests, transaction and session
+	# mode in front of the test server) and redis-server (the
+	# redis TLS and Sentinel tests, which need configurations the test image
+	# does not serve). Debian's packages do not start them here (no init).
+	need=""
+	for pair in dockerd:docker.io docker:docker.io debootstrap:debootstrap pgbouncer:pgbouncer redis-server:redis-server; do
+		command -v "${pair%%:*}" >/dev/null || case " $need " in *" ${pair#*:} "*) ;; *) need="$need ${pair#*:}";; esac
+	done
+	if [ -n "$need" ]; then
+		command -v apt-get >/dev/null || die "missing$need and no apt-get to install them (Debian/Ubuntu only)"
 		t0=$SECONDS
-		say "installing docker.io, debootstrap and pgbouncer with apt-get"
+		say "installing$need with apt-get"
 		export DEBIAN_FRONTEND=noninteractive
 		apt-get update -qq >"/tmp/locker-apt.log" 2>&1 || { tail -20 /tmp/locker-apt.log >&2; die "apt-get update failed (log: /tmp/locker-apt.log)"; }
-		apt-get install -y -qq docker.io debootstrap pgbouncer >>"/tmp/locker-apt.log" 2>&1 || { tail -20 /tmp/locker-apt.log >&2; die "apt-get install docker.io debootstrap pgbouncer failed (log: /tmp/locker-apt.log)"; }
+		# shellcheck disable=SC2086
+		apt-get install -y -qq $need >>"/tmp/locker-apt.log" 2>&1 || { tail -20 /tmp/locker-apt.log >&2; die "apt-get install$need failed (log: /tmp/locker-apt.log)"; }
 		took "$t0"
 	fi
 	mkdir -p "$DIR"
