@@ -78,3 +78,46 @@ func (s *suite) deadlineWhileWaiting(t *testing.T, ctx context.Context) {
 		func(wctx context.Context, _ context.CancelFunc) { <-wctx.Done() },
 		context.DeadlineExceeded)
 }
+
+// deadlineWhileCut: a client cut off from the backend honours ctx too. An
+// Acquire of a free key while cut off returns by its deadline (with an error:
+// it cannot have taken the key), rather than retrying until the network
+// heals; and once healed, whatever the abandoned call may have left on the
+// backend does not outlive the expiry bound.
+func (s *suite) deadlineWhileCut(t *testing.T, ctx context.Context) {
+	s.needCut(t)
+	a, b := s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	heal := s.h.Cut(t, a)
+	defer heal() // also frees an Acquire that hangs, once the case has failed
+	const d = 500 * time.Millisecond
+	for _, call := range []struct {
+		name string
+		fn   func(context.Context, string, ...locker.Option) (locker.Handle, error)
+	}{{"Acquire", a.Acquire}, {"TryAcquire", a.TryAcquire}} {
+		wctx, cancel := context.WithTimeout(ctx, d)
+		start := time.Now()
+		ch := make(chan result, 1)
+		go func() {
+			h, err := call.fn(wctx, k, ttl(s))
+			ch <- result{h, err, time.Now()}
+		}()
+		r := await(t, ch, d+prompt, call.name+" of a free key by a client cut off from the backend, with a deadline (it must honour ctx)")
+		cancel()
+		if r.err == nil {
+			_ = r.h.Release(ctx)
+			t.Fatalf("%s by a client cut off from the backend succeeded", call.name)
+		}
+		t.Logf("%s while cut off returned after %v: %v", call.name, r.at.Sub(start), r.err)
+	}
+	heal()
+	healed := time.Now()
+	r := await(t, goAcquire(ctx, b, k), s.h.ExpiryBound+prompt, "Acquire after calls abandoned while cut off")
+	if r.err != nil {
+		t.Fatalf("Acquire after calls abandoned while cut off: %v", r.err)
+	}
+	if took := r.at.Sub(healed); took > s.h.ExpiryBound {
+		t.Errorf("key acquirable only %v after the heal, more than the bound %v: the abandoned calls left a lock behind", took, s.h.ExpiryBound)
+	}
+	mustRelease(t, ctx, r.h)
+}

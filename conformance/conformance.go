@@ -100,6 +100,7 @@ func (s *suite) cases() []testCase {
 		{"Context/CancelledBeforeCall", s.cancelledBeforeCall},
 		{"Context/CancelWhileWaiting", s.cancelWhileWaiting},
 		{"Context/DeadlineWhileWaiting", s.deadlineWhileWaiting},
+		{"Context/DeadlineWhileCut", s.deadlineWhileCut},
 		{"Close/ReleasesHeld", s.closeReleasesHeld},
 		{"Close/WakesOwnWaiters", s.closeWakesOwnWaiters},
 		{"Close/NoGoroutineLeak", s.noGoroutineLeak},

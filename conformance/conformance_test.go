@@ -50,6 +50,7 @@ var flaws = []struct {
 	{"ReleaseIgnoresCtx", releaseIgnoresCtx, []string{"Release/WhileCut"}},
 	{"RacyRelease", racyRelease, []string{"Release/Concurrent"}},
 	{"BlindRenewal", blindRenewal, []string{"Release/StopsRenewal"}},
+	{"RetriesUnreachable", retriesUnreachable, []string{"Context/DeadlineWhileCut"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"

@@ -19,21 +19,22 @@ import (
 type flaw int
 
 const (
-	noFlaw            flaw = iota
-	noExclusion            // every attempt succeeds
-	constantToken          // every holder gets token 1
-	perLockerToken         // tokens count per Locker, not per key across Lockers
-	blindRelease           // Release deletes whoever holds the key
-	ownerPerLocker         // Release compares the holder's Locker, not the acquisition, and asks the store first
-	ignoresContext         // waits ignore ctx
-	silentLoss             // a lost lock never closes Done
-	tryWaits               // TryAcquire waits up to a second for the key
-	pollingWaiter          // waiters sleep 2s between attempts instead of being woken
-	truncatedKeys          // keys are cut to 250 bytes in the store
-	closeKeepsLocks        // Close ends its handles but leaves their keys to expire
-	releaseIgnoresCtx      // a Release that cannot reach the store waits for it, ignoring ctx
-	racyRelease            // concurrent Releases of one handle are not serialised
-	blindRenewal           // the watchdog outlives Release and renews whoever holds the key
+	noFlaw             flaw = iota
+	noExclusion             // every attempt succeeds
+	constantToken           // every holder gets token 1
+	perLockerToken          // tokens count per Locker, not per key across Lockers
+	blindRelease            // Release deletes whoever holds the key
+	ownerPerLocker          // Release compares the holder's Locker, not the acquisition, and asks the store first
+	ignoresContext          // waits ignore ctx
+	silentLoss              // a lost lock never closes Done
+	tryWaits                // TryAcquire waits up to a second for the key
+	pollingWaiter           // waiters sleep 2s between attempts instead of being woken
+	truncatedKeys           // keys are cut to 250 bytes in the store
+	closeKeepsLocks         // Close ends its handles but leaves their keys to expire
+	releaseIgnoresCtx       // a Release that cannot reach the store waits for it, ignoring ctx
+	racyRelease             // concurrent Releases of one handle are not serialised
+	blindRenewal            // the watchdog outlives Release and renews whoever holds the key
+	retriesUnreachable      // Acquire and TryAcquire retry until the store answers, ignoring ctx
 )
 
 // toyMaxStoredKey is where truncatedKeys cuts keys, as a VARCHAR(250) would.
@@ -169,6 +170,10 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 	}
 	for {
 		h, wake, expires, err := l.try(key, o.TTL)
+		if err != nil && l.flaw == retriesUnreachable && l.isCut() {
+			time.Sleep(10 * time.Millisecond) // a transient network error: try again
+			continue
+		}
 		if err != nil || h != nil {
 			return h, err
 		}
