@@ -14,12 +14,13 @@ const ReleaseTimeout = 10 * time.Second
 // releases the lock afterwards whatever fn returns, even when fn panics.
 //
 // The context passed to fn is cancelled when ctx is, and also as soon as the
-// lock is lost; context.Cause then wraps ErrLost. fn should stop its work
-// promptly when its context ends.
+// lock ends: context.Cause then is the handle's Err — wrapping ErrLost when
+// the lock was lost, ReleasedByClose when its Locker was closed. fn should
+// stop its work promptly when its context ends.
 //
-// Do returns fn's error joined with any error from releasing. When the lock was
-// lost while fn ran, the result wraps ErrLost even if fn returned nil: the
-// work was not protected throughout.
+// Do returns fn's error joined with any error from releasing. When the lock
+// ended while fn ran, the result says why (it wraps ErrLost, or ErrClosed)
+// even if fn returned nil: the work was not protected throughout.
 func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	h, err := l.Acquire(ctx, key, opts...)
 	if err != nil {

@@ -19,8 +19,10 @@ type Locker interface {
 	TryAcquire(ctx context.Context, key string, opts ...Option) (Handle, error)
 
 	// Close releases every lock this Locker still holds, stops its background
-	// work and frees its resources. The Handles it held end with an error
-	// wrapping ErrReleased or ErrLost (backends document which), and its
+	// work and frees its resources. The Handles it held end with
+	// ReleasedByClose, which wraps both ErrReleased and ErrClosed (or, for a
+	// lock Close could not release because the backend was unreachable, an
+	// error wrapping ErrLost and ErrClosed, and Close returns an error); its
 	// waiting Acquires return errors wrapping ErrClosed, as do later calls. No
 	// goroutine started by the Locker may outlive Close.
 	Close() error

@@ -55,7 +55,8 @@
 //   - Close releases every lock of the Locker at once (other Lockers' waiters
 //     get the keys), ends its blocked Acquires with locker.ErrClosed, stops
 //     its watchdog and returns only once it has stopped. Handles it held then
-//     report an error wrapping both locker.ErrLost and locker.ErrClosed.
+//     report locker.ReleasedByClose, which wraps locker.ErrReleased and
+//     locker.ErrClosed.
 //   - Locks are not reentrant: a Locker that Acquires a key it holds waits.
 //
 // # Fencing tokens

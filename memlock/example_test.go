@@ -58,8 +58,8 @@ func ExampleStore_NewLocker() {
 }
 
 // Close releases what the Locker holds. Its handles report the end: Done is
-// closed and Err wraps both ErrLost and ErrClosed, so work still relying on
-// the lock knows to stop.
+// closed and Err wraps both ErrReleased and ErrClosed, so work still relying
+// on the lock knows to stop.
 func ExampleLocker_Close() {
 	ctx := context.Background()
 	store := memlock.NewStore()
@@ -69,7 +69,7 @@ func ExampleLocker_Close() {
 	_ = l.Close()
 
 	<-h.Done() // closed: work protected by the lock must stop
-	fmt.Println(errors.Is(h.Err(), locker.ErrLost), errors.Is(h.Err(), locker.ErrClosed))
+	fmt.Println(errors.Is(h.Err(), locker.ErrReleased), errors.Is(h.Err(), locker.ErrClosed))
 	_, err := l.Acquire(ctx, "job")
 	fmt.Println(err)
 	// Output:

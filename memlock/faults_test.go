@@ -170,11 +170,11 @@ func TestClose(t *testing.T) {
 		t.Fatalf("waiter of the closed Locker: %v, want ErrClosed", r.err)
 	}
 	for _, h := range ha {
-		if !isClosed(h.Done()) || !errors.Is(h.Err(), locker.ErrLost) || !errors.Is(h.Err(), locker.ErrClosed) {
+		if !isClosed(h.Done()) || !errors.Is(h.Err(), locker.ErrReleased) || !errors.Is(h.Err(), locker.ErrClosed) {
 			t.Fatalf("handle %q after Close: done=%v err=%v", h.Key(), isClosed(h.Done()), h.Err())
 		}
-		if err := h.Release(t.Context()); !errors.Is(err, locker.ErrLost) {
-			t.Fatalf("Release after Close: %v, want ErrLost", err)
+		if err := h.Release(t.Context()); !errors.Is(err, locker.ErrReleased) {
+			t.Fatalf("Release after Close: %v, want ErrReleased", err)
 		}
 	}
 	r := await(t, othersWait, "other Locker's waiter")

@@ -215,9 +215,9 @@ func (l *Locker) usableLocked() error {
 
 // Close releases every lock the Locker holds, so that waiters elsewhere get
 // them at once, ends its blocked Acquires with an error wrapping
-// locker.ErrClosed, and stops its watchdog. The handles it held report an
-// error wrapping both locker.ErrLost and locker.ErrClosed: work that relied on
-// them is no longer protected. Close is idempotent.
+// locker.ErrClosed, and stops its watchdog. The handles it held end with
+// locker.ReleasedByClose, which wraps both locker.ErrReleased and
+// locker.ErrClosed. Close is idempotent.
 //
 // A Locker cut off from its store cannot release: its locks stay until their
 // leases run out, and Close says so in its error.
@@ -234,13 +234,16 @@ func (l *Locker) Close() error {
 	l.endWaitersLocked(locker.ErrClosed)
 	held := l.held
 	l.held = nil
-	lost := fmt.Errorf("%w: %w", locker.ErrLost, locker.ErrClosed)
+	// Released by Close; or, when cut off, given up in our own view while
+	// the store keeps the lease until it runs out: then the handle says
+	// lost, and Close returns an error.
+	unreleased := fmt.Errorf("%w: %w: the backend could not be reached to release it", locker.ErrLost, locker.ErrClosed)
 	left := 0 // locks a cut-off Locker leaves in the store
 	for _, h := range held {
 		h.index = -1
 		if !cut {
-			l.store.release(h.g, lost)
-		} else if h.g.state.End(lost) {
+			l.store.release(h.g, locker.ReleasedByClose)
+		} else if h.g.state.End(unreleased) {
 			left++ // ended here, in our own view only: the store keeps the lease until it runs out
 		}
 	}

@@ -156,7 +156,7 @@ func (h *handle) discard() {
 
 func releasedErr(byClose bool) error {
 	if byClose {
-		return fmt.Errorf("%w by Close (%w)", locker.ErrReleased, locker.ErrClosed)
+		return locker.ReleasedByClose
 	}
 	return locker.ErrReleased
 }
