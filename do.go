@@ -12,6 +12,9 @@ const ReleaseTimeout = 10 * time.Second
 
 // Do acquires key on l (waiting as Acquire does), runs fn while holding it, and
 // releases the lock afterwards whatever fn returns, even when fn panics.
+// fn gets the Handle for its fencing token (h.Token()), to send with every
+// write to the resource the lock protects; fn need not release it (if it
+// does, Do does not report the second Release).
 //
 // The context passed to fn is cancelled when ctx is, and also as soon as the
 // lock ends: context.Cause then is the handle's Err — wrapping ErrLost when
@@ -21,7 +24,7 @@ const ReleaseTimeout = 10 * time.Second
 // Do returns fn's error joined with any error from releasing. When the lock
 // ended while fn ran, the result says why (it wraps ErrLost, or ErrClosed)
 // even if fn returned nil: the work was not protected throughout.
-func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...Option) (err error) {
+func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, h Handle) error, opts ...Option) (err error) {
 	h, err := l.Acquire(ctx, key, opts...)
 	if err != nil {
 		return err
@@ -41,7 +44,11 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) 
 		<-watchDone
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 		defer rcancel()
-		err = errors.Join(err, h.Release(rctx))
+		relErr := h.Release(rctx)
+		if errors.Is(relErr, ErrReleased) && !errors.Is(relErr, ErrClosed) {
+			relErr = nil // fn released the lock itself
+		}
+		err = errors.Join(err, relErr)
 	}()
-	return fn(fnCtx)
+	return fn(fnCtx, h)
 }

@@ -42,14 +42,16 @@ func ExampleLocker_TryAcquire() {
 }
 
 // Do holds the lock while fn runs and releases it afterwards, whatever fn
-// returns. fn's context ends if the lock is lost, so long work can stop.
+// returns. fn's context ends if the lock is lost, so long work can stop, and
+// fn gets the handle, whose fencing token goes with every write.
 func ExampleDo() {
 	ctx := context.Background()
 	l := memlock.NewStore().NewLocker()
 	defer l.Close()
 
-	err := locker.Do(ctx, l, "order/42/payment", func(ctx context.Context) error {
-		fmt.Println("charging order 42 once")
+	err := locker.Do(ctx, l, "order/42/payment", func(ctx context.Context, h locker.Handle) error {
+		// e.g. UPDATE orders SET state = 'charged', fence = $2 WHERE id = 42 AND fence <= $2
+		fmt.Println("charging order 42 once, fencing token", h.Token())
 		return nil
 	})
 	fmt.Println("err:", err)
@@ -62,7 +64,7 @@ func ExampleDo() {
 	fmt.Println("released after Do")
 	h.Release(ctx)
 	// Output:
-	// charging order 42 once
+	// charging order 42 once, fencing token 1
 	// err: <nil>
 	// released after Do
 }

@@ -210,7 +210,7 @@ func TestDo(t *testing.T) {
 	t.Run("ReturnsFnErrorAndReleases", func(t *testing.T) {
 		ls := newStoreLockers(t, 2)
 		errFn := errors.New("fn failed")
-		err := locker.Do(t.Context(), ls[0], "k", func(ctx context.Context) error {
+		err := locker.Do(t.Context(), ls[0], "k", func(ctx context.Context, _ locker.Handle) error {
 			if _, err := ls[1].TryAcquire(ctx, "k"); !errors.Is(err, locker.ErrNotAcquired) {
 				t.Errorf("lock not held during fn: %v", err)
 			}
@@ -225,7 +225,7 @@ func TestDo(t *testing.T) {
 	t.Run("AcquireError", func(t *testing.T) {
 		ls := newStoreLockers(t, 1)
 		called := false
-		err := locker.Do(t.Context(), ls[0], "", func(context.Context) error { called = true; return nil })
+		err := locker.Do(t.Context(), ls[0], "", func(context.Context, locker.Handle) error { called = true; return nil })
 		if !errors.Is(err, locker.ErrInvalidKey) || called {
 			t.Fatalf("Do with an invalid key = %v (fn called: %v)", err, called)
 		}
@@ -240,7 +240,7 @@ func TestDo(t *testing.T) {
 		defer h.Release(t.Context())
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 		defer cancel()
-		err = locker.Do(ctx, ls[1], "k", func(context.Context) error {
+		err = locker.Do(ctx, ls[1], "k", func(context.Context, locker.Handle) error {
 			t.Error("fn ran without the lock")
 			return nil
 		})
@@ -252,9 +252,28 @@ func TestDo(t *testing.T) {
 	// A real loss (lease expiry) needs a fault hook; the postgres and redis
 	// backends test Do under one. Here the lock ends by Close of its Locker,
 	// which fn must hear of the same way.
+	t.Run("FnGetsHandleAndMayRelease", func(t *testing.T) {
+		ls := newStoreLockers(t, 2)
+		var token int64
+		err := locker.Do(t.Context(), ls[0], "k", func(ctx context.Context, h locker.Handle) error {
+			if h.Key() != "k" || h.Token() <= 0 || h.Err() != nil {
+				t.Errorf("fn's handle: key %q token %d err %v", h.Key(), h.Token(), h.Err())
+			}
+			token = h.Token()
+			return h.Release(ctx) // early, by fn itself: Do must not report its own second Release
+		})
+		if err != nil {
+			t.Fatalf("Do = %v, want nil after fn released the lock itself", err)
+		}
+		mustBeFree(t, ls[1], "k")
+		if token == 0 {
+			t.Fatal("fn did not run")
+		}
+	})
+
 	t.Run("EndCancelsFnContext", func(t *testing.T) {
 		ls := newStoreLockers(t, 2)
-		err := locker.Do(t.Context(), ls[0], "k", func(ctx context.Context) error {
+		err := locker.Do(t.Context(), ls[0], "k", func(ctx context.Context, _ locker.Handle) error {
 			if err := ls[0].Close(); err != nil {
 				t.Error(err)
 			}
@@ -277,7 +296,7 @@ func TestDo(t *testing.T) {
 	t.Run("ParentCancelStopsFn", func(t *testing.T) {
 		ls := newStoreLockers(t, 2)
 		ctx, cancel := context.WithCancel(t.Context())
-		err := locker.Do(ctx, ls[0], "k", func(ctx context.Context) error {
+		err := locker.Do(ctx, ls[0], "k", func(ctx context.Context, _ locker.Handle) error {
 			cancel()
 			<-ctx.Done()
 			return ctx.Err()
@@ -296,7 +315,7 @@ func TestDo(t *testing.T) {
 					t.Fatalf("recovered %v, want the panic to propagate", r)
 				}
 			}()
-			_ = locker.Do(t.Context(), ls[0], "k", func(context.Context) error { panic("boom") })
+			_ = locker.Do(t.Context(), ls[0], "k", func(context.Context, locker.Handle) error { panic("boom") })
 		}()
 		mustBeFree(t, ls[1], "k")
 	})

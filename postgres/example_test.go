@@ -30,7 +30,7 @@ func ExampleNew() {
 	l := postgres.New(pool, postgres.WithNamespace("billing"))
 	defer l.Close()
 
-	err = locker.Do(ctx, l, "nightly-report", func(ctx context.Context) error {
+	err = locker.Do(ctx, l, "nightly-report", func(ctx context.Context, _ locker.Handle) error {
 		// Only one instance runs this at a time. ctx ends if the lock is lost.
 		return nil
 	})

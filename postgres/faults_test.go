@@ -162,7 +162,7 @@ func TestDoStopsOnLoss(t *testing.T) {
 	ctx := testCtx(t)
 	pool := sharedPool(t, 4)
 	l := newLocker(t, pool)
-	err := locker.Do(ctx, l, testKey(t, ""), func(fctx context.Context) error {
+	err := locker.Do(ctx, l, testKey(t, ""), func(fctx context.Context, _ locker.Handle) error {
 		var pid int32
 		l.mu.Lock()
 		for h := range l.handles {

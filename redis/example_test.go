@@ -99,7 +99,7 @@ func ExampleNew_cluster() {
 	l := redis.New(client) // sharded Pub/Sub and hash-tagged keys: nothing else to set
 	defer l.Close()
 
-	err := locker.Do(context.Background(), l, "leader/scheduler", func(ctx context.Context) error {
+	err := locker.Do(context.Background(), l, "leader/scheduler", func(ctx context.Context, _ locker.Handle) error {
 		// ctx ends if the lock is lost.
 		<-ctx.Done()
 		return nil
