@@ -18,7 +18,7 @@ const ReleaseTimeout = 10 * time.Second
 //
 // The context passed to fn is cancelled when ctx is, and also as soon as the
 // lock ends: context.Cause then is the handle's Err — wrapping ErrLost when
-// the lock was lost, ReleasedByClose when its Locker was closed. fn should
+// the lock was lost, ErrReleasedByClose when its Locker was closed. fn should
 // stop its work promptly when its context ends.
 //
 // Do returns fn's error joined with any error from releasing. When the lock

@@ -30,11 +30,11 @@ var ErrInvalidOption = errors.New("locker: invalid option")
 // ErrClosed reports use of a Locker after Close.
 var ErrClosed = errors.New("locker: closed")
 
-// ReleasedByClose is the error of a Handle whose Locker was closed while it
+// ErrReleasedByClose is the error of a Handle whose Locker was closed while it
 // held the lock: it wraps both ErrReleased (Close gave the lock up) and
 // ErrClosed (it was not the holder's own Release). Backends end such handles
 // with it, so that callers can tell the two apart with errors.Is.
-var ReleasedByClose = fmt.Errorf("%w by Close (%w)", ErrReleased, ErrClosed)
+var ErrReleasedByClose = fmt.Errorf("%w by Close (%w)", ErrReleased, ErrClosed)
 
 // ErrUnknownScheme reports a URL given to Open whose scheme no backend has
 // registered, usually because the backend package was not imported.

@@ -20,7 +20,7 @@ type Locker interface {
 
 	// Close releases every lock this Locker still holds, stops its background
 	// work and frees its resources. The Handles it held end with
-	// ReleasedByClose, which wraps both ErrReleased and ErrClosed (or, for a
+	// ErrReleasedByClose, which wraps both ErrReleased and ErrClosed (or, for a
 	// lock Close could not release because the backend was unreachable, an
 	// error wrapping ErrLost and ErrClosed, and Close returns an error); its
 	// waiting Acquires return errors wrapping ErrClosed, as do later calls. No

@@ -283,7 +283,7 @@ func TestDo(t *testing.T) {
 				t.Fatal("fn's context not cancelled after the lock ended")
 			}
 			if cause := context.Cause(ctx); !errors.Is(cause, locker.ErrClosed) {
-				t.Errorf("context.Cause = %v, want ReleasedByClose", cause)
+				t.Errorf("context.Cause = %v, want ErrReleasedByClose", cause)
 			}
 			return nil
 		})

@@ -31,7 +31,7 @@ func (s *suite) closeReleasesHeld(t *testing.T, ctx context.Context) {
 	for _, h := range []locker.Handle{h1, h2} {
 		waitDone(t, h, prompt, "handle of a closed Locker")
 		if err := h.Err(); !errors.Is(err, locker.ErrClosed) || !errors.Is(err, locker.ErrReleased) {
-			t.Errorf("Err() of %q after its Locker closed = %v, want an error wrapping locker.ErrReleased and locker.ErrClosed (locker.ReleasedByClose)", h.Key(), err)
+			t.Errorf("Err() of %q after its Locker closed = %v, want an error wrapping locker.ErrReleased and locker.ErrClosed (locker.ErrReleasedByClose)", h.Key(), err)
 		}
 		rctx, cancel := context.WithTimeout(ctx, prompt)
 		if err := h.Release(rctx); err == nil {

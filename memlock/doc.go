@@ -55,7 +55,7 @@
 //   - Close releases every lock of the Locker at once (other Lockers' waiters
 //     get the keys), ends its blocked Acquires with locker.ErrClosed, stops
 //     its watchdog and returns only once it has stopped. Handles it held then
-//     report locker.ReleasedByClose, which wraps locker.ErrReleased and
+//     report locker.ErrReleasedByClose, which wraps locker.ErrReleased and
 //     locker.ErrClosed.
 //   - Locks are not reentrant: a Locker that Acquires a key it holds waits.
 //

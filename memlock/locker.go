@@ -216,7 +216,7 @@ func (l *Locker) usableLocked() error {
 // Close releases every lock the Locker holds, so that waiters elsewhere get
 // them at once, ends its blocked Acquires with an error wrapping
 // locker.ErrClosed, and stops its watchdog. The handles it held end with
-// locker.ReleasedByClose, which wraps both locker.ErrReleased and
+// locker.ErrReleasedByClose, which wraps both locker.ErrReleased and
 // locker.ErrClosed. Close is idempotent.
 //
 // A Locker cut off from its store cannot release: its locks stay until their
@@ -242,7 +242,7 @@ func (l *Locker) Close() error {
 	for _, h := range held {
 		h.index = -1
 		if !cut {
-			l.store.release(h.g, locker.ReleasedByClose)
+			l.store.release(h.g, locker.ErrReleasedByClose)
 		} else if h.g.state.End(unreleased) {
 			left++ // ended here, in our own view only: the store keeps the lease until it runs out
 		}

@@ -156,7 +156,7 @@ func (h *handle) discard() {
 
 func releasedErr(byClose bool) error {
 	if byClose {
-		return locker.ReleasedByClose
+		return locker.ErrReleasedByClose
 	}
 	return locker.ErrReleased
 }

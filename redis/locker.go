@@ -389,7 +389,7 @@ func (t *tracker) wait() {
 const closeReleaseTimeout = 10 * time.Second
 
 // Close releases every lock the Locker holds (their Handles report
-// locker.ReleasedByClose), stops the watchdogs and the Pub/Sub connections, and ends
+// locker.ErrReleasedByClose), stops the watchdogs and the Pub/Sub connections, and ends
 // waiting Acquires with ErrClosed. It closes the client only when the Locker
 // was opened from a URL. It returns once no goroutine of the Locker runs; a
 // second Close returns nil.
@@ -443,10 +443,10 @@ func (l *Locker) releaseAll(held []*Handle) error {
 		n, err := cmds[i].Int64()
 		switch {
 		case err != nil:
-			h.end(locker.ReleasedByClose)
+			h.end(locker.ErrReleasedByClose)
 			errs = append(errs, locker.KeyError("release", h.key, fmt.Errorf("%w (the lock expires after its TTL)", err)))
 		case n == 1:
-			h.end(locker.ReleasedByClose)
+			h.end(locker.ErrReleasedByClose)
 		default:
 			h.end(h.lostErr("released by Close, but the lease had already run out"))
 		}
