@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/benchstats"
 )
 
 // TestMain fails the package if any test leaves a goroutine running: every
@@ -516,9 +517,7 @@ func BenchmarkHandoff(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+	benchstats.ReportPercentiles(b, lat)
 }
 
 // BenchmarkContended measures throughput of 8 goroutines on 8 Lockers taking

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/benchstats"
 	"github.com/go-locker/locker/internal/testserver"
 )
 
@@ -193,17 +194,7 @@ func runHandoff(b *testing.B, n int, acquire func(ctx context.Context, g int) fu
 	}
 	wg.Wait()
 	b.StopTimer()
-	reportPercentiles(b, samples)
-}
-
-func reportPercentiles(b *testing.B, samples []time.Duration) {
-	if len(samples) == 0 {
-		return
-	}
-	slices.Sort(samples)
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	b.ReportMetric(us(samples[len(samples)/2]), "p50-µs")
-	b.ReportMetric(us(samples[(len(samples)*99)/100]), "p99-µs")
+	benchstats.ReportPercentiles(b, samples)
 }
 
 // BenchmarkContended: 8 goroutines take and release one key as fast as they

@@ -11,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/go-locker/locker/internal/benchstats"
 	"github.com/go-locker/locker/internal/testserver"
 )
 
@@ -262,21 +263,8 @@ func benchHandoff(b *testing.B, addr string, waiters int, impl string) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	reportPercentiles(b, samples)
+	benchstats.ReportPercentiles(b, samples)
 	b.ReportMetric(float64(reqs.n.Load())/float64(len(samples)+1), "reqs/handoff")
-}
-
-func reportPercentiles(b *testing.B, samples []time.Duration) {
-	if len(samples) == 0 {
-		return
-	}
-	slices.Sort(samples)
-	pct := func(p float64) float64 {
-		i := int(p * float64(len(samples)-1))
-		return float64(samples[i].Nanoseconds()) / 1e3
-	}
-	b.ReportMetric(pct(0.50), "p50-µs")
-	b.ReportMetric(pct(0.99), "p99-µs")
 }
 
 // BenchmarkContended: 16 goroutines on 4 Lockers take and give back one key
