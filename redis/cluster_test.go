@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -160,9 +161,14 @@ func TestClusterExclusion(t *testing.T) {
 	}
 }
 
-// TestConformanceCluster runs the suite on the cluster. Cut is left out: a
-// cluster client learns the nodes' own addresses from CLUSTER SLOTS and
-// would bypass a proxy.
+// TestConformanceCluster runs the suite on the cluster. A cluster client
+// learns the nodes' own addresses from CLUSTER SLOTS (and MOVED/ASK
+// redirects), so a proxy in front of one seed address would be bypassed.
+// Instead each Locker gets its own client whose Dialer sends every
+// connection to a node (commands, slot-map reloads and Pub/Sub alike: the
+// cluster's node clients and their Pub/Sub pools all dial through
+// ClusterOptions.Dialer) through that Locker's own proxy for the node; Cut
+// blackholes all of them.
 func TestConformanceCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -172,11 +178,30 @@ func TestConformanceCluster(t *testing.T) {
 	for i, n := range nodes {
 		addrs[i] = n.Addr()
 	}
+	var (
+		mu      sync.Mutex
+		proxies = map[locker.Locker]*clusterProxies{}
+	)
 	conformance.Run(t, conformance.Harness{
 		NewLocker: func(t *testing.T) locker.Locker {
-			c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+			cp := newClusterProxies(t, addrs)
+			c := goredis.NewClusterClient(&goredis.ClusterOptions{
+				Addrs:                 addrs,
+				Dialer:                cp.dial,
+				ContextTimeoutEnabled: true,
+				// A blackholed proxy must not keep a test waiting for long.
+				DialTimeout: 2 * time.Second,
+				ReadTimeout: 2 * time.Second,
+			})
 			l := New(c)
-			t.Cleanup(func() { _ = l.Close(); _ = c.Close() })
+			t.Cleanup(func() {
+				_ = l.Close()
+				_ = c.Close()
+				cp.check(t)
+			})
+			mu.Lock()
+			proxies[l] = cp
+			mu.Unlock()
 			return l
 		},
 		Crash: func(t *testing.T, l locker.Locker) {
@@ -184,9 +209,74 @@ func TestConformanceCluster(t *testing.T) {
 			rl.crash()
 			_ = rl.client.Close()
 		},
+		Cut: func(t *testing.T, l locker.Locker) func() {
+			mu.Lock()
+			cp := proxies[l]
+			mu.Unlock()
+			cp.check(t)
+			for _, px := range cp.byAddr {
+				px.Blackhole(t)
+			}
+			return func() {
+				for _, px := range cp.byAddr {
+					px.Heal(t)
+				}
+			}
+		},
 		TTL:    2 * time.Second,
 		MinTTL: MinTTL,
 	})
+}
+
+// clusterProxies is one Locker's connection path to the cluster: a proxy
+// per node, chosen by the address the client dials.
+type clusterProxies struct {
+	byAddr map[string]*testserver.Proxy // fixed after construction
+
+	mu      sync.Mutex
+	unknown []string // addresses dialled that have no proxy
+}
+
+func newClusterProxies(t testing.TB, addrs []string) *clusterProxies {
+	t.Helper()
+	cp := &clusterProxies{byAddr: map[string]*testserver.Proxy{}}
+	for _, a := range addrs {
+		cp.byAddr[a] = testserver.NewProxy(t, a)
+	}
+	return cp
+}
+
+// dial is the client's ClusterOptions.Dialer. An address without a proxy is
+// refused, not dialled directly: such a connection would survive a Cut.
+func (cp *clusterProxies) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	px := cp.byAddr[addr]
+	if px == nil {
+		cp.mu.Lock()
+		cp.unknown = append(cp.unknown, addr)
+		cp.mu.Unlock()
+		return nil, fmt.Errorf("cluster test dialer: no proxy for node address %q (known: %v)", addr, cp.known())
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, px.Addr())
+}
+
+func (cp *clusterProxies) known() []string {
+	var out []string
+	for a := range cp.byAddr {
+		out = append(out, a)
+	}
+	return out
+}
+
+// check fails t if the client ever dialled an address without a proxy (the
+// dialer runs on the client's goroutines, where it cannot fail t itself).
+func (cp *clusterProxies) check(t testing.TB) {
+	t.Helper()
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if len(cp.unknown) > 0 {
+		t.Fatalf("cluster client dialled node addresses with no proxy in front: %v (known: %v); a Cut would not cut them", cp.unknown, cp.known())
+	}
 }
 
 var _ = context.Background
