@@ -324,11 +324,17 @@ func TestClusterWaitersSurviveReconnect(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(500 * time.Millisecond)
+	var channels []string
+	for _, key := range keys {
+		channels = append(channels, waiter.keysFor(key).wake)
+	}
+	// The server is the witness: every waiter is subscribed before the kill,
+	// and subscribed again (on a new connection) before the release.
+	waitShardSubscribed(t, ctx, master, channels)
 	if err := master.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // reconnect and resubscribe
+	waitShardSubscribed(t, ctx, master, channels)
 	released := time.Now()
 	for _, h := range handles {
 		if err := h.Release(ctx); err != nil {
@@ -343,6 +349,32 @@ func TestClusterWaitersSurviveReconnect(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("waiter not woken within 10s of the release after its Pub/Sub connection was killed")
+		}
+	}
+}
+
+// waitShardSubscribed waits until each channel has a shard subscriber on
+// node, as the server reports it (PUBSUB SHARDNUMSUB), or fails at ctx's end.
+func waitShardSubscribed(t *testing.T, ctx context.Context, node *goredis.Client, channels []string) {
+	t.Helper()
+	for {
+		counts, err := node.PubSubShardNumSub(ctx, channels...).Result()
+		if err != nil {
+			t.Fatalf("PUBSUB SHARDNUMSUB: %v", err)
+		}
+		all := true
+		for _, ch := range channels {
+			if counts[ch] < 1 {
+				all = false
+			}
+		}
+		if all {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("channels %v not all subscribed on %s: %v", channels, node.Options().Addr, counts)
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
