@@ -100,6 +100,27 @@ func (s *suite) needCrash(t *testing.T) {
 	}
 }
 
+// awaitAfterFault waits for an Acquire started after a fault at since (a
+// crash, a cut, a heal) and checks what every such case promises: the key is
+// held within ExpiryBound of since, and, when prev is not nil, with a token
+// above prev's. what names the fault in messages.
+func (s *suite) awaitAfterFault(t *testing.T, ch <-chan result, since time.Time, prev locker.Handle, what string) locker.Handle {
+	t.Helper()
+	r := await(t, ch, s.h.ExpiryBound+prompt, "Acquire after "+what)
+	if r.err != nil {
+		t.Fatalf("Acquire after %s: %v (bound %v)", what, r.err, s.h.ExpiryBound)
+	}
+	took := r.at.Sub(since)
+	t.Logf("key acquirable %v after %s (TTL %v, bound %v)", took, what, s.h.TTL, s.h.ExpiryBound)
+	if took > s.h.ExpiryBound {
+		t.Errorf("key acquirable only %v after %s, more than the bound %v", took, what, s.h.ExpiryBound)
+	}
+	if prev != nil && r.h.Token() <= prev.Token() {
+		t.Errorf("token %d after %s is not greater than the previous holder's %d", r.h.Token(), what, prev.Token())
+	}
+	return r.h
+}
+
 // releaseAfterLoss: Release of a lost lock reports the loss, not success.
 func (s *suite) releaseAfterLoss(t *testing.T, ctx context.Context) {
 	s.needCut(t)
@@ -179,17 +200,7 @@ func (s *suite) releaseWhileCut(t *testing.T, ctx context.Context) {
 	} else if err := h.Err(); !errors.Is(err, locker.ErrReleased) && !errors.Is(err, locker.ErrLost) {
 		t.Errorf("Err() after a Release while cut off = %v, want an error wrapping locker.ErrReleased or locker.ErrLost", err)
 	}
-	r := await(t, goAcquire(ctx, b, k), s.h.ExpiryBound+prompt, "Acquire of a key whose cut-off holder released it")
-	if r.err != nil {
-		t.Fatalf("Acquire of a key whose cut-off holder released it: %v", r.err)
-	}
-	if took := r.at.Sub(cut); took > s.h.ExpiryBound {
-		t.Errorf("key acquirable only %v after its holder was cut off and released it, more than the bound %v", took, s.h.ExpiryBound)
-	}
-	if r.h.Token() <= h.Token() {
-		t.Errorf("token %d is not greater than the previous holder's %d", r.h.Token(), h.Token())
-	}
-	mustRelease(t, ctx, r.h)
+	mustRelease(t, ctx, s.awaitAfterFault(t, goAcquire(ctx, b, k), cut, h, "its holder was cut off and released it"))
 }
 
 // releaseStopsRenewal: once released, a lock is no longer renewed, not even
@@ -206,17 +217,8 @@ func (s *suite) releaseStopsRenewal(t *testing.T, ctx context.Context) {
 	hb := mustAcquire(t, ctx, b, k, ttl(s))
 	s.h.Crash(t, b)
 	crashed := time.Now()
-	r := await(t, goAcquire(ctx, c, k), s.h.ExpiryBound+prompt, "Acquire after the second holder crashed")
-	if r.err != nil {
-		t.Fatalf("Acquire after the second holder crashed: %v", r.err)
-	}
-	if took := r.at.Sub(crashed); took > s.h.ExpiryBound {
-		t.Errorf("key acquirable only %v after its holder crashed, more than the bound %v: does a released handle still renew the key?", took, s.h.ExpiryBound)
-	}
-	if r.h.Token() <= hb.Token() {
-		t.Errorf("token %d after a crash is not greater than the crashed holder's %d", r.h.Token(), hb.Token())
-	}
-	mustRelease(t, ctx, r.h)
+	mustRelease(t, ctx, s.awaitAfterFault(t, goAcquire(ctx, c, k), crashed, hb,
+		"the second holder crashed (does the first, released handle still renew the key?)"))
 }
 
 // fencingAfterRelease: tokens keep increasing across holders and clients,
@@ -249,20 +251,7 @@ func (s *suite) fencingAfterCrash(t *testing.T, ctx context.Context) {
 	ha := mustAcquire(t, ctx, a, k, ttl(s))
 	s.h.Crash(t, a)
 	crashed := time.Now()
-	r := await(t, goAcquire(ctx, b, k), s.h.ExpiryBound+prompt, "Acquire after the holder crashed")
-	if r.err != nil {
-		t.Fatalf("Acquire after the holder crashed: %v (bound %v)", r.err, s.h.ExpiryBound)
-	}
-	hb := r.h
-	took := r.at.Sub(crashed)
-	t.Logf("key acquirable %v after the holder crashed (TTL %v, bound %v)", took, s.h.TTL, s.h.ExpiryBound)
-	if took > s.h.ExpiryBound {
-		t.Errorf("key acquirable only %v after the holder crashed, more than the bound %v", took, s.h.ExpiryBound)
-	}
-	if hb.Token() <= ha.Token() {
-		t.Errorf("token %d after a crash is not greater than the crashed holder's %d", hb.Token(), ha.Token())
-	}
-	mustRelease(t, ctx, hb)
+	mustRelease(t, ctx, s.awaitAfterFault(t, goAcquire(ctx, b, k), crashed, ha, "the holder crashed"))
 }
 
 // doneOnCut: a holder cut off from the backend hears that its lock is lost
@@ -283,21 +272,14 @@ func (s *suite) doneOnCut(t *testing.T, ctx context.Context) {
 		lostFirst.Store(isClosed(ha.Done()))
 		ch <- result{h, err, time.Now()}
 	}()
-	r := await(t, ch, s.h.ExpiryBound+prompt, "Acquire while the holder is cut off")
-	if r.err != nil {
-		t.Fatalf("Acquire while the holder is cut off: %v", r.err)
-	}
-	t.Logf("another client acquired %v after the holder was cut off (TTL %v)", r.at.Sub(cut), s.h.TTL)
+	hb := s.awaitAfterFault(t, ch, cut, ha, "the holder was cut off")
 	if !lostFirst.Load() {
 		t.Errorf("another client acquired the key while the cut-off holder's Done() was still open: the holder must hear of the loss first")
 	}
 	if err := ha.Err(); !errors.Is(err, locker.ErrLost) {
 		t.Errorf("cut-off holder's Err() = %v, want an error wrapping locker.ErrLost", err)
 	}
-	if took := r.at.Sub(cut); took > s.h.ExpiryBound {
-		t.Errorf("key acquirable only %v after the holder was cut off, more than the bound %v", took, s.h.ExpiryBound)
-	}
-	mustRelease(t, ctx, r.h)
+	mustRelease(t, ctx, hb)
 }
 
 // renewalKeepsLock: a live holder keeps its lock well past its TTL.
