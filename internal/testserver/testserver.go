@@ -265,16 +265,27 @@ func newEnvServer(kind, env, value string) *Server {
 	case kindPostgres, kindMySQL:
 		s.dsn = value
 		s.addr = hostPortFromDSN(kind, value)
+	case kindEtcd: // accept the client URL as etcdctl takes it
+		v := strings.TrimPrefix(strings.TrimPrefix(value, "http://"), "https://")
+		s.addr = strings.TrimSuffix(v, "/")
 	}
 	return s
+}
+
+// envServers returns the servers of a comma-separated host:port list.
+func envServers(kind, env, list string) []*Server {
+	var out []*Server
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, envServer(kind, env, a))
+		}
+	}
+	return out
 }
 
 // Redis returns the Redis server shared by the tests of this binary.
 func Redis(t testing.TB) *Server {
 	t.Helper()
-	if v := fromEnv(EnvRedisAddr); v != "" {
-		return envServer(kindRedis, EnvRedisAddr, v)
-	}
 	return sharedOne(t, kindRedis, EnvRedisAddr)
 }
 
@@ -283,9 +294,6 @@ func Redis(t testing.TB) *Server {
 // server instead, whose CanControl is false.
 func NewRedis(t testing.TB) *Server {
 	t.Helper()
-	if v := fromEnv(EnvRedisAddr); v != "" {
-		return envServer(kindRedis, EnvRedisAddr, v)
-	}
 	return private(t, kindRedis, EnvRedisAddr)
 }
 
@@ -298,12 +306,7 @@ func RedisNodes(t testing.TB, n int) []*Server {
 		t.Fatalf("testserver: RedisNodes(%d): need at least one node", n)
 	}
 	if v := fromEnv(EnvRedisNodes); v != "" {
-		var out []*Server
-		for _, a := range strings.Split(v, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				out = append(out, envServer(kindRedis, EnvRedisNodes, a))
-			}
-		}
+		out := envServers(kindRedis, EnvRedisNodes, v)
 		if len(out) < n {
 			unavailable(t, fmt.Sprintf("set of %d redis", n), EnvRedisNodes,
 				fmt.Errorf("%s names %d servers, the test needs %d", EnvRedisNodes, len(out), n))
@@ -327,13 +330,7 @@ func RedisNodes(t testing.TB, n int) []*Server {
 func RedisCluster(t testing.TB) []*Server {
 	t.Helper()
 	if v := fromEnv(EnvRedisCluster); v != "" {
-		var out []*Server
-		for _, a := range strings.Split(v, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				out = append(out, envServer(kindRedis, EnvRedisCluster, a))
-			}
-		}
-		return out
+		return envServers(kindRedis, EnvRedisCluster, v)
 	}
 	servers, err := getShared(kindRedisCluster, startRedisCluster)
 	if err != nil {
@@ -345,9 +342,6 @@ func RedisCluster(t testing.TB) []*Server {
 // Postgres returns the PostgreSQL server shared by the tests of this binary.
 func Postgres(t testing.TB) *Server {
 	t.Helper()
-	if v := fromEnv(EnvPostgresDSN); v != "" {
-		return envServer(kindPostgres, EnvPostgresDSN, v)
-	}
 	return sharedOne(t, kindPostgres, EnvPostgresDSN)
 }
 
@@ -355,18 +349,12 @@ func Postgres(t testing.TB) *Server {
 // t.Cleanup (or the LOCKER_TEST_POSTGRES_DSN server, whose CanControl is false).
 func NewPostgres(t testing.TB) *Server {
 	t.Helper()
-	if v := fromEnv(EnvPostgresDSN); v != "" {
-		return envServer(kindPostgres, EnvPostgresDSN, v)
-	}
 	return private(t, kindPostgres, EnvPostgresDSN)
 }
 
 // MySQL returns the MySQL-protocol (MariaDB) server shared by the tests of this binary.
 func MySQL(t testing.TB) *Server {
 	t.Helper()
-	if v := fromEnv(EnvMySQLDSN); v != "" {
-		return envServer(kindMySQL, EnvMySQLDSN, v)
-	}
 	return sharedOne(t, kindMySQL, EnvMySQLDSN)
 }
 
@@ -374,18 +362,12 @@ func MySQL(t testing.TB) *Server {
 // removed at t.Cleanup (or the LOCKER_TEST_MYSQL_DSN server, whose CanControl is false).
 func NewMySQL(t testing.TB) *Server {
 	t.Helper()
-	if v := fromEnv(EnvMySQLDSN); v != "" {
-		return MySQL(t)
-	}
 	return private(t, kindMySQL, EnvMySQLDSN)
 }
 
 // ZooKeeper returns the ZooKeeper server shared by the tests of this binary.
 func ZooKeeper(t testing.TB) *Server {
 	t.Helper()
-	if v := fromEnv(EnvZooKeeperAddr); v != "" {
-		return envServer(kindZooKeeper, EnvZooKeeperAddr, v)
-	}
 	return sharedOne(t, kindZooKeeper, EnvZooKeeperAddr)
 }
 
@@ -393,9 +375,6 @@ func ZooKeeper(t testing.TB) *Server {
 // removed at t.Cleanup (or the LOCKER_TEST_ZOOKEEPER_ADDR server, whose CanControl is false).
 func NewZooKeeper(t testing.TB) *Server {
 	t.Helper()
-	if v := fromEnv(EnvZooKeeperAddr); v != "" {
-		return ZooKeeper(t)
-	}
 	return private(t, kindZooKeeper, EnvZooKeeperAddr)
 }
 
@@ -403,10 +382,6 @@ func NewZooKeeper(t testing.TB) *Server {
 // host:port of its client URL (http://Addr).
 func Etcd(t testing.TB) *Server {
 	t.Helper()
-	if v := fromEnv(EnvEtcdAddr); v != "" {
-		v = strings.TrimPrefix(strings.TrimPrefix(v, "http://"), "https://")
-		return envServer(kindEtcd, EnvEtcdAddr, strings.TrimSuffix(v, "/"))
-	}
 	return sharedOne(t, kindEtcd, EnvEtcdAddr)
 }
 
@@ -414,14 +389,16 @@ func Etcd(t testing.TB) *Server {
 // removed at t.Cleanup (or the LOCKER_TEST_ETCD_ADDR server, whose CanControl is false).
 func NewEtcd(t testing.TB) *Server {
 	t.Helper()
-	if v := fromEnv(EnvEtcdAddr); v != "" {
-		return Etcd(t)
-	}
 	return private(t, kindEtcd, EnvEtcdAddr)
 }
 
+// sharedOne returns the server named by envVar, else the one container of
+// kind shared by the tests of this binary.
 func sharedOne(t testing.TB, kind, envVar string) *Server {
 	t.Helper()
+	if v := fromEnv(envVar); v != "" {
+		return envServer(kind, envVar, v)
+	}
 	servers, err := getShared(kind, func() ([]*Server, error) {
 		s, err := startServer(kind)
 		if err != nil {
@@ -435,8 +412,13 @@ func sharedOne(t testing.TB, kind, envVar string) *Server {
 	return servers[0]
 }
 
+// private returns the server named by envVar (whose CanControl is false),
+// else a new container of kind for this test alone, removed at t.Cleanup.
 func private(t testing.TB, kind, envVar string) *Server {
 	t.Helper()
+	if v := fromEnv(envVar); v != "" {
+		return envServer(kind, envVar, v)
+	}
 	s, err := startServer(kind)
 	if err != nil {
 		unavailable(t, kind, envVar, err)
