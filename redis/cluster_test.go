@@ -204,11 +204,7 @@ func TestConformanceCluster(t *testing.T) {
 			mu.Unlock()
 			return l
 		},
-		Crash: func(t *testing.T, l locker.Locker) {
-			rl := l.(*Locker)
-			rl.crash()
-			_ = rl.client.Close()
-		},
+		Crash: crashLocker,
 		Cut: func(t *testing.T, l locker.Locker) func() {
 			mu.Lock()
 			cp := proxies[l]

@@ -63,13 +63,7 @@ func TestConformance(t *testing.T) {
 					mu.Unlock()
 					return l
 				},
-				// A killed process: renewal and Pub/Sub stop, nothing is
-				// released, and the client never speaks again.
-				Crash: func(t *testing.T, l locker.Locker) {
-					rl := l.(*Locker)
-					rl.crash()
-					_ = rl.client.Close()
-				},
+				Crash: crashLocker,
 				Cut: func(t *testing.T, l locker.Locker) func() {
 					mu.Lock()
 					px := proxies[l]
@@ -110,4 +104,12 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// crashLocker is the harnesses' Crash: a killed process. Renewal and Pub/Sub
+// stop, nothing is released, and the client never speaks again.
+func crashLocker(t *testing.T, l locker.Locker) {
+	rl := l.(*Locker)
+	rl.crash()
+	_ = rl.client.Close()
 }
