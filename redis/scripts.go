@@ -10,10 +10,10 @@ import (
 
 // The scripts run atomically on the server, so no other client can act
 // between their check and their effect. Each touches only keys that share one
-// hash tag (see keys.go), so they run unchanged on Redis Cluster, where a
-// script may only use keys of one slot. Keys are always passed in KEYS (also
-// the wake-up channel, which is not a key) so that cluster clients route the
-// script to the slot's master.
+// hash tag (see keysFor in locker.go), so they run unchanged on Redis Cluster,
+// where a script may only use keys of one slot. Keys are always passed in
+// KEYS (also the wake-up channel, which is not a key) so that cluster clients
+// route the script to the slot's master.
 
 // acquireScript takes the lock and, only then, draws the next fencing token.
 //
