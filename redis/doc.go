@@ -91,8 +91,9 @@
 //
 // An ACL user needs, on its prefix's keys (~prefix*) and channels
 // (&prefix*): EVALSHA and EVAL, and inside the scripts GET, SET, INCR, PTTL,
-// DEL, PEXPIRE and PUBLISH (SPUBLISH on Cluster); for waiting, SUBSCRIBE and
-// UNSUBSCRIBE (SSUBSCRIBE and SUNSUBSCRIBE on Cluster), plus PING.
+// DEL, PEXPIRE and PUBLISH (SPUBLISH on Cluster), plus TIME with
+// WithClockTokens; for waiting, SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE and
+// SUNSUBSCRIBE on Cluster), plus PING.
 //
 // # Failure modes
 //
