@@ -176,12 +176,7 @@ var sequenceName = regexp.MustCompile(`^(?:(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"\x0
 // An invalid option is reported, wrapping locker.ErrInvalidOption, by every
 // Acquire and TryAcquire.
 func New(pool *pgxpool.Pool, opts ...Option) *Locker {
-	cfg := config{interval: DefaultHealthCheckInterval, sequence: DefaultSequence}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
+	cfg := newConfig(opts)
 	if pool == nil {
 		cfg.setErr(fmt.Errorf("%w: nil *pgxpool.Pool", locker.ErrInvalidOption))
 	}
@@ -193,6 +188,17 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 		closeCancel: cancel,
 		handles:     map[*handle]struct{}{},
 	}
+}
+
+// newConfig applies opts to the defaults; cfg.err holds the first invalid one.
+func newConfig(opts []Option) config {
+	cfg := config{interval: DefaultHealthCheckInterval, sequence: DefaultSequence}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	return cfg
 }
 
 // AdvisoryKey returns the bigint advisory-lock key that namespace and key map

@@ -78,6 +78,11 @@ func openURL(ctx context.Context, u *url.URL) (locker.Locker, error) {
 			paramDDL, paramHealthInterval, paramNamespace, paramSequence, paramSessionPooler)
 	}
 
+	// Check our options before making a pool that would need closing.
+	if cfg := newConfig(opts); cfg.err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", locker.ErrInvalidURL, u.Scheme, cfg.err)
+	}
+
 	dsn := *u
 	dsn.RawQuery = rest.Encode()
 	password, _ := u.User.Password()
@@ -90,10 +95,6 @@ func openURL(ctx context.Context, u *url.URL) (locker.Locker, error) {
 		return nil, fmt.Errorf("%w: %s: %s", locker.ErrInvalidURL, u.Scheme, redact(err, password))
 	}
 	l := New(pool, opts...)
-	if l.cfg.err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("%w: %s: %w", locker.ErrInvalidURL, u.Scheme, l.cfg.err)
-	}
 	// Fail now, not at the first lock, when the server cannot be reached or
 	// refuses the credentials.
 	if err := pool.Ping(ctx); err != nil {
