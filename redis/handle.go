@@ -224,7 +224,7 @@ func (h *Handle) Release(ctx context.Context) error {
 		// rather than guess one.
 		select {
 		case <-h.st.Done():
-		case <-time.After(closeReleaseTimeout + time.Second):
+		case <-time.After(locker.ReleaseTimeout + time.Second):
 			h.end(h.lostErr("the Locker closed before Release"))
 		}
 		return h.endedErr()

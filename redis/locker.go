@@ -385,9 +385,6 @@ func (t *tracker) wait() {
 	<-idle
 }
 
-// closeReleaseTimeout bounds how long Close spends releasing held locks.
-const closeReleaseTimeout = 10 * time.Second
-
 // Close releases every lock the Locker holds (their Handles report
 // locker.ErrReleasedByClose), stops the watchdogs and the Pub/Sub connections, and ends
 // waiting Acquires with ErrClosed. It closes the client only when the Locker
@@ -426,7 +423,9 @@ func (l *Locker) releaseAll(held []*Handle) error {
 	for _, h := range held {
 		h.stopRenewal()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
+	// Bounded as a Release by locker.Do is, and as the postgres Locker's
+	// Close is.
+	ctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
 	defer cancel()
 	pipe := l.client.Pipeline()
 	cmds := make([]*goredis.Cmd, len(held))
