@@ -70,18 +70,14 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		return nil, err
 	}
 	var (
-		opts       []Option
-		prefix     string
+		prefix     = DefaultPrefix
 		lockTTL    = DefaultTTL
 		watchdog   = true
 		drift      time.Duration
 		retryEvery = DefaultRetryInterval
 		clock      bool
 	)
-	if q.Has("prefix") {
-		q.String("prefix", &prefix)
-		opts = append(opts, WithPrefix(prefix))
-	}
+	q.String("prefix", &prefix)
 	q.Duration("ttl", &lockTTL)
 	q.Bool("watchdog", &watchdog)
 	q.Duration("drift_margin", &drift)
@@ -90,7 +86,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	if err := q.Err(); err != nil {
 		return nil, err
 	}
-	opts = append(opts, WithTTL(lockTTL), WithWatchdog(watchdog), WithRetryInterval(retryEvery), WithClockTokens(clock))
+	opts := []Option{WithPrefix(prefix), WithTTL(lockTTL), WithWatchdog(watchdog), WithRetryInterval(retryEvery), WithClockTokens(clock)}
 	if drift > 0 {
 		opts = append(opts, WithDriftMargin(drift))
 	}
