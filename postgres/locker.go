@@ -321,6 +321,11 @@ func (l *Locker) begin(ctx context.Context) (context.Context, func(), error) {
 // locker.ErrClosed.
 func (l *Locker) closedErr(ctx context.Context, op, key string, err error) error {
 	if err != nil && errors.Is(context.Cause(ctx), locker.ErrClosed) && !errors.Is(err, locker.ErrClosed) {
+		// err already names op and key: quote only its cause.
+		var ke *locker.Error
+		if errors.As(err, &ke) {
+			err = ke.Err
+		}
 		return locker.KeyError(op, key, fmt.Errorf("%w (while: %v)", locker.ErrClosed, err))
 	}
 	return err
