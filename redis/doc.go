@@ -77,17 +77,17 @@
 //
 // Options of the Locker: prefix, ttl (a Go duration such as 30s), watchdog
 // (true/false), drift_margin, retry_interval and clock_tokens (true/false).
-// Every other parameter is handed to go-redis' own URL parser (redis.ParseURL, ParseClusterURL,
-// ParseFailoverURL: dial_timeout, read_timeout, pool_size, client_name,
-// skip_verify, ...), which rejects what it does not know; so is every
-// malformed value, with an error wrapping locker.ErrInvalidURL that never
-// contains the password. Clients opened from a URL have ContextTimeoutEnabled
-// set (unless context_timeout_enabled says otherwise), and the Locker closes
-// them in Close. For redis+sentinel the user and password of the URL log in
-// to the Sentinels; the master's own go in the username and password
-// parameters (go-redis' convention). A CA for rediss cannot travel in a URL:
-// use skip_verify=true only on trusted networks, or build the client with a
-// tls.Config and call New.
+// Every other parameter is handed to go-redis' own URL parsers (its ParseURL,
+// ParseClusterURL and ParseFailoverURL: dial_timeout, read_timeout,
+// pool_size, client_name, skip_verify, ...), which reject what they do not
+// know; so is every malformed value, with an error wrapping
+// locker.ErrInvalidURL that never contains the password. Clients opened from
+// a URL have ContextTimeoutEnabled set (unless context_timeout_enabled says
+// otherwise), and the Locker closes them in Close. For redis+sentinel the
+// user and password of the URL log in to the Sentinels; the master's own go
+// in the username and password parameters (go-redis' convention). A CA for
+// rediss cannot travel in a URL: use skip_verify=true only on trusted
+// networks, or build the client with a tls.Config and call New.
 //
 // An ACL user needs, on its prefix's keys (~prefix*) and channels
 // (&prefix*): EVALSHA and EVAL, and inside the scripts GET, SET, INCR, PTTL,
