@@ -64,7 +64,7 @@ func ExampleLocker_TryAcquire() {
 		}
 		defer h.Release(context.WithoutCancel(r.Context()))
 		tag, err := pool.Exec(r.Context(),
-			`UPDATE orders SET paid = true, fence = $2 WHERE id = $1 AND fence < $2 AND NOT paid`,
+			`UPDATE orders SET paid = true, fence = $2 WHERE id = $1 AND fence <= $2 AND NOT paid`,
 			orderID, h.Token())
 		if err != nil || tag.RowsAffected() == 0 {
 			http.Error(w, "not paid", http.StatusConflict)

@@ -28,7 +28,7 @@
 // that carry a token lower than one it has seen:
 //
 //	UPDATE invoices SET status = 'sent', fence = $token
-//	 WHERE id = 42 AND fence < $token
+//	 WHERE id = 42 AND fence <= $token
 //
 // # How it works
 //

@@ -36,7 +36,7 @@ func ExampleNew() {
 
 	// Hand the fencing token to the resource so that it can turn away a
 	// holder that lost the lock without noticing (paused, partitioned):
-	//   UPDATE invoices SET status = 'sent', fence = $1 WHERE id = 42 AND fence < $1
+	//   UPDATE invoices SET status = 'sent', fence = $1 WHERE id = 42 AND fence <= $1
 	fmt.Println("holding invoice/42 with token", h.Token())
 
 	select {
