@@ -1,6 +1,9 @@
-# locker: tests run against real servers (see internal/testserver and README
-# "Running the tests"). Every target that needs servers goes through
-# scripts/with-servers.sh, which finds or sets up a Docker engine and cleans up after.
+# locker: two modules. The root module (the library) has unit tests that need no
+# server; the integration module (integration/, its own go.mod) has everything that
+# talks to real servers: integration/testserver, each backend's conformance run, fault
+# tests and benchmarks (see README "Running the tests"). Every target that needs servers
+# goes through scripts/with-servers.sh, which finds or sets up a Docker engine and
+# cleans up after. PKGS is a package pattern applied in both modules.
 
 GO       ?= go
 SHELL    := /bin/bash
@@ -8,24 +11,34 @@ PKGS     ?= ./...
 STATICCHECK_VERSION ?= v0.8.2
 COMPOSE  ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
-WITH_SERVERS := LOCKER_REQUIRE_SERVERS=1 scripts/with-servers.sh
+WITH_SERVERS := LOCKER_REQUIRE_SERVERS=1 $(CURDIR)/scripts/with-servers.sh
+# in_root and in_integration run a go command in one module; a PKGS pattern that names
+# no package in that module (./memlock/... in integration, ./testserver/... in the
+# root) is not an error there.
+in_module = cd $(1) && if [ -n "$$($(GO) list -e $(PKGS) 2>/dev/null)" ]; then $(2); else echo "$(1): no packages match $(PKGS)"; fi
+in_root = $(call in_module,.,$(1))
+in_integration = $(call in_module,integration,$(1))
 
 .PHONY: all test vet lint fmt-check bench cover servers-up servers-down servers-env docker-up docker-down
 
 all: lint test
 
-## test: go vet, then every test with the race detector against real servers
+## test: go vet, then every test with the race detector: the root module's unit
+## tests, then the integration module's against real servers
 test: vet
-	$(WITH_SERVERS) $(GO) test -race -count=1 $(PKGS)
+	$(call in_root,$(GO) test -race -count=1 $(PKGS))
+	$(call in_integration,$(WITH_SERVERS) $(GO) test -race -count=1 $(PKGS))
 
 vet:
-	$(GO) vet $(PKGS)
+	$(call in_root,$(GO) vet $(PKGS))
+	$(call in_integration,$(GO) vet $(PKGS))
 
 ## lint: go vet, gofmt, and staticcheck when the module proxy serves it
 lint: vet fmt-check
 	@if $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -version >/dev/null 2>&1; then \
 		echo "staticcheck $(STATICCHECK_VERSION)"; \
-		$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS); \
+		$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS) && \
+		(cd integration && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)); \
 	else \
 		echo "lint: staticcheck $(STATICCHECK_VERSION) not available from the module proxy; skipped"; \
 	fi
@@ -34,13 +47,21 @@ fmt-check:
 	@out="$$(gofmt -l .)"; \
 	if [ -n "$$out" ]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$out"; exit 1; fi
 
-## bench: benchmarks against real servers
+## bench: benchmarks: memlock's in the root module, the server backends' in the
+## integration module against real servers
 bench:
-	$(WITH_SERVERS) $(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+	$(call in_root,$(GO) test -run '^$$' -bench . -benchmem $(PKGS))
+	$(call in_integration,$(WITH_SERVERS) $(GO) test -run '^$$' -bench . -benchmem $(PKGS))
 
-## cover: tests with coverage; writes coverage.out and prints the total
+## cover: tests of both modules with coverage of the library's packages (the
+## integration tests count for the backends they exercise); writes coverage.out
+## and prints the total
+COVERDIR := $(CURDIR)/.coverdata
 cover:
-	$(WITH_SERVERS) $(GO) test -count=1 -covermode=atomic -coverprofile=coverage.out $(PKGS)
+	rm -rf $(COVERDIR) && mkdir -p $(COVERDIR)
+	$(call in_root,$(GO) test -count=1 -cover -covermode=atomic -coverpkg=github.com/go-locker/locker/... $(PKGS) -args -test.gocoverdir=$(COVERDIR))
+	$(call in_integration,$(WITH_SERVERS) $(GO) test -count=1 -cover -covermode=atomic -coverpkg=github.com/go-locker/locker/... $(PKGS) -args -test.gocoverdir=$(COVERDIR))
+	$(GO) tool covdata textfmt -i=$(COVERDIR) -pkg=$$($(GO) list ./... | paste -sd, -) -o coverage.out
 	$(GO) tool cover -func=coverage.out | tail -1
 
 ## servers-up: long-running servers from the official images on their standard ports

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/lease"
+	"github.com/go-locker/locker/backend"
 )
 
 // toy is a small in-memory Locker that the suite's own tests break on
@@ -82,7 +82,7 @@ type toyHandle struct {
 	token   int64
 	ttl     time.Duration
 	expires time.Time // guarded by s.mu
-	st      *lease.State
+	st      *backend.State
 	relMu   sync.Mutex // serialises Release
 }
 
@@ -129,7 +129,7 @@ func (l *toyLocker) try(key string, ttl time.Duration) (*toyHandle, <-chan struc
 		}
 	}
 	s.fence[sk]++
-	h := &toyHandle{l: l, key: key, sk: sk, token: s.fence[sk], ttl: ttl, expires: now.Add(ttl), st: lease.New()}
+	h := &toyHandle{l: l, key: key, sk: sk, token: s.fence[sk], ttl: ttl, expires: now.Add(ttl), st: backend.NewState()}
 	l.mu.Lock()
 	if l.closed { // Close ran since reachable(): take nothing
 		l.mu.Unlock()

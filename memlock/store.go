@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/lease"
+	"github.com/go-locker/locker/backend"
 )
 
 // Store is one keyspace: the in-process stand-in for a lock server. Lockers
@@ -44,7 +44,7 @@ type entry struct {
 }
 
 // grant is one holder's lease on one key: what a server records (owner,
-// token, expiry) plus, because we are in-process, the holder's lease.State,
+// token, expiry) plus, because we are in-process, the holder's backend.State,
 // which the store ends with ErrLost when the lease expires.
 //
 // The grant pointer itself is the owner identity: release and renew compare
@@ -61,7 +61,7 @@ type grant struct {
 	// ErrLost by expiry. Only a Locker cut off from the store ends its
 	// handles itself, when they are released or it closes, leaving the
 	// leases to run out. The first End wins.
-	state *lease.State
+	state *backend.State
 
 	// Guarded by Store.mu.
 	deadline time.Time   // the lease runs out at deadline unless renewed
@@ -120,7 +120,7 @@ func (s *Store) grantLocked(e *entry, key string, ttl time.Duration) *grant {
 		token:    s.lastToken,
 		ttl:      ttl,
 		start:    now,
-		state:    lease.New(),
+		state:    backend.NewState(),
 		deadline: now.Add(ttl),
 	}
 	// A timer, not polling: the key goes to the next waiter the moment the

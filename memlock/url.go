@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/urlopt"
+	"github.com/go-locker/locker/backend"
 )
 
 func init() {
@@ -49,7 +49,7 @@ func openURL(_ context.Context, u *url.URL) (locker.Locker, error) {
 	case u.Fragment != "":
 		return nil, fmt.Errorf("%w: mem: a fragment is not allowed", locker.ErrInvalidURL)
 	}
-	q, err := urlopt.New(u)
+	q, err := backend.ParseQuery(u)
 	if err != nil {
 		return nil, err
 	}

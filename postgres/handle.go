@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/lease"
+	"github.com/go-locker/locker/backend"
 )
 
 // errNotAcquired is what TryAcquire reports when another session holds the key.
@@ -29,7 +29,7 @@ type handle struct {
 	id    int64
 	token int64
 	pid   uint32
-	state *lease.State
+	state *backend.State
 
 	relMu sync.Mutex // one Release at a time
 	gone  sync.Once
@@ -53,7 +53,7 @@ func newHandle(l *Locker, conn *pgxpool.Conn, key string, id int64, g grant) *ha
 		id:     id,
 		token:  g.token,
 		pid:    g.pid,
-		state:  lease.New(),
+		state:  backend.NewState(),
 		exited: make(chan struct{}),
 	}
 }

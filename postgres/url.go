@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/urlopt"
+	"github.com/go-locker/locker/backend"
 )
 
 // URL query parameters of our own. Every other parameter is left to pgx
@@ -35,7 +35,7 @@ func init() {
 
 // openURL opens a Locker with a pool of its own, which its Close closes.
 func openURL(ctx context.Context, u *url.URL) (locker.Locker, error) {
-	q, err := urlopt.New(u)
+	q, err := backend.ParseQuery(u)
 	if err != nil {
 		return nil, err
 	}

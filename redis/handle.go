@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/lease"
+	"github.com/go-locker/locker/backend"
 )
 
 var _ locker.Handle = (*Handle)(nil)
@@ -21,7 +21,7 @@ type Handle struct {
 	token int64
 	ttl   time.Duration
 	drift time.Duration
-	st    *lease.State
+	st    *backend.State
 
 	ctx    context.Context // ends when renewal must stop
 	cancel context.CancelFunc
@@ -37,7 +37,7 @@ func newHandle(l *Locker, key string, k keys, owner string, token int64, ttl, dr
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Handle{
 		l: l, key: key, k: k, owner: owner, token: token, ttl: ttl, drift: drift,
-		st:       lease.New(),
+		st:       backend.NewState(),
 		ctx:      ctx,
 		cancel:   cancel,
 		deadline: start.Add(ttl - drift),
@@ -50,6 +50,14 @@ func (h *Handle) Key() string { return h.key }
 // Token returns the fencing token: the value of the key's fence counter
 // after this acquisition incremented it.
 func (h *Handle) Token() int64 { return h.token }
+
+// Owner returns the random owner token that this holder's lock carries in
+// Redis: the value of the lock key (see Locker.KeyNames) while the lock is
+// held, and what Release and renewal compare before they act. It is for
+// operators and tests, to tell which holder a lock key belongs to. Whoever
+// knows it can release or renew the lock on the server: log it only where
+// the server's own credentials may be seen.
+func (h *Handle) Owner() string { return h.owner }
 
 // Done is closed once the lock is released or lost.
 func (h *Handle) Done() <-chan struct{} { return h.st.Done() }

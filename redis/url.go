@@ -11,7 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/urlopt"
+	"github.com/go-locker/locker/backend"
 )
 
 // URL schemes registered with locker.Register; see the package
@@ -65,7 +65,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	if base != SchemeRedis && base != SchemeRedisTLS || kind != "" && kind != "cluster" && kind != "sentinel" {
 		return nil, fmt.Errorf("%w: redis: unsupported scheme %q", locker.ErrInvalidURL, scheme)
 	}
-	q, err := urlopt.New(u)
+	q, err := backend.ParseQuery(u)
 	if err != nil {
 		return nil, err
 	}

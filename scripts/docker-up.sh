@@ -103,7 +103,7 @@ if ! has_image "$BASE"; then
 fi
 
 # The test-server image is tagged by a hash of everything in build/docker, so editing
-# the Dockerfile or the entry script rebuilds it; internal/testserver computes the same tag.
+# the Dockerfile or the entry script rebuilds it; integration/testserver computes the same tag.
 hash="$(cd "$ROOT/build/docker" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-12)"
 IMAGE="locker/testserver:$hash"
 if ! has_image "$IMAGE"; then

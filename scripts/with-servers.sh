@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# with-servers.sh CMD [ARG...]: run CMD where internal/testserver finds a Docker engine,
+# with-servers.sh CMD [ARG...]: run CMD where integration/testserver finds a Docker engine,
 # then remove the test containers and stop what this script started. Exits with CMD's
 # exit code.
 #

@@ -108,6 +108,22 @@ func (p *Proxy) ResetAll(t testing.TB) {
 	}
 }
 
+// Crash ends the link for good, as the kernel does for a process killed with
+// SIGKILL: every connection through the proxy is closed (the server sees its
+// client's sessions end, the client sees its connections reset) and the proxy
+// stops listening, so the client's reconnects are refused at once instead of
+// hanging. Heal does not undo it. A harness's Crash hook is this call on the
+// proxy of the client that is to die, with the client then left alone: its
+// locks stay on the server until their lease or session ends, as the
+// conformance Harness asks.
+func (p *Proxy) Crash(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.p.Toxics.ResetToxics(context.Background())
+	p.p.Stop()
+}
+
 // Heal removes every toxic: traffic passes again, on new connections and on current
 // ones that survived.
 func (p *Proxy) Heal(t testing.TB) {

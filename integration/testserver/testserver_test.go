@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/go-locker/locker/internal/testserver"
+	"github.com/go-locker/locker/integration/testserver"
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }

@@ -1,4 +1,4 @@
-package urlopt
+package backend
 
 import (
 	"errors"
@@ -16,9 +16,9 @@ func parse(t *testing.T, raw string) *Query {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := New(u)
+	q, err := ParseQuery(u)
 	if err != nil {
-		t.Fatalf("New(%q): %v", raw, err)
+		t.Fatalf("ParseQuery(%q): %v", raw, err)
 	}
 	return q
 }
@@ -76,7 +76,7 @@ func TestErrors(t *testing.T) {
 
 func TestMalformedQuery(t *testing.T) {
 	u := &url.URL{Scheme: "x", Host: "h", RawQuery: "a=%zz"}
-	if _, err := New(u); !errors.Is(err, locker.ErrInvalidURL) {
+	if _, err := ParseQuery(u); !errors.Is(err, locker.ErrInvalidURL) {
 		t.Fatalf("New = %v, want ErrInvalidURL", err)
 	}
 }

@@ -1,4 +1,4 @@
-package lease
+package backend
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 )
 
 func TestEndOnce(t *testing.T) {
-	s := New()
+	s := NewState()
 	if s.Ended() || s.Err() != nil {
 		t.Fatal("a new State is ended")
 	}

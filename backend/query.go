@@ -1,7 +1,4 @@
-// Package urlopt parses the query options of backend URLs strictly: every
-// parameter must be known, given once and well-formed, and errors say which
-// parameter was wrong without echoing the URL's credentials.
-package urlopt
+package backend
 
 import (
 	"errors"
@@ -24,8 +21,9 @@ type Query struct {
 	errs   []error
 }
 
-// New returns a Query over u's query string.
-func New(u *url.URL) (*Query, error) {
+// ParseQuery returns a Query over u's query string, or an error wrapping
+// locker.ErrInvalidURL when the query is malformed.
+func ParseQuery(u *url.URL) (*Query, error) {
 	vals, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: malformed query: %v", locker.ErrInvalidURL, u.Scheme, err)

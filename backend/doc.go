@@ -1,0 +1,14 @@
+// Package backend holds what every locker backend needs and should not write
+// again: the end-of-life state of a Handle, which closes Done exactly once and
+// remembers why (State), and strict parsing of the query options of a
+// backend's URL (Query).
+//
+// It is for authors of backends, ours and third parties' alike; programs that
+// only take locks never import it. memlock, the reference backend, is built on
+// it and is the example to copy: a Handle keeps a *State, answers Done and Err
+// from it, and ends it (State.End) from whichever of Release, a failed renewal
+// or Close comes first; an Opener registered with locker.Register reads its
+// options with ParseQuery and rejects unknown ones with Query.Finish.
+//
+// Like the root package, backend depends on the standard library only.
+package backend
