@@ -332,7 +332,20 @@ func RedisCluster(t testing.TB) []*Server {
 	if v := fromEnv(EnvRedisCluster); v != "" {
 		return envServers(kindRedis, EnvRedisCluster, v)
 	}
-	servers, err := getShared(kindRedisCluster, startRedisCluster)
+	if v := fromEnv(inheritVar(EnvRedisCluster)); v != "" {
+		return envServers(kindRedis, inheritVar(EnvRedisCluster), v)
+	}
+	servers, err := getShared(kindRedisCluster, func() ([]*Server, error) {
+		ss, err := startRedisCluster()
+		if err == nil {
+			addrs := make([]string, len(ss))
+			for i, s := range ss {
+				addrs[i] = s.Addr()
+			}
+			publish(EnvRedisCluster, strings.Join(addrs, ","))
+		}
+		return ss, err
+	})
 	if err != nil {
 		unavailable(t, "redis cluster", EnvRedisCluster, err)
 	}
@@ -399,17 +412,36 @@ func sharedOne(t testing.TB, kind, envVar string) *Server {
 	if v := fromEnv(envVar); v != "" {
 		return envServer(kind, envVar, v)
 	}
+	if v := fromEnv(inheritVar(envVar)); v != "" {
+		return envServer(kind, inheritVar(envVar), v)
+	}
 	servers, err := getShared(kind, func() ([]*Server, error) {
 		s, err := startServer(kind)
 		if err != nil {
 			return nil, err
 		}
+		publish(envVar, s.DSN())
 		return []*Server{s}, nil
 	})
 	if err != nil {
 		unavailable(t, kind, envVar, err)
 	}
 	return servers[0]
+}
+
+// inheritVar is the variable through which a test binary hands the shared
+// server of envVar's kind to the child processes it starts (the test binary
+// run again, as conformance's Process cases do), so that they use the
+// parent's server instead of starting their own. Only the shared servers are
+// handed on; a test's private server stays its own.
+func inheritVar(envVar string) string { return envVar + "_INHERITED" }
+
+// publish puts a shared server's address into this process's environment,
+// for its children (see inheritVar).
+func publish(envVar, value string) {
+	if fromEnv(inheritVar(envVar)) == "" {
+		_ = os.Setenv(inheritVar(envVar), value)
+	}
 }
 
 // private returns the server named by envVar (whose CanControl is false),
