@@ -28,7 +28,7 @@ type Locker struct {
 	ctxAware  bool  // the client aborts socket I/O when a context ends
 	hub       *hub
 
-	closing chan struct{} // closed by Close (and crash): waiters give up
+	closing chan struct{} // closed by Close: waiters give up
 
 	mu      sync.Mutex
 	closed  bool
@@ -92,6 +92,20 @@ type keys struct {
 func (l *Locker) keysFor(key string) keys {
 	tag := l.cfg.prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
 	return keys{lock: tag + ":lock", fence: tag + ":fence", wake: tag + ":wake"}
+}
+
+// KeyNames returns the names under which the Locker keeps key in Redis, as
+// "How it works" in the package documentation lays them out: the lock
+// (a string holding the holder's owner token, see Handle.Owner, that expires
+// with the lease), the fencing counter (an integer that never expires) and
+// the Pub/Sub channel on which releases are announced. It is for operators
+// and tests: inspecting a lock or deleting a stuck one by hand, finding a
+// key's Cluster slot, watching its releases, writing ACLs. Never delete or
+// overwrite the fence counter: tokens would start again (see "Fencing tokens
+// and persistence"). KeyNames neither validates key nor talks to Redis.
+func (l *Locker) KeyNames(key string) (lock, fence, wake string) {
+	k := l.keysFor(key)
+	return k.lock, k.fence, k.wake
 }
 
 // newOwner returns a random owner token: 128 bits, so that no two holders,
@@ -451,25 +465,4 @@ func (l *Locker) releaseAll(held []*Handle) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// crash makes the Locker stop as a killed process would: watchdogs and
-// Pub/Sub stop, waiters give up, nothing is released or deleted, and the
-// handles end as lost (a dead process would not look at them). Tests use
-// it.
-func (l *Locker) crash() {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return
-	}
-	l.closed = true
-	close(l.closing)
-	for h := range l.handles {
-		h.end(h.lostErr("the Locker crashed"))
-	}
-	clear(l.handles)
-	l.mu.Unlock()
-	l.hub.close()
-	l.active.wait()
 }

@@ -1,4 +1,4 @@
-package redis
+package redis_test
 
 import (
 	"context"
@@ -11,8 +11,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/internal/benchstats"
-	"github.com/go-locker/locker/internal/testserver"
+	"github.com/go-locker/locker/redis"
 )
 
 // The benchmarks run against the shared test server, each next to a raw
@@ -22,7 +23,7 @@ import (
 // (real code often sleeps 50-100ms): the baseline's latency is then close to
 // its best, and its cost shows in the commands it sends.
 //
-//	go test -run '^$' -bench . -benchmem -count 5 ./redis
+//	cd integration && go test -run '^$' -bench . -benchmem -count 5 ./redis
 
 const rawPoll = time.Millisecond
 
@@ -84,9 +85,9 @@ func BenchmarkUncontended(b *testing.B) {
 	b.Run("impl=locker", func(b *testing.B) {
 		c := benchClient(b, addr)
 		defer c.Close()
-		l := New(c)
+		l := redis.New(c)
 		defer l.Close()
-		key := "bench/uncontended/" + newOwner()
+		key := "bench/uncontended/" + randomID()
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
@@ -102,11 +103,11 @@ func BenchmarkUncontended(b *testing.B) {
 	b.Run("impl=raw", func(b *testing.B) {
 		c := benchClient(b, addr)
 		defer c.Close()
-		key := "bench/uncontended-raw/" + newOwner()
+		key := "bench/uncontended-raw/" + randomID()
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
-			owner := newOwner()
+			owner := randomID()
 			if err := rawLock(ctx, c, key, owner); err != nil {
 				b.Fatal(err)
 			}
@@ -126,9 +127,9 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 	ctx := context.Background()
 	c := benchClient(b, addr)
 	defer c.Close()
-	l := New(c)
+	l := redis.New(c)
 	defer l.Close()
-	key, rawKey := "bench/interleaved/"+newOwner(), "bench/interleaved-raw/"+newOwner()
+	key, rawKey := "bench/interleaved/"+randomID(), "bench/interleaved-raw/"+randomID()
 	lockerT := make([]time.Duration, 0, b.N)
 	rawT := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
@@ -142,7 +143,7 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 			b.Fatal(err)
 		}
 		mid := time.Now()
-		owner := newOwner()
+		owner := randomID()
 		if err := rawLock(ctx, c, rawKey, owner); err != nil {
 			b.Fatal(err)
 		}
@@ -187,7 +188,7 @@ func benchHandoff(b *testing.B, addr string, waiters int, impl string) {
 	raw := impl == "raw"
 	c := benchClient(b, addr)
 	defer c.Close()
-	key := "bench/handoff/" + newOwner()
+	key := "bench/handoff/" + randomID()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -201,13 +202,13 @@ func benchHandoff(b *testing.B, addr string, waiters int, impl string) {
 	)
 	reqs := &requestCounter{}
 	c.AddHook(reqs)
-	lockers := make([]*Locker, waiters+1)
+	lockers := make([]*redis.Locker, waiters+1)
 	for i := range lockers {
 		if impl == "locker-shared" && i > 0 {
 			lockers[i] = lockers[0]
 			continue
 		}
-		lockers[i] = New(c)
+		lockers[i] = redis.New(c)
 	}
 	defer func() {
 		for _, l := range lockers {
@@ -222,7 +223,7 @@ func benchHandoff(b *testing.B, addr string, waiters int, impl string) {
 			for ctx.Err() == nil {
 				var release func() error
 				if raw {
-					owner := newOwner()
+					owner := randomID()
 					if rawLock(ctx, c, key, owner) != nil {
 						return
 					}
@@ -278,10 +279,10 @@ func BenchmarkContended(b *testing.B) {
 			const lockersN, perLocker = 4, 4
 			c := benchClient(b, addr)
 			defer c.Close()
-			key := "bench/contended/" + newOwner()
-			lockers := make([]*Locker, lockersN)
+			key := "bench/contended/" + randomID()
+			lockers := make([]*redis.Locker, lockersN)
 			for i := range lockers {
-				lockers[i] = New(c)
+				lockers[i] = redis.New(c)
 			}
 			defer func() {
 				for _, l := range lockers {
@@ -301,7 +302,7 @@ func BenchmarkContended(b *testing.B) {
 					defer wg.Done()
 					for left.Add(-1) >= 0 {
 						if impl == "raw" {
-							owner := newOwner()
+							owner := randomID()
 							if err := rawLock(ctx, c, key, owner); err != nil {
 								b.Error(err)
 								return

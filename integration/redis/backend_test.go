@@ -1,60 +1,36 @@
-package redis
+package redis_test
 
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/testserver"
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/redis"
 )
-
-func TestKeyEncoding(t *testing.T) {
-	l := New(nil)
-	seen := map[string]string{}
-	for _, k := range []string{"a", "b", "{a}", "a}", "{", "}", "}{", "a:lock", "a}:fence", "ключ", "x/../y", "*", " ", "\"'", strings.Repeat("z", locker.MaxKeyLen)} {
-		ks := l.keysFor(k)
-		for _, name := range []string{ks.lock, ks.fence, ks.wake} {
-			if prev, dup := seen[name]; dup {
-				t.Errorf("keys %q and %q share the Redis name %q", prev, k, name)
-			}
-			seen[name] = k
-			// The hash tag is the part between the first "{" and the next
-			// "}"; it must be the same for all three names of one key.
-			open := strings.IndexByte(name, '{')
-			end := strings.IndexByte(name[open:], '}')
-			if open < 0 || end <= 1 {
-				t.Fatalf("%q has no hash tag", name)
-			}
-			if tag := name[open : open+end+1]; !strings.HasPrefix(ks.lock, DefaultPrefix+tag) || !strings.HasPrefix(ks.fence, DefaultPrefix+tag) {
-				t.Errorf("names of %q do not share the hash tag %q: %+v", k, tag, ks)
-			}
-		}
-	}
-}
 
 func TestOptionsRejected(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
-	for name, l := range map[string]*Locker{
-		"TTL below minimum":   newTestLocker(t, srv.Addr(), WithTTL(MinTTL/2)),
-		"drift over half TTL": newTestLocker(t, srv.Addr(), WithTTL(time.Second), WithDriftMargin(600*time.Millisecond)),
-		"retry interval":      newTestLocker(t, srv.Addr(), WithRetryInterval(0)),
-		"nil client":          New(nil),
+	for name, l := range map[string]*redis.Locker{
+		"TTL below minimum":   newTestLocker(t, srv.Addr(), redis.WithTTL(redis.MinTTL/2)),
+		"drift over half TTL": newTestLocker(t, srv.Addr(), redis.WithTTL(time.Second), redis.WithDriftMargin(600*time.Millisecond)),
+		"retry interval":      newTestLocker(t, srv.Addr(), redis.WithRetryInterval(0)),
+		"nil client":          redis.New(nil),
 	} {
 		if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, locker.ErrInvalidOption) {
 			t.Errorf("%s: TryAcquire: %v, want an error wrapping ErrInvalidOption", name, err)
 		}
 	}
 	l := newTestLocker(t, srv.Addr())
-	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(MinTTL-time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
+	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(redis.MinTTL-time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Errorf("per-call TTL below MinTTL: %v, want an error wrapping ErrInvalidOption", err)
 	}
-	h, err := l.TryAcquire(ctx, uniqueKey(t), locker.WithTTL(MinTTL))
+	h, err := l.TryAcquire(ctx, uniqueKey(t), locker.WithTTL(redis.MinTTL))
 	if err != nil {
 		t.Fatalf("TryAcquire with TTL = MinTTL: %v", err)
 	}
@@ -69,26 +45,26 @@ func TestLeaseOnServer(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
 	admin := testClient(t, srv.Addr(), true)
-	l := newTestLocker(t, srv.Addr(), WithTTL(5*time.Second))
+	l := newTestLocker(t, srv.Addr(), redis.WithTTL(5*time.Second))
 	key := uniqueKey(t)
 	h := mustGet(t, ctx, l, key)
-	k := l.keysFor(key)
-	if owner, err := admin.Get(ctx, k.lock).Result(); err != nil || owner != h.owner {
-		t.Errorf("lock value = %q, %v; want the owner token %q", owner, err, h.owner)
+	lock, fence, _ := l.KeyNames(key)
+	if owner, err := admin.Get(ctx, lock).Result(); err != nil || owner != h.Owner() {
+		t.Errorf("lock value = %q, %v; want the owner token %q", owner, err, h.Owner())
 	}
-	if pttl := admin.PTTL(ctx, k.lock).Val(); pttl <= 4*time.Second || pttl > 5*time.Second {
+	if pttl := admin.PTTL(ctx, lock).Val(); pttl <= 4*time.Second || pttl > 5*time.Second {
 		t.Errorf("PTTL of the lock = %v, want just under 5s", pttl)
 	}
-	if ttl := admin.PTTL(ctx, k.fence).Val(); ttl != -1 {
+	if ttl := admin.PTTL(ctx, fence).Val(); ttl != -1 {
 		t.Errorf("PTTL of the fence counter = %v, want -1 (no expiry)", ttl)
 	}
-	if tok, _ := admin.Get(ctx, k.fence).Int64(); tok != h.Token() {
+	if tok, _ := admin.Get(ctx, fence).Int64(); tok != h.Token() {
 		t.Errorf("fence counter = %d, handle token = %d", tok, h.Token())
 	}
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := admin.Exists(ctx, k.lock).Val(); n != 0 {
+	if n := admin.Exists(ctx, lock).Val(); n != 0 {
 		t.Errorf("lock still exists after Release")
 	}
 }
@@ -101,8 +77,9 @@ func TestWakeByReleaseAndByExpiry(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
 	const retry = time.Minute // so that only a notification or PTTL can wake
-	holder := newTestLocker(t, srv.Addr(), WithRetryInterval(retry))
-	waiter := newTestLocker(t, srv.Addr(), WithRetryInterval(retry))
+	admin := testClient(t, srv.Addr(), true)
+	holder := newTestLocker(t, srv.Addr(), redis.WithRetryInterval(retry))
+	waiter := newTestLocker(t, srv.Addr(), redis.WithRetryInterval(retry))
 
 	t.Run("Release", func(t *testing.T) {
 		key := uniqueKey(t)
@@ -115,7 +92,9 @@ func TestWakeByReleaseAndByExpiry(t *testing.T) {
 				_ = wh.Release(ctx)
 			}
 		}()
-		time.Sleep(300 * time.Millisecond) // let the waiter subscribe and sleep
+		// The server is the witness that the waiter listens for the release.
+		_, _, wake := waiter.KeyNames(key)
+		waitSubscribed(t, ctx, admin, wake)
 		released := time.Now()
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -129,11 +108,14 @@ func TestWakeByReleaseAndByExpiry(t *testing.T) {
 
 	t.Run("Expiry", func(t *testing.T) {
 		key := uniqueKey(t)
-		dying := newTestLocker(t, srv.Addr(), WithRetryInterval(retry))
+		// The dying holder is another process, with its own connection
+		// path through a proxy, so that it can be killed.
+		px := testserver.NewProxy(t, srv.Addr())
+		dying := newTestLocker(t, px.Addr(), redis.WithRetryInterval(retry))
 		const ttl = 1500 * time.Millisecond
 		start := time.Now()
 		mustGet(t, ctx, dying, key, locker.WithTTL(ttl))
-		dying.crash() // no release, no renewal: the lease just runs out
+		px.Crash(t) // no release, no renewal: the lease just runs out
 		wh := mustGet(t, ctx, waiter, key)
 		took := time.Since(start)
 		t.Logf("acquired %v after the dead holder's acquire (TTL %v)", took, ttl)
@@ -151,7 +133,7 @@ func TestClockTokens(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
 	admin := testClient(t, srv.Addr(), true)
-	clock := newTestLocker(t, srv.Addr(), WithClockTokens(true))
+	clock := newTestLocker(t, srv.Addr(), redis.WithClockTokens(true))
 	plain := newTestLocker(t, srv.Addr())
 	key := uniqueKey(t)
 	now, err := admin.Time(ctx).Result()
@@ -159,7 +141,7 @@ func TestClockTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	var last int64
-	for i, l := range []*Locker{clock, clock, plain, plain, clock, plain} {
+	for i, l := range []*redis.Locker{clock, clock, plain, plain, clock, plain} {
 		h := mustGet(t, ctx, l, key)
 		if h.Token() <= last {
 			t.Errorf("acquisition %d: token %d not above %d", i, h.Token(), last)
@@ -174,12 +156,13 @@ func TestClockTokens(t *testing.T) {
 	}
 	// A foreign value in the counter is an error, not a silent overwrite.
 	bad := uniqueKey(t)
-	admin.Set(ctx, clock.keysFor(bad).fence, "not a number", 0)
-	t.Cleanup(func() { admin.Del(context.Background(), clock.keysFor(bad).fence) })
+	badLock, badFence, _ := clock.KeyNames(bad)
+	admin.Set(ctx, badFence, "not a number", 0)
+	t.Cleanup(func() { admin.Del(context.Background(), badFence) })
 	if _, err := clock.TryAcquire(ctx, bad); err == nil || errors.Is(err, locker.ErrNotAcquired) {
 		t.Errorf("TryAcquire with a foreign fence value: %v, want a server error", err)
 	}
-	if n := admin.Exists(ctx, clock.keysFor(bad).lock).Val(); n != 0 {
+	if n := admin.Exists(ctx, badLock).Val(); n != 0 {
 		t.Error("a failed acquire left a lock behind")
 	}
 }
@@ -189,7 +172,7 @@ func TestClockTokens(t *testing.T) {
 func TestWatchdogOff(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
-	l := newTestLocker(t, srv.Addr(), WithoutWatchdog(), WithTTL(time.Second))
+	l := newTestLocker(t, srv.Addr(), redis.WithoutWatchdog(), redis.WithTTL(time.Second))
 	other := newTestLocker(t, srv.Addr())
 	key := uniqueKey(t)
 	h := mustGet(t, ctx, l, key)
@@ -235,8 +218,8 @@ func TestServerRestartWhileHeld(t *testing.T) {
 			}
 			ctx := testCtx(t)
 			const ttl = 2 * time.Second
-			holder := newTestLocker(t, srv.Addr(), WithTTL(ttl), WithClockTokens(clock))
-			other := newTestLocker(t, srv.Addr(), WithClockTokens(clock))
+			holder := newTestLocker(t, srv.Addr(), redis.WithTTL(ttl), redis.WithClockTokens(clock))
+			other := newTestLocker(t, srv.Addr(), redis.WithClockTokens(clock))
 			key := uniqueKey(t)
 			h := mustGet(t, ctx, holder, key)
 			srv.Stop(t)
@@ -267,7 +250,7 @@ func TestServerRestartWhileHeld(t *testing.T) {
 		ctx := testCtx(t)
 		admin := testClient(t, srv.Addr(), true)
 		const ttl = 10 * time.Second
-		holder := newTestLocker(t, srv.Addr(), WithTTL(ttl))
+		holder := newTestLocker(t, srv.Addr(), redis.WithTTL(ttl))
 		other := newTestLocker(t, srv.Addr())
 		key := uniqueKey(t)
 		h := mustGet(t, ctx, holder, key)
@@ -306,7 +289,7 @@ func TestPausedServerLongerThanTTL(t *testing.T) {
 	}
 	ctx := testCtx(t)
 	const ttl = time.Second
-	holder := newTestLocker(t, srv.Addr(), WithTTL(ttl))
+	holder := newTestLocker(t, srv.Addr(), redis.WithTTL(ttl))
 	other := newTestLocker(t, srv.Addr())
 	key := uniqueKey(t)
 	h := mustGet(t, ctx, holder, key)
@@ -340,7 +323,7 @@ func TestCloseDoesNotCloseClient(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
 	c := testClient(t, srv.Addr(), false)
-	l := New(c)
+	l := redis.New(c)
 	mustGet(t, ctx, l, uniqueKey(t))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -357,11 +340,20 @@ func TestCloseDoesNotCloseClient(t *testing.T) {
 func TestWaiterSurvivesPubSubReconnect(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
+	admin := testClient(t, srv.Addr(), true)
 	px := testserver.NewProxy(t, srv.Addr())
 	const retry = time.Minute
-	waiter := newTestLocker(t, px.Addr(), WithRetryInterval(retry))
+	// The waiter's connections carry a name, so that the server can tell
+	// them apart from the others.
+	name := "waiter-" + randomID()
+	wc := goredis.NewClient(&goredis.Options{Addr: px.Addr(), ClientName: name, ContextTimeoutEnabled: true,
+		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = wc.Close() })
+	waiter := redis.New(wc, redis.WithRetryInterval(retry))
+	t.Cleanup(func() { _ = waiter.Close() })
 	holder := newTestLocker(t, srv.Addr())
 	key := uniqueKey(t)
+	_, _, wake := waiter.KeyNames(key)
 	h := mustGet(t, ctx, holder, key, locker.WithTTL(time.Minute))
 	got := make(chan time.Time, 1)
 	go func() {
@@ -373,9 +365,19 @@ func TestWaiterSurvivesPubSubReconnect(t *testing.T) {
 		}
 		_ = wh.Release(ctx)
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// The server is the witness: the waiter is subscribed before the reset,
+	// and subscribed again, on a new connection, before the release.
+	waitSubscribed(t, ctx, admin, wake)
+	old := pubSubClients(t, ctx, admin, name)
+	if len(old) == 0 {
+		t.Fatalf("no subscribed connection named %q on the server", name)
+	}
 	px.ResetAll(t)
-	time.Sleep(time.Second) // reconnect and resubscribe
+	reset := time.Now()
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	waitResubscribed(t, rctx, admin, name, old, wake)
+	t.Logf("resubscribed %v after the reset", time.Since(reset))
 	released := time.Now()
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -450,7 +452,7 @@ func TestAcquireAbandonedInFlight(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
 	px := testserver.NewProxy(t, srv.Addr())
-	l := New(testClient(t, px.Addr(), false))
+	l := redis.New(testClient(t, px.Addr(), false))
 	key := uniqueKey(t)
 	// Warm the connection so the blackhole catches a request, not a dial.
 	if h, err := l.TryAcquire(ctx, key+"/warm"); err == nil {
@@ -490,9 +492,10 @@ func TestAcquireAbandonedInFlight(t *testing.T) {
 func TestCutHolderLosesFirst(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
+	admin := testClient(t, srv.Addr(), true)
 	px := testserver.NewProxy(t, srv.Addr())
 	const ttl = time.Second
-	holder := newTestLocker(t, px.Addr(), WithTTL(ttl))
+	holder := newTestLocker(t, px.Addr(), redis.WithTTL(ttl))
 	other := newTestLocker(t, srv.Addr())
 	key := uniqueKey(t)
 	h := mustGet(t, ctx, holder, key)
@@ -504,7 +507,8 @@ func TestCutHolderLosesFirst(t *testing.T) {
 			_ = oh.Release(ctx)
 		}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	_, _, wake := other.KeyNames(key)
+	waitSubscribed(t, ctx, admin, wake) // the other client waits for the key
 	px.Blackhole(t)
 	cut := time.Now()
 	<-h.Done()
@@ -530,7 +534,7 @@ func TestWatchdogUnderLatency(t *testing.T) {
 	const ttl = time.Second
 	key := uniqueKey(t)
 	px := testserver.NewProxy(t, srv.Addr())
-	holder := newTestLocker(t, px.Addr(), WithTTL(ttl))
+	holder := newTestLocker(t, px.Addr(), redis.WithTTL(ttl))
 	other := newTestLocker(t, srv.Addr())
 	h := mustGet(t, ctx, holder, key)
 	px.Latency(t, ttl/5)

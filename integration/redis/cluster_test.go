@@ -1,4 +1,4 @@
-package redis
+package redis_test
 
 import (
 	"context"
@@ -13,7 +13,8 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance"
-	"github.com/go-locker/locker/internal/testserver"
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/redis"
 )
 
 func clusterClient(t testing.TB) *goredis.ClusterClient {
@@ -35,8 +36,8 @@ func TestClusterSlots(t *testing.T) {
 	c := clusterClient(t)
 	ctx := testCtx(t)
 	const retry = time.Minute // only a notification may wake waiters quickly
-	a := New(c, WithRetryInterval(retry))
-	b := New(c, WithRetryInterval(retry))
+	a := redis.New(c, redis.WithRetryInterval(retry))
+	b := redis.New(c, redis.WithRetryInterval(retry))
 	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
 
 	// Pick keys until every master owns at least two.
@@ -46,14 +47,14 @@ func TestClusterSlots(t *testing.T) {
 			t.Fatalf("keys landed on %d masters only", len(perMaster))
 		}
 		key := fmt.Sprintf("cluster/%s/%d{}", t.Name(), i) // braces in user keys are harmless
-		k := a.keysFor(key)
-		m, err := c.MasterForKey(ctx, k.lock)
+		lock, fence, wake := a.KeyNames(key)
+		m, err := c.MasterForKey(ctx, lock)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, other := range []string{k.fence, k.wake} {
-			if s1, s2 := c.ClusterKeySlot(ctx, k.lock).Val(), c.ClusterKeySlot(ctx, other).Val(); s1 != s2 {
-				t.Fatalf("%q and %q are on slots %d and %d", k.lock, other, s1, s2)
+		for _, other := range []string{fence, wake} {
+			if s1, s2 := c.ClusterKeySlot(ctx, lock).Val(), c.ClusterKeySlot(ctx, other).Val(); s1 != s2 {
+				t.Fatalf("%q and %q are on slots %d and %d", lock, other, s1, s2)
 			}
 		}
 		addr := m.Options().Addr
@@ -88,7 +89,14 @@ func TestClusterSlots(t *testing.T) {
 				}
 				_ = wh.Release(ctx)
 			}()
-			time.Sleep(300 * time.Millisecond)
+			// The key's master is the witness that the waiter listens
+			// for the release.
+			lock, _, wake := b.KeyNames(key)
+			if m, err := c.MasterForKey(ctx, lock); err != nil {
+				t.Errorf("MasterForKey(%q): %v", lock, err)
+			} else if err := shardSubscribed(ctx, m, []string{wake}); err != nil {
+				t.Errorf("%q: %v", key, err)
+			}
 			if _, err := b.TryAcquire(ctx, key); err == nil {
 				t.Errorf("%q: TryAcquire succeeded while held", key)
 			}
@@ -119,7 +127,7 @@ func minLen(m map[string][]string) int {
 func TestClusterExclusion(t *testing.T) {
 	c := clusterClient(t)
 	ctx := testCtx(t)
-	ls := []*Locker{New(c), New(c)}
+	ls := []*redis.Locker{redis.New(c), redis.New(c)}
 	t.Cleanup(func() {
 		for _, l := range ls {
 			_ = l.Close()
@@ -168,7 +176,7 @@ func TestClusterExclusion(t *testing.T) {
 // connection to a node (commands, slot-map reloads and Pub/Sub alike: the
 // cluster's node clients and their Pub/Sub pools all dial through
 // ClusterOptions.Dialer) through that Locker's own proxy for the node; Cut
-// blackholes all of them.
+// blackholes all of them, and Crash kills all of them.
 func TestConformanceCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -182,6 +190,11 @@ func TestConformanceCluster(t *testing.T) {
 		mu      sync.Mutex
 		proxies = map[locker.Locker]*clusterProxies{}
 	)
+	proxyOf := func(l locker.Locker) *clusterProxies {
+		mu.Lock()
+		defer mu.Unlock()
+		return proxies[l]
+	}
 	conformance.Run(t, conformance.Harness{
 		NewLocker: func(t *testing.T) locker.Locker {
 			cp := newClusterProxies(t, addrs)
@@ -193,7 +206,7 @@ func TestConformanceCluster(t *testing.T) {
 				DialTimeout: 2 * time.Second,
 				ReadTimeout: 2 * time.Second,
 			})
-			l := New(c)
+			l := redis.New(c)
 			t.Cleanup(func() {
 				_ = l.Close()
 				_ = c.Close()
@@ -204,11 +217,17 @@ func TestConformanceCluster(t *testing.T) {
 			mu.Unlock()
 			return l
 		},
-		Crash: crashLocker,
+		// A killed process: every connection of its client ends, and no
+		// node accepts it again; its locks stay until their lease runs out.
+		Crash: func(t *testing.T, l locker.Locker) {
+			cp := proxyOf(l)
+			cp.check(t)
+			for _, px := range cp.byAddr {
+				px.Crash(t)
+			}
+		},
 		Cut: func(t *testing.T, l locker.Locker) func() {
-			mu.Lock()
-			cp := proxies[l]
-			mu.Unlock()
+			cp := proxyOf(l)
 			cp.check(t)
 			for _, px := range cp.byAddr {
 				px.Blackhole(t)
@@ -220,7 +239,7 @@ func TestConformanceCluster(t *testing.T) {
 			}
 		},
 		TTL:    2 * time.Second,
-		MinTTL: MinTTL,
+		MinTTL: redis.MinTTL,
 	})
 }
 
@@ -275,8 +294,6 @@ func (cp *clusterProxies) check(t testing.TB) {
 	}
 }
 
-var _ = context.Background
-
 // TestClusterWaitersSurviveReconnect: the Pub/Sub connections of a waiting
 // Locker are killed; waiters on several slots of one master must still be
 // woken by the next releases.
@@ -284,8 +301,8 @@ func TestClusterWaitersSurviveReconnect(t *testing.T) {
 	c := clusterClient(t)
 	ctx := testCtx(t)
 	const retry = time.Minute
-	waiter := New(c, WithRetryInterval(retry))
-	holder := New(c)
+	waiter := redis.New(c, redis.WithRetryInterval(retry))
+	holder := redis.New(c)
 	t.Cleanup(func() { _ = waiter.Close(); _ = holder.Close() })
 
 	// Three keys on one master, on different slots.
@@ -294,12 +311,12 @@ func TestClusterWaitersSurviveReconnect(t *testing.T) {
 	slots := map[int64]bool{}
 	for i := 0; len(keys) < 3; i++ {
 		key := fmt.Sprintf("%s/%d", uniqueKey(t), i)
-		k := waiter.keysFor(key)
-		m, err := c.MasterForKey(ctx, k.wake)
+		_, _, wake := waiter.KeyNames(key)
+		m, err := c.MasterForKey(ctx, wake)
 		if err != nil {
 			t.Fatal(err)
 		}
-		slot := c.ClusterKeySlot(ctx, k.wake).Val()
+		slot := c.ClusterKeySlot(ctx, wake).Val()
 		if master == nil {
 			master = m
 		}
@@ -322,7 +339,8 @@ func TestClusterWaitersSurviveReconnect(t *testing.T) {
 	}
 	var channels []string
 	for _, key := range keys {
-		channels = append(channels, waiter.keysFor(key).wake)
+		_, _, wake := waiter.KeyNames(key)
+		channels = append(channels, wake)
 	}
 	// The server is the witness: every waiter is subscribed before the kill,
 	// and subscribed again (on a new connection) before the release.
@@ -353,10 +371,18 @@ func TestClusterWaitersSurviveReconnect(t *testing.T) {
 // node, as the server reports it (PUBSUB SHARDNUMSUB), or fails at ctx's end.
 func waitShardSubscribed(t *testing.T, ctx context.Context, node *goredis.Client, channels []string) {
 	t.Helper()
+	if err := shardSubscribed(ctx, node, channels); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// shardSubscribed is waitShardSubscribed for goroutines other than the
+// test's: it returns the failure instead.
+func shardSubscribed(ctx context.Context, node *goredis.Client, channels []string) error {
 	for {
 		counts, err := node.PubSubShardNumSub(ctx, channels...).Result()
 		if err != nil {
-			t.Fatalf("PUBSUB SHARDNUMSUB: %v", err)
+			return fmt.Errorf("PUBSUB SHARDNUMSUB: %w", err)
 		}
 		all := true
 		for _, ch := range channels {
@@ -365,11 +391,11 @@ func waitShardSubscribed(t *testing.T, ctx context.Context, node *goredis.Client
 			}
 		}
 		if all {
-			return
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("channels %v not all subscribed on %s: %v", channels, node.Options().Addr, counts)
+			return fmt.Errorf("channels %v not all subscribed on %s: %v", channels, node.Options().Addr, counts)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
