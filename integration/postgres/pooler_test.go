@@ -1,4 +1,4 @@
-package postgres
+package postgres_test
 
 import (
 	"context"
@@ -18,7 +18,8 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/testserver"
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/postgres"
 )
 
 // startPgBouncer runs a real PgBouncer with pool_mode mode in front of the
@@ -155,9 +156,9 @@ func TestTransactionPoolerDetected(t *testing.T) {
 	warmServers(t, ctx, dsn, 3)
 	direct := sharedPool(t, 2)
 	for _, declared := range []bool{false, true} {
-		var opts []Option
+		var opts []postgres.Option
 		if declared {
-			opts = append(opts, WithSessionPooler())
+			opts = append(opts, postgres.WithSessionPooler())
 		}
 		l := newLocker(t, newPool(t, dsn, 4), opts...)
 		for _, try := range []bool{true, false} {
@@ -168,7 +169,7 @@ func TestTransactionPoolerDetected(t *testing.T) {
 			} else {
 				_, err = l.Acquire(ctx, k)
 			}
-			if !errors.Is(err, ErrPooler) {
+			if !errors.Is(err, postgres.ErrPooler) {
 				t.Fatalf("declared=%v try=%v through a transaction-mode pooler: %v, want ErrPooler", declared, try, err)
 			}
 			t.Logf("declared=%v try=%v: %v", declared, try, err)
@@ -192,11 +193,11 @@ func TestSessionPooler(t *testing.T) {
 	srv := testserver.Postgres(t)
 	dsn := startPgBouncer(t, srv.DSN(), "session")
 	undeclared := newLocker(t, newPool(t, dsn, 2))
-	if _, err := undeclared.TryAcquire(ctx, testKey(t, "")); !errors.Is(err, ErrPooler) {
+	if _, err := undeclared.TryAcquire(ctx, testKey(t, "")); !errors.Is(err, postgres.ErrPooler) {
 		t.Fatalf("TryAcquire through an undeclared pooler: %v, want ErrPooler", err)
 	}
-	a := newLocker(t, newPool(t, dsn, 2), WithSessionPooler(), WithHealthCheckInterval(250*time.Millisecond))
-	b := newLocker(t, newPool(t, dsn, 2), WithSessionPooler())
+	a := newLocker(t, newPool(t, dsn, 2), postgres.WithSessionPooler(), postgres.WithHealthCheckInterval(250*time.Millisecond))
+	b := newLocker(t, newPool(t, dsn, 2), postgres.WithSessionPooler())
 	k := testKey(t, "")
 	h := mustAcquire(t, ctx, a, k)
 	select {

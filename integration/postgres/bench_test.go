@@ -1,4 +1,4 @@
-package postgres
+package postgres_test
 
 import (
 	"context"
@@ -13,8 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/internal/benchstats"
-	"github.com/go-locker/locker/internal/testserver"
+	"github.com/go-locker/locker/postgres"
 )
 
 // Every benchmark runs this package's Locker and a raw pgx baseline doing the
@@ -22,7 +23,7 @@ import (
 // the difference is the cost of what the Locker adds: a pinned pool
 // connection, the fencing token, the health monitor, the handle.
 //
-//	go test -run '^$' -bench . -benchmem -count 5 ./postgres
+//	cd integration && go test -run '^$' -bench . -benchmem -count 5 ./postgres
 
 func benchConn(b *testing.B, dsn string) *pgx.Conn {
 	b.Helper()
@@ -34,9 +35,10 @@ func benchConn(b *testing.B, dsn string) *pgx.Conn {
 	return c
 }
 
-func benchLocker(b *testing.B, dsn string, maxConns int32) *Locker {
+func benchLocker(b *testing.B, dsn string, maxConns int32) *postgres.Locker {
 	b.Helper()
-	l := newLocker(b, newPool(b, dsn, maxConns))
+	pool := newPool(b, dsn, maxConns)
+	l := newLocker(b, pool)
 	// Create the sequence and fill the pool's statement caches outside the
 	// measurement.
 	h, err := l.Acquire(context.Background(), fmt.Sprintf("%s/warm-up/%d", b.Name(), time.Now().UnixNano()))
@@ -49,7 +51,7 @@ func benchLocker(b *testing.B, dsn string, maxConns int32) *Locker {
 	// Open every connection now, as the raw baselines do before the timer.
 	conns := make([]*pgxpool.Conn, 0, maxConns)
 	for range maxConns {
-		c, err := l.pool.Acquire(context.Background())
+		c, err := pool.Acquire(context.Background())
 		if err != nil {
 			b.Fatalf("warm-up: %v", err)
 		}
@@ -68,7 +70,7 @@ func BenchmarkUncontended(b *testing.B) {
 	ctx := context.Background()
 	b.Run("raw-pgx/try+unlock", func(b *testing.B) {
 		c := benchConn(b, dsn)
-		id := AdvisoryKey("bench", b.Name())
+		id := postgres.AdvisoryKey("bench", b.Name())
 		for b.Loop() {
 			var ok bool
 			if err := c.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", id).Scan(&ok); err != nil || !ok {
@@ -115,7 +117,7 @@ func BenchmarkHandoff(b *testing.B) {
 	dsn := testserver.Postgres(b).DSN()
 	for _, waiters := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("waiters=%d/raw-pgx", waiters), func(b *testing.B) {
-			id := AdvisoryKey("bench", fmt.Sprintf("%s/%d", b.Name(), time.Now().UnixNano()))
+			id := postgres.AdvisoryKey("bench", fmt.Sprintf("%s/%d", b.Name(), time.Now().UnixNano()))
 			conns := make([]*pgx.Conn, waiters+1)
 			for i := range conns {
 				conns[i] = benchConn(b, dsn)
@@ -227,7 +229,7 @@ func BenchmarkContended(b *testing.B) {
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "acq/s")
 	}
 	b.Run("raw-pgx", func(b *testing.B) {
-		id := AdvisoryKey("bench", fmt.Sprintf("%s/%d", b.Name(), time.Now().UnixNano()))
+		id := postgres.AdvisoryKey("bench", fmt.Sprintf("%s/%d", b.Name(), time.Now().UnixNano()))
 		conns := make([]*pgx.Conn, goroutines)
 		for i := range conns {
 			conns[i] = benchConn(b, dsn)
@@ -271,7 +273,7 @@ func BenchmarkUncontendedPaired(b *testing.B) {
 	ctx := context.Background()
 	c := benchConn(b, dsn)
 	l := benchLocker(b, dsn, 4)
-	id := AdvisoryKey("bench", b.Name())
+	id := postgres.AdvisoryKey("bench", b.Name())
 	key := fmt.Sprintf("%s/%d", b.Name(), time.Now().UnixNano())
 	raw := make([]time.Duration, 0, b.N)
 	try := make([]time.Duration, 0, b.N)

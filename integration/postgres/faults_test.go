@@ -1,4 +1,4 @@
-package postgres
+package postgres_test
 
 import (
 	"context"
@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/testserver"
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/postgres"
 )
 
 // A server restart ends every session; the holder hears of it at once (the
@@ -19,7 +20,7 @@ func TestServerRestartEndsHold(t *testing.T) {
 	}
 	ctx := testCtx(t)
 	pool := newPool(t, srv.DSN(), 4)
-	l := newLocker(t, pool, WithHealthCheckInterval(time.Minute))
+	l := newLocker(t, pool, postgres.WithHealthCheckInterval(time.Minute))
 	k := testKey(t, "")
 	h := mustAcquire(t, ctx, l, k)
 	stopping := time.Now()
@@ -50,12 +51,12 @@ func TestServerRestartEndsHold(t *testing.T) {
 func TestTerminatedBackend(t *testing.T) {
 	ctx := testCtx(t)
 	pool := sharedPool(t, 4)
-	l := newLocker(t, pool, WithHealthCheckInterval(time.Minute))
+	l := newLocker(t, pool, postgres.WithHealthCheckInterval(time.Minute))
 	k := testKey(t, "")
 	h := mustAcquire(t, ctx, l, k)
-	pid := h.(*handle).pid
+	pid := holderPID(t, ctx, pool, k) // the holder's session, as pg_locks shows it
 	var ok bool
-	if err := pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil || !ok {
+	if err := pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
 		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
 	}
 	took := waitDone(t, h, 5*time.Second, "holder whose backend was terminated")
@@ -79,7 +80,7 @@ func TestConnectionReset(t *testing.T) {
 	srv := testserver.Postgres(t)
 	px := testserver.NewProxy(t, srv.Addr())
 	ctx := testCtx(t)
-	l := newLocker(t, newPool(t, withHost(t, srv.DSN(), px.Addr(), nil), 4), WithHealthCheckInterval(time.Minute))
+	l := newLocker(t, newPool(t, withHost(t, srv.DSN(), px.Addr(), nil), 4), postgres.WithHealthCheckInterval(time.Minute))
 	h := mustAcquire(t, ctx, l, testKey(t, ""))
 	px.ResetAll(t)
 	took := waitDone(t, h, 5*time.Second, "holder whose connection was reset")
@@ -116,13 +117,24 @@ func TestServerPauseLosesLock(t *testing.T) {
 	mustRelease(t, ctx, h2)
 }
 
+// The bounds of giving up a wait on a dead link, which the tests below hold
+// the Locker to: Acquire returns "after at most a second" once its context
+// ended (package documentation), past which it closes the connection; Close,
+// which waits for that cleanup, also allows delivering the cancel request
+// (2s) and a cleanup statement (1s).
+const (
+	deadLinkAbandon = time.Second
+	deadLinkClose   = 2*time.Second + time.Second
+)
+
 // A wait cancelled while the link is dead (no cancel request can get
 // through) still returns promptly, and Close still ends in bounded time.
 func TestCancelOnDeadLink(t *testing.T) {
 	srv := testserver.Postgres(t)
 	px := testserver.NewProxy(t, srv.Addr())
 	ctx := testCtx(t)
-	holder := newLocker(t, sharedPool(t, 2))
+	holderPool := sharedPool(t, 2) // one connection for the lock, one to look at pg_locks
+	holder := newLocker(t, holderPool)
 	waiter := newLocker(t, newPool(t, withHost(t, srv.DSN(), px.Addr(), nil), 2))
 	k := testKey(t, "")
 	h := mustAcquire(t, ctx, holder, k)
@@ -132,7 +144,7 @@ func TestCancelOnDeadLink(t *testing.T) {
 		_, err := waiter.Acquire(wctx, k)
 		got <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // queued on the server
+	waitQueued(t, ctx, holderPool, k, 1)
 	px.Blackhole(t)
 	cancelled := time.Now()
 	cancel()
@@ -141,15 +153,15 @@ func TestCancelOnDeadLink(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Acquire on a dead link: %v", err)
 	}
-	if took > abandonWait+2*time.Second {
-		t.Errorf("cancelled Acquire on a dead link returned after %v, want about %v", took, abandonWait)
+	if took > deadLinkAbandon+2*time.Second {
+		t.Errorf("cancelled Acquire on a dead link returned after %v, want about %v", took, deadLinkAbandon)
 	}
 	t.Logf("returned %v after its context ended", took)
 	closing := time.Now()
 	waiter.Close()
 	d := time.Since(closing)
 	t.Logf("Close took %v", d)
-	if d > cancelRequestTimeout+cancelGrace+2*time.Second {
+	if d > deadLinkClose+2*time.Second {
 		t.Errorf("Close took %v", d)
 	}
 	px.Heal(t)
@@ -162,13 +174,9 @@ func TestDoStopsOnLoss(t *testing.T) {
 	ctx := testCtx(t)
 	pool := sharedPool(t, 4)
 	l := newLocker(t, pool)
-	err := locker.Do(ctx, l, testKey(t, ""), func(fctx context.Context, _ locker.Handle) error {
-		var pid int32
-		l.mu.Lock()
-		for h := range l.handles {
-			pid = int32(h.pid)
-		}
-		l.mu.Unlock()
+	k := testKey(t, "")
+	err := locker.Do(ctx, l, k, func(fctx context.Context, _ locker.Handle) error {
+		pid := holderPID(t, ctx, pool, k)
 		if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
 			return err
 		}

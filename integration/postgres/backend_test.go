@@ -1,72 +1,27 @@
-package postgres
+package postgres_test
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/testserver"
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/postgres"
 )
-
-// These tests run against a real PostgreSQL from internal/testserver. Each
-// uses keys made unique by the test name, so they can share one server.
-
-func testKey(t testing.TB, suffix string) string {
-	return fmt.Sprintf("%s/%d%s", t.Name(), time.Now().UnixNano(), suffix)
-}
-
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func sharedPool(t testing.TB, maxConns int32) *pgxpool.Pool {
-	return newPool(t, testserver.Postgres(t).DSN(), maxConns)
-}
-
-func mustAcquire(t testing.TB, ctx context.Context, l locker.Locker, key string) locker.Handle {
-	t.Helper()
-	h, err := l.Acquire(ctx, key)
-	if err != nil {
-		t.Fatalf("Acquire(%q): %v", key, err)
-	}
-	return h
-}
-
-func mustRelease(t testing.TB, ctx context.Context, h locker.Handle) {
-	t.Helper()
-	if err := h.Release(ctx); err != nil {
-		t.Fatalf("Release(%q): %v", h.Key(), err)
-	}
-}
-
-func waitDone(t testing.TB, h locker.Handle, within time.Duration, what string) time.Duration {
-	t.Helper()
-	start := time.Now()
-	select {
-	case <-h.Done():
-		return time.Since(start)
-	case <-time.After(within):
-		t.Fatalf("%s: Done() not closed within %v", what, within)
-		return 0
-	}
-}
 
 // Two handles of one Locker on one key: the second waits for the first,
 // because each has its own session (connection), and PostgreSQL would grant
 // a session the same lock twice.
 func TestSameLockerExcludesItself(t *testing.T) {
 	ctx := testCtx(t)
-	l := newLocker(t, sharedPool(t, 4))
+	pool := sharedPool(t, 4)
+	l := newLocker(t, pool)
 	k := testKey(t, "")
 	h1 := mustAcquire(t, ctx, l, k)
 	if _, err := l.TryAcquire(ctx, k); !errors.Is(err, locker.ErrNotAcquired) {
@@ -80,10 +35,12 @@ func TestSameLockerExcludesItself(t *testing.T) {
 		}
 		got <- h
 	}()
+	// The second Acquire waits on the server, on a session of its own.
+	waitQueued(t, ctx, pool, k, 1)
 	select {
 	case <-got:
 		t.Fatal("second Acquire from the same Locker succeeded while the first handle held the key")
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	mustRelease(t, ctx, h1)
 	select {
@@ -115,7 +72,7 @@ func TestPoolExhaustion(t *testing.T) {
 			_, err = l.Acquire(wctx, testKey(t, "/3"))
 		}
 		cancel()
-		if !errors.Is(err, ErrPoolExhausted) || !errors.Is(err, context.DeadlineExceeded) {
+		if !errors.Is(err, postgres.ErrPoolExhausted) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("try=%v with the pool exhausted: %v, want ErrPoolExhausted and DeadlineExceeded", try, err)
 		}
 		if !strings.Contains(err.Error(), "all 2 connections") {
@@ -134,6 +91,8 @@ func TestPoolExhaustion(t *testing.T) {
 		}
 		got <- err
 	}()
+	// Give it time to begin waiting: pgxpool shows no sign of a waiting
+	// Acquire, and one that has not begun yet gets the connection all the same.
 	time.Sleep(100 * time.Millisecond)
 	mustRelease(t, ctx, h1)
 	if err := <-got; err != nil {
@@ -147,14 +106,14 @@ func TestPoolExhaustion(t *testing.T) {
 func TestKeysHashApart(t *testing.T) {
 	ctx := testCtx(t)
 	pool := sharedPool(t, 10)
-	a := newLocker(t, pool, WithNamespace("app-a"))
-	b := newLocker(t, pool, WithNamespace("app-b"))
+	a := newLocker(t, pool, postgres.WithNamespace("app-a"))
+	b := newLocker(t, pool, postgres.WithNamespace("app-b"))
 	base := testKey(t, "")
 	keys := []string{base, base + " ", base + "/", base + "\u00e9", base + "e\u0301", strings.ToUpper(base)}
 	seen := map[int64]string{}
 	var held []locker.Handle
 	for _, k := range keys {
-		id := AdvisoryKey("app-a", k)
+		id := postgres.AdvisoryKey("app-a", k)
 		if prev, dup := seen[id]; dup {
 			t.Fatalf("keys %q and %q hash to the same advisory key %d", prev, k, id)
 		}
@@ -172,33 +131,12 @@ func TestKeysHashApart(t *testing.T) {
 	}
 	mustRelease(t, ctx, hb)
 	// Same namespace, another Locker: excluded.
-	a2 := newLocker(t, pool, WithNamespace("app-a"))
+	a2 := newLocker(t, pool, postgres.WithNamespace("app-a"))
 	if _, err := a2.TryAcquire(ctx, base); !errors.Is(err, locker.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held key from another Locker of the namespace: %v, want ErrNotAcquired", err)
 	}
 	for _, h := range held {
 		mustRelease(t, ctx, h)
-	}
-}
-
-// AdvisoryKey is part of the documented interface (other programs compute
-// it): its values must never change.
-func TestAdvisoryKeyStable(t *testing.T) {
-	for _, c := range []struct {
-		ns, key string
-		want    int64
-	}{
-		{"", "a", -618856784144191045},
-		{"billing", "invoice/42", 8439653440304532941},
-	} {
-		if got := AdvisoryKey(c.ns, c.key); got != c.want {
-			t.Errorf("AdvisoryKey(%q, %q) = %d, want %d", c.ns, c.key, got, c.want)
-		}
-	}
-	// The namespace is length-prefixed: moving bytes between namespace and
-	// key gives another lock.
-	if AdvisoryKey("a", "bc") == AdvisoryKey("ab", "c") {
-		t.Error(`AdvisoryKey("a", "bc") == AdvisoryKey("ab", "c")`)
 	}
 }
 
@@ -208,7 +146,7 @@ func TestLongHoldKeepsLock(t *testing.T) {
 	ctx := testCtx(t)
 	pool := sharedPool(t, 4)
 	const interval = 250 * time.Millisecond
-	l := newLocker(t, pool, WithHealthCheckInterval(interval))
+	l := newLocker(t, pool, postgres.WithHealthCheckInterval(interval))
 	other := newLocker(t, pool)
 	k := testKey(t, "")
 	h := mustAcquire(t, ctx, l, k)
@@ -261,11 +199,6 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 	mustRelease(t, ctx, h)
 }
 
-func keyHalvesOf(k string) []any {
-	hi, lo := keyHalves(AdvisoryKey("", k))
-	return []any{hi, lo}
-}
-
 // Transaction-scoped locks exclude session locks on the same key, end with
 // the transaction, and share the token order.
 func TestLockTx(t *testing.T) {
@@ -291,7 +224,7 @@ func TestLockTx(t *testing.T) {
 		}
 		got <- tok
 	}()
-	time.Sleep(200 * time.Millisecond)
+	waitQueued(t, ctx, pool, k, 1) // LockTx waits on the server
 	select {
 	case <-got:
 		t.Fatal("LockTx granted while a session lock held the key")
@@ -367,7 +300,7 @@ func TestServerTimeoutsDoNotEndWait(t *testing.T) {
 func TestCloseLeavesCallersPool(t *testing.T) {
 	ctx := testCtx(t)
 	pool := sharedPool(t, 4)
-	l := New(pool, WithHealthCheckInterval(testInterval))
+	l := postgres.New(pool, postgres.WithHealthCheckInterval(testInterval))
 	h := mustAcquire(t, ctx, l, testKey(t, ""))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,220 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/postgres"
+)
+
+// The sequence is checked before any lock is taken: WithoutDDL shows the SQL
+// to run; a cached sequence (tokens out of order between sessions) is
+// refused; a custom, schema-qualified, quoted name works. (Names that are
+// not SQL identifiers never reach the server: TestInvalidOptions in the
+// postgres package.)
+func TestSequence(t *testing.T) {
+	ctx := testCtx(t)
+	pool := sharedPool(t, 4)
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano())
+
+	missing := "locker_test_missing_" + suffix
+	l := newLocker(t, pool, postgres.WithSequence(missing), postgres.WithoutDDL())
+	_, err := l.TryAcquire(ctx, testKey(t, ""))
+	if err == nil || !strings.Contains(err.Error(), "CREATE SEQUENCE IF NOT EXISTS "+missing) {
+		t.Fatalf("TryAcquire with a missing sequence and WithoutDDL: %v, want the CREATE SEQUENCE to run", err)
+	}
+
+	cached := "locker_test_cached_" + suffix
+	if _, err := pool.Exec(ctx, "CREATE SEQUENCE "+cached+" CACHE 20"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), "DROP SEQUENCE IF EXISTS "+cached) })
+	l = newLocker(t, pool, postgres.WithSequence(cached))
+	if _, err := l.TryAcquire(ctx, testKey(t, "")); err == nil || !strings.Contains(err.Error(), "CACHE 1") {
+		t.Fatalf("TryAcquire with a CACHE 20 sequence: %v, want a refusal naming CACHE 1", err)
+	}
+
+	schema := "locker_test_" + suffix
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	name := schema + `."Fence ""seq"""`
+	l = newLocker(t, pool, postgres.WithSequence(name))
+	h, err := l.TryAcquire(ctx, testKey(t, ""))
+	if err != nil {
+		t.Fatalf("TryAcquire with sequence %s: %v", name, err)
+	}
+	if h.Token() != 1 {
+		t.Errorf("first token of a new sequence = %d, want 1", h.Token())
+	}
+	mustRelease(t, ctx, h)
+}
+
+// Open parses our parameters, passes the rest to pgx, and owns (closes) its
+// pool; a server that refuses the password gets an error without it. (The
+// strict parsing that rejects a URL before connecting: TestOpenURLInvalid in
+// the postgres package.)
+func TestOpenURL(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := testserver.Postgres(t).DSN()
+	direct := sharedPool(t, 4)
+	for _, scheme := range []string{"postgres", "postgresql"} {
+		app := fmt.Sprintf("locker-url-test-%d", time.Now().UnixNano())
+		u := withHost(t, dsn, "", url.Values{"lock_namespace": {"url-test"}, "lock_health_interval": {"1s"}, "pool_max_conns": {"3"}, "application_name": {app}})
+		u = scheme + u[strings.Index(u, "://"):]
+		l, err := locker.Open(ctx, u)
+		if err != nil {
+			t.Fatalf("Open(%s): %v", scheme, err)
+		}
+		k := testKey(t, "")
+		h, err := l.TryAcquire(ctx, k)
+		if err != nil {
+			t.Fatalf("TryAcquire on an opened Locker: %v", err)
+		}
+		// lock_namespace reached the Locker: it locked k in namespace url-test.
+		if _, err := newLocker(t, direct, postgres.WithNamespace("url-test")).TryAcquire(ctx, k); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Errorf("Open(%s): TryAcquire of the opened Locker's key in namespace url-test: %v, want ErrNotAcquired (lock_namespace ignored?)", scheme, err)
+		}
+		// pool_max_conns reached pgx: three held locks exhaust the pool.
+		var more []locker.Handle
+		for i := range 2 {
+			more = append(more, mustAcquire(t, ctx, l, testKey(t, fmt.Sprintf("/%d", i))))
+		}
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err = l.TryAcquire(wctx, testKey(t, "/3"))
+		cancel()
+		if !errors.Is(err, postgres.ErrPoolExhausted) || !strings.Contains(err.Error(), "all 3 connections") {
+			t.Errorf("Open(%s): a fourth lock with three held: %v, want ErrPoolExhausted naming all 3 connections (pool_max_conns ignored?)", scheme, err)
+		}
+		for _, h := range more {
+			mustRelease(t, ctx, h)
+		}
+		if n := sessions(t, ctx, direct, app); n == 0 {
+			t.Fatalf("Open(%s): no session with application_name %s on the server; cannot check that Close closes the pool", scheme, app)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(h.Err(), locker.ErrReleased) {
+			t.Errorf("handle after Close: Err() = %v, want ErrReleased", h.Err())
+		}
+		// The Locker owned its pool and closed it: the pool's sessions end
+		// (an open pool would keep its idle connections).
+		deadline := time.Now().Add(10 * time.Second)
+		for sessions(t, ctx, direct, app) != 0 {
+			if time.Now().After(deadline) {
+				t.Errorf("the pool of an opened Locker is still open after Close: %d sessions on the server", sessions(t, ctx, direct, app))
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	// lock_health_interval reached the Locker: a holder cut off from the
+	// server hears of it within about two intervals of 250ms, where the
+	// default interval (5s) would take at least 5s.
+	px := testserver.NewProxy(t, testserver.Postgres(t).Addr())
+	l, err := locker.Open(ctx, withHost(t, dsn, px.Addr(), url.Values{"lock_health_interval": {"250ms"}}))
+	if err != nil {
+		t.Fatalf("Open through a proxy: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	h := mustAcquire(t, ctx, l, testKey(t, "/interval"))
+	px.Blackhole(t)
+	took := waitDone(t, h, 4*time.Second, "holder of a Locker opened with lock_health_interval=250ms, cut off")
+	px.Heal(t)
+	t.Logf("Done() closed %v after the cut", took)
+	if !errors.Is(h.Err(), locker.ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", h.Err())
+	}
+
+	// A server that refuses the password: the error says so without it.
+	bad := withHost(t, dsn, "", nil)
+	bu, _ := url.Parse(bad)
+	bu.User = url.UserPassword(bu.User.Username(), "wr0ng-pw-xyz")
+	_, err = locker.Open(ctx, bu.String())
+	if err == nil {
+		t.Log("server accepted a wrong password (trust authentication?); skipping the refusal check")
+	} else if strings.Contains(err.Error(), "wr0ng-pw-xyz") {
+		t.Errorf("Open with a wrong password: error shows it: %v", err)
+	}
+}
+
+// sessions counts the server sessions with application_name app.
+func sessions(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err != nil {
+		t.Fatalf("pg_stat_activity: %v", err)
+	}
+	return n
+}
+
+// A role that may not run DDL (the default since PostgreSQL 15, which no
+// longer lets every role create in public): creating the sequence fails with
+// an error that shows the SQL to run; with the sequence created by an
+// administrator and WithoutDDL, locks work.
+func TestRoleWithoutDDL(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := testserver.Postgres(t).DSN()
+	admin := newPool(t, dsn, 2)
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano())
+	role, schema := "locker_app_"+suffix, "locker_s_"+suffix
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN PASSWORD 'app-pw'"); err != nil {
+		t.Skipf("cannot create a role on this server: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		admin.Exec(ctx, "DROP OWNED BY "+role)
+		admin.Exec(ctx, "DROP ROLE IF EXISTS "+role)
+	})
+	var canCreate bool
+	if err := admin.QueryRow(ctx, "SELECT has_schema_privilege($1, 'public', 'CREATE')", role).Scan(&canCreate); err != nil {
+		t.Fatal(err)
+	}
+	seq := schema + ".fence"
+	for _, stmt := range []string{
+		"CREATE SCHEMA " + schema,
+		// The statement the package documentation gives for WithoutDDL.
+		"CREATE SEQUENCE IF NOT EXISTS " + seq + " AS bigint MINVALUE 1 NO CYCLE CACHE 1",
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		"GRANT USAGE ON SEQUENCE " + seq + " TO " + role,
+	} {
+		if _, err := admin.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	u, _ := url.Parse(dsn)
+	u.User = url.UserPassword(role, "app-pw")
+	app := newPool(t, u.String(), 2)
+
+	if !canCreate {
+		l := newLocker(t, app, postgres.WithSequence("locker_fence_"+suffix))
+		_, err := l.TryAcquire(ctx, testKey(t, ""))
+		if err == nil || !strings.Contains(err.Error(), "WithoutDDL") || !strings.Contains(err.Error(), "CREATE SEQUENCE") {
+			t.Errorf("TryAcquire by a role that may not create the sequence: %v, want an error showing the SQL", err)
+		}
+	} else {
+		t.Log("this server lets every role create in public; skipping the refusal check")
+	}
+	l := newLocker(t, app, postgres.WithSequence(seq), postgres.WithoutDDL())
+	h, err := l.TryAcquire(ctx, testKey(t, ""))
+	if err != nil {
+		t.Fatalf("TryAcquire with an administrator-made sequence: %v", err)
+	}
+	if h.Token() != 1 {
+		t.Errorf("first token = %d, want 1", h.Token())
+	}
+	mustRelease(t, ctx, h)
+}

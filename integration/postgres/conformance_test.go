@@ -1,0 +1,76 @@
+package postgres_test
+
+import (
+	"context"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/conformance"
+	"github.com/go-locker/locker/integration/testserver"
+	_ "github.com/go-locker/locker/postgres" // registers postgres:// with locker.Open
+)
+
+func TestConformance(t *testing.T) {
+	srv := testserver.Postgres(t)
+	var proxies sync.Map // locker.Locker → *testserver.Proxy
+	proxyOf := func(t *testing.T, l locker.Locker, hook string) *testserver.Proxy {
+		t.Helper()
+		v, ok := proxies.Load(l)
+		if !ok {
+			t.Fatalf("%s: the Locker was not made by NewLocker", hook)
+		}
+		return v.(*testserver.Proxy)
+	}
+	conformance.Run(t, conformance.Harness{
+		NewLocker: func(t *testing.T) locker.Locker {
+			// Each client gets a proxy of its own, so that Crash and Cut act
+			// on exactly that client, and a pool of its own (it is another
+			// process). 30 connections cover ManyKeys plus waiters.
+			px := testserver.NewProxy(t, srv.Addr())
+			dsn := withHost(t, srv.DSN(), px.Addr(), url.Values{
+				"pool_max_conns":       {"30"},
+				"lock_health_interval": {testInterval.String()},
+				"lock_namespace":       {"conformance"},
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l, err := locker.Open(ctx, dsn)
+			if err != nil {
+				t.Fatalf("locker.Open: %v", err)
+			}
+			proxies.Store(l, px)
+			t.Cleanup(func() { l.Close() })
+			return l
+		},
+		// Crash closes every connection of the client without an unlock, as
+		// the kernel does for a killed process: the server ends those
+		// sessions and so frees their locks, and the client can no longer
+		// reach the server.
+		Crash: func(t *testing.T, l locker.Locker) { proxyOf(t, l, "Crash").Crash(t) },
+		// Cut blackholes the client's proxy: its connections stay open but
+		// nothing passes, as in a partition. The server keeps the session,
+		// and the lock, until the holder's health check fails and the holder
+		// closes its connection (which the proxy passes on). That is the
+		// order the contract asks for: the holder hears of the loss before
+		// anyone else can take the key. pg_terminate_backend would cut the
+		// other way round — the server frees the lock first, and the holder
+		// learns a moment later — which TestTerminatedBackend covers.
+		Cut: func(t *testing.T, l locker.Locker) func() {
+			px := proxyOf(t, l, "Cut")
+			px.Blackhole(t)
+			return func() { px.Heal(t) }
+		},
+		// Advisory locks have no lease; the TTL the suite asks for is
+		// validated and ignored.
+		NoTTL: true,
+		TTL:   time.Second,
+		// Crash frees the key at once; Cut within two health-check
+		// intervals (a missed idle period, then a check that times out).
+		ExpiryBound:  4 * testInterval * 2,
+		HandoffBound: time.Second,
+		ManyKeys:     20,
+	})
+}
