@@ -19,31 +19,31 @@ import (
 type flaw int
 
 const (
-	noFlaw             flaw = iota
-	noExclusion             // every attempt succeeds
-	constantToken           // every holder gets token 1
-	perLockerToken          // tokens count per Locker, not per key across Lockers
-	blindRelease            // Release deletes whoever holds the key
-	ownerPerLocker          // Release compares the holder's Locker, not the acquisition, and asks the store first
-	ignoresContext          // waits ignore ctx
-	silentLoss              // a lost lock never closes Done
-	tryWaits                // TryAcquire waits up to a second for the key
-	pollingWaiter           // waiters sleep 2s between attempts instead of being woken
-	truncatedKeys           // keys are cut to 250 bytes in the store
-	closeKeepsLocks         // Close ends its handles but leaves their keys to expire
-	releaseIgnoresCtx       // a Release that cannot reach the store waits for it, ignoring ctx
-	racyRelease             // concurrent Releases of one handle are not serialised
-	blindRenewal            // the watchdog outlives Release and renews whoever holds the key
-	retriesUnreachable      // Acquire and TryAcquire retry until the store answers, ignoring ctx
-	checkedBlindRelease     // Release checks its own handle, then deletes whoever holds the key
-	checkedBlindRenewal     // the watchdog renews whoever holds the key while its own handle lives
-	processLocal            // locks within the process only, but does not say so (Harness.InProcess)
-	racyTry                 // TryAcquire checks, then sets a moment later
-	outageNotAcquired       // an unreachable store is reported as ErrNotAcquired
-	failedReleaseNil        // a Release that could not reach the store returns nil
-	lateCtx                 // waits notice their context only every 2.5s
-	lostWakeup              // a change wakes one waiter only, even one that has gone
-	closeWaitsInFlight      // Close waits for requests in flight instead of interrupting them
+	noFlaw              flaw = iota
+	noExclusion              // every attempt succeeds
+	constantToken            // every holder gets token 1
+	perLockerToken           // tokens count per Locker, not per key across Lockers
+	blindRelease             // Release deletes whoever holds the key
+	ownerPerLocker           // Release compares the holder's Locker, not the acquisition, and asks the store first
+	ignoresContext           // waits ignore ctx
+	silentLoss               // a lost lock never closes Done
+	tryWaits                 // TryAcquire waits up to a second for the key
+	pollingWaiter            // waiters sleep 2s between attempts instead of being woken
+	truncatedKeys            // keys are cut to 250 bytes in the store
+	closeKeepsLocks          // Close ends its handles but leaves their keys to expire
+	releaseIgnoresCtx        // a Release that cannot reach the store waits for it, ignoring ctx
+	racyRelease              // concurrent Releases of one handle are not serialised
+	blindRenewal             // the watchdog outlives Release and renews whoever holds the key
+	retriesUnreachable       // Acquire and TryAcquire retry until the store answers, ignoring ctx
+	checkedBlindRelease      // Release checks its own handle, then deletes whoever holds the key
+	checkedBlindRenewal      // the watchdog renews whoever holds the key while its own handle lives
+	processLocal             // locks within the process only, but does not say so (Harness.InProcess)
+	racyTry                  // TryAcquire checks, then sets a moment later
+	outageNotAcquired        // an unreachable store is reported as ErrNotAcquired
+	failedReleaseNil         // a Release that could not reach the store returns nil
+	lateCtx                  // waits notice their context only every 2.5s
+	lostWakeup               // a change wakes one waiter only, even one that has gone
+	closeWaitsInFlight       // Close waits for requests in flight instead of interrupting them
 )
 
 // toyMaxStoredKey is where truncatedKeys cuts keys, as a VARCHAR(250) would.
