@@ -186,3 +186,52 @@ func (s *suite) tryAcquireHeld(t *testing.T, ctx context.Context) {
 	hb := mustTry(t, ctx, b, k)
 	mustRelease(t, ctx, hb)
 }
+
+// tryBurst: many clients TryAcquire one free key at the same moment; exactly
+// one wins and every other gets ErrNotAcquired, and nothing else. A
+// TryAcquire that checks, then sets, lets several win. Repeated on fresh keys.
+func (s *suite) tryBurst(t *testing.T, ctx context.Context) {
+	const rounds = 5
+	ls := make([]locker.Locker, s.h.Contenders)
+	for i := range ls {
+		ls[i] = s.newLocker(t)
+	}
+	n := s.h.Contenders * s.h.Goroutines
+	for round := range rounds {
+		k := key(t, "/"+itoa(round))
+		var (
+			start = make(chan struct{})
+			res   = make(chan result, n)
+		)
+		for i := range n {
+			l := ls[i%len(ls)]
+			go func() {
+				<-start
+				h, err := l.TryAcquire(ctx, k)
+				res <- result{h, err, time.Now()}
+			}()
+		}
+		close(start)
+		var won []locker.Handle
+		for range n {
+			r := await(t, res, prompt, "TryAcquire in a burst")
+			switch {
+			case r.err == nil:
+				won = append(won, r.h)
+			case errors.Is(r.err, locker.ErrNotAcquired):
+				checkKeyError(t, r.err, k, "TryAcquire that lost a burst")
+			default:
+				t.Errorf("TryAcquire in a burst of %d on a free key: %v, want success or an error wrapping locker.ErrNotAcquired", n, r.err)
+			}
+		}
+		if len(won) != 1 {
+			t.Errorf("round %d: %d of %d concurrent TryAcquires of one free key succeeded, want exactly 1", round, len(won), n)
+		}
+		for _, h := range won {
+			_ = h.Release(ctx)
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}

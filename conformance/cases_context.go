@@ -19,12 +19,17 @@ func (s *suite) cancelledBeforeCall(t *testing.T, ctx context.Context) {
 		name string
 		fn   func(context.Context, string, ...locker.Option) (locker.Handle, error)
 	}{{"Acquire", a.Acquire}, {"TryAcquire", a.TryAcquire}} {
+		start := time.Now()
 		h, err := call.fn(cctx, k)
+		took := time.Since(start)
 		if err == nil {
 			_ = h.Release(ctx)
 			t.Errorf("%s with a cancelled context succeeded", call.name)
 		} else if !errors.Is(err, context.Canceled) {
 			t.Errorf("%s with a cancelled context: %v, want an error wrapping context.Canceled", call.name, err)
+		}
+		if took > s.h.CtxSlack {
+			t.Errorf("%s with a context cancelled before the call took %v, more than CtxSlack %v", call.name, took, s.h.CtxSlack)
 		}
 	}
 	mustRelease(t, ctx, mustTry(t, ctx, b, k))
@@ -51,8 +56,14 @@ func (s *suite) abandonWait(t *testing.T, ctx context.Context, start func() (con
 	}
 	if !errors.Is(r.err, want) {
 		t.Errorf("Acquire whose context ended while waiting: %v, want an error wrapping %v", r.err, want)
+	} else {
+		checkKeyError(t, r.err, k, "Acquire whose context ended while waiting")
 	}
-	t.Logf("wait returned %v after its context ended", r.at.Sub(ended))
+	late := r.at.Sub(ended)
+	t.Logf("wait returned %v after its context ended", late)
+	if late > s.h.CtxSlack {
+		t.Errorf("Acquire returned %v after its context ended, more than CtxSlack %v", late, s.h.CtxSlack)
+	}
 	mustRelease(t, ctx, h)
 	// The abandoned wait must neither take the key nor hold it up.
 	hk := mustTry(t, ctx, other, k)
@@ -80,38 +91,88 @@ func (s *suite) deadlineWhileWaiting(t *testing.T, ctx context.Context) {
 }
 
 // deadlineWhileCut: a client cut off from the backend honours ctx too. An
-// Acquire of a free key while cut off returns by its deadline (with an error:
-// it cannot have taken the key), rather than retrying until the network
-// heals; and once healed, whatever the abandoned call may have left on the
-// backend does not outlive the expiry bound.
+// Acquire or TryAcquire of a free key while cut off returns by its deadline
+// (plus CtxSlack), rather than retrying until the network heals, with an
+// error that is not ErrNotAcquired: callers skip work on ErrNotAcquired, so
+// an outage reported as "someone else has it" silently drops their jobs. Once
+// healed, whatever the abandoned calls may have left on the backend does not
+// outlive the expiry bound.
 func (s *suite) deadlineWhileCut(t *testing.T, ctx context.Context) {
+	s.cutCalls(t, ctx, "deadline", context.DeadlineExceeded, func() (context.Context, context.CancelFunc, func()) {
+		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		return wctx, cancel, func() { <-wctx.Done() }
+	})
+}
+
+// cancelWhileCut: the same with a plain cancel(), no deadline: a client
+// library that turns only deadlines into socket deadlines leaves a request
+// in flight that a cancel does not stop; the backend must stop waiting for
+// it all the same.
+func (s *suite) cancelWhileCut(t *testing.T, ctx context.Context) {
+	s.cutCalls(t, ctx, "cancel", context.Canceled, func() (context.Context, context.CancelFunc, func()) {
+		wctx, cancel := context.WithCancel(ctx)
+		return wctx, cancel, func() { time.Sleep(500 * time.Millisecond); cancel() }
+	})
+}
+
+// cutCalls runs Acquire, TryAcquire and Release on a client cut off from the
+// backend, each with a context from mk that end ends; each must return within
+// CtxSlack of the end, with an error wrapping want when it returns after the
+// end (a call may fail sooner with a backend error of its own), never with
+// ErrNotAcquired, and Release never with nil.
+func (s *suite) cutCalls(t *testing.T, ctx context.Context, how string, want error, mk func() (context.Context, context.CancelFunc, func())) {
 	s.needCut(t)
 	a, b := s.newLocker(t), s.newLocker(t)
-	k := key(t, "")
-	heal := s.h.Cut(t, a)
-	defer heal() // also frees an Acquire that hangs, once the case has failed
-	const d = 500 * time.Millisecond
+	k, held := key(t, ""), key(t, "/held")
+	h := mustAcquire(t, ctx, a, held, ttl(s))
+	heal := s.cut(t, a)
+	defer heal() // also frees a call that hangs, once the case has failed
 	for _, call := range []struct {
 		name string
-		fn   func(context.Context, string, ...locker.Option) (locker.Handle, error)
-	}{{"Acquire", a.Acquire}, {"TryAcquire", a.TryAcquire}} {
-		wctx, cancel := context.WithTimeout(ctx, d)
+		fn   func(context.Context) (locker.Handle, error)
+	}{
+		{"Acquire", func(c context.Context) (locker.Handle, error) { return a.Acquire(c, k, ttl(s)) }},
+		{"TryAcquire", func(c context.Context) (locker.Handle, error) { return a.TryAcquire(c, k, ttl(s)) }},
+		{"Release", func(c context.Context) (locker.Handle, error) { return nil, h.Release(c) }},
+	} {
+		wctx, cancel, end := mk()
 		start := time.Now()
 		ch := make(chan result, 1)
 		go func() {
-			h, err := call.fn(wctx, k, ttl(s))
+			h, err := call.fn(wctx)
 			ch <- result{h, err, time.Now()}
 		}()
-		r := await(t, ch, d+prompt, call.name+" of a free key by a client cut off from the backend, with a deadline (it must honour ctx)")
+		end()
+		ended := time.Now()
+		r := await(t, ch, s.h.CtxSlack+prompt, call.name+" by a client cut off from the backend, whose context ended by "+how+" (it must honour ctx)")
 		cancel()
-		if r.err == nil {
+		if r.h != nil {
 			_ = r.h.Release(ctx)
 			t.Fatalf("%s by a client cut off from the backend succeeded", call.name)
 		}
-		t.Logf("%s while cut off returned after %v: %v", call.name, r.at.Sub(start), r.err)
+		t.Logf("%s while cut off returned %v after the call, %v after its context ended by %s: %v", call.name, r.at.Sub(start), r.at.Sub(ended), how, r.err)
+		switch {
+		case r.err == nil:
+			t.Errorf("%s while cut off from the backend returned nil; a call that could not reach the backend must say so", call.name)
+		case errors.Is(r.err, locker.ErrNotAcquired):
+			t.Errorf("%s while cut off from the backend: %v; ErrNotAcquired means another holder has the key, and callers that skip work on it would silently drop it during an outage", call.name, r.err)
+		case r.at.After(ended) && !errors.Is(r.err, want) && call.name != "Release":
+			t.Errorf("%s while cut off, returning after its context ended by %s: %v, want an error wrapping %v", call.name, how, r.err, want)
+		}
+		if r.err != nil && call.name != "Release" {
+			checkKeyError(t, r.err, k, call.name+" while cut off")
+		}
+		if late := r.at.Sub(ended); late > s.h.CtxSlack {
+			t.Errorf("%s while cut off returned %v after its context ended by %s, more than CtxSlack %v", call.name, late, how, s.h.CtxSlack)
+		}
+	}
+	if !isClosed(h.Done()) {
+		t.Errorf("Done() still open after a Release while cut off: Release gives the lock up whatever it returns")
 	}
 	heal()
 	healed := time.Now()
 	mustRelease(t, ctx, s.awaitAfterFault(t, goAcquire(ctx, b, k), healed, nil,
 		"the heal of a client whose calls were abandoned while cut off (did they leave a lock behind?)"))
+	mustRelease(t, ctx, s.awaitAfterFault(t, goAcquire(ctx, b, held), healed, h,
+		"the heal of a client whose Release failed while cut off"))
 }

@@ -3,6 +3,9 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -120,7 +123,6 @@ func itoa(i int) string {
 func unusualKeys(base string) []string {
 	long := base + "/" + strings.Repeat("z", locker.MaxKeyLen-len(base)-2)
 	keys := []string{
-		"/", "..", ".", " ", "*", "🔒",
 		base + "/a/b/../c",
 		base + "/a/c",
 		base + "/a/./b",
@@ -149,6 +151,16 @@ func unusualKeys(base string) []string {
 		base + "/cafe\u0301", // e and a combining acute accent (NFD)
 		base + "\n\t\r",
 		base + "%00",
+		base + "\x01\x1f\x1b[0m",
+		base + "\x7f",
+		base + "\u0085\u2028",
+		base + `\`,
+		base + `\\`,
+		base + `\\\\`,
+		base + `\/`,
+		base + "/zookeeper",
+		base + "/..",
+		base + "/.",
 		base + "#frag?q=1&r=2",
 		base + "/" + strings.Repeat("x", locker.MaxKeyLen-len(base)-1),
 		base + "/" + strings.Repeat("y", locker.MaxKeyLen-len(base)-1),
@@ -164,6 +176,13 @@ func unusualKeys(base string) []string {
 	return append(keys, uni)
 }
 
+// bareKeys are legal keys that trip naive encodings only when they stand
+// alone: a key that is a whole path component "..", "." or "zookeeper", a
+// lone separator or glob. They cannot be made unique to a run, so another
+// run of the suite on the same server may hold one for a moment; the case
+// waits for them instead of trying once.
+var bareKeys = []string{"/", "..", ".", " ", "*", "🔒", "zookeeper", "\\"}
+
 // unusualKeys: every legal key works, and distinct keys never share a lock.
 func (s *suite) unusualKeys(t *testing.T, ctx context.Context) {
 	a, b := s.newLocker(t), s.newLocker(t)
@@ -171,6 +190,47 @@ func (s *suite) unusualKeys(t *testing.T, ctx context.Context) {
 	for _, k := range keys {
 		if err := locker.ValidateKey(k); err != nil {
 			t.Fatalf("suite bug: %q is not a legal key: %v", truncate(k), err)
+		}
+	}
+	// The bare keys first, each held with Acquire (another run may hold it
+	// for a moment) while the run's own keys are tried against it.
+	for _, bk := range bareKeys {
+		wctx, cancel := context.WithTimeout(ctx, s.h.ExpiryBound+prompt)
+		h, err := a.Acquire(wctx, bk)
+		cancel()
+		if err != nil {
+			t.Errorf("Acquire(%q): %v", bk, err)
+			continue
+		}
+		if h.Key() != bk {
+			t.Errorf("Key() = %q, want %q: keys must not be altered", h.Key(), bk)
+		}
+		var shared []string
+		for _, kj := range append(keys[:len(keys):len(keys)], bareKeys...) {
+			if kj == bk {
+				continue
+			}
+			if slices.Contains(bareKeys, kj) {
+				wctx, cancel := context.WithTimeout(ctx, s.h.ExpiryBound+prompt)
+				hb, err := b.Acquire(wctx, kj)
+				cancel()
+				if err != nil {
+					shared = append(shared, fmt.Sprintf("%q (%v)", truncate(kj), err))
+					continue
+				}
+				_ = hb.Release(ctx)
+				continue
+			}
+			hb, err := b.TryAcquire(ctx, kj)
+			if err != nil {
+				shared = append(shared, fmt.Sprintf("%q (%v)", truncate(kj), err))
+				continue
+			}
+			_ = hb.Release(ctx)
+		}
+		reportShared(t, bk, shared)
+		if err := h.Release(ctx); err != nil {
+			t.Errorf("Release(%q): %v", bk, err)
 		}
 	}
 	for i, ki := range keys {
@@ -183,23 +243,42 @@ func (s *suite) unusualKeys(t *testing.T, ctx context.Context) {
 			t.Errorf("Key() = %q, want %q: keys must not be altered", truncate(ha.Key()), truncate(ki))
 		}
 		mustNotTry(t, ctx, b, ki, "another client holds the same unusual key")
+		var shared []string
 		for j, kj := range keys {
 			if i == j {
 				continue
 			}
 			hb, err := b.TryAcquire(ctx, kj)
 			if err != nil {
-				t.Errorf("keys %q and %q share a lock: TryAcquire of the second while the first is held: %v", truncate(ki), truncate(kj), err)
+				shared = append(shared, fmt.Sprintf("%q (%v)", truncate(kj), err))
 				continue
 			}
 			if err := hb.Release(ctx); err != nil {
 				t.Errorf("Release(%q): %v", truncate(kj), err)
 			}
 		}
+		reportShared(t, ki, shared)
 		if err := ha.Release(ctx); err != nil {
 			t.Errorf("Release(%q): %v", truncate(ki), err)
 		}
 	}
+}
+
+// reportShared fails t for the keys that could not be taken while k was
+// held, naming the first few: an encoding bug makes hundreds of pairs
+// collide, and a thousand lines hide the pattern.
+func reportShared(t *testing.T, k string, shared []string) {
+	t.Helper()
+	if len(shared) == 0 {
+		return
+	}
+	const show = 3
+	more := ""
+	if len(shared) > show {
+		more = fmt.Sprintf(" and %d more", len(shared)-show)
+		shared = shared[:show]
+	}
+	t.Errorf("while %q was held, other keys could not be taken (distinct keys share a lock, or the key does not work): %s%s", truncate(k), strings.Join(shared, ", "), more)
 }
 
 // invalidKeys: illegal keys fail at once with ErrInvalidKey, on both calls.
@@ -266,4 +345,27 @@ func (s *suite) invalidTTL(t *testing.T, ctx context.Context) {
 	}
 	// Nothing may be left held by the rejected calls.
 	mustRelease(t, ctx, mustTry(t, ctx, b, k))
+}
+
+// hugeTTL: a TTL too large for the backend (the largest Duration, a
+// century) is rejected with ErrInvalidOption or, where documented, clamped:
+// never passed to the server to fail there with a raw error, never wrapped
+// around to a negative or tiny lease.
+func (s *suite) hugeTTL(t *testing.T, ctx context.Context) {
+	a, b := s.newLocker(t), s.newLocker(t)
+	for i, d := range []time.Duration{math.MaxInt64, 100 * 365 * 24 * time.Hour, math.MaxInt64 / 1000} {
+		k := key(t, "/"+itoa(i))
+		h, err := a.TryAcquire(ctx, k, locker.WithTTL(d))
+		if err != nil {
+			if !errors.Is(err, locker.ErrInvalidOption) {
+				t.Errorf("TryAcquire with WithTTL(%v): %v, want success (a documented clamp) or an error wrapping locker.ErrInvalidOption", d, err)
+			}
+			mustRelease(t, ctx, mustTry(t, ctx, b, k))
+			continue
+		}
+		checkHeld(t, h, k)
+		mustNotTry(t, ctx, b, k, "it is held with a huge TTL")
+		mustRelease(t, ctx, h)
+		mustRelease(t, ctx, mustTry(t, ctx, b, k))
+	}
 }

@@ -35,7 +35,11 @@ func Run(t *testing.T, h Harness) {
 	if h.NewLocker == nil {
 		t.Fatal("conformance: Harness.NewLocker is required")
 	}
-	s := &suite{h: h.withDefaults()}
+	if os.Getenv(childKeyEnv) != "" && os.Getenv(childRunEnv) == t.Name() {
+		runChild(t, h.withDefaults())
+		return
+	}
+	s := &suite{h: h.withDefaults(), runName: t.Name()}
 	for _, c := range s.cases() {
 		t.Run(c.name, func(t *testing.T) { s.runCase(t, c) })
 	}
@@ -60,6 +64,12 @@ func (h Harness) withDefaults() Harness {
 	if h.HandoffBound <= 0 {
 		h.HandoffBound = time.Second
 	}
+	if h.LossBound <= 0 {
+		h.LossBound = h.TTL
+	}
+	if h.CtxSlack <= 0 {
+		h.CtxSlack = 500 * time.Millisecond
+	}
 	if h.CaseTimeout <= 0 {
 		h.CaseTimeout = max(60*time.Second, 4*h.ExpiryBound+4*h.TTL)
 	}
@@ -67,7 +77,8 @@ func (h Harness) withDefaults() Harness {
 }
 
 type suite struct {
-	h Harness
+	h       Harness
+	runName string // the name of the test that called Run, for child processes
 }
 
 type testCase struct {
@@ -82,28 +93,45 @@ func (s *suite) cases() []testCase {
 		{"Acquire/WaitsForRelease", s.waitsForRelease},
 		{"Acquire/NotReentrant", s.notReentrant},
 		{"TryAcquire/Held", s.tryAcquireHeld},
+		{"TryAcquire/Burst", s.tryBurst},
 		{"Keys/Independent", s.keysIndependent},
 		{"Keys/ManyHeld", s.manyHeld},
 		{"Keys/Unusual", s.unusualKeys},
 		{"Keys/Invalid", s.invalidKeys},
 		{"Options/InvalidTTL", s.invalidTTL},
+		{"Options/HugeTTL", s.hugeTTL},
 		{"Release/Twice", s.releaseTwice},
 		{"Release/Concurrent", s.releaseConcurrent},
 		{"Release/AfterLoss", s.releaseAfterLoss},
 		{"Release/NotOwner", s.releaseNotOwner},
 		{"Release/WhileCut", s.releaseWhileCut},
 		{"Release/StopsRenewal", s.releaseStopsRenewal},
+		{"Steal/ReleaseKeepsNewHolder", s.stealReleaseKeepsNewHolder},
+		{"Steal/RenewalDoesNotExtend", s.stealRenewalDoesNotExtend},
+		{"Steal/LossReported", s.stealLossReported},
 		{"Fencing/AfterRelease", s.fencingAfterRelease},
 		{"Fencing/AfterCrash", s.fencingAfterCrash},
 		{"Loss/DoneOnCut", s.doneOnCut},
 		{"Loss/RenewalKeepsLock", s.renewalKeepsLock},
+		{"Loss/ShortCutKeepsLock", s.shortCutKeepsLock},
+		{"Waiters/WaiterCancelled", s.waiterCancelled},
+		{"Waiters/WaiterCut", s.waiterCut},
+		{"Waiters/WaiterCrashes", s.waiterCrashes},
+		{"Waiters/Many", s.waitersMany},
+		{"Process/Exclusion", s.processExclusion},
+		{"Process/KilledHolder", s.processKilled},
 		{"Context/CancelledBeforeCall", s.cancelledBeforeCall},
 		{"Context/CancelWhileWaiting", s.cancelWhileWaiting},
 		{"Context/DeadlineWhileWaiting", s.deadlineWhileWaiting},
 		{"Context/DeadlineWhileCut", s.deadlineWhileCut},
+		{"Context/CancelWhileCut", s.cancelWhileCut},
 		{"Close/ReleasesHeld", s.closeReleasesHeld},
 		{"Close/WakesOwnWaiters", s.closeWakesOwnWaiters},
+		{"Close/WhileInFlight", s.closeWhileInFlight},
 		{"Close/NoGoroutineLeak", s.noGoroutineLeak},
+		{"Open/Works", s.openWorks},
+		{"Open/RejectsUnknownParameter", s.openRejectsUnknown},
+		{"Open/HidesPassword", s.openHidesPassword},
 	}
 }
 
@@ -202,6 +230,7 @@ func mustNotTry(t *testing.T, ctx context.Context, l locker.Locker, key, why str
 	if !errors.Is(err, locker.ErrNotAcquired) {
 		t.Fatalf("TryAcquire(%q) while %s: error %v does not wrap locker.ErrNotAcquired", key, why, err)
 	}
+	checkKeyError(t, err, key, "TryAcquire of a held key")
 	if took > prompt {
 		t.Errorf("TryAcquire(%q) on a held key took %v; it must not wait for the holder", key, took)
 	}

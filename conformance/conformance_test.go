@@ -17,6 +17,9 @@ func toyHarness(f flaw) conformance.Harness {
 	return conformance.Harness{
 		NewLocker: func(t *testing.T) locker.Locker { return newToy(store, f) },
 		Crash:     func(t *testing.T, l locker.Locker) { l.(*toyLocker).crash() },
+		Steal:     func(t *testing.T, h locker.Handle) { store.steal(h.(*toyHandle)) },
+		// The toy is an in-process map; processLocal forgets to say so.
+		InProcess: f != processLocal,
 		Cut: func(t *testing.T, l locker.Locker) func() {
 			l.(*toyLocker).setCut(true)
 			return func() { l.(*toyLocker).setCut(false) }
@@ -50,7 +53,16 @@ var flaws = []struct {
 	{"ReleaseIgnoresCtx", releaseIgnoresCtx, []string{"Release/WhileCut"}},
 	{"RacyRelease", racyRelease, []string{"Release/Concurrent"}},
 	{"BlindRenewal", blindRenewal, []string{"Release/StopsRenewal"}},
-	{"RetriesUnreachable", retriesUnreachable, []string{"Context/DeadlineWhileCut"}},
+	{"RetriesUnreachable", retriesUnreachable, []string{"Context/DeadlineWhileCut", "Context/CancelWhileCut"}},
+	{"CheckedBlindRelease", checkedBlindRelease, []string{"Steal/ReleaseKeepsNewHolder"}},
+	{"CheckedBlindRenewal", checkedBlindRenewal, []string{"Steal/RenewalDoesNotExtend", "Steal/LossReported"}},
+	{"ProcessLocal", processLocal, []string{"Process/Exclusion", "Process/KilledHolder"}},
+	{"RacyTry", racyTry, []string{"TryAcquire/Burst"}},
+	{"OutageNotAcquired", outageNotAcquired, []string{"Context/DeadlineWhileCut", "Context/CancelWhileCut"}},
+	{"FailedReleaseNil", failedReleaseNil, []string{"Release/WhileCut"}},
+	{"LateCtx", lateCtx, []string{"Context/CancelWhileWaiting", "Context/DeadlineWhileWaiting"}},
+	{"LostWakeup", lostWakeup, []string{"Waiters/WaiterCancelled"}},
+	{"CloseWaitsInFlight", closeWaitsInFlight, []string{"Close/WhileInFlight"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"

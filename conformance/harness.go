@@ -19,21 +19,66 @@ type Harness struct {
 
 	// Crash makes l die without releasing anything, as a process killed with
 	// SIGKILL would: it stops renewing and stops talking to the backend, but
-	// its locks stay on the backend until their lease or session expires.
-	// Optional: without it the Fencing/AfterCrash case skips.
+	// its locks stay on the backend until their lease or session expires
+	// (for a session backend, closing l's connections under it is a crash:
+	// the server ends the session). The suite still calls l.Close at the end
+	// of the case, which must then return without hanging. For a server
+	// backend the public way is to give each client its own path to the
+	// server through a fault proxy and close that path for good.
+	// Optional: without it Fencing/AfterCrash, Release/StopsRenewal,
+	// Steal/RenewalDoesNotExtend and Waiters/WaiterCrashes skip.
 	Crash func(t *testing.T, l locker.Locker)
 
-	// Cut cuts l off from the backend while l keeps running (a partition:
-	// requests hang or fail). heal undoes the cut. Optional: without it the
-	// Loss cases and the Release cases that need a lost lock skip.
+	// Cut cuts l off from the backend while l keeps running, as a partition
+	// does: every request hangs (a blackhole, not a refused connection), and
+	// the server hears nothing from l. For a session backend the server keeps
+	// l's session (and its locks) until the session's own timeout. heal undoes
+	// the cut; the suite calls it at most once. Optional: without it the
+	// Loss/*, Release/AfterLoss, Release/NotOwner, Release/WhileCut,
+	// Context/*WhileCut, Close/WhileInFlight and Waiters/WaiterCut cases skip.
 	Cut func(t *testing.T, l locker.Locker) (heal func())
 
+	// Steal takes h's lock away on the server without telling its holder,
+	// as an eviction, a failover or an operator would: delete or overwrite
+	// the lock (Redis: DEL of the lock key; PostgreSQL: terminate the
+	// holder's session from another connection; ZooKeeper: delete the node;
+	// etcd: delete the key or revoke the lease; a lock table: expire the row).
+	// Afterwards another client must be able to acquire the key at once,
+	// and h's holder must neither release nor renew the new holder's lock.
+	// Optional: without it the Steal/* cases skip.
+	Steal func(t *testing.T, h locker.Handle)
+
+	// LossBound is how soon after Steal the robbed holder must report the
+	// loss (Done closed, Err wrapping ErrLost). For a lease backend it is
+	// about one renewal interval plus a round trip; for a session backend,
+	// how soon it notices its session has ended. Zero: TTL.
+	LossBound time.Duration
+
+	// InProcess says the backend locks within one OS process only, by design
+	// (memlock): the Process/* cases, which hold a key in a child process,
+	// skip. A backend for more than one process must leave it false.
+	InProcess bool
+
+	// CtxSlack is how late a call may return after its context ended (or
+	// after Close, for a call Close interrupts): Context/*, Release/WhileCut
+	// and Close/WhileInFlight fail a call that returns later. Zero: 500ms.
+	CtxSlack time.Duration
+
+	// URL, when set, is a URL that locker.Open turns into a working Locker of
+	// the backend (its package imported for the registration). The Open/*
+	// cases check the opener's contract on it: an unknown query parameter
+	// is rejected with an error wrapping locker.ErrInvalidURL, and a
+	// password in the URL appears in no error. Optional: without it the
+	// Open/* cases skip.
+	URL string
+
 	// TTL is the lease the suite asks for with locker.WithTTL in the expiry,
-	// crash and cut cases. Zero: 2s.
+	// crash, cut and steal cases. Zero: 2s.
 	TTL time.Duration
 
-	// ExpiryBound is how long after Crash or Cut the key must become
-	// acquirable by another client. Zero: 3 × TTL.
+	// ExpiryBound is how long after Crash or Cut (or after a child process
+	// that held the key was killed) the key must become acquirable by another
+	// client. Zero: 3 × TTL.
 	ExpiryBound time.Duration
 
 	// MinTTL is the smallest TTL the backend accepts; the suite checks that a
@@ -54,13 +99,15 @@ type Harness struct {
 	// Zero: 2000. Backends that pin a connection per lock set it lower.
 	ManyKeys int
 
-	// Contenders is how many Lockers the exclusion case runs, each with
-	// Goroutines goroutines. Zero: 4 Lockers × 4 goroutines.
+	// Contenders is how many Lockers Acquire/MutualExclusion and
+	// TryAcquire/Burst run, each with Goroutines goroutines.
+	// Zero: 4 Lockers × 4 goroutines.
 	Contenders, Goroutines int
 
 	// HandoffBound is how soon after a release a waiting Acquire must hold
 	// the lock, as the median of a few handoffs (so one slow handoff on a
-	// loaded machine is forgiven). A backend that waits by notification
+	// loaded machine is forgiven); Waiters/* hold each handoff to it too. A
+	// backend that waits by notification
 	// needs about one round trip; the bound catches waiters that sleep
 	// between attempts or until the holder's lease runs out. Zero: 1s.
 	HandoffBound time.Duration

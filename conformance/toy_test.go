@@ -19,42 +19,82 @@ import (
 type flaw int
 
 const (
-	noFlaw             flaw = iota
-	noExclusion             // every attempt succeeds
-	constantToken           // every holder gets token 1
-	perLockerToken          // tokens count per Locker, not per key across Lockers
-	blindRelease            // Release deletes whoever holds the key
-	ownerPerLocker          // Release compares the holder's Locker, not the acquisition, and asks the store first
-	ignoresContext          // waits ignore ctx
-	silentLoss              // a lost lock never closes Done
-	tryWaits                // TryAcquire waits up to a second for the key
-	pollingWaiter           // waiters sleep 2s between attempts instead of being woken
-	truncatedKeys           // keys are cut to 250 bytes in the store
-	closeKeepsLocks         // Close ends its handles but leaves their keys to expire
-	releaseIgnoresCtx       // a Release that cannot reach the store waits for it, ignoring ctx
-	racyRelease             // concurrent Releases of one handle are not serialised
-	blindRenewal            // the watchdog outlives Release and renews whoever holds the key
-	retriesUnreachable      // Acquire and TryAcquire retry until the store answers, ignoring ctx
+	noFlaw              flaw = iota
+	noExclusion              // every attempt succeeds
+	constantToken            // every holder gets token 1
+	perLockerToken           // tokens count per Locker, not per key across Lockers
+	blindRelease             // Release deletes whoever holds the key
+	ownerPerLocker           // Release compares the holder's Locker, not the acquisition, and asks the store first
+	ignoresContext           // waits ignore ctx
+	silentLoss               // a lost lock never closes Done
+	tryWaits                 // TryAcquire waits up to a second for the key
+	pollingWaiter            // waiters sleep 2s between attempts instead of being woken
+	truncatedKeys            // keys are cut to 250 bytes in the store
+	closeKeepsLocks          // Close ends its handles but leaves their keys to expire
+	releaseIgnoresCtx        // a Release that cannot reach the store waits for it, ignoring ctx
+	racyRelease              // concurrent Releases of one handle are not serialised
+	blindRenewal             // the watchdog outlives Release and renews whoever holds the key
+	retriesUnreachable       // Acquire and TryAcquire retry until the store answers, ignoring ctx
+	checkedBlindRelease      // Release checks its own handle, then deletes whoever holds the key
+	checkedBlindRenewal      // the watchdog renews whoever holds the key while its own handle lives
+	processLocal             // locks within the process only, but does not say so (Harness.InProcess)
+	racyTry                  // TryAcquire checks, then sets a moment later
+	outageNotAcquired        // an unreachable store is reported as ErrNotAcquired
+	failedReleaseNil         // a Release that could not reach the store returns nil
+	lateCtx                  // waits notice their context only every 2.5s
+	lostWakeup               // a change wakes one waiter only, even one that has gone
+	closeWaitsInFlight       // Close waits for requests in flight instead of interrupting them
 )
 
 // toyMaxStoredKey is where truncatedKeys cuts keys, as a VARCHAR(250) would.
 const toyMaxStoredKey = 250
 
 type toyStore struct {
-	mu    sync.Mutex
-	held  map[string]*toyHandle
-	fence map[string]int64
-	wake  chan struct{} // closed and replaced on every change
+	mu      sync.Mutex
+	held    map[string]*toyHandle
+	fence   map[string]int64
+	wake    chan struct{}   // closed and replaced on every change
+	waiters []chan struct{} // for lostWakeup: one is woken per change
+	oneWake bool            // lostWakeup
 }
 
 func newToyStore() *toyStore {
 	return &toyStore{held: map[string]*toyHandle{}, fence: map[string]int64{}, wake: make(chan struct{})}
 }
 
-// changedLocked wakes every waiter; s.mu must be held.
+// changedLocked wakes every waiter (or, with lostWakeup, the first in line);
+// s.mu must be held.
 func (s *toyStore) changedLocked() {
+	if s.oneWake {
+		if len(s.waiters) > 0 {
+			close(s.waiters[0])
+			s.waiters = s.waiters[1:]
+		}
+		return
+	}
 	close(s.wake)
 	s.wake = make(chan struct{})
+}
+
+// waitChanLocked returns the channel that signals the next change for one
+// waiter; s.mu must be held.
+func (s *toyStore) waitChanLocked() chan struct{} {
+	if s.oneWake {
+		ch := make(chan struct{})
+		s.waiters = append(s.waiters, ch)
+		return ch
+	}
+	return s.wake
+}
+
+// steal takes h's lock away without telling h, as an operator would.
+func (s *toyStore) steal(h *toyHandle) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[h.sk] == h {
+		delete(s.held, h.sk)
+		s.changedLocked()
+	}
 }
 
 type toyLocker struct {
@@ -64,6 +104,7 @@ type toyLocker struct {
 	mu      sync.Mutex
 	closed  bool
 	cut     bool
+	healed  chan struct{} // closed when a cut heals
 	dead    bool
 	tokens  int64 // for perLockerToken
 	handles map[*toyHandle]struct{}
@@ -72,6 +113,11 @@ type toyLocker struct {
 }
 
 func newToy(s *toyStore, f flaw) *toyLocker {
+	if f == lostWakeup {
+		s.mu.Lock()
+		s.oneWake = true
+		s.mu.Unlock()
+	}
 	return &toyLocker{s: s, flaw: f, handles: map[*toyHandle]struct{}{}, quit: make(chan struct{})}
 }
 
@@ -88,6 +134,10 @@ type toyHandle struct {
 
 const toyTTL = 30 * time.Second
 
+var errUnreachable = errors.New("toy: backend unreachable")
+
+// reachable says whether a request would reach the store now, without
+// waiting: nil, ErrClosed, or errUnreachable.
 func (l *toyLocker) reachable() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -95,9 +145,42 @@ func (l *toyLocker) reachable() error {
 	case l.closed:
 		return locker.ErrClosed
 	case l.cut || l.dead:
-		return errors.New("toy: backend unreachable")
+		return errUnreachable
 	}
 	return nil
+}
+
+// reach is a request's trip to the store: while cut off it hangs, as in a
+// partition, until the cut heals, ctx ends or the Locker closes (the
+// closeWaitsInFlight flaw ignores Close). A dead Locker fails at once.
+func (l *toyLocker) reach(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		closed, cut, dead, healed := l.closed, l.cut, l.dead, l.healed
+		l.mu.Unlock()
+		switch {
+		case closed:
+			return locker.ErrClosed
+		case dead:
+			return errUnreachable
+		case !cut:
+			return nil
+		}
+		quit := l.quit
+		if l.flaw == closeWaitsInFlight {
+			quit = nil
+		}
+		done := ctx.Done()
+		if l.flaw == retriesUnreachable {
+			done = nil // wait for the store, whatever ctx says
+		}
+		select {
+		case <-healed:
+		case <-quit:
+		case <-done:
+			return fmt.Errorf("%w: %w", errUnreachable, ctx.Err())
+		}
+	}
 }
 
 // storeKey is key as the store sees it.
@@ -110,8 +193,11 @@ func (l *toyLocker) storeKey(key string) string {
 
 // try makes one attempt; on failure it returns the channel that signals the
 // next change and when the current lease runs out.
-func (l *toyLocker) try(key string, ttl time.Duration) (*toyHandle, <-chan struct{}, time.Time, error) {
-	if err := l.reachable(); err != nil {
+func (l *toyLocker) try(ctx context.Context, key string, ttl time.Duration) (*toyHandle, <-chan struct{}, time.Time, error) {
+	if l.flaw == outageNotAcquired && l.reachable() != nil && l.isCut() {
+		return nil, nil, time.Time{}, locker.ErrNotAcquired
+	}
+	if err := l.reach(ctx); err != nil {
 		return nil, nil, time.Time{}, err
 	}
 	sk := l.storeKey(key)
@@ -119,9 +205,19 @@ func (l *toyLocker) try(key string, ttl time.Duration) (*toyHandle, <-chan struc
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	if l.flaw == racyTry {
+		// Check, then set a moment later: concurrent callers all pass.
+		free := s.held[sk] == nil || !now.Before(s.held[sk].expires)
+		s.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		s.mu.Lock()
+		if free {
+			delete(s.held, sk)
+		}
+	}
 	if cur := s.held[sk]; cur != nil && l.flaw != noExclusion {
 		if now.Before(cur.expires) {
-			return nil, s.wake, cur.expires, nil
+			return nil, s.waitChanLocked(), cur.expires, nil
 		}
 		// The lease ran out: the old holder must know before we take over.
 		if l.flaw != silentLoss {
@@ -168,14 +264,17 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 	if !wait && l.flaw == tryWaits {
 		giveUp = time.After(time.Second)
 	}
+	op := "acquire"
+	if !wait {
+		op = "try-acquire"
+	}
 	for {
-		h, wake, expires, err := l.try(key, o.TTL)
-		if err != nil && l.flaw == retriesUnreachable && l.isCut() {
-			time.Sleep(10 * time.Millisecond) // a transient network error: try again
-			continue
+		h, wake, expires, err := l.try(ctx, key, o.TTL)
+		if err != nil {
+			return nil, locker.KeyError(op, key, err)
 		}
-		if err != nil || h != nil {
-			return h, err
+		if h != nil {
+			return h, nil
 		}
 		if !wait && giveUp == nil {
 			return nil, locker.KeyError("try-acquire", key, locker.ErrNotAcquired)
@@ -189,7 +288,17 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 		if l.flaw == ignoresContext {
 			done = nil
 		}
+		var poll <-chan time.Time
+		if l.flaw == lateCtx {
+			done = nil
+			poll = time.After(2500 * time.Millisecond)
+		}
 		select {
+		case <-poll:
+			if ctx.Err() != nil {
+				timer.Stop()
+				return nil, locker.KeyError("acquire", key, ctx.Err())
+			}
 		case <-wake:
 		case <-timer.C:
 		case <-giveUp:
@@ -236,11 +345,19 @@ func (l *toyLocker) watchdog(h *toyHandle) {
 		if l.reachable() == nil {
 			s := l.s
 			s.mu.Lock()
-			if cur := s.held[h.sk]; cur == h || (l.flaw == blindRenewal && cur != nil) {
+			cur := s.held[h.sk]
+			blind := l.flaw == blindRenewal || l.flaw == checkedBlindRenewal
+			if cur == h || (blind && cur != nil) {
 				cur.expires = time.Now().Add(h.ttl)
 				lastOK = time.Now()
 			}
 			s.mu.Unlock()
+			if cur != h && !blind && l.flaw != silentLoss {
+				// Compare-and-renew found another owner: the lock was taken
+				// away, and the holder hears of it now.
+				h.st.End(locker.KeyError("renew", h.key, locker.ErrLost))
+				return
+			}
 			continue
 		}
 		l.mu.Lock()
@@ -286,6 +403,17 @@ func (h *toyHandle) Release(ctx context.Context) error {
 		h.st.End(locker.ErrReleased)
 		return nil
 	}
+	if h.l.flaw == checkedBlindRelease {
+		if err := h.st.Err(); err != nil {
+			return locker.KeyError("release", h.key, err)
+		}
+		s.mu.Lock()
+		delete(s.held, h.sk) // whoever holds it now
+		s.changedLocked()
+		s.mu.Unlock()
+		h.st.End(locker.ErrReleased)
+		return nil
+	}
 	if h.l.flaw == racyRelease {
 		// Check, then act a slow round trip later: concurrent calls all
 		// pass the check (the delay is long enough for that on a loaded
@@ -304,13 +432,16 @@ func (h *toyHandle) Release(ctx context.Context) error {
 	for h.l.flaw == releaseIgnoresCtx && h.l.isCut() {
 		time.Sleep(10 * time.Millisecond) // retry until the store answers, whatever ctx says
 	}
-	if err := h.l.reachable(); err != nil && !errors.Is(err, locker.ErrClosed) {
+	if err := h.l.reach(ctx); err != nil && !errors.Is(err, locker.ErrClosed) {
 		// Give the lock up all the same: stop renewing, and let the lease
 		// run out in the store.
 		h.l.mu.Lock()
 		delete(h.l.handles, h)
 		h.l.mu.Unlock()
 		h.st.End(locker.ErrReleased)
+		if h.l.flaw == failedReleaseNil {
+			return nil
+		}
 		return locker.KeyError("release", h.key, fmt.Errorf("%w (given up; the lease runs out)", err))
 	}
 	s.mu.Lock()
@@ -371,6 +502,12 @@ func (l *toyLocker) crash() {
 
 func (l *toyLocker) setCut(v bool) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case v && !l.cut:
+		l.healed = make(chan struct{})
+	case !v && l.cut:
+		close(l.healed)
+	}
 	l.cut = v
-	l.mu.Unlock()
 }

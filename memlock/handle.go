@@ -52,7 +52,9 @@ func (h *handle) Release(ctx context.Context) error {
 		return locker.KeyError("release", h.g.key, fmt.Errorf("%w; the lock was given up and its lease of %v runs out in the store", errUnreachable, h.g.ttl))
 	}
 	if !l.store.release(h.g, locker.ErrReleased) {
-		// The lease ran out; the store ended the state with ErrLost.
+		// The lease ran out (the store ended the state with ErrLost), or the
+		// key was taken away from this holder (the state is still open).
+		h.g.state.End(errTakenAway)
 		return locker.KeyError("release", h.g.key, h.g.state.Err())
 	}
 	return nil
@@ -126,7 +128,10 @@ func (l *Locker) renewDueLocked(now time.Time) {
 			h.next = now.Add(h.g.ttl / 3)
 			heap.Fix(&l.held, 0)
 		default:
-			// Too late: the lease had run out, and renew ended the handle.
+			// Too late: the lease had run out, and renew ended the handle;
+			// or the key was taken away from this holder, which hears of it
+			// now (End keeps the first error when renew already ended it).
+			h.g.state.End(locker.KeyError("renew", h.g.key, errTakenAway))
 			heap.Pop(&l.held)
 		}
 	}

@@ -181,6 +181,26 @@ func (s *Store) renew(g *grant) bool {
 	return true
 }
 
+// errTakenAway is the loss of a lock that the store gave to nobody in
+// particular: it was taken from its holder (steal) without the holder's lease
+// running out.
+var errTakenAway = fmt.Errorf("%w: the lock was taken away in the store", locker.ErrLost)
+
+// steal takes g's key from it without telling g's holder, as an operator
+// deleting a lock on a server would; the key goes to the next waiter. It is
+// the conformance suite's Steal hook: the holder must find out by itself, at
+// its next renewal, and its Release must touch nothing of the next holder's.
+func (s *Store) steal(g *grant) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[g.key]
+	if e == nil || e.holder != g {
+		return
+	}
+	g.timer.Stop()
+	s.handOffLocked(e)
+}
+
 // expire runs when g's lease timer fires.
 func (s *Store) expire(g *grant) {
 	s.mu.Lock()
