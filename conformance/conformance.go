@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,8 +41,19 @@ func Run(t *testing.T, h Harness) {
 		return
 	}
 	s := &suite{h: h.withDefaults(), runName: t.Name()}
-	for _, c := range s.cases() {
-		t.Run(c.name, func(t *testing.T) { s.runCase(t, c) })
+	cases := s.cases()
+	for name := range h.Skip {
+		if !slices.ContainsFunc(cases, func(c testCase) bool { return c.name == name }) {
+			t.Errorf("conformance: Harness.Skip names %q, which is no case of the suite", name)
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if why, ok := s.h.Skip[c.name]; ok {
+				t.Skipf("conformance: skipped by Harness.Skip: %s", why)
+			}
+			s.runCase(t, c)
+		})
 	}
 }
 

@@ -127,7 +127,7 @@ func (h *handle) check(interval time.Duration) error {
 // lose ends the handle with ErrLost and closes its connection. Only the first
 // ending counts: a Release that already ended the handle keeps its result.
 func (h *handle) lose(cause error) {
-	h.state.End(fmt.Errorf("%w: %w", locker.ErrLost, cause))
+	h.state.End(locker.KeyError("hold", h.key, fmt.Errorf("%w: %w", locker.ErrLost, cause)))
 	h.discard()
 }
 

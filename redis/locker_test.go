@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +123,11 @@ func TestOptionsRejectedOffline(t *testing.T) {
 	t.Cleanup(func() { _ = l.Close() })
 	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(MinTTL-time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Errorf("per-call TTL below MinTTL: %v, want an error wrapping ErrInvalidOption", err)
+	}
+	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(MaxTTL+time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("per-call TTL above MaxTTL: %v, want an error wrapping ErrInvalidOption", err)
+	}
+	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(math.MaxInt64)); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("per-call TTL of math.MaxInt64: %v, want an error wrapping ErrInvalidOption", err)
 	}
 }

@@ -18,6 +18,12 @@ const (
 	// margin, and a single slow request would be reported as a loss.
 	MinTTL = 100 * time.Millisecond
 
+	// MaxTTL is the longest lease accepted: a year. Redis rejects an expiry
+	// whose milliseconds overflow its clock arithmetic (an "invalid expire
+	// time" from inside the acquire script), and no holder needs a lease
+	// longer than this: the watchdog renews a live holder's lock anyway.
+	MaxTTL = 365 * 24 * time.Hour
+
 	// DefaultPrefix namespaces every Redis key and channel the Locker uses.
 	DefaultPrefix = "locker:"
 
@@ -160,6 +166,9 @@ func WithClockTokens(on bool) Option {
 func checkTTL(ttl time.Duration) error {
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: redis: TTL %v is below the minimum of %v", locker.ErrInvalidOption, ttl, MinTTL)
+	}
+	if ttl > MaxTTL {
+		return fmt.Errorf("%w: redis: TTL %v is above the maximum of %v", locker.ErrInvalidOption, ttl, MaxTTL)
 	}
 	return nil
 }

@@ -118,8 +118,10 @@ func waitDone(t testing.TB, h locker.Handle, within time.Duration, what string) 
 // key that k maps to in the empty namespace, as postgres.AdvisoryKey
 // documents them: classid holds the high 32 bits, objid the low 32, and
 // objsubid is 1.
-func keyHalvesOf(k string) []any {
-	u := uint64(postgres.AdvisoryKey("", k))
+func keyHalvesOf(k string) []any { return keyHalvesIn("", k) }
+
+func keyHalvesIn(ns, k string) []any {
+	u := uint64(postgres.AdvisoryKey(ns, k))
 	return []any{int64(u >> 32), int64(u & 0xFFFFFFFF)}
 }
 
@@ -127,8 +129,14 @@ func keyHalvesOf(k string) []any {
 // holds the session lock on key k (empty namespace).
 func holderPID(t testing.TB, ctx context.Context, pool *pgxpool.Pool, k string) int32 {
 	t.Helper()
+	return holderPIDIn(t, ctx, pool, "", k)
+}
+
+// holderPIDIn is holderPID for a key of namespace ns.
+func holderPIDIn(t testing.TB, ctx context.Context, pool *pgxpool.Pool, ns, k string) int32 {
+	t.Helper()
 	rows, err := pool.Query(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1`, keyHalvesOf(k)...)
+		AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1`, keyHalvesIn(ns, k)...)
 	if err != nil {
 		t.Fatalf("pg_locks: %v", err)
 	}

@@ -44,6 +44,8 @@ func testClient(t testing.TB, addr string, ctxAware bool) *goredis.Client {
 // clock-floored tokens.
 func TestConformance(t *testing.T) {
 	srv := testserver.Redis(t)
+	admin := testClient(t, srv.Addr(), true)
+	namer := redis.New(admin) // only for KeyNames: the default prefix, as the harness's Lockers
 	for _, tc := range []struct {
 		name     string
 		ctxAware bool
@@ -88,11 +90,34 @@ func TestConformance(t *testing.T) {
 					px.Blackhole(t)
 					return func() { px.Heal(t) }
 				},
+				// An eviction, a failover to a replica that missed the
+				// write, or an operator: the lock key vanishes.
+				Steal: func(t *testing.T, h locker.Handle) {
+					lock, _, _ := namer.KeyNames(h.Key())
+					if err := admin.Del(context.Background(), lock).Err(); err != nil {
+						t.Fatalf("Steal: DEL %s: %v", lock, err)
+					}
+				},
+				URL:    "redis://" + srv.Addr() + "/0",
+				Skip:   knownFailures(tc.ctxAware),
 				TTL:    2 * time.Second,
 				MinTTL: redis.MinTTL,
 			})
 		})
 	}
+}
+
+// knownFailures are the cases the suite found failing on this backend, tracked
+// in issue 9 ("the backends get fixed where it then fails"): real bugs, not
+// flaky cases; each skip goes when its fix lands.
+func knownFailures(ctxAware bool) map[string]string {
+	m := map[string]string{
+		"Close/WhileInFlight": "issue 9: Close neither interrupts nor boundedly waits for a request in flight on a blackholed connection (it waits for the client's read timeout)",
+	}
+	if ctxAware {
+		m["Context/CancelWhileCut"] = "issue 9: with ContextTimeoutEnabled, go-redis turns only deadlines into socket deadlines, so a plain cancel() does not stop a request in flight (it returns at the read timeout)"
+	}
+	return m
 }
 
 // newTestLocker returns a Locker on its own client of addr, closed at the end
