@@ -23,6 +23,14 @@
 // Cases whose hooks the Harness lacks are skipped with a message saying which
 // hook would enable them.
 //
+// The fault hooks are Crash (a client dies without releasing), Cut (a client
+// is partitioned from the server) and Steal (the server takes a lock away from
+// a holder that does not know). The Process cases run the test binary again as
+// a child process that holds a key, so a backend that locks only within its
+// process fails them (memlock says so with Harness.InProcess). Harness.URL
+// turns on the checks of the backend's URL opener. Harness.Skip names known,
+// tracked failures, which are reported as skipped, never as passed.
+//
 // Run must not run in parallel with other tests of the same binary: its
 // goroutine-leak check looks at the whole process.
 //

@@ -85,12 +85,16 @@
 //
 // # Faults in tests
 //
-// The package's own tests inject faults through two unexported hooks, which
-// its conformance test hands to conformance.Harness: crash (the Locker dies
+// The package's own tests inject faults through three unexported hooks, which
+// its conformance test hands to conformance.Harness: steal (the Store takes a
+// lock from its holder without telling it, which the holder's next renewal
+// finds out), crash (the Locker dies
 // without releasing; its locks stay until their leases run out) and cut (the
 // Locker keeps running but cannot reach its Store until healed; its calls
 // fail, its renewals fail, and its locks are lost when their leases run
 // out; a Release fails but gives the lock up all the same, leaving its lease
 // to run out). A backend for a real server gets the same effects by killing a client
-// and by cutting its connection with a fault proxy.
+// and by cutting its connection with a fault proxy, as the integration module's
+// harnesses do (integration/redis, integration/postgres). memlock is built on the
+// public package backend only, so a backend author can copy it.
 package memlock

@@ -147,7 +147,9 @@
 // writes. Where tokens must never regress whatever happens to Redis and its
 // clocks, take locks from a consensus store (etcd, ZooKeeper) instead.
 //
-// The tests run against Redis 7.0. The scripts use nothing newer than Redis
+// The tests against real servers (conformance, faults, Cluster, Sentinel, TLS,
+// ACL, benchmarks) live in the integration module, integration/redis; they
+// run against Redis 7.0. The scripts use nothing newer than Redis
 // 5; on Cluster the wake-ups use sharded Pub/Sub, new in Redis 7 (with an
 // older Cluster, locks work but waiters wake only by their timers).
 //
