@@ -332,7 +332,7 @@ func RedisCluster(t testing.TB) []*Server {
 	if v := fromEnv(EnvRedisCluster); v != "" {
 		return envServers(kindRedis, EnvRedisCluster, v)
 	}
-	if v := fromEnv(inheritVar(EnvRedisCluster)); v != "" {
+	if v := inherited(EnvRedisCluster); v != "" {
 		return envServers(kindRedis, inheritVar(EnvRedisCluster), v)
 	}
 	servers, err := getShared(kindRedisCluster, func() ([]*Server, error) {
@@ -412,7 +412,7 @@ func sharedOne(t testing.TB, kind, envVar string) *Server {
 	if v := fromEnv(envVar); v != "" {
 		return envServer(kind, envVar, v)
 	}
-	if v := fromEnv(inheritVar(envVar)); v != "" {
+	if v := inherited(envVar); v != "" {
 		return envServer(kind, inheritVar(envVar), v)
 	}
 	servers, err := getShared(kind, func() ([]*Server, error) {
@@ -436,12 +436,26 @@ func sharedOne(t testing.TB, kind, envVar string) *Server {
 // handed on; a test's private server stays its own.
 func inheritVar(envVar string) string { return envVar + "_INHERITED" }
 
+// publishedHere records the variables this process published itself: it uses
+// its own shared servers, not what it handed to its children.
+var publishedHere sync.Map
+
 // publish puts a shared server's address into this process's environment,
 // for its children (see inheritVar).
 func publish(envVar, value string) {
 	if fromEnv(inheritVar(envVar)) == "" {
+		publishedHere.Store(envVar, true)
 		_ = os.Setenv(inheritVar(envVar), value)
 	}
+}
+
+// inherited returns the server a parent test process handed down for
+// envVar, or "" when there is none or this process published it itself.
+func inherited(envVar string) string {
+	if _, ok := publishedHere.Load(envVar); ok {
+		return ""
+	}
+	return fromEnv(inheritVar(envVar))
 }
 
 // private returns the server named by envVar (whose CanControl is false),
