@@ -112,6 +112,21 @@ func TestOpenUnknownScheme(t *testing.T) {
 	}
 }
 
+// A bare host:port is the commonest mistake with Open; it must say so rather
+// than report an unknown scheme "localhost" or a parse error.
+func TestOpenHostPortWithoutScheme(t *testing.T) {
+	for _, u := range []string{"localhost:6379", "127.0.0.1:6379", "redis-host:6379/0", "[::1]:5432"} {
+		_, err := locker.Open(t.Context(), u)
+		if !errors.Is(err, locker.ErrInvalidURL) {
+			t.Errorf("Open(%q) = %v, want an error wrapping ErrInvalidURL", u, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), "without a scheme") || !strings.Contains(err.Error(), "redis://") {
+			t.Errorf("Open(%q) = %v, want it to say the scheme is missing and suggest redis://", u, err)
+		}
+	}
+}
+
 func TestOpenNeverEchoesPassword(t *testing.T) {
 	const secret = "s3cret-pw"
 	tests := []struct {

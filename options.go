@@ -10,7 +10,10 @@ import (
 // default".
 type Options struct {
 	// TTL is the lease: how long the lock outlives a holder that stops renewing
-	// it (crash, pause, partition). Zero means the backend's default. Backends
+	// it (crash, pause, partition). Zero means no WithTTL was given, and the
+	// backend uses its default; WithTTL itself rejects zero and negative
+	// values. Backends reject a TTL outside their own range with an error
+	// wrapping ErrInvalidOption (or clamp it, where documented). Backends
 	// without leases (PostgreSQL advisory locks end with the session) document
 	// how they treat it.
 	TTL time.Duration

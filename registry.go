@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -59,6 +60,9 @@ func Schemes() []string {
 //
 // The Locker owns the clients it opened and closes them in Close.
 func Open(ctx context.Context, rawURL string) (Locker, error) {
+	if hostPortOnly(rawURL) {
+		return nil, fmt.Errorf("%w: %q is a host and port without a scheme; write a URL such as redis://%s or postgres://user@%s/db", ErrInvalidURL, redactHostPort(rawURL), redactHostPort(rawURL), redactHostPort(rawURL))
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Parse quotes the whole URL, password included; say less.
@@ -81,6 +85,34 @@ func Open(ctx context.Context, rawURL string) (Locker, error) {
 // the fragment of it that net/url quotes in some messages: a password with
 // an unescaped '/', '?' or '#' ends the host early, and the rest of the
 // password then shows up as an "invalid port".
+// hostPortOnly reports whether raw is "host:port" (perhaps with a path), which
+// url.Parse reads as the scheme "host" (or fails on, for an IP address), so
+// that Open would answer with an unknown scheme or a parse error instead of
+// what is wrong.
+func hostPortOnly(raw string) bool {
+	if strings.Contains(raw, "://") {
+		return false
+	}
+	hp, _, _ := strings.Cut(raw, "/")
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil || host == "" || port == "" || strings.ContainsAny(host, "@?#") {
+		return false
+	}
+	for _, c := range port {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// redactHostPort is the host:port part of a raw string that hostPortOnly
+// accepted (it has no user info to hide, but no path or query is echoed).
+func redactHostPort(raw string) string {
+	hp, _, _ := strings.Cut(raw, "/")
+	return hp
+}
+
 func redactParseError(err error) error {
 	var ue *url.Error
 	if !errors.As(err, &ue) {
