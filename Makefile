@@ -19,7 +19,7 @@ in_module = cd $(1) && if [ -n "$$($(GO) list -e $(PKGS) 2>/dev/null)" ]; then $
 in_root = $(call in_module,.,$(1))
 in_integration = $(call in_module,integration,$(1))
 
-.PHONY: all test vet lint fmt-check bench cover servers-up servers-down servers-env docker-up docker-down
+.PHONY: soak all test vet lint fmt-check bench cover servers-up servers-down servers-env docker-up docker-down
 
 all: lint test
 
@@ -46,6 +46,14 @@ lint: vet fmt-check
 fmt-check:
 	@out="$$(gofmt -l .)"; \
 	if [ -n "$$out" ]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$out"; exit 1; fi
+
+## soak: the conformance suite SOAK_COUNT times in a row on every backend (memlock and
+## the toy in the root, the server backends in integration/), to catch flaky cases;
+## not part of test (about 20 minutes a backend at the default count)
+SOAK_COUNT ?= 20
+soak:
+	$(call in_root,$(GO) test -race -count=$(SOAK_COUNT) -failfast -run 'TestConformance|TestToy$$' $(PKGS))
+	$(call in_integration,$(WITH_SERVERS) $(GO) test -race -count=$(SOAK_COUNT) -failfast -timeout 0 -run 'TestConformance' $(PKGS))
 
 ## bench: benchmarks: memlock's in the root module, the server backends' in the
 ## integration module against real servers
