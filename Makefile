@@ -15,7 +15,7 @@ WITH_SERVERS := LOCKER_REQUIRE_SERVERS=1 $(CURDIR)/scripts/with-servers.sh
 # in_root and in_integration run a go command in one module; a PKGS pattern that names
 # no package in that module (./memlock/... in integration, ./testserver/... in the
 # root) is not an error there.
-in_module = cd $(1) && if [ -n "$$($(GO) list -e $(PKGS) 2>/dev/null)" ]; then $(2); else echo "$(1): no packages match $(PKGS)"; fi
+in_module = cd $(1) && if [ -n "$$($(GO) list -e -f '{{if or .GoFiles .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' $(PKGS) 2>/dev/null)" ]; then $(2); else echo "$(1): no packages match $(PKGS)"; fi
 in_root = $(call in_module,.,$(1))
 in_integration = $(call in_module,integration,$(1))
 
