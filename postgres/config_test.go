@@ -62,8 +62,11 @@ func TestInvalidOptions(t *testing.T) {
 	l.Close()
 }
 
-// Open parses our parameters strictly, before it connects, and never shows
-// the password; a server that cannot be reached fails Open.
+// Open parses its parameters strictly, before anything else, and never
+// shows the password: ours (lock_*) must be known and well formed, and the
+// others must be ones pgx reads, since pgx sends any other to the server as
+// a run-time parameter, where a misspelt option would fail every
+// connection.
 func TestOpenURLInvalid(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -74,9 +77,19 @@ func TestOpenURLInvalid(t *testing.T) {
 		{"lock_ddl=maybe", "lock_ddl"},
 		{"lock_sequence=a.b.c", "sequence"},
 		{"lock_namespace=a&lock_namespace=b", "lock_namespace"},
+		{"ttl=5s", "ttl"},
+		{"pool_max_con=5", "pool_max_con"},
+		{"sslmode=disable&statement_timeout=5s", "statement_timeout"},
+		{"SSLMODE=require", "SSLMODE"},
+		{"keepalives_idle=10", "keepalives_idle"}, // libpq's, which pgx does not read
+		{"ssl=1", `"ssl"`},
+		{"application_name=x&conformance_unknown_option=s3cr3t-pw", "conformance_unknown_option"},
 	} {
 		u := "postgres://alice:s3cr3t-pw@127.0.0.1:1/db?" + c.query
-		_, err := locker.Open(ctx, u)
+		l, err := locker.Open(ctx, u)
+		if err == nil {
+			l.Close()
+		}
 		if !errors.Is(err, locker.ErrInvalidURL) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Open(?%s): %v, want ErrInvalidURL naming %s", c.query, err, c.want)
 		}
@@ -84,9 +97,98 @@ func TestOpenURLInvalid(t *testing.T) {
 			t.Errorf("Open(?%s): error shows the password: %v", c.query, err)
 		}
 	}
-	// An unreachable server fails Open, password unseen.
-	_, err := locker.Open(ctx, "postgres://alice:s3cr3t-pw@127.0.0.1:1/db?connect_timeout=2")
-	if err == nil || strings.Contains(err.Error(), "s3cr3t-pw") {
-		t.Errorf("Open of an unreachable server: %v", err)
+}
+
+// Open does not contact the server (as database/sql.Open, and the redis
+// backend): a Locker opened on an unreachable server fails its first call,
+// with an error that does not show the password. What pgx reads is
+// accepted, and passed on unchanged: pgx decodes the query as libpq does
+// ("+" is a plus sign, not a space).
+func TestOpenURLDoesNotConnect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u := "postgres://alice:s3cr3t-pw@127.0.0.1:1/db?connect_timeout=2&sslmode=disable&ssl=true&pool_max_conns=3" +
+		"&pool_max_conn_idle_time=1m&default_query_exec_mode=exec&application_name=a+b%20c" +
+		"&options=-c%20statement_timeout%3D5s&search_path=app&timezone=UTC&target_session_attrs=any" +
+		"&lock_namespace=ns&lock_health_interval=1s&lock_ddl=false"
+	opened, err := locker.Open(ctx, u)
+	if err != nil {
+		t.Fatalf("Open of an unreachable server: %v, want a Locker (Open does not connect)", err)
+	}
+	defer opened.Close()
+	l := opened.(*Locker)
+	cfg := l.pool.Config()
+	if cfg.MaxConns != 3 || cfg.MaxConnIdleTime != time.Minute {
+		t.Errorf("pool settings: MaxConns %d, MaxConnIdleTime %v; want 3, 1m", cfg.MaxConns, cfg.MaxConnIdleTime)
+	}
+	want := map[string]string{
+		"application_name": "a+b c",
+		"options":          "-c statement_timeout=5s",
+		"search_path":      "app",
+		"timezone":         "UTC",
+	}
+	got := cfg.ConnConfig.RuntimeParams
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("run-time parameter %s = %q, want %q", k, got[k], v)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("run-time parameter %s = %q sent to the server; only the ones asked for should be", k, got[k])
+		}
+	}
+	if l.cfg.namespace != "ns" || l.cfg.interval != time.Second || !l.cfg.noDDL {
+		t.Errorf("our options: namespace %q, interval %v, noDDL %v", l.cfg.namespace, l.cfg.interval, l.cfg.noDDL)
+	}
+	_, err = l.TryAcquire(ctx, "k")
+	if err == nil || errors.Is(err, locker.ErrNotAcquired) || strings.Contains(err.Error(), "s3cr3t-pw") {
+		t.Errorf("TryAcquire on an unreachable server: %v, want a connection error without the password", err)
+	}
+}
+
+// withoutOurs keeps the other parameters byte for byte.
+func TestWithoutOurs(t *testing.T) {
+	for raw, want := range map[string]string{
+		"":                                  "",
+		"lock_namespace=x":                  "",
+		"a=1&lock_ddl=false&b=%2B+c":        "a=1&b=%2B+c",
+		"lock%5Fnamespace=x&options=-c%20a": "options=-c%20a",
+		"LOCK_DDL=false&x=1":                "x=1",
+		"&&a=1&":                            "a=1",
+	} {
+		if got := withoutOurs(raw); got != want {
+			t.Errorf("withoutOurs(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
+
+// The token sequence must hand out positive, increasing values: a cache
+// (each session has its own block), a cycle, a negative increment or a
+// minimum below 1 is refused, naming what to change.
+func TestSequenceCheck(t *testing.T) {
+	good := seqParams{cache: 1, increment: 1, min: 1}
+	if err := good.check("s"); err != nil {
+		t.Errorf("CACHE 1 INCREMENT 1 MINVALUE 1 NO CYCLE: %v", err)
+	}
+	if err := (seqParams{cache: 1, increment: 7, min: 100}).check("s"); err != nil {
+		t.Errorf("INCREMENT 7 MINVALUE 100: %v", err)
+	}
+	for _, c := range []struct {
+		sp   seqParams
+		want string
+	}{
+		{seqParams{cache: 1, increment: -1, min: 1}, "INCREMENT BY 1"},
+		{seqParams{cache: 1, increment: 0, min: 1}, "INCREMENT BY 1"},
+		{seqParams{cache: 1, increment: 1, min: 0}, "MINVALUE 1"},
+		{seqParams{cache: 1, increment: 1, min: -9}, "MINVALUE 1"},
+		{seqParams{cache: 20, increment: 1, min: 1}, "CACHE 1"},
+		{seqParams{cache: 1, increment: 1, min: 1, cycle: true}, "NO CYCLE"},
+		{seqParams{cache: 5, increment: -2, min: -10, cycle: true}, "ALTER SEQUENCE s INCREMENT BY 1 MINVALUE 1 CACHE 1 NO CYCLE"},
+	} {
+		err := c.sp.check("s")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want a refusal saying %q", c.sp, err, c.want)
+		}
 	}
 }

@@ -14,12 +14,19 @@
 //
 // Acquire waits on the server (pg_advisory_lock): waiters queue in
 // PostgreSQL, and the next is granted the instant the holder unlocks — no
-// polling. When ctx ends first, a cancel request stops the server-side wait
-// (a lock granted in that same instant is given back), so an abandoned wait
-// leaves no backend queued behind; Acquire returns once that is done, a round
-// trip after ctx ended — or, when the link is dead and nothing can reach the
-// server, after at most a second, leaving the connection to be closed in the
-// background. TryAcquire uses pg_try_advisory_lock.
+// polling. The wait goes in slices of one health-check interval (a
+// lock_timeout for that statement only), so that a waiting connection is
+// checked as a held lock is (see Failure modes); at each slice's end the
+// waiter joins the server's queue again at the back, so waiters are served
+// about, not exactly, in the order they came. When ctx ends first, a cancel
+// request stops the server-side wait (a lock granted in that same instant is
+// given back), so an abandoned wait leaves no backend queued behind; Acquire
+// returns once that is done, a round trip after ctx ended — or, when the
+// link is dead and nothing can reach the server, after at most a second,
+// leaving the connection to be closed in the background. TryAcquire uses
+// pg_try_advisory_lock; it does not wait for the holder, but it does wait
+// for a free connection of the pool, as long as ctx allows (see Pool
+// sizing): give it a deadline where it must not block.
 // Release runs pg_advisory_unlock and returns the connection to the pool;
 // if the unlock fails the connection is closed, never returned holding a
 // lock. Locks are not reentrant: a second Acquire of a held key from the same
@@ -32,9 +39,9 @@
 // next holder is granted only after this one unlocked, so its nextval comes
 // later and is higher: tokens strictly increase per key, also across
 // crashes, restarts and Lockers — provided every Locker locking the same keys
-// uses the same sequence, and the sequence has CACHE 1 and NO CYCLE (the
-// Locker checks this once and refuses otherwise). One sequence serves every
-// key. The Locker creates it on first use; where the application may not run
+// uses the same sequence, and the sequence has a positive INCREMENT,
+// MINVALUE 1 or more, CACHE 1 and NO CYCLE (the Locker checks this once, at
+// its first lock, and refuses otherwise). One sequence serves every key. The Locker creates it on first use; where the application may not run
 // DDL, use WithoutDDL and create it once:
 //
 //	CREATE SEQUENCE IF NOT EXISTS locker_fence AS bigint MINVALUE 1 NO CYCLE CACHE 1;
@@ -86,6 +93,23 @@
 // closed, which, if the server still sees the session, frees the lock. The
 // Locker never reconnects behind a handle's back.
 //
+// A partition that heals costs a held lock nothing if it is shorter than one
+// interval, less the delay TCP's retransmission adds (a few hundred
+// milliseconds after a short one): a check sent during it is answered once
+// it heals, within its deadline, and the server never stopped seeing the
+// session. One longer than two intervals always ends the lock; in between it
+// depends on where the partition falls between checks.
+//
+// A waiting Acquire is checked the same way. Each slice of its wait ends on
+// the server after one interval, with an answer; when none has come one
+// interval later, the link is taken for dead, the connection is closed and
+// Acquire fails with an error of its own (never ErrNotAcquired). So the
+// server drops a cut-off waiter from its queue within an interval by itself,
+// and a lock it granted the waiter in the meantime, which the waiter never
+// saw, is freed as a cut-off holder's is: when the server sees the close.
+// A cut-off waiter never holds a lock it does not know of for longer than a
+// cut-off holder would.
+//
 // When the server ends a session on its own (pg_terminate_backend, restart,
 // or its keepalive or tcp_user_timeout giving up on a silent client), it
 // frees the lock at once, and another client may take it before the old
@@ -95,7 +119,8 @@
 // a cut-off holder gives up first, and fence writes with the token for the
 // cases no timeout can order.
 //
-// A failed Release leaves nothing held: the connection is closed.
+// A failed Release leaves nothing held: the connection is closed (behind a
+// session pooler, the pooler's reset query must then unlock; see Poolers).
 //
 // # Pool sizing
 //
@@ -103,10 +128,11 @@
 // Size pool_max_conns (pgxpool default: max(4, number of CPUs)) for the
 // largest number of locks held or awaited at once, plus what the rest of the
 // program uses, and the server's max_connections for all pools together.
-// When no connection is free, Acquire and TryAcquire wait for one as long as
-// ctx allows, then fail with an error wrapping ErrPoolExhausted and ctx's
-// error. A goroutine that holds locks and waits for another while the pool is
-// exhausted waits for itself: give such waits a deadline.
+// When no connection is free, Acquire and TryAcquire — TryAcquire too, which
+// never waits for a holder — wait for one as long as ctx allows, then fail
+// with an error wrapping ErrPoolExhausted and ctx's error. A goroutine that
+// holds locks and waits for another while the pool is exhausted waits for
+// itself: give such waits a deadline.
 //
 // # Poolers (PgBouncer)
 //
@@ -126,6 +152,17 @@
 // session by a refused grant is unlocked on that session when a statement
 // reaches it, else it stays until the pooler closes the session.
 //
+// Behind a session pooler, closing a connection does not end its server
+// session: the pooler keeps the session for its next client, and what frees
+// the locks is its reset query (PgBouncer: server_reset_query, by default
+// DISCARD ALL, which unlocks every advisory lock). With a reset query that
+// does not (an empty one, say), the lock of a holder that died, lost its
+// lock or failed a Release stays on the session and passes to the pooler's
+// next client of it. Keep DISCARD ALL, or add SELECT pg_advisory_unlock_all().
+// A Locker declared WithSessionPooler checks, before each lock, that the
+// session it got holds no advisory lock yet, and refuses one that does with
+// ErrPooler (a lock on it could be granted twice, and outlive its unlock).
+//
 // Behind transaction-mode poolers use LockTx and TryLockTx: they take
 // transaction-scoped locks (pg_advisory_xact_lock) inside a pgx.Tx, which
 // the pooler keeps on one server session, and those end with the
@@ -139,9 +176,8 @@
 //
 //	postgres://user:password@host:5432/db?sslmode=require&pool_max_conns=20&lock_namespace=billing
 //
-// The URL is a libpq connection URL as pgxpool.ParseConfig reads it
-// (sslmode, pool_max_conns, application_name, ...), plus these parameters of
-// ours, removed before pgx sees the URL:
+// The URL is a libpq connection URL as pgxpool.ParseConfig reads it, plus
+// these parameters of ours, removed before pgx sees the URL:
 //
 //	lock_namespace=NAME         WithNamespace
 //	lock_health_interval=5s     WithHealthCheckInterval
@@ -149,8 +185,35 @@
 //	lock_ddl=false              WithoutDDL
 //	lock_session_pooler=true    WithSessionPooler
 //
-// Any other parameter starting with lock_ is rejected with an error wrapping
-// locker.ErrInvalidURL. Errors never show the password. A Locker opened from
-// a URL owns its pool and closes it in Close; one built with New leaves the
-// caller's pool open.
+// Of the other parameters, Open accepts those that pgx reads, and passes
+// them to it as written:
+//
+//   - connection: host, port, dbname, user, password, passfile,
+//     connect_timeout, target_session_attrs, service, servicefile,
+//     min_protocol_version, max_protocol_version, channel_binding,
+//     require_auth;
+//   - TLS and Kerberos: sslmode (and ssl=true, the same as
+//     sslmode=require), sslkey, sslcert, sslcertmode, sslrootcert,
+//     sslnegotiation, sslpassword, sslsni, krbspn, krbsrvname;
+//   - pgx: statement_cache_capacity, description_cache_capacity,
+//     default_query_exec_mode;
+//   - pgxpool: pool_max_conns, pool_min_conns, pool_min_idle_conns,
+//     pool_max_conn_lifetime, pool_max_conn_lifetime_jitter,
+//     pool_max_conn_idle_time, pool_health_check_period, pool_ping_timeout;
+//   - server settings sent at connect time: application_name, options,
+//     search_path, timezone.
+//
+// Every other parameter — a misspelt option, an unknown lock_ one, a libpq
+// parameter that pgx does not support — is rejected with an error wrapping
+// locker.ErrInvalidURL that names it: pgx would send it to the server as a
+// run-time setting, and every connection would fail. Give other server
+// settings in options, as libpq does, with spaces written %20:
+//
+//	postgres://app@db/app?options=-c%20statement_timeout%3D5s%20-c%20lock_timeout%3D1s
+//
+// Open does not contact the server (like database/sql.Open, and the redis
+// backend's Open): an unreachable server, a wrong password or a setting the
+// server refuses fails the first Acquire or TryAcquire. Errors never show
+// the password. A Locker opened from a URL owns its pool and closes it in
+// Close; one built with New leaves the caller's pool open.
 package postgres

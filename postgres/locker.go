@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,11 @@ const (
 	// cancelGrace bounds a cleanup statement, and how long a health check
 	// may overrun its interval before its socket is closed under it.
 	cancelGrace = time.Second
+	// closeAbandon is how long Close lets a wait it interrupted, and then
+	// the pool it owns, end politely (a cancel request, a Terminate message)
+	// before it closes their sockets: long enough for a live server, short
+	// enough that Close returns promptly on a dead link.
+	closeAbandon = 200 * time.Millisecond
 )
 
 // ErrPoolExhausted reports that a lock could not be taken because every
@@ -65,9 +71,17 @@ type Locker struct {
 	ownsPool bool
 	cfg      config
 
-	// closing is cancelled by Close; every wait listens to it.
+	// closing is cancelled by Close; every wait listens to it. hurry is
+	// cancelled closeAbandon later: the waits Close interrupted then stop
+	// waiting for the server to acknowledge.
 	closing     context.Context
 	closeCancel context.CancelFunc
+	hurry       context.Context
+	hurryCancel context.CancelFunc
+
+	// sockets tracks the sockets of a pool the Locker opened (nil for a
+	// caller's pool), so that Close can end them on a dead link.
+	sockets *sockets
 
 	mu      sync.Mutex
 	closed  bool
@@ -110,7 +124,8 @@ func WithNamespace(ns string) Option {
 // checked (default 5s). A check that fails, or does not answer within one
 // interval, ends the lock with ErrLost and closes its connection. A
 // connection that the server closes (pg_terminate_backend, restart, reset)
-// is noticed at once, without waiting for a check. The interval must be
+// is noticed at once, without waiting for a check. It is also the length of
+// each slice of a waiting Acquire (see Acquire). The interval must be
 // positive.
 func WithHealthCheckInterval(d time.Duration) Option {
 	return func(c *config) {
@@ -181,11 +196,14 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 		cfg.setErr(fmt.Errorf("%w: nil *pgxpool.Pool", locker.ErrInvalidOption))
 	}
 	closing, cancel := context.WithCancel(context.Background())
+	hurry, hurryCancel := context.WithCancel(context.Background())
 	return &Locker{
 		pool:        pool,
 		cfg:         cfg,
 		closing:     closing,
 		closeCancel: cancel,
+		hurry:       hurry,
+		hurryCancel: hurryCancel,
 		handles:     map[*handle]struct{}{},
 	}
 }
@@ -235,9 +253,14 @@ func AdvisoryKey(namespace, key string) int64 {
 // the instant the holder unlocks. When ctx ends first, a cancel request stops
 // the server-side wait, and a lock granted in that same instant is given back.
 // The TTL option is validated and otherwise ignored: advisory locks last as
-// long as the session (see the package documentation). A statement_timeout
-// or lock_timeout of the session does not end Acquire: it waits again (at
-// the back of the server's queue), until ctx ends.
+// long as the session (see the package documentation).
+//
+// The wait goes in slices of one health-check interval, each ended by the
+// server (a lock_timeout for that statement only), after which Acquire waits
+// again at the back of the server's queue; so does a statement_timeout or
+// lock_timeout of the session: neither ends Acquire before ctx does. When
+// the server does not answer a slice within one more interval, the link is
+// taken for dead: the connection is closed, and Acquire fails.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
 	return l.acquire(ctx, "acquire", key, true, opts)
 }
@@ -245,7 +268,8 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option)
 // TryAcquire makes one attempt (pg_try_advisory_lock); when another session
 // holds key the error wraps locker.ErrNotAcquired. It does not wait for the
 // holder, but it does wait, as long as ctx allows, for a free connection of
-// the pool.
+// the pool (then failing with ErrPoolExhausted): give it a deadline where it
+// must not block.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
 	return l.acquire(ctx, "try-acquire", key, false, opts)
 }
@@ -276,6 +300,12 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	conn, err := l.acquireConn(ctx)
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
+	}
+	if l.cfg.sessionOK {
+		if err := checkSessionClean(ctx, conn); err != nil {
+			destroy(conn)
+			return nil, locker.KeyError(op, key, err)
+		}
 	}
 	id := AdvisoryKey(l.cfg.namespace, key)
 	var g grant
@@ -384,18 +414,14 @@ func (l *Locker) ensureSequence(ctx context.Context) error {
 	}
 	seq := l.cfg.sequence
 	for attempt := 0; ; attempt++ {
-		var cache int64
-		var cycle bool
+		var sp seqParams
 		err := l.pool.QueryRow(ctx,
-			`SELECT s.seqcache, s.seqcycle FROM pg_catalog.pg_sequence s WHERE s.seqrelid = pg_catalog.to_regclass($1)`,
-			seq).Scan(&cache, &cycle)
+			`SELECT s.seqcache, s.seqcycle, s.seqincrement, s.seqmin FROM pg_catalog.pg_sequence s WHERE s.seqrelid = pg_catalog.to_regclass($1)`,
+			seq).Scan(&sp.cache, &sp.cycle, &sp.increment, &sp.min)
 		switch {
 		case err == nil:
-			if cache != 1 || cycle {
-				// With a cache, each session hands out numbers from its own
-				// block: a later holder could get a lower token.
-				return fmt.Errorf("fencing-token sequence %s has CACHE %d, CYCLE %v; tokens are ordered only with CACHE 1 and NO CYCLE: ALTER SEQUENCE %s CACHE 1 NO CYCLE",
-					seq, cache, cycle, seq)
+			if err := sp.check(seq); err != nil {
+				return err
 			}
 			l.seqReady.Store(true)
 			return nil
@@ -414,6 +440,44 @@ func (l *Locker) ensureSequence(ctx context.Context) error {
 	}
 }
 
+// seqParams are the settings of a token sequence that decide whether its
+// values can serve as tokens.
+type seqParams struct {
+	cache, increment, min int64
+	cycle                 bool
+}
+
+// check refuses a sequence whose values could go down or be below 1:
+//   - a cache: each session hands out numbers from its own block, so a later
+//     holder could draw a lower token than an earlier one;
+//   - a cycle: after the maximum the values start again from the minimum;
+//   - a negative increment: every value is lower than the one before;
+//   - a minimum below 1: tokens must be positive.
+func (sp seqParams) check(seq string) error {
+	var wrong, fix []string
+	if sp.increment <= 0 {
+		wrong = append(wrong, fmt.Sprintf("INCREMENT %d", sp.increment))
+		fix = append(fix, "INCREMENT BY 1")
+	}
+	if sp.min < 1 {
+		wrong = append(wrong, fmt.Sprintf("MINVALUE %d", sp.min))
+		fix = append(fix, "MINVALUE 1")
+	}
+	if sp.cache != 1 {
+		wrong = append(wrong, fmt.Sprintf("CACHE %d", sp.cache))
+		fix = append(fix, "CACHE 1")
+	}
+	if sp.cycle {
+		wrong = append(wrong, "CYCLE")
+		fix = append(fix, "NO CYCLE")
+	}
+	if len(wrong) == 0 {
+		return nil
+	}
+	return fmt.Errorf("fencing-token sequence %s has %s; tokens are positive and increase only with a positive INCREMENT, MINVALUE 1 or more, CACHE 1 and NO CYCLE: ALTER SEQUENCE %s %s (or name a new sequence with WithSequence)",
+		seq, strings.Join(wrong, ", "), seq, strings.Join(fix, " "))
+}
+
 func createSequenceSQL(seq string) string {
 	return "CREATE SEQUENCE IF NOT EXISTS " + seq + " AS bigint MINVALUE 1 NO CYCLE CACHE 1"
 }
@@ -426,9 +490,12 @@ func isDuplicate(err error) bool {
 }
 
 // Close releases every lock the Locker holds (each unlock bounded by
-// locker.ReleaseTimeout), ends waiting calls with locker.ErrClosed and stops
-// the health checks. It closes the pool only when the Locker opened it
-// (locker.Open). A second Close returns nil.
+// locker.ReleaseTimeout), ends the calls in flight with locker.ErrClosed and
+// stops the health checks. It closes the pool only when the Locker opened
+// it (locker.Open). A call in flight ends at once, or — a wait on the
+// server, which Close first tries to cancel there — within closeAbandon
+// (200ms), even when the link to the server is dead; so does closing an
+// opened pool. A second Close returns nil.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -437,8 +504,13 @@ func (l *Locker) Close() error {
 	}
 	l.closed = true
 	l.mu.Unlock()
+	hurry := time.AfterFunc(closeAbandon, l.hurryCancel)
+	defer func() {
+		hurry.Stop()
+		l.hurryCancel()
+	}()
 	l.closeCancel()
-	l.ops.Wait() // waits end promptly: their contexts are cancelled
+	l.ops.Wait() // calls end promptly: their contexts are cancelled
 
 	l.mu.Lock()
 	held := make([]*handle, 0, len(l.handles))
@@ -460,7 +532,26 @@ func (l *Locker) Close() error {
 	l.monitors.Wait()
 	l.cleanups.Wait()
 	if l.ownsPool {
-		l.pool.Close()
+		l.closePool()
 	}
 	return nil
+}
+
+// closePool closes the pool the Locker opened. pgxpool.Pool.Close waits for
+// connections that pgx is still closing in the background — after an
+// interrupted statement, with a cancel request on a new socket and a wait
+// for the server to hang up, up to 15s each on a dead link — so past
+// closeAbandon the Locker closes every socket of the pool under pgx.
+func (l *Locker) closePool() {
+	done := make(chan struct{})
+	go func() {
+		l.pool.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeAbandon):
+		l.sockets.closeAll()
+		<-done
+	}
 }

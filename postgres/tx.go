@@ -33,6 +33,19 @@ const (
 // cannot wait again. On any error tx must be rolled back: it is either
 // aborted or holds a lock granted in the same instant.
 //
+// The lock belongs to the transaction or savepoint that is current when
+// LockTx runs. Taken inside a savepoint (a nested pgx.Tx from tx.Begin, or
+// an explicit SAVEPOINT), it ends at ROLLBACK TO SAVEPOINT (the nested Tx's
+// Rollback), while the outer transaction goes on without it: writes made
+// after that rollback are no longer protected. RELEASE SAVEPOINT (the nested
+// Tx's Commit) hands it to the enclosing transaction. The server does not
+// tell a savepoint from a transaction, so LockTx cannot refuse one: take
+// the lock before the first savepoint, or end the transaction when you roll
+// back to a savepoint taken before the lock.
+//
+// Unlike Acquire, LockTx waits in one piece (a slice's timeout would abort
+// the transaction), so a cut-off link ends its wait only when ctx ends.
+//
 // The token sequence is checked (and created, unless WithoutDDL) through the
 // Locker's pool, outside tx.
 func (l *Locker) LockTx(ctx context.Context, tx pgx.Tx, key string) (token int64, err error) {

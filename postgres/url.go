@@ -14,8 +14,7 @@ import (
 	"github.com/go-locker/locker/backend"
 )
 
-// URL query parameters of our own. Every other parameter is left to pgx
-// (libpq's connection parameters and pgxpool's pool_* settings).
+// URL query parameters of our own, removed before pgx sees the URL.
 const (
 	paramNamespace      = "lock_namespace"       // WithNamespace
 	paramHealthInterval = "lock_health_interval" // WithHealthCheckInterval, a Go duration
@@ -24,16 +23,46 @@ const (
 	paramSessionPooler  = "lock_session_pooler"  // true: WithSessionPooler
 )
 
-// ourPrefix marks parameters that belong to us: an unknown one is a typo,
-// not something to pass on to the server as a run-time setting.
+// ourPrefix marks parameters that belong to us.
 const ourPrefix = "lock_"
+
+// pgxParams are the URL parameters handed to pgx: those it reads itself —
+// pgconn's connection settings (as pgconn.ParseConfig lists them, "ssl" being
+// the URL-only alias ssl=true for sslmode=require), pgx's and pgxpool's own
+// — and the few server run-time parameters that pgx documents or takes from
+// the environment, which it sends to the server at connect time.
+//
+// pgx sends every other parameter to the server as a run-time parameter,
+// where a misspelt option ("pool_max_con", "ttl") fails each connection
+// with FATAL: unrecognized configuration parameter — at the first lock, not
+// at Open. So anything else is rejected; other server settings go, as with
+// libpq, in options: options=-c%20statement_timeout%3D5s.
+var pgxParams = []string{
+	// pgconn
+	"host", "port", "dbname", "database", "user", "password", "passfile",
+	"connect_timeout", "target_session_attrs", "service", "servicefile",
+	"ssl", "sslmode", "sslkey", "sslcert", "sslcertmode", "sslrootcert",
+	"sslnegotiation", "sslpassword", "sslsni", "krbspn", "krbsrvname",
+	"min_protocol_version", "max_protocol_version", "channel_binding", "require_auth",
+	// pgx
+	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
+	// pgxpool
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime",
+	"pool_max_conn_lifetime_jitter", "pool_max_conn_idle_time", "pool_health_check_period",
+	"pool_ping_timeout",
+	// run-time parameters sent to the server
+	"application_name", "options", "search_path", "timezone",
+}
 
 func init() {
 	locker.Register("postgres", openURL)
 	locker.Register("postgresql", openURL)
 }
 
-// openURL opens a Locker with a pool of its own, which its Close closes.
+// openURL makes a Locker with a pool of its own, which its Close closes. It
+// does not contact the server (as database/sql.Open, and the redis
+// backend's Open): a wrong address or password, or a setting the server
+// refuses, fails the first Acquire or TryAcquire.
 func openURL(ctx context.Context, u *url.URL) (locker.Locker, error) {
 	q, err := backend.ParseQuery(u)
 	if err != nil {
@@ -64,45 +93,80 @@ func openURL(ctx context.Context, u *url.URL) (locker.Locker, error) {
 	if err := q.Err(); err != nil {
 		return nil, err
 	}
-	rest := q.Rest()
-	var unknown []string
-	for name := range rest {
-		if strings.HasPrefix(strings.ToLower(name), ourPrefix) {
-			unknown = append(unknown, name)
-		}
+	if err := checkPgxParams(u.Scheme, q.Rest()); err != nil {
+		return nil, err
 	}
-	if len(unknown) > 0 {
-		slices.Sort(unknown)
-		return nil, fmt.Errorf("%w: %s: unknown parameter(s) %s (known: %s, %s, %s, %s, %s; other parameters go to pgx)",
-			locker.ErrInvalidURL, u.Scheme, strings.Join(unknown, ", "),
-			paramDDL, paramHealthInterval, paramNamespace, paramSequence, paramSessionPooler)
-	}
-
 	// Check our options before making a pool that would need closing.
 	if cfg := newConfig(opts); cfg.err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", locker.ErrInvalidURL, u.Scheme, cfg.err)
 	}
 
 	dsn := *u
-	dsn.RawQuery = rest.Encode()
+	dsn.RawQuery = withoutOurs(u.RawQuery)
 	password, _ := u.User.Password()
 	cfg, err := pgxpool.ParseConfig(dsn.String())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %s", locker.ErrInvalidURL, u.Scheme, redact(err, password))
 	}
+	socks := newSockets()
+	cfg.ConnConfig.DialFunc = socks.dialer(cfg.ConnConfig.DialFunc)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %s", locker.ErrInvalidURL, u.Scheme, redact(err, password))
 	}
 	l := New(pool, opts...)
-	// Fail now, not at the first lock, when the server cannot be reached or
-	// refuses the credentials.
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("postgres: connecting to %s: %w", u.Redacted(), redactedError{redact(err, password), err})
-	}
 	l.ownsPool = true
+	l.sockets = socks
 	return l, nil
+}
+
+// checkPgxParams rejects the parameters, other than ours, that are not in
+// pgxParams. The error names them, never their values.
+func checkPgxParams(scheme string, rest url.Values) error {
+	var unknown, ours []string
+	for name, vals := range rest {
+		switch {
+		case strings.HasPrefix(strings.ToLower(name), ourPrefix):
+			ours = append(ours, name)
+		case !slices.Contains(pgxParams, name):
+			unknown = append(unknown, name)
+		case name == "ssl" && slices.ContainsFunc(vals, func(v string) bool { return v != "true" }):
+			return fmt.Errorf("%w: %s: parameter \"ssl\": only ssl=true (the same as sslmode=require) is understood; use sslmode", locker.ErrInvalidURL, scheme)
+		}
+	}
+	if len(ours) > 0 {
+		slices.Sort(ours)
+		return fmt.Errorf("%w: %s: unknown parameter(s) %s (ours are %s, %s, %s, %s and %s)",
+			locker.ErrInvalidURL, scheme, strings.Join(ours, ", "),
+			paramDDL, paramHealthInterval, paramNamespace, paramSequence, paramSessionPooler)
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return fmt.Errorf("%w: %s: unknown parameter(s) %s: neither ours (lock_*) nor one that pgx reads (sslmode, connect_timeout, pool_max_conns, application_name, ...; see the package documentation); set other server settings with options, e.g. options=-c%%20statement_timeout%%3D5s",
+			locker.ErrInvalidURL, scheme, strings.Join(unknown, ", "))
+	}
+	return nil
+}
+
+// withoutOurs returns the raw query without our parameters. The others are
+// kept exactly as written: pgx decodes them as libpq does, where a "+" is a
+// plus sign, not a space as for net/url, so decoding and encoding them again
+// could change their values.
+func withoutOurs(raw string) string {
+	var kept []string
+	for pair := range strings.SplitSeq(raw, "&") {
+		if pair == "" {
+			continue
+		}
+		name, _, _ := strings.Cut(pair, "=")
+		if dec, err := url.QueryUnescape(name); err == nil {
+			name = dec
+		}
+		if !strings.HasPrefix(strings.ToLower(name), ourPrefix) {
+			kept = append(kept, pair)
+		}
+	}
+	return strings.Join(kept, "&")
 }
 
 // redact returns err's message without the password. pgx already redacts
@@ -117,13 +181,3 @@ func redact(err error, password string) string {
 	}
 	return msg
 }
-
-// redactedError shows a redacted message but keeps the original error for
-// errors.Is and errors.As (context errors, *pgconn.PgError, ...).
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e redactedError) Error() string { return e.msg }
-func (e redactedError) Unwrap() error { return e.err }

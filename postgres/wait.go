@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -20,6 +22,12 @@ const (
 	sqlLockWait = `SELECT pg_catalog.nextval($2::text::regclass), pg_catalog.pg_backend_pid() FROM pg_catalog.pg_advisory_lock($1)`
 	sqlLockTry  = `SELECT CASE WHEN pg_catalog.pg_try_advisory_lock($1) THEN pg_catalog.nextval($2::text::regclass) END, pg_catalog.pg_backend_pid()`
 	sqlUnlock   = `SELECT pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_backend_pid()`
+
+	// sqlSliceTimeout sets lock_timeout for the rest of the implicit
+	// transaction of the batch that sends it before sqlLockWait: for that
+	// statement only, since the server reverts it at the batch's end
+	// whatever the outcome, leaving the session's own setting in place.
+	sqlSliceTimeout = `SELECT pg_catalog.set_config('lock_timeout', $1, true)`
 
 	// sqlHeld asks which backend answers and whether it holds the lock whose
 	// bigint key has the given high and low halves (pg_locks shows a bigint
@@ -66,23 +74,33 @@ func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64) (gra
 	return g, nil
 }
 
-// lockWait runs pg_advisory_lock on conn, abandoning the wait when ctx ends
-// (see runWait).
+// lockWait runs pg_advisory_lock on conn, in slices of one health-check
+// interval (see waitSlice), abandoning the wait when ctx ends (see runWait).
 func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (grant, error) {
 	var token int64
 	var pid int32
 	out := l.runWait(ctx, conn.Conn().PgConn(), func(qctx context.Context) error {
 		for {
-			err := conn.QueryRow(qctx, sqlLockWait, id, l.cfg.sequence).Scan(&token, &pid)
-			// A statement_timeout or lock_timeout of the session (a role's
-			// default, say) ends the wait on the server while ctx still
-			// allows more: wait again, unless the lock was somehow granted.
-			if !isServerTimeout(err) || ctx.Err() != nil || holdsAny(qctx, conn) {
+			err := l.waitSlice(qctx, conn, id, &token, &pid)
+			// The slice's lock_timeout, or a statement_timeout or
+			// lock_timeout of the session (a role's default, say), ended
+			// the wait on the server while ctx still allows more: wait
+			// again, unless the lock was somehow granted (a timeout that
+			// hit nextval, after the grant).
+			if !isServerTimeout(err) || ctx.Err() != nil {
+				return err
+			}
+			if held, herr := anyHeld(qctx, conn); herr != nil {
+				return fmt.Errorf("checking the session after a timed-out wait: %w", herr)
+			} else if held {
 				return err
 			}
 		}
 	})
 	switch {
+	case !out.interrupted && errors.Is(out.err, errSilent):
+		destroy(conn)
+		return grant{}, out.err
 	case !out.interrupted && out.err != nil:
 		// Whether the lock was granted is unknown: closing the session
 		// frees it if it was.
@@ -107,6 +125,46 @@ func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (gr
 		destroy(conn)
 	}
 	return grant{}, fmt.Errorf("waiting for the lock: %w", context.Cause(ctx))
+}
+
+// errSilent marks a wait whose connection stopped answering.
+var errSilent = errors.New("postgres: the server stopped answering while the lock was awaited")
+
+// waitSlice waits for the lock for at most one health-check interval: the
+// server itself ends the wait then (lock_timeout, for this statement only),
+// and the caller waits again. A waiting connection thus answers at least
+// once per interval, and a waiter is checked as a held lock is: when no
+// answer has come one interval after the server should have sent one, the
+// link is taken for dead and the socket is closed. That, once the server
+// sees it, ends the session — its place in the queue, or a lock granted to
+// it meanwhile that nobody will ever see. Without slices a waiter cut off
+// from the server would stay queued, be granted the lock when the holder
+// releases, and keep it, unseen, until its session died. With them the
+// server drops a silent waiter from its queue within a slice by itself, and
+// a grant it made in that slice ends when the waiter gives up.
+//
+// The price: at each slice's end the waiter leaves the server's queue and
+// joins it again at the back, so waiters are served about, not exactly, in
+// the order they came.
+func (l *Locker) waitSlice(ctx context.Context, conn *pgxpool.Conn, id int64, token *int64, pid *int32) error {
+	slice := l.cfg.interval
+	nc := conn.Conn().PgConn().Conn()
+	backstop := time.AfterFunc(2*slice, func() { _ = nc.Close() })
+	var b pgx.Batch
+	b.Queue(sqlSliceTimeout, lockTimeout(slice))
+	b.Queue(sqlLockWait, id, l.cfg.sequence).QueryRow(func(r pgx.Row) error { return r.Scan(token, pid) })
+	err := conn.SendBatch(ctx, &b).Close()
+	if !backstop.Stop() {
+		// Whatever the batch returned, the socket is (being) closed.
+		return fmt.Errorf("%w: no answer within %v of asking for the lock with lock_timeout %v; the link seems dead, so the connection is closed, which ends the wait on the server (%v)",
+			errSilent, 2*slice, slice, err)
+	}
+	return err
+}
+
+// lockTimeout is d as a lock_timeout value, at least 1ms (0 turns it off).
+func lockTimeout(d time.Duration) string {
+	return strconv.FormatInt(max(1, d.Milliseconds()), 10) + "ms"
 }
 
 // verifySession makes sure the backend that granted the lock is the session
@@ -140,6 +198,28 @@ func (l *Locker) verifySession(ctx context.Context, conn *pgxpool.Conn, id int64
 		}
 		return fmt.Errorf("%w: the lock was granted by server backend %d, but the next statement ran on backend %d; session advisory locks need session pooling or a direct connection (LockTx works in transaction mode)%s",
 			ErrPooler, pid, pid2, stranded)
+	}
+	return nil
+}
+
+// checkSessionClean makes sure, behind a declared session pooler, that the
+// server session conn is about to lock on holds no advisory lock yet. One
+// that does was handed on from an earlier client (or an earlier user of the
+// connection) with its locks: the pooler does not reset sessions between
+// clients. A session lock is reentrant, so locking a key that session
+// already held would be granted at once, and the unlock would leave it held;
+// and a holder that dies or loses its lock — which closes its connection,
+// trusting the session to end with it — would leave its lock to whichever
+// client the pooler gives that session next. PgBouncer's default
+// server_reset_query, DISCARD ALL, unlocks them; an empty one does not.
+func checkSessionClean(ctx context.Context, conn *pgxpool.Conn) error {
+	var held bool
+	if err := conn.QueryRow(ctx, sqlAnyHeld).Scan(&held); err != nil {
+		return fmt.Errorf("checking the pooler's server session: %w", err)
+	}
+	if held {
+		return fmt.Errorf("%w: the server session the pooler gave this connection already holds advisory locks, so the pooler hands sessions from client to client without resetting them; set its reset query to DISCARD ALL (PgBouncer: server_reset_query = DISCARD ALL, the default) or to one that runs SELECT pg_advisory_unlock_all()",
+			ErrPooler)
 	}
 	return nil
 }
@@ -181,7 +261,8 @@ type waitOutcome struct {
 // On a live server the statement ends a round trip later. When the request
 // cannot be delivered, or the statement has not ended abandonWait after ctx
 // did (a dead link: nothing sent could reach the server anyway), the socket
-// is closed instead, which ends the statement at once.
+// is closed instead, which ends the statement at once. Close shortens both
+// bounds to closeAbandon (l.hurry), so that it returns promptly.
 //
 // When runWait returns interrupted with cancelAcked, the cancel request has
 // reached the server; a connection whose statement it ended may be reused.
@@ -207,7 +288,10 @@ func (l *Locker) runWait(ctx context.Context, pc *pgconn.PgConn, run func(qctx c
 	stop := context.AfterFunc(ctx, func() {
 		defer l.cleanups.Done()
 		giveUp := time.AfterFunc(abandonWait, breakConn)
-		cctx, cancel := context.WithTimeout(context.Background(), cancelRequestTimeout)
+		defer giveUp.Stop()
+		stopHurry := context.AfterFunc(l.hurry, breakConn)
+		defer stopHurry()
+		cctx, cancel := context.WithTimeout(l.hurry, cancelRequestTimeout)
 		err := pc.CancelRequest(cctx)
 		cancel()
 		if err != nil {
@@ -216,7 +300,6 @@ func (l *Locker) runWait(ctx context.Context, pc *pgconn.PgConn, run func(qctx c
 			settle(true)
 		}
 		<-finished
-		giveUp.Stop()
 	})
 	err := run(qctx)
 	close(finished)
@@ -231,13 +314,18 @@ func (l *Locker) runWait(ctx context.Context, pc *pgconn.PgConn, run func(qctx c
 // holdsAny reports whether conn's session holds any advisory lock; on error
 // it says true, so that the caller does not reuse the connection.
 func holdsAny(ctx context.Context, conn *pgxpool.Conn) bool {
+	held, err := anyHeld(ctx, conn)
+	return held || err != nil
+}
+
+// anyHeld asks, within cancelGrace, whether conn's session holds any
+// advisory lock.
+func anyHeld(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, cancelGrace)
 	defer cancel()
 	var held bool
-	if err := conn.QueryRow(ctx, sqlAnyHeld).Scan(&held); err != nil {
-		return true
-	}
-	return held
+	err := conn.QueryRow(ctx, sqlAnyHeld).Scan(&held)
+	return held, err
 }
 
 // isServerTimeout reports a statement ended by statement_timeout (or

@@ -266,6 +266,60 @@ func TestLockTx(t *testing.T) {
 	mustRelease(t, ctx, h2)
 }
 
+// A transaction-scoped lock belongs to the (sub)transaction that is current
+// when it is taken, as the LockTx documentation warns: taken inside a
+// savepoint (pgx's nested Tx), ROLLBACK TO SAVEPOINT releases it while the
+// outer transaction goes on; RELEASE SAVEPOINT hands it to the outer
+// transaction, which keeps it until it ends.
+func TestLockTxSavepoint(t *testing.T) {
+	ctx := testCtx(t)
+	pool := sharedPool(t, 4)
+	l, other := newLocker(t, pool), newLocker(t, pool)
+	k := testKey(t, "")
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+
+	sp, err := tx.Begin(ctx) // SAVEPOINT
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.LockTx(ctx, sp, k); err != nil {
+		t.Fatalf("LockTx in a savepoint: %v", err)
+	}
+	if _, err := other.TryAcquire(ctx, k); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("TryAcquire while a savepoint holds the key: %v, want ErrNotAcquired", err)
+	}
+	if err := sp.Rollback(ctx); err != nil { // ROLLBACK TO SAVEPOINT
+		t.Fatal(err)
+	}
+	h, err := other.TryAcquire(ctx, k)
+	if err != nil {
+		t.Fatalf("TryAcquire after ROLLBACK TO SAVEPOINT, the outer transaction still open: %v; the documentation says the lock is gone", err)
+	}
+	mustRelease(t, ctx, h)
+
+	sp, err = tx.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.LockTx(ctx, sp, k); err != nil {
+		t.Fatalf("LockTx in a second savepoint: %v", err)
+	}
+	if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
+		t.Fatal(err)
+	}
+	if _, err := other.TryAcquire(ctx, k); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("TryAcquire after RELEASE SAVEPOINT: %v, want ErrNotAcquired (the outer transaction holds the key)", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, ctx, mustAcquire(t, ctx, other, k))
+}
+
 // A statement_timeout or lock_timeout on the session (a role default, say)
 // does not end Acquire early: the wait starts again until ctx ends.
 func TestServerTimeoutsDoNotEndWait(t *testing.T) {

@@ -17,8 +17,9 @@ import (
 )
 
 // The sequence is checked before any lock is taken: WithoutDDL shows the SQL
-// to run; a cached sequence (tokens out of order between sessions) is
-// refused; a custom, schema-qualified, quoted name works. (Names that are
+// to run; a cached sequence (tokens out of order between sessions), a
+// descending one and one that may hand out values below 1 are refused; a
+// custom, schema-qualified, quoted name works. (Names that are
 // not SQL identifiers never reach the server: TestInvalidOptions in the
 // postgres package.)
 func TestSequence(t *testing.T) {
@@ -43,6 +44,23 @@ func TestSequence(t *testing.T) {
 		t.Fatalf("TryAcquire with a CACHE 20 sequence: %v, want a refusal naming CACHE 1", err)
 	}
 
+	// Tokens must go up and be positive: a negative increment, or values
+	// that may be below 1, are refused too.
+	for _, c := range []struct{ opts, want string }{
+		{"INCREMENT BY -1 MINVALUE 1 MAXVALUE 1000000 START 1000000", "INCREMENT BY 1"},
+		{"MINVALUE 0 START 0", "MINVALUE 1"},
+	} {
+		bad := fmt.Sprintf("locker_test_bad_%d_%s", len(c.want), suffix)
+		if _, err := pool.Exec(ctx, "CREATE SEQUENCE "+bad+" "+c.opts+" NO CYCLE CACHE 1"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pool.Exec(context.Background(), "DROP SEQUENCE IF EXISTS "+bad) })
+		l = newLocker(t, pool, postgres.WithSequence(bad))
+		if _, err := l.TryAcquire(ctx, testKey(t, "")); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("TryAcquire with a sequence made %s: %v, want a refusal naming %s", c.opts, err, c.want)
+		}
+	}
+
 	schema := "locker_test_" + suffix
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatal(err)
@@ -61,9 +79,10 @@ func TestSequence(t *testing.T) {
 }
 
 // Open parses our parameters, passes the rest to pgx, and owns (closes) its
-// pool; a server that refuses the password gets an error without it. (The
-// strict parsing that rejects a URL before connecting: TestOpenURLInvalid in
-// the postgres package.)
+// pool; server settings given in options reach the server; a server that
+// refuses the password fails the first call, with an error without it. (The
+// strict parsing that rejects a URL: TestOpenURLInvalid in the postgres
+// package.)
 func TestOpenURL(t *testing.T) {
 	ctx := testCtx(t)
 	dsn := testserver.Postgres(t).DSN()
@@ -138,15 +157,45 @@ func TestOpenURL(t *testing.T) {
 		t.Errorf("Err() = %v, want ErrLost", h.Err())
 	}
 
-	// A server that refuses the password: the error says so without it.
+	// Server settings go in options, as with libpq, and reach the server
+	// unchanged (spaces written %20).
+	app := fmt.Sprintf("locker-options-test-%d", time.Now().UnixNano())
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	lo, err := locker.Open(ctx, dsn+sep+"options=-c%20application_name%3D"+app)
+	if err != nil {
+		t.Fatalf("Open with options: %v", err)
+	}
+	t.Cleanup(func() { lo.Close() })
+	ho := mustAcquire(t, ctx, lo, testKey(t, "/options"))
+	if n := sessions(t, ctx, direct, app); n == 0 {
+		t.Errorf("Open with options=-c application_name=%s: no such session on the server", app)
+	}
+	mustRelease(t, ctx, ho)
+
+	// Open does not contact the server: a server that refuses the password
+	// fails the first call, and the error does not show the password.
 	bad := withHost(t, dsn, "", nil)
 	bu, _ := url.Parse(bad)
 	bu.User = url.UserPassword(bu.User.Username(), "wr0ng-pw-xyz")
-	_, err = locker.Open(ctx, bu.String())
-	if err == nil {
+	lb, err := locker.Open(ctx, bu.String())
+	if err != nil {
+		t.Fatalf("Open with a wrong password: %v; Open does not contact the server, the first call fails", err)
+	}
+	t.Cleanup(func() { lb.Close() })
+	hb, err := lb.TryAcquire(ctx, testKey(t, "/bad-password"))
+	switch {
+	case err == nil:
 		t.Log("server accepted a wrong password (trust authentication?); skipping the refusal check")
-	} else if strings.Contains(err.Error(), "wr0ng-pw-xyz") {
-		t.Errorf("Open with a wrong password: error shows it: %v", err)
+		mustRelease(t, ctx, hb)
+	case errors.Is(err, locker.ErrNotAcquired):
+		t.Errorf("TryAcquire with a wrong password: %v; a refused connection is not ErrNotAcquired", err)
+	case strings.Contains(err.Error(), "wr0ng-pw-xyz"):
+		t.Errorf("TryAcquire with a wrong password: error shows it: %v", err)
+	default:
+		t.Logf("TryAcquire with a wrong password: %v", err)
 	}
 }
 

@@ -15,14 +15,14 @@ import (
 
 func TestConformance(t *testing.T) {
 	srv := testserver.Postgres(t)
-	var proxies sync.Map // locker.Locker → *testserver.Proxy
-	proxyOf := func(t *testing.T, l locker.Locker, hook string) *testserver.Proxy {
+	var proxies sync.Map // locker.Locker → *holdProxy
+	proxyOf := func(t *testing.T, l locker.Locker, hook string) *holdProxy {
 		t.Helper()
 		v, ok := proxies.Load(l)
 		if !ok {
 			t.Fatalf("%s: the Locker was not made by NewLocker", hook)
 		}
-		return v.(*testserver.Proxy)
+		return v.(*holdProxy)
 	}
 	admin := newPool(t, srv.DSN(), 4)
 	conformance.Run(t, conformance.Harness{
@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 			// Each client gets a proxy of its own, so that Crash and Cut act
 			// on exactly that client, and a pool of its own (it is another
 			// process). 30 connections cover ManyKeys plus waiters.
-			px := testserver.NewProxy(t, srv.Addr())
+			px := newHoldProxy(t, srv.Addr())
 			dsn := withHost(t, srv.DSN(), px.Addr(), url.Values{
 				"pool_max_conns":       {"30"},
 				"lock_health_interval": {testInterval.String()},
@@ -51,17 +51,20 @@ func TestConformance(t *testing.T) {
 		// sessions and so frees their locks, and the client can no longer
 		// reach the server.
 		Crash: func(t *testing.T, l locker.Locker) { proxyOf(t, l, "Crash").Crash(t) },
-		// Cut blackholes the client's proxy: its connections stay open but
-		// nothing passes, as in a partition. The server keeps the session,
-		// and the lock, until the holder's health check fails and the holder
-		// closes its connection (which the proxy passes on). That is the
+		// Cut partitions the client's proxy: its connections stay open but
+		// nothing passes, as in a partition, and what was sent meanwhile
+		// arrives when it heals (see holdProxy: testserver.Proxy's Heal
+		// resets the connections, which ends a session lock). The server
+		// keeps the session, and the lock, until the holder's health check
+		// fails and the holder closes its connection (which the proxy
+		// passes on, standing in for the server's keepalive). That is the
 		// order the contract asks for: the holder hears of the loss before
 		// anyone else can take the key. pg_terminate_backend would cut the
 		// other way round — the server frees the lock first, and the holder
 		// learns a moment later — which TestTerminatedBackend covers.
 		Cut: func(t *testing.T, l locker.Locker) func() {
 			px := proxyOf(t, l, "Cut")
-			px.Blackhole(t)
+			px.Cut(t)
 			return func() { px.Heal(t) }
 		},
 		// Steal ends the holder's session from another connection, as an
@@ -77,22 +80,14 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		LossBound: 2 * testInterval,
-		// Known failures the suite found, tracked in issue 9 ("the backends
-		// get fixed where it then fails"); each is a real bug, not a flaky
-		// case, and the skip goes when the fix lands.
-		Skip: map[string]string{
-			"Loss/ShortCutKeepsLock":       "issue 9: a 250ms partition, healed, still loses the lock (the health check gives up too soon)",
-			"Waiters/WaiterCut":            "issue 9: a waiter cut off while queued in pg_locks is granted the lock on the server after the release and strands the next waiter until its connection dies",
-			"Close/WhileInFlight":          "issue 9: Close waits for an Acquire in flight on a blackholed connection instead of interrupting it",
-			"Open/RejectsUnknownParameter": "issue 9: unknown URL parameters go to the server as run-time parameters instead of failing with ErrInvalidURL",
-		},
-		URL: srv.DSN(),
+		URL:       srv.DSN(),
 		// Advisory locks have no lease; the TTL the suite asks for is
 		// validated and ignored.
 		NoTTL: true,
 		TTL:   time.Second,
 		// Crash frees the key at once; Cut within two health-check
-		// intervals (a missed idle period, then a check that times out).
+		// intervals (a missed idle period, then a check that times out),
+		// for a holder and for a waiter alike.
 		ExpiryBound:  4 * testInterval * 2,
 		HandoffBound: time.Second,
 		ManyKeys:     20,

@@ -26,8 +26,9 @@ import (
 // test server, on a free loopback port, and returns a DSN through it. It
 // skips the test when no pgbouncer binary is installed. Round-robin server
 // selection makes consecutive statements land on different server sessions,
-// as they do on a busy pooler.
-func startPgBouncer(t *testing.T, upstreamDSN, mode string) string {
+// as they do on a busy pooler. Each of extra is a line added to the
+// [pgbouncer] section ("key = value"), after (and so overriding) ours.
+func startPgBouncer(t *testing.T, upstreamDSN, mode string, extra ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
@@ -75,6 +76,9 @@ default_pool_size = 4
 logfile = %s
 ignore_startup_parameters = extra_float_digits
 `, db, host, port, userName, pass, db, listen, filepath.Join(dir, "users.txt"), mode, filepath.Join(dir, "pgbouncer.log"))
+	for _, line := range extra {
+		ini += line + "\n"
+	}
 	must := func(err error) {
 		if err != nil {
 			t.Helper()
@@ -222,6 +226,65 @@ func TestSessionPooler(t *testing.T) {
 		t.Fatalf("TryAcquire after release: %v", err)
 	}
 	mustRelease(t, ctx, h2)
+}
+
+// Behind a session pooler that hands a server session to the next client
+// without resetting it (PgBouncer with server_reset_query empty), the
+// session may come with advisory locks that an earlier client left: a
+// holder that died or lost its lock closed its connection, trusting its
+// session to end, and the pooler kept the session, lock and all. A Locker
+// refuses such a session (ErrPooler, saying what to set) rather than lock on
+// it: the same key would be granted again at once, and the unlock would
+// leave it held. With PgBouncer's default reset (DISCARD ALL) the lock of a
+// client that went away is freed, and the next client locks as usual.
+func TestSessionPoolerReset(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.Postgres(t)
+	direct := sharedPool(t, 2)
+	for _, reset := range []bool{true, false} {
+		t.Run(fmt.Sprintf("reset=%v", reset), func(t *testing.T) {
+			extra := []string{"default_pool_size = 1"} // one server session: the next client gets it
+			if !reset {
+				extra = append(extra, "server_reset_query =")
+			}
+			dsn := startPgBouncer(t, srv.DSN(), "session", extra...)
+			k := testKey(t, "")
+			// An earlier client locks k and goes away without unlocking.
+			early := newPool(t, dsn, 1)
+			conn, err := early.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", postgres.AdvisoryKey("", k)); err != nil {
+				t.Fatal(err)
+			}
+			conn.Release()
+			early.Close()
+
+			l := newLocker(t, newPool(t, dsn, 1), postgres.WithSessionPooler())
+			h, err := l.TryAcquire(ctx, testKey(t, "/other"))
+			if reset {
+				if err != nil {
+					t.Fatalf("TryAcquire through a pooler that resets sessions: %v", err)
+				}
+				mustRelease(t, ctx, h)
+				h, err = l.TryAcquire(ctx, k)
+				if err != nil {
+					t.Fatalf("TryAcquire of the key a client that went away had locked, through a pooler that resets sessions: %v", err)
+				}
+				mustRelease(t, ctx, h)
+				return
+			}
+			if !errors.Is(err, postgres.ErrPooler) || !strings.Contains(err.Error(), "server_reset_query") {
+				t.Fatalf("TryAcquire on a server session that kept an earlier client's lock: %v, want ErrPooler naming server_reset_query", err)
+			}
+			t.Logf("refused: %v", err)
+			// Free the stranded lock, as an operator would.
+			if _, err := direct.Exec(ctx, "SELECT pg_terminate_backend($1)", holderPID(t, ctx, direct, k)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
 
 // LockTx works through the same pooler: a transaction keeps its server
