@@ -15,14 +15,14 @@ import (
 
 func TestConformance(t *testing.T) {
 	srv := testserver.Postgres(t)
-	var proxies sync.Map // locker.Locker → *holdProxy
-	proxyOf := func(t *testing.T, l locker.Locker, hook string) *holdProxy {
+	var proxies sync.Map // locker.Locker → *testserver.Proxy
+	proxyOf := func(t *testing.T, l locker.Locker, hook string) *testserver.Proxy {
 		t.Helper()
 		v, ok := proxies.Load(l)
 		if !ok {
 			t.Fatalf("%s: the Locker was not made by NewLocker", hook)
 		}
-		return v.(*holdProxy)
+		return v.(*testserver.Proxy)
 	}
 	admin := newPool(t, srv.DSN(), 4)
 	conformance.Run(t, conformance.Harness{
@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 			// Each client gets a proxy of its own, so that Crash and Cut act
 			// on exactly that client, and a pool of its own (it is another
 			// process). 30 connections cover ManyKeys plus waiters.
-			px := newHoldProxy(t, srv.Addr())
+			px := testserver.NewProxy(t, srv.Addr())
 			dsn := withHost(t, srv.DSN(), px.Addr(), url.Values{
 				"pool_max_conns":       {"30"},
 				"lock_health_interval": {testInterval.String()},
@@ -53,8 +53,8 @@ func TestConformance(t *testing.T) {
 		Crash: func(t *testing.T, l locker.Locker) { proxyOf(t, l, "Crash").Crash(t) },
 		// Cut partitions the client's proxy: its connections stay open but
 		// nothing passes, as in a partition, and what was sent meanwhile
-		// arrives when it heals (see holdProxy: testserver.Proxy's Heal
-		// resets the connections, which ends a session lock). The server
+		// arrives when it heals (Proxy.Partition; a Blackhole's heal would
+		// reset the connections, which ends a session lock). The server
 		// keeps the session, and the lock, until the holder's health check
 		// fails and the holder closes its connection (which the proxy
 		// passes on, standing in for the server's keepalive). That is the
@@ -64,7 +64,7 @@ func TestConformance(t *testing.T) {
 		// learns a moment later — which TestTerminatedBackend covers.
 		Cut: func(t *testing.T, l locker.Locker) func() {
 			px := proxyOf(t, l, "Cut")
-			px.Cut(t)
+			px.Partition(t)
 			return func() { px.Heal(t) }
 		},
 		// Steal ends the holder's session from another connection, as an

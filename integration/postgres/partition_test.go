@@ -3,147 +3,16 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"net/url"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/Shopify/toxiproxy/v2/stream"
-	"github.com/Shopify/toxiproxy/v2/toxics"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/integration/testserver"
 )
-
-// A partition, as TCP lives it: nothing passes while it lasts, what was sent
-// arrives once it heals (TCP retransmits it), and the connections survive.
-//
-// testserver.Proxy's Blackhole cannot heal that way: Toxiproxy's timeout
-// toxic drops what it holds, and (since v2.5) closes every connection it
-// held when it is removed, so its Heal is a connection reset, which makes
-// the server end a session lock's session and free the lock. That is a fault
-// of its own (TestConnectionReset); a healed partition costs a session lock
-// nothing. holdProxy therefore cuts with a toxic that holds the bytes and
-// lets them through when removed.
-//
-// A close by the client still passes at once, unlike in a real partition:
-// there the server learns of a dead client through its TCP keepalive or
-// tcp_user_timeout, which a proxy on the loopback cannot mimic (its side of
-// the link is always healthy). Passing the close on stands in for those
-// timeouts, as the package documentation asks them to be set: after the
-// client gave up.
-
-// holdToxic holds every chunk until it is removed, then lets them all
-// through, in order. The end of the stream passes at once.
-type holdToxic struct{}
-
-func (*holdToxic) Pipe(stub *toxics.ToxicStub) {
-	var held []*stream.StreamChunk
-	for {
-		select {
-		case <-stub.Interrupt:
-			for _, c := range held {
-				stub.Output <- c
-			}
-			return
-		case c := <-stub.Input:
-			if c == nil {
-				stub.Close()
-				return
-			}
-			held = append(held, c)
-		}
-	}
-}
-
-const holdToxicType = "locker_hold"
-
-func init() { toxics.Register(holdToxicType, new(holdToxic)) }
-
-var (
-	holdServerOnce sync.Once
-	holdServer     *toxiproxy.ApiServer
-	holdSeq        atomic.Int64
-)
-
-// holdProxy is a Toxiproxy proxy (run in this process) whose Cut is a
-// partition that Heal undoes, connections intact.
-type holdProxy struct {
-	mu   sync.Mutex
-	p    *toxiproxy.Proxy
-	addr string
-	cut  bool
-}
-
-// newHoldProxy starts a proxy to upstream on a free loopback port, removed
-// when the test ends.
-func newHoldProxy(t testing.TB, upstream string) *holdProxy {
-	t.Helper()
-	holdServerOnce.Do(func() {
-		holdServer = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	})
-	p := toxiproxy.NewProxy(holdServer, fmt.Sprintf("locker-hold-%d", holdSeq.Add(1)), "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
-		t.Fatalf("hold proxy to %s: %v", upstream, err)
-	}
-	hp := &holdProxy{p: p, addr: p.Listen}
-	t.Cleanup(func() {
-		hp.mu.Lock()
-		defer hp.mu.Unlock()
-		hp.p.Toxics.ResetToxics(context.Background())
-		hp.p.Stop()
-	})
-	return hp
-}
-
-// Addr is "127.0.0.1:port", where clients connect instead of upstream.
-func (hp *holdProxy) Addr() string { return hp.addr }
-
-// Cut stops every byte both ways, on current and new connections, until Heal.
-func (hp *holdProxy) Cut(t testing.TB) {
-	t.Helper()
-	hp.mu.Lock()
-	defer hp.mu.Unlock()
-	if hp.cut {
-		return
-	}
-	for _, dir := range []string{"upstream", "downstream"} {
-		js := fmt.Sprintf(`{"name":"hold_%s","type":%q,"stream":%q,"toxicity":1}`, dir, holdToxicType, dir)
-		if _, err := hp.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-			t.Fatalf("hold proxy %s: cut %s: %v", hp.addr, dir, err)
-		}
-	}
-	hp.cut = true
-}
-
-// Heal lets through what the cut held, and everything after it.
-func (hp *holdProxy) Heal(t testing.TB) {
-	t.Helper()
-	hp.mu.Lock()
-	defer hp.mu.Unlock()
-	hp.p.Toxics.ResetToxics(context.Background())
-	hp.cut = false
-}
-
-// Crash closes every connection and stops listening, for good, as the
-// kernel does for a killed process: the server sees the sessions end, and
-// the client's reconnects are refused at once.
-func (hp *holdProxy) Crash(t testing.TB) {
-	t.Helper()
-	hp.mu.Lock()
-	defer hp.mu.Unlock()
-	// Remove the toxics first: Stop waits for the links, and a link that a
-	// toxic blocks is freed only by its removal.
-	hp.p.Toxics.ResetToxics(context.Background())
-	hp.p.Stop()
-}
 
 // A partition shorter than one health-check interval, healed, costs a held
 // lock nothing, wherever it falls in the cycle of checks: a check sent
@@ -153,7 +22,7 @@ func (hp *holdProxy) Crash(t testing.TB) {
 func TestShortPartitionKeepsLock(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.Postgres(t)
-	hp := newHoldProxy(t, srv.Addr())
+	hp := testserver.NewProxy(t, srv.Addr())
 	l := newLocker(t, newPool(t, withHost(t, srv.DSN(), hp.Addr(), nil), 2))
 	other := newLocker(t, sharedPool(t, 2))
 	k := testKey(t, "")
@@ -162,7 +31,7 @@ func TestShortPartitionKeepsLock(t *testing.T) {
 	// phase of the checks (each an interval of waiting, then a check).
 	const cut, gap = 4 * testInterval / 10, 3 * testInterval / 10
 	for i := range 10 {
-		hp.Cut(t)
+		hp.Partition(t)
 		time.Sleep(cut)
 		hp.Heal(t)
 		time.Sleep(gap)
@@ -198,7 +67,7 @@ func TestCutWaiter(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := testCtx(t)
 			srv := testserver.Postgres(t)
-			hp := newHoldProxy(t, srv.Addr())
+			hp := testserver.NewProxy(t, srv.Addr())
 			admin := sharedPool(t, 4)
 			holder, other := newLocker(t, admin), newLocker(t, admin)
 			waiter := newLocker(t, newPool(t, withHost(t, srv.DSN(), hp.Addr(), nil), 2))
@@ -214,7 +83,7 @@ func TestCutWaiter(t *testing.T) {
 				got <- err
 			}()
 			waitQueued(t, ctx, admin, k, 1)
-			hp.Cut(t)
+			hp.Partition(t)
 			cut := time.Now()
 			defer hp.Heal(t)
 			if releaseAtOnce {
@@ -290,7 +159,7 @@ func TestCloseInterruptsCallInFlight(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			srv := testserver.Postgres(t)
-			hp := newHoldProxy(t, srv.Addr())
+			hp := testserver.NewProxy(t, srv.Addr())
 			extra := url.Values{"lock_health_interval": {testInterval.String()}}
 			if c.query != "" {
 				q, _ := url.ParseQuery(c.query)
@@ -306,7 +175,7 @@ func TestCloseInterruptsCallInFlight(t *testing.T) {
 			} else {
 				time.Sleep(300 * time.Millisecond) // pool_min_conns connects in the background
 			}
-			hp.Cut(t)
+			hp.Partition(t)
 			defer hp.Heal(t)
 			got := make(chan error, 1)
 			go func() {

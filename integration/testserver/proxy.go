@@ -10,8 +10,39 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/Shopify/toxiproxy/v2/stream"
+	"github.com/Shopify/toxiproxy/v2/toxics"
 	"github.com/rs/zerolog"
 )
+
+// holdToxic holds every chunk until it is removed, then lets them all
+// through, in order: a partition as TCP lives it (nothing passes while it
+// lasts, what was sent arrives once it heals, the connections survive). The
+// end of a stream passes at once (see Partition).
+type holdToxic struct{}
+
+func (*holdToxic) Pipe(stub *toxics.ToxicStub) {
+	var held []*stream.StreamChunk
+	for {
+		select {
+		case <-stub.Interrupt:
+			for _, c := range held {
+				stub.Output <- c
+			}
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			held = append(held, c)
+		}
+	}
+}
+
+const holdToxicType = "locker_hold"
+
+func init() { toxics.Register(holdToxicType, new(holdToxic)) }
 
 // Proxy is a TCP fault proxy (Toxiproxy, run in this process) between a client and a
 // server: the client connects to Addr, the proxy to the upstream.
@@ -79,6 +110,34 @@ func (p *Proxy) Blackhole(t testing.TB) {
 	}
 }
 
+// Partition stops all traffic through the proxy, both ways, as a network
+// partition does, until Heal: current and new connections stay open, nothing
+// passes, and what was sent meanwhile arrives once it heals (TCP would
+// retransmit it), on the same connections.
+//
+// Blackhole differs in its heal: Toxiproxy's timeout toxic drops what it
+// held and, when removed, closes every connection it held, so a Blackhole
+// healed is a connection reset (a fault of its own: a server frees a
+// session's locks). Use Partition for "cut off, then healed".
+//
+// A close by the client still passes at once, unlike in a real partition:
+// there the server learns of a dead client by TCP keepalive or
+// tcp_user_timeout, which a proxy on the loopback cannot mimic. Passing the
+// close on stands in for those timeouts firing after the client gave up.
+func (p *Proxy) Partition(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, dir := range []string{"upstream", "downstream"} {
+		if p.p.Toxics.GetToxic("partition_"+dir) == nil {
+			js := fmt.Sprintf(`{"name":"partition_%s","type":%q,"stream":%q,"toxicity":1}`, dir, holdToxicType, dir)
+			if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+				t.Fatalf("testserver: proxy %s: partition %s: %v", p.addr, dir, err)
+			}
+		}
+	}
+}
+
 // Latency delays every byte from the server to the client by d (so each request and
 // response round trip takes at least d longer). A new call replaces the old delay.
 func (p *Proxy) Latency(t testing.TB, d time.Duration) {
@@ -125,7 +184,8 @@ func (p *Proxy) Crash(t testing.TB) {
 }
 
 // Heal removes every toxic: traffic passes again, on new connections and on current
-// ones that survived.
+// ones that survived (after a Partition, all of them, with what it held; after a
+// Blackhole, none: see Partition).
 func (p *Proxy) Heal(t testing.TB) {
 	t.Helper()
 	p.mu.Lock()
