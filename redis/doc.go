@@ -22,6 +22,15 @@
 // own lock, never on another holder's. A crashed holder blocks others for at
 // most its TTL (default 30s, at least MinTTL).
 //
+// Every call returns when its context ends, with an error wrapping
+// ctx.Err(), also for a plain cancel() while a request is in flight, and
+// Close ends every call in progress with locker.ErrClosed at once, whatever
+// the client's ContextTimeoutEnabled and ReadTimeout (see "Failure modes").
+//
+// The server must not evict keys: Acquire and TryAcquire refuse a server
+// whose maxmemory-policy is anything but noeviction, with an error wrapping
+// ErrEvictionPolicy (see "Eviction" below).
+//
 // A lock alone does not make data safe: a holder can be paused (GC, swap, a
 // stopped VM) past its lease and resume believing it still holds the lock.
 // Pass Handle.Token to the resource you protect and have it reject writes
@@ -32,12 +41,13 @@
 //
 // # How it works
 //
-// A key k is stored under three names that share one Cluster hash tag, so
+// A key k is stored under four names that share one Cluster hash tag, so
 // that the scripts, which touch several of them, run on one slot:
 //
-//	<prefix>{base64url(k)}:lock   owner token, expires with the lease
-//	<prefix>{base64url(k)}:fence  fencing counter, never expires
-//	<prefix>{base64url(k)}:wake   Pub/Sub channel announcing releases
+//	<prefix>{base64url(k)}:lock      owner token, expires with the lease
+//	<prefix>{base64url(k)}:fence     fencing counter, never expires (but see WithFenceExpiry)
+//	<prefix>{base64url(k)}:wake      Pub/Sub channel announcing releases
+//	<prefix>{base64url(k)}:released  owner token of the last release, for 15s
 //
 // The base64url encoding (no padding) is injective and contains no braces
 // or colons, so no user key, whatever bytes it holds ("{", "}", "/", "*",
@@ -53,7 +63,19 @@
 // retry interval (WithRetryInterval, default 3s) passes — a safety net for
 // lost messages, not a polling loop. Release deletes the lock and publishes
 // on the channel in the same script, so a handoff costs about one round
-// trip. Within one Locker a release wakes one waiter, not all.
+// trip. Within one Locker a release wakes one waiter, not all. The release
+// also leaves its owner token under :released for 15s, so that a retry of
+// the same release by go-redis (after a reply lost to a connection reset or
+// a read timeout) is told that it succeeded, not that the lock was lost.
+//
+// Each request runs on a goroutine of its own, and the call waits for it
+// only as long as its context and the Locker allow: go-redis turns a
+// context's deadline into a socket deadline (with ContextTimeoutEnabled),
+// but nothing ends a socket read on a cancel() or a Close. A request the
+// caller stopped waiting for finishes in the background, bounded by the
+// client's ReadTimeout, the context's deadline (with ContextTimeoutEnabled),
+// and 30s when the client has no ReadTimeout; whatever lock it may have
+// taken is deleted once it ends.
 //
 // Loss is measured on the local monotonic clock: the lease counts from the
 // moment the last successful acquire or renewal request was sent (the server
@@ -76,7 +98,9 @@
 //	redis+sentinel://[user:password@]sentinel:port[/db]?master_name=mymaster&addr=sentinel2:port[&options]
 //
 // Options of the Locker: prefix, ttl (a Go duration such as 30s), watchdog
-// (true/false), drift_margin, retry_interval and clock_tokens (true/false).
+// (true/false), drift_margin, retry_interval, clock_tokens (true/false),
+// fence_expiry (a duration; needs clock_tokens=true) and allow_eviction
+// (true/false).
 // Every other parameter is handed to go-redis' own URL parsers (its ParseURL,
 // ParseClusterURL and ParseFailoverURL: dial_timeout, read_timeout,
 // pool_size, client_name, skip_verify, ...), which reject what they do not
@@ -93,7 +117,29 @@
 // (&prefix*): EVALSHA and EVAL, and inside the scripts GET, SET, INCR, PTTL,
 // DEL, PEXPIRE and PUBLISH (SPUBLISH on Cluster), plus TIME with
 // WithClockTokens; for waiting, SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE and
-// SUNSUBSCRIBE on Cluster), plus PING.
+// SUNSUBSCRIBE on Cluster), plus PING. To let the Locker check the eviction
+// policy, also CONFIG GET (+config|get) or INFO; without both it cannot
+// check, and takes locks without knowing (see "Eviction").
+//
+// # Eviction
+//
+// With a maxmemory-policy other than noeviction, a Redis that reaches
+// maxmemory deletes keys to make room: the volatile-* policies keys with an
+// expiry, which every held lock has, and the allkeys-* policies any key,
+// fence counters included. An evicted lock is free for another client at
+// once while its holder hears nothing until its next renewal, up to TTL/3
+// later; an evicted counter starts again at 1, so tokens go backwards. So
+// the Locker requires noeviction (with which a full Redis refuses new locks
+// with an OOM error instead of dropping held ones): before its first acquire
+// on a server, and again a minute after the last check, it reads the policy
+// with CONFIG GET maxmemory-policy, or INFO memory where CONFIG is renamed,
+// disabled (as on several managed services) or not allowed to the ACL user,
+// and refuses with an error wrapping ErrEvictionPolicy that names the
+// policy. On Cluster it checks each master. When neither command answers it
+// cannot tell and goes ahead. A policy changed after a check is noticed
+// within a minute. WithAllowEviction (URL: allow_eviction=true) turns the
+// check off, for a Redis shared with a cache whose policy cannot change, at
+// the price above; use WithClockTokens with it.
 //
 // # Failure modes
 //
@@ -116,26 +162,40 @@
 //   - Lost Pub/Sub messages: the Locker checks its Pub/Sub connections (a
 //     PING after 3s of silence) and replaces a failed one, subscribing again
 //     channel by channel and waking every waiter once, since releases may
-//     have been announced meanwhile. A message lost otherwise (a failover, a
-//     slot moved to another master) costs a waiter at most the holder's
-//     remaining lease or the retry interval.
-//   - A client without ContextTimeoutEnabled (the go-redis default) cannot
-//     abort a request in flight: calls still return when their context ends,
-//     but the request finishes in the background until ReadTimeout, and Close
-//     waits for it.
+//     have been announced meanwhile. When a key's slot moves to another
+//     Cluster master (resharding), the old master drops the subscriptions
+//     of the slot and says so; the waiters are woken once and subscribe on
+//     the new master. A message lost otherwise (a failover) costs a waiter
+//     at most the holder's remaining lease or the retry interval.
+//   - A request in flight on a dead connection (a partition, a paused
+//     server): the call returns when its context ends (within
+//     milliseconds, also on a plain cancel()) or when the Locker closes
+//     (ErrClosed). Close waits at most 250ms for requests in flight. One
+//     stuck on a dead connection finishes in the background when the
+//     client is closed (a Locker from Open closes its own in Close), at
+//     its socket deadline (the client's ReadTimeout, and with
+//     ContextTimeoutEnabled also the caller's deadline, or 30s on a client
+//     without ReadTimeout); its goroutine may outlive Close until then.
 //
 // # Fencing tokens and persistence
 //
 // Tokens come from INCR on the fence counter, which never expires. They
 // increase as long as the counter survives. It does not survive a restart
-// without persistence, FLUSHDB/FLUSHALL, eviction under a maxmemory policy
-// that may evict keys without a TTL (allkeys-*), or a failover to a replica
+// without persistence, FLUSHDB/FLUSHALL, eviction (which the Locker refuses,
+// see "Eviction", unless WithAllowEviction), or a failover to a replica
 // that had not received the latest increments. For tokens you can rely on:
 // run with appendonly yes and appendfsync always (everysec can lose the last
-// second of increments on a crash), use maxmemory-policy noeviction or a
-// volatile-* policy, and under replication make failover wait for replicas
-// (min-replicas-to-write, or WAIT after acquiring, which narrows but does
-// not close the window).
+// second of increments on a crash), keep maxmemory-policy noeviction, and
+// under replication make failover wait for replicas (min-replicas-to-write,
+// or WAIT after acquiring, which narrows but does not close the window).
+//
+// Because counters never expire, Redis keeps one small key (about 100 bytes)
+// for every distinct key ever locked. Locks on a bounded set of names cost
+// nothing more; a program that locks ever new names (one per order, per
+// request) grows Redis' memory without end. WithFenceExpiry (URL:
+// fence_expiry) lets a counter expire after the key has not been acquired
+// for a while; it needs WithClockTokens, since only the clock floor keeps
+// tokens increasing once a counter is gone.
 //
 // WithClockTokens (URL: clock_tokens=true) removes most of that dependence:
 // each token becomes max(previous + 1, the server's clock in microseconds),

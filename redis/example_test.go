@@ -18,7 +18,8 @@ import (
 func ExampleNew() {
 	client := goredis.NewClient(&goredis.Options{
 		Addr: "127.0.0.1:6379",
-		// Lets a cancelled context abort a request in flight.
+		// Lets a context's deadline end a request on the socket too, not
+		// only the call waiting for it.
 		ContextTimeoutEnabled: true,
 	})
 	defer client.Close() // after the Locker: New does not take the client over

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -143,8 +144,8 @@ func (h *Handle) watchdog() {
 		}, nil)
 		cancel()
 		switch {
-		case h.ctx.Err() != nil:
-			return
+		case h.ctx.Err() != nil, h.l.ctx.Err() != nil:
+			return // released, or Close releases it
 		case err == nil && ok:
 			h.renewed(start)
 			// The next renewal is due TTL/3 after this one was sent, not
@@ -217,25 +218,20 @@ func (h *Handle) stopRenewal() {
 // locker.ErrLost; a second Release returns one wrapping locker.ErrReleased.
 // When the server cannot be reached the lock is given up all the same
 // (renewal stops, Err reports ErrReleased) and expires after its TTL; the
-// error says so.
+// error says so. Release returns when ctx ends, whatever the client does
+// with contexts; a Release that another one of the same Handle is still
+// performing waits for its verdict only as long as its own ctx allows.
 func (h *Handle) Release(ctx context.Context) error {
 	h.mu.Lock()
 	if h.releasing || h.st.Ended() {
 		h.mu.Unlock()
-		return h.endedErr()
+		return h.endedErr(ctx)
 	}
 	h.releasing = true
 	h.mu.Unlock()
 
 	if !h.l.enter() {
-		// Close is releasing this handle (or has): wait for its verdict
-		// rather than guess one.
-		select {
-		case <-h.st.Done():
-		case <-time.After(locker.ReleaseTimeout + time.Second):
-			h.end(h.lostErr("the Locker closed before Release"))
-		}
-		return h.endedErr()
+		return h.closeVerdict(ctx)
 	}
 	defer h.l.exit()
 	h.stopRenewal()
@@ -245,11 +241,16 @@ func (h *Handle) Release(ctx context.Context) error {
 		released, err = h.l.runRelease(ctx, h.k, h.owner)
 		return err
 	}, nil)
+	if errors.Is(err, locker.ErrClosed) && ctx.Err() == nil {
+		// Close began meanwhile and abandoned the request; the handle was
+		// still registered, so Close releases the lock.
+		return h.closeVerdict(ctx)
+	}
 	h.l.unregister(h)
 	switch {
 	case err != nil:
 		if !h.end(locker.ErrReleased) {
-			return h.endedErr()
+			return h.endedErr(ctx)
 		}
 		// Keep trying for a while in the background (ctx may merely have
 		// been too short), so the key frees sooner than its TTL.
@@ -259,21 +260,50 @@ func (h *Handle) Release(ctx context.Context) error {
 		if !h.end(locker.ErrReleased) {
 			// The loss timer fired while the release was in flight: the
 			// holder was told it lost the lock, so say so here too.
-			return h.endedErr()
+			return h.endedErr(ctx)
 		}
 		return nil
 	default:
-		h.end(h.lostErr("the lease had run out before Release"))
-		return h.endedErr()
+		h.end(h.lostErr("the lock was no longer ours when Release came: its lease had run out, or it was deleted on the server"))
+		return h.endedErr(ctx)
 	}
 }
 
-// endedErr is what Release returns on an ended (or ending) lock.
-func (h *Handle) endedErr() error {
-	<-h.st.Done() // a concurrent Release is finishing
-	err := h.st.Err()
-	if err == locker.ErrReleased {
-		return locker.KeyError("release", h.key, locker.ErrReleased)
+// closeVerdict is what Release returns when the Locker's Close is releasing
+// the lock: Close's verdict, once it has one.
+func (h *Handle) closeVerdict(ctx context.Context) error {
+	t := time.NewTimer(locker.ReleaseTimeout + time.Second)
+	defer t.Stop()
+	select {
+	case <-h.st.Done():
+	case <-t.C:
+		// Close did not end the handle (it was not among the held ones):
+		// give it up here.
+		h.end(h.lostErr("the Locker closed before Release"))
+	case <-ctx.Done():
+		return locker.KeyError("release", h.key, fmt.Errorf("%w (the Locker is closing; Close releases the lock)", ctxErr(ctx)))
 	}
-	return err // already a *locker.Error wrapping ErrLost
+	return h.endedErr(ctx)
+}
+
+// endedErr is what Release returns on an ended (or ending) lock: an error
+// with op "release" and the key, wrapping locker.ErrReleased (also
+// locker.ErrClosed after Close) or locker.ErrLost. A concurrent Release may
+// still be at work on the lock; endedErr waits for it as long as ctx allows.
+func (h *Handle) endedErr(ctx context.Context) error {
+	select {
+	case <-h.st.Done():
+	default:
+		select {
+		case <-h.st.Done():
+		case <-ctx.Done():
+			return locker.KeyError("release", h.key, fmt.Errorf("%w (another Release of the lock is in progress)", ctxErr(ctx)))
+		}
+	}
+	err := h.st.Err()
+	var le *locker.Error
+	if errors.As(err, &le) {
+		err = le.Err // a loss, recorded as op "hold": the cause without the key
+	}
+	return locker.KeyError("release", h.key, err)
 }

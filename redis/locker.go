@@ -25,17 +25,22 @@ type Locker struct {
 	cfg       config
 	cfgErr    error // an invalid Option, reported by every acquire
 	sharded   bool  // Cluster: sharded Pub/Sub (SPUBLISH/SSUBSCRIBE)
-	ctxAware  bool  // the client aborts socket I/O when a context ends
 	hub       *hub
+	policies  policyCache // which servers were found not to evict keys
+	unbounded bool        // the client has no ReadTimeout: see requestTimeout
 
-	closing chan struct{} // closed by Close: waiters give up
+	// ctx ends when Close begins: every request in flight is abandoned
+	// (see exec), and every call returns locker.ErrClosed.
+	ctx     context.Context
+	stop    context.CancelFunc
+	closing <-chan struct{} // ctx.Done(): waiters give up
 
 	mu      sync.Mutex
 	closed  bool
 	handles map[*Handle]struct{} // held locks, for Close
 
 	// active counts calls in progress and goroutines that may still talk to
-	// Redis (watchdogs, detached commands, clean-ups); Close waits for them.
+	// Redis (watchdogs, requests, clean-ups); Close waits for them, boundedly.
 	active tracker
 }
 
@@ -44,26 +49,33 @@ type Locker struct {
 // *goredis.ClusterClient. The Locker does not close client: the caller keeps
 // owning it and must close it after the Locker.
 //
-// A client made with ContextTimeoutEnabled aborts a request in flight as soon
-// as its context ends; otherwise the Locker still returns when the context
-// ends, but the abandoned request occupies a connection until the client's
-// ReadTimeout. *goredis.Ring is not supported: it moves keys between shards
-// when one fails, which would let two clients hold one lock.
+// Every call returns when its context ends or the Locker closes, whatever
+// the client's settings. A request it abandons that way occupies a
+// connection until it ends on its own, at its socket deadline: the client's
+// ReadTimeout, and with ContextTimeoutEnabled also the context's deadline
+// (or 30s when the client has no ReadTimeout). Set ContextTimeoutEnabled:
+// without it a deadline does not reach the socket. *goredis.Ring is not
+// supported: it moves keys between shards when one fails, which would let
+// two clients hold one lock.
 func New(client goredis.UniversalClient, opts ...Option) *Locker {
 	cfg, cfgErr := newConfig(opts)
+	ctx, stop := context.WithCancel(context.Background())
 	l := &Locker{
-		client:  client,
-		cfg:     cfg,
-		cfgErr:  cfgErr,
-		closing: make(chan struct{}),
-		handles: map[*Handle]struct{}{},
+		client:   client,
+		cfg:      cfg,
+		cfgErr:   cfgErr,
+		ctx:      ctx,
+		stop:     stop,
+		closing:  ctx.Done(),
+		handles:  map[*Handle]struct{}{},
+		policies: policyCache{ok: map[string]time.Time{}},
 	}
 	switch c := client.(type) {
 	case *goredis.ClusterClient:
 		l.sharded = true
-		l.ctxAware = c.Options().ContextTimeoutEnabled
+		l.unbounded = c.Options().ReadTimeout < 0
 	case *goredis.Client:
-		l.ctxAware = c.Options().ContextTimeoutEnabled
+		l.unbounded = c.Options().ReadTimeout < 0
 	case *goredis.Ring:
 		if l.cfgErr == nil {
 			l.cfgErr = fmt.Errorf("%w: redis: *goredis.Ring is not supported: it remaps keys to other shards when one fails, so two clients could hold one lock; use a single server, Sentinel or Cluster", locker.ErrInvalidOption)
@@ -81,17 +93,18 @@ var errNilClient = fmt.Errorf("%w: redis: nil client", locker.ErrInvalidOption)
 
 // keys are the Redis names of one lock.
 type keys struct {
-	lock  string // holds the owner token while locked; expires with the lease
-	fence string // the fencing counter; never expires
-	wake  string // Pub/Sub channel announcing releases
+	lock     string // holds the owner token while locked; expires with the lease
+	fence    string // the fencing counter; never expires (see WithFenceExpiry)
+	wake     string // Pub/Sub channel announcing releases
+	released string // the owner token of the last release, for a few seconds
 }
 
 // keysFor encodes a user key injectively: base64url of its bytes, which
-// contains neither braces nor ':' , inside a Cluster hash tag, so the three
-// names of one key share one slot, and no two user keys share any name.
+// contains neither braces nor ':' , inside a Cluster hash tag, so the names
+// of one key share one slot, and no two user keys share any name.
 func (l *Locker) keysFor(key string) keys {
 	tag := l.cfg.prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
-	return keys{lock: tag + ":lock", fence: tag + ":fence", wake: tag + ":wake"}
+	return keys{lock: tag + ":lock", fence: tag + ":fence", wake: tag + ":wake", released: tag + ":released"}
 }
 
 // KeyNames returns the names under which the Locker keeps key in Redis, as
@@ -102,7 +115,9 @@ func (l *Locker) keysFor(key string) keys {
 // and tests: inspecting a lock or deleting a stuck one by hand, finding a
 // key's Cluster slot, watching its releases, writing ACLs. Never delete or
 // overwrite the fence counter: tokens would start again (see "Fencing tokens
-// and persistence"). KeyNames neither validates key nor talks to Redis.
+// and persistence"). A fourth name, the lock's with ":released" in place of
+// ":lock", remembers the last release for a few seconds (see "How it
+// works"). KeyNames neither validates key nor talks to Redis.
 func (l *Locker) KeyNames(key string) (lock, fence, wake string) {
 	k := l.keysFor(key)
 	return k.lock, k.fence, k.wake
@@ -160,6 +175,9 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 		return nil, locker.KeyError(op, key, ctxErr(ctx))
 	}
 	k := l.keysFor(key)
+	if err := l.checkPolicy(ctx, k); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
 
 	// Try first: an uncontended lock costs one round trip and no
 	// subscription.
@@ -190,6 +208,15 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 		if h != nil {
 			acquired = true
 			return h, nil
+		}
+		if w.hasMoved() {
+			// The key's slot moved to another Cluster master: listen
+			// there, then try again before sleeping, as above.
+			w = l.hub.rewatch(ctx, l.closing, w)
+			if err := w.awaitSubscribed(ctx, l.closing, l.cfg.retryInterval); err != nil {
+				return nil, locker.KeyError(op, key, err)
+			}
+			continue
 		}
 		timer.Reset(l.sleepFor(res.pttl))
 		select {
@@ -267,7 +294,9 @@ func (l *Locker) unregister(h *Handle) {
 const cleanupTimeout = 5 * time.Second
 
 // cleanup deletes k's lock if it still carries owner, in the background.
-// It must run inside an active call or goroutine.
+// It must run inside an active call or goroutine. It outlives the start of
+// Close (which waits for it, boundedly): an abandoned acquire that went
+// through must not leave a lock behind for its whole TTL.
 func (l *Locker) cleanup(k keys, owner string) {
 	l.active.add()
 	go func() {
@@ -278,132 +307,27 @@ func (l *Locker) cleanup(k keys, owner string) {
 	}()
 }
 
-// exec runs a Redis call so that it returns when ctx ends even with a client
-// that ignores contexts during socket I/O (ContextTimeoutEnabled false, the
-// go-redis default): the call then finishes on its own goroutine, which
-// Close waits for. abandoned runs after a call that ctx cut short, once it
-// has finished, because its effect on the server is unknown. exec must run
-// inside an active call (see enter) or an active goroutine.
-func (l *Locker) exec(ctx context.Context, call func(context.Context) error, abandoned func()) error {
-	if ctx.Err() != nil {
-		return ctxErr(ctx)
-	}
-	if l.ctxAware || ctx.Done() == nil {
-		err := call(ctx)
-		if err != nil && ctx.Err() != nil {
-			if abandoned != nil {
-				abandoned()
-			}
-			return ctxErr(ctx)
-		}
-		return err
-	}
-	var (
-		mu   sync.Mutex
-		gone bool // the caller stopped waiting; guarded by mu with done
-	)
-	done := make(chan error, 1)
-	l.active.add()
-	go func() {
-		defer l.active.done()
-		err := call(context.WithoutCancel(ctx))
-		mu.Lock()
-		if !gone {
-			done <- err
-			mu.Unlock()
-			return
-		}
-		mu.Unlock()
-		if abandoned != nil {
-			abandoned()
-		}
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		mu.Lock()
-		defer mu.Unlock()
-		select {
-		case err := <-done: // finished meanwhile: its result stands
-			return err
-		default:
-			gone = true
-			return ctxErr(ctx)
-		}
-	}
-}
-
-// ctxErr is the error of an ended ctx: it wraps ctx.Err(), so errors.Is
-// with context.Canceled or context.DeadlineExceeded holds, and the cause
-// given to context.WithCancelCause, if any.
-func ctxErr(ctx context.Context) error {
-	err := ctx.Err()
-	if cause := context.Cause(ctx); cause != nil && cause != err {
-		return fmt.Errorf("%w: %w", err, cause)
-	}
-	return err
-}
-
-// enter counts a call that may talk to Redis as active, unless the Locker
-// is closed; exit ends it. Close waits until nothing is active, so no
-// goroutine of the Locker outlives it.
-func (l *Locker) enter() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.active.add()
-	return true
-}
-
-func (l *Locker) exit() { l.active.done() }
-
-// tracker counts active calls and goroutines; wait returns once none is.
-// Unlike sync.WaitGroup it allows add while someone waits, which happens
-// when an active goroutine starts another.
-type tracker struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{} // closed when n drops to 0 while someone waits
-}
-
-func (t *tracker) add() {
-	t.mu.Lock()
-	t.n++
-	t.mu.Unlock()
-}
-
-func (t *tracker) done() {
-	t.mu.Lock()
-	t.n--
-	if t.n == 0 && t.idle != nil {
-		close(t.idle)
-		t.idle = nil
-	}
-	t.mu.Unlock()
-}
-
-func (t *tracker) wait() {
-	t.mu.Lock()
-	if t.n == 0 {
-		t.mu.Unlock()
-		return
-	}
-	if t.idle == nil {
-		t.idle = make(chan struct{})
-	}
-	idle := t.idle
-	t.mu.Unlock()
-	<-idle
-}
+// closeGrace is how long Close waits for requests still in flight and for
+// the clean-ups of the acquires it interrupted. A request that has reached a
+// healthy server ends within a round trip; one stuck on a dead connection
+// cannot be stopped from outside go-redis (see exec), and Close does not wait
+// for it longer than this.
+const closeGrace = 250 * time.Millisecond
 
 // Close releases every lock the Locker holds (their Handles report
-// locker.ErrReleasedByClose), stops the watchdogs and the Pub/Sub connections, and ends
-// waiting Acquires with ErrClosed. It closes the client only when the Locker
-// was opened from a URL. It returns once no goroutine of the Locker runs; a
-// second Close returns nil.
+// locker.ErrReleasedByClose), stops the watchdogs and the Pub/Sub
+// connections, and ends every call in progress with locker.ErrClosed at
+// once: waiting Acquires, and calls whose request is in flight, which it
+// abandons. It closes the client only when the Locker was opened from a URL.
+//
+// It waits for the release of the held locks (at most locker.ReleaseTimeout
+// when the server does not answer), then at most 250ms for requests still in
+// flight. A request stuck on a dead connection ends when the client is
+// closed or at its socket deadline (see New); its goroutine may outlive
+// Close until then, but it has no effect: whatever it may have taken on the
+// server is deleted when it ends. When the Locker owns the client (Open),
+// Close closes it, which ends them at once.
+// A second Close returns nil.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -411,7 +335,6 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	l.closed = true
-	close(l.closing)
 	held := make([]*Handle, 0, len(l.handles))
 	for h := range l.handles {
 		held = append(held, h)
@@ -419,11 +342,15 @@ func (l *Locker) Close() error {
 	clear(l.handles)
 	l.mu.Unlock()
 
+	l.stop() // every call in progress returns ErrClosed now
 	err := l.releaseAll(held)
 	l.hub.close()
-	l.active.wait()
+	l.active.wait(closeGrace)
 	if l.ownClient {
+		// Closing the client ends whatever request is still stuck, so that
+		// no goroutine of ours outlives Close.
 		err = errors.Join(err, l.client.Close())
+		l.active.wait(-1)
 	}
 	return err
 }
@@ -438,19 +365,29 @@ func (l *Locker) releaseAll(held []*Handle) error {
 		h.stopRenewal()
 	}
 	// Bounded as a Release by locker.Do is, and as the postgres Locker's
-	// Close is.
+	// Close is. Not bounded by the Locker's own context, which has ended.
 	ctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
 	defer cancel()
-	pipe := l.client.Pipeline()
-	cmds := make([]*goredis.Cmd, len(held))
-	for i, h := range held {
-		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
-		cmds[i] = releaseScript.Eval(ctx, pipe, []string{h.k.lock, h.k.wake}, h.owner, l.shardedFlag())
+	var cmds []*goredis.Cmd
+	err := l.detach(ctx, context.Background(), func(ctx context.Context) error {
+		pipe := l.client.Pipeline()
+		cmds = make([]*goredis.Cmd, len(held))
+		for i, h := range held {
+			// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
+			cmds[i] = releaseScript.Eval(ctx, pipe, h.k.releaseKeys(), l.releaseArgs(h.owner)...)
+		}
+		_, _ = pipe.Exec(ctx) // each command's error is read below
+		return nil
+	}, nil)
+	if err != nil {
+		// The pipeline is abandoned: its results are not ours to read.
+		var errs []error
+		for _, h := range held {
+			h.end(locker.ErrReleasedByClose)
+			errs = append(errs, locker.KeyError("release", h.key, fmt.Errorf("%w (the lock expires after its TTL)", err)))
+		}
+		return errors.Join(errs...)
 	}
-	// Not through exec: the results are read below, so the pipeline must
-	// have finished. Without ContextTimeoutEnabled this may take until the
-	// client's ReadTimeout when the server does not answer.
-	_, _ = pipe.Exec(ctx)
 	var errs []error
 	for i, h := range held {
 		n, err := cmds[i].Int64()

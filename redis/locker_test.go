@@ -29,7 +29,7 @@ func TestKeyEncoding(t *testing.T) {
 	seen := map[string]string{}
 	for _, k := range []string{"a", "b", "{a}", "a}", "{", "}", "}{", "a:lock", "a}:fence", "ключ", "x/../y", "*", " ", "\"'", strings.Repeat("z", locker.MaxKeyLen)} {
 		ks := l.keysFor(k)
-		for _, name := range []string{ks.lock, ks.fence, ks.wake} {
+		for _, name := range []string{ks.lock, ks.fence, ks.wake, ks.released} {
 			if prev, dup := seen[name]; dup {
 				t.Errorf("keys %q and %q share the Redis name %q", prev, k, name)
 			}
@@ -41,7 +41,7 @@ func TestKeyEncoding(t *testing.T) {
 			if open < 0 || end <= 1 {
 				t.Fatalf("%q has no hash tag", name)
 			}
-			if tag := name[open : open+end+1]; !strings.HasPrefix(ks.lock, DefaultPrefix+tag) || !strings.HasPrefix(ks.fence, DefaultPrefix+tag) {
+			if tag := name[open : open+end+1]; !strings.HasPrefix(ks.lock, DefaultPrefix+tag) || !strings.HasPrefix(ks.fence, DefaultPrefix+tag) || !strings.HasPrefix(ks.released, DefaultPrefix+tag) {
 				t.Errorf("names of %q do not share the hash tag %q: %+v", k, tag, ks)
 			}
 		}
@@ -50,7 +50,7 @@ func TestKeyEncoding(t *testing.T) {
 
 // TestKeyNames: the exported names are the ones the scripts use, laid out
 // as the package documentation says: <prefix>{base64url(key)}:lock, :fence
-// and :wake.
+// and :wake (and :released, which KeyNames does not return).
 func TestKeyNames(t *testing.T) {
 	for _, tc := range []struct {
 		prefix, key, tag string
@@ -69,7 +69,7 @@ func TestKeyNames(t *testing.T) {
 		if lock != base+":lock" || fence != base+":fence" || wake != base+":wake" {
 			t.Errorf("prefix %q, key %q: KeyNames = %q, %q, %q; want %q + :lock, :fence, :wake", tc.prefix, tc.key, lock, fence, wake, base)
 		}
-		if k := l.keysFor(tc.key); k != (keys{lock: lock, fence: fence, wake: wake}) {
+		if k := l.keysFor(tc.key); k != (keys{lock: lock, fence: fence, wake: wake, released: base + ":released"}) {
 			t.Errorf("prefix %q, key %q: KeyNames = %q, %q, %q, but the scripts use %+v", tc.prefix, tc.key, lock, fence, wake, k)
 		}
 	}
@@ -104,12 +104,14 @@ func TestOptionsRejectedOffline(t *testing.T) {
 	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	t.Cleanup(func() { _ = ring.Close() })
 	for name, l := range map[string]*Locker{
-		"TTL below minimum":   New(client(), WithTTL(MinTTL/2)),
-		"drift over half TTL": New(client(), WithTTL(time.Second), WithDriftMargin(600*time.Millisecond)),
-		"drift not positive":  New(client(), WithDriftMargin(0)),
-		"retry interval":      New(client(), WithRetryInterval(0)),
-		"nil client":          New(nil),
-		"ring":                New(ring),
+		"TTL below minimum":                 New(client(), WithTTL(MinTTL/2)),
+		"drift over half TTL":               New(client(), WithTTL(time.Second), WithDriftMargin(600*time.Millisecond)),
+		"drift not positive":                New(client(), WithDriftMargin(0)),
+		"retry interval":                    New(client(), WithRetryInterval(0)),
+		"fence expiry without clock tokens": New(client(), WithFenceExpiry(time.Hour)),
+		"fence expiry too short":            New(client(), WithClockTokens(true), WithFenceExpiry(MinFenceExpiry-time.Second)),
+		"nil client":                        New(nil),
+		"ring":                              New(ring),
 	} {
 		t.Cleanup(func() { _ = l.Close() })
 		if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, locker.ErrInvalidOption) {

@@ -43,6 +43,8 @@ type config struct {
 	drift         time.Duration // 0: derived from the TTL, see driftFor
 	retryInterval time.Duration
 	clockTokens   bool
+	fenceExpiry   time.Duration // 0: fence counters never expire
+	allowEviction bool          // skip the maxmemory-policy check
 }
 
 func defaultConfig() config {
@@ -143,6 +145,9 @@ func newConfig(opts []Option) (config, error) {
 	if _, err := cfg.driftFor(cfg.ttl); err != nil {
 		return cfg, err
 	}
+	if cfg.fenceExpiry > 0 && !cfg.clockTokens {
+		return cfg, fmt.Errorf("%w: redis: WithFenceExpiry needs WithClockTokens: an expired plain counter would start again at 1, and tokens would go backwards", locker.ErrInvalidOption)
+	}
 	return cfg, nil
 }
 
@@ -159,6 +164,49 @@ func newConfig(opts []Option) (config, error) {
 func WithClockTokens(on bool) Option {
 	return func(c *config) error {
 		c.clockTokens = on
+		return nil
+	}
+}
+
+// MinFenceExpiry is the shortest idle period accepted by WithFenceExpiry.
+// After it the server clock must have passed the counter's last value, so
+// the clock floor alone keeps tokens increasing: a minute is millions of
+// microseconds of margin, far above what acquisitions in a burst add to the
+// counter, and it also covers a small step back of the server clock.
+const MinFenceExpiry = time.Minute
+
+// WithFenceExpiry lets a key's fence counter expire once the key has not been
+// acquired for idle (at least MinFenceExpiry; hours or days are typical), so
+// that Redis memory does not grow with every distinct key ever locked: by
+// default counters never expire, one small key per lock name. It needs
+// WithClockTokens, which keeps tokens increasing when a counter is gone,
+// under the same condition as there: the clock of the server that issues the
+// next token must not be behind the clock that issued the last one (by more
+// than idle, here). Without WithClockTokens it is an invalid option. URL:
+// fence_expiry=24h (with clock_tokens=true).
+func WithFenceExpiry(idle time.Duration) Option {
+	return func(c *config) error {
+		if idle < MinFenceExpiry || idle > MaxTTL {
+			return fmt.Errorf("%w: redis: fence expiry %v is outside [%v, %v]", locker.ErrInvalidOption, idle, MinFenceExpiry, MaxTTL)
+		}
+		c.fenceExpiry = idle
+		return nil
+	}
+}
+
+// WithAllowEviction turns off the check that the server's maxmemory-policy
+// is noeviction (see ErrEvictionPolicy). Use it only for a Redis whose policy
+// you cannot change, typically one shared with a cache, and only if you
+// accept what eviction does to locks: under memory pressure Redis may delete
+// a held lock, another client then acquires the key at once, and the holder
+// hears of it only at its next renewal, up to a third of the TTL later
+// (Done, ErrLost) — two holders in the meantime, which only fencing on the
+// resource side catches. Under an allkeys-* policy the fence counter can be
+// evicted too, and tokens then start again from 1 unless WithClockTokens is
+// on, which you should set with this option. URL: allow_eviction=true.
+func WithAllowEviction(on bool) Option {
+	return func(c *config) error {
+		c.allowEviction = on
 		return nil
 	}
 }

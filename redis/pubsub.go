@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -26,9 +27,14 @@ import (
 // not relied on: it resubscribes all shard channels in one SSUBSCRIBE,
 // which Redis Cluster refuses when they span slots.
 //
+// When a channel's slot moves to another Cluster master (resharding), the
+// old master drops the subscriptions of the slot's shard channels and says
+// so (a sunsubscribe it sends unasked). Its waiters are woken, since a
+// release may have gone unheard, and move to the slot's new master.
+//
 // Notifications only make waiting prompt; they are not needed for safety.
-// A lost message (reconnect, failover, resharding) costs at most the
-// holder's remaining lease or the Locker's retry interval.
+// A lost message (reconnect, failover) costs at most the holder's remaining
+// lease or the Locker's retry interval.
 
 // hub owns the Locker's Pub/Sub connections.
 type hub struct {
@@ -47,7 +53,12 @@ type waiter struct {
 	ready <-chan struct{} // closed once the server confirmed the subscription
 	n     *node           // nil: no notifications, timers only
 	ch    string
+	moved atomic.Bool // the master dropped the subscription: the slot moved
 }
+
+// hasMoved reports whether the waiter must watch again (see hub.rewatch):
+// its master dropped the subscription because the slot moved.
+func (w *waiter) hasMoved() bool { return w.moved.Load() }
 
 // closedChan is ready at once: used when no subscription can be made.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -63,18 +74,46 @@ func (h *hub) watch(ctx context.Context, channel string) *waiter {
 	return w
 }
 
+// rewatch moves a waiter whose master dropped its subscription, the
+// channel's slot having moved, to the slot's new master. The client's slot
+// map may name the old master for a moment after the move (dropped has it
+// reloaded): rewatch waits for it to name another, for at most a second.
+func (h *hub) rewatch(ctx context.Context, closing <-chan struct{}, old *waiter) *waiter {
+	old.leave(false)
+	for deadline := time.Now().Add(time.Second); old.n != nil && time.Now().Before(deadline); {
+		if m, err := h.master(ctx, old.ch); err != nil || m == nil || m.Options().Addr != old.n.addr {
+			break
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			deadline = time.Time{} // the caller returns; watch anyway, for its leave
+		case <-closing:
+			deadline = time.Time{}
+		}
+	}
+	return h.watch(ctx, old.ch)
+}
+
+// master returns the Cluster master of channel's slot, or nil when the
+// client is not a cluster client.
+func (h *hub) master(ctx context.Context, channel string) (*goredis.Client, error) {
+	cc, ok := h.l.client.(*goredis.ClusterClient)
+	if !ok {
+		return nil, nil
+	}
+	return cc.MasterForKey(ctx, channel)
+}
+
 // node returns the connection for channel's master, making it if needed,
 // or nil when there is none (closed, or the cluster's slot map is unknown).
 func (h *hub) node(ctx context.Context, channel string) *node {
-	var (
-		addr   string
-		master *goredis.Client // on Cluster: the slot's master
-	)
-	if cc, ok := h.l.client.(*goredis.ClusterClient); ok {
-		var err error
-		if master, err = cc.MasterForKey(ctx, channel); err != nil {
-			return nil
-		}
+	var addr string
+	master, err := h.master(ctx, channel) // on Cluster: the slot's master
+	if err != nil {
+		return nil
+	}
+	if master != nil {
 		addr = master.Options().Addr
 	}
 	h.mu.Lock()
@@ -93,9 +132,15 @@ func (h *hub) node(ctx context.Context, channel string) *node {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &node{
-		ctx:       ctx,
-		cancel:    cancel,
-		sharded:   h.l.sharded,
+		ctx:     ctx,
+		cancel:  cancel,
+		addr:    addr,
+		sharded: h.l.sharded,
+		reload: func() {
+			if cc, ok := h.l.client.(*goredis.ClusterClient); ok {
+				cc.ReloadState(context.Background())
+			}
+		},
 		newPubSub: newPubSub,
 		ps:        newPubSub(),
 		chans:     map[string]*chanState{},
@@ -132,7 +177,9 @@ func (h *hub) close() {
 type node struct {
 	ctx       context.Context // ends when the hub closes
 	cancel    context.CancelFunc
+	addr      string // the master's address; "" for a non-cluster client
 	sharded   bool
+	reload    func() // has the client reload its Cluster slot map
 	newPubSub func() *goredis.PubSub
 	kick      chan struct{} // wakes the writer
 	stop      chan struct{}
@@ -145,10 +192,17 @@ type node struct {
 
 // chanState is the subscription of one channel.
 type chanState struct {
-	waiters []*waiter     // in arrival order: wake-ups go to the first
-	sent    bool          // our last command for it was a subscribe
-	pending int           // subscribe confirmations still to come
-	ready   chan struct{} // closed when sent and confirmed
+	waiters   []*waiter     // in arrival order: wake-ups go to the first
+	sent      bool          // our last command for it was a subscribe
+	pending   int           // subscribe confirmations still to come
+	unpending int           // unsubscribe confirmations still to come
+	ready     chan struct{} // closed when sent and confirmed
+}
+
+// idle reports whether the channel state can go: nobody waits, and nothing
+// we sent for it is unanswered.
+func (cs *chanState) idle() bool {
+	return len(cs.waiters) == 0 && !cs.sent && cs.pending == 0 && cs.unpending == 0
 }
 
 func (n *node) add(w *waiter) {
@@ -266,10 +320,11 @@ func (n *node) writer() {
 				subs = append(subs, ch)
 			case !want && cs.sent:
 				cs.sent = false
+				cs.unpending++
 				cs.ready = make(chan struct{})
 				unsubs = append(unsubs, ch)
 			}
-			if !want && !cs.sent && cs.pending == 0 {
+			if cs.idle() {
 				delete(n.chans, ch)
 			}
 		}
@@ -398,7 +453,7 @@ func (n *node) replace(old *goredis.PubSub) {
 	_ = old.Close()
 	n.ps = n.newPubSub()
 	for ch, cs := range n.chans {
-		cs.sent, cs.pending = false, 0
+		cs.sent, cs.pending, cs.unpending = false, 0, 0
 		if len(cs.waiters) == 0 {
 			delete(n.chans, ch)
 			continue
@@ -411,8 +466,11 @@ func (n *node) replace(old *goredis.PubSub) {
 func (n *node) route(msg any) {
 	switch m := msg.(type) {
 	case *goredis.Subscription:
-		if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
 			n.confirmed(m.Channel)
+		case "unsubscribe", "sunsubscribe":
+			n.unsubscribed(m.Channel)
 		}
 	case *goredis.Message:
 		n.mu.Lock()
@@ -444,7 +502,47 @@ func (n *node) confirmed(ch string) {
 			close(cs.ready)
 		}
 	}
-	if !cs.sent && cs.pending == 0 && len(cs.waiters) == 0 {
+	if cs.idle() {
 		delete(n.chans, ch)
 	}
+}
+
+// unsubscribed handles an unsubscribe reply: the confirmation of one of ours,
+// or the server dropping the subscription unasked, which a Cluster master
+// does when the channel's slot moves to another master.
+func (n *node) unsubscribed(ch string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := n.chans[ch]
+	if cs == nil {
+		return
+	}
+	if cs.unpending > 0 {
+		cs.unpending--
+		if cs.idle() {
+			delete(n.chans, ch)
+		}
+		return
+	}
+	// A release may have been announced where nobody listened: every
+	// waiter looks once.
+	cs.wakeAll()
+	if !n.sharded {
+		// Redis does not do this to plain channels; should it, subscribe
+		// again.
+		cs.sent, cs.pending = false, 0
+		cs.ready = make(chan struct{})
+		if len(cs.waiters) > 0 {
+			n.markDirty(ch)
+		}
+		return
+	}
+	// The slot moved: this master will refuse the channel from now on. The
+	// waiters watch again (hub.rewatch), on the slot's new master, once the
+	// client's slot map knows it.
+	for _, w := range cs.waiters {
+		w.moved.Store(true)
+	}
+	delete(n.chans, ch)
+	n.reload()
 }

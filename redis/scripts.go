@@ -19,7 +19,8 @@ import (
 //
 //	KEYS[1] lock key, KEYS[2] fence counter
 //	ARGV[1] owner token, ARGV[2] lease in milliseconds,
-//	ARGV[3] "1" to raise the token to at least the server clock in µs
+//	ARGV[3] "1" to raise the token to at least the server clock in µs,
+//	ARGV[4] with ARGV[3]: the fence counter's idle expiry in ms, "0" none
 //	returns {1, fencing token} or {0, PTTL of the current holder}
 //
 // The counter is advanced before the SET so that a failing INCR (a foreign
@@ -32,7 +33,9 @@ import (
 // and still larger than every earlier token when the counter is lost
 // (restart without persistence, failover to a lagging replica), as long as
 // the server clock has not gone back. Microseconds since 1970 stay below
-// 2^53, so Lua's doubles hold them exactly.
+// 2^53, so Lua's doubles hold them exactly. That is also what lets the
+// counter expire after an idle period (WithFenceExpiry): once it is gone the
+// clock floor alone keeps the next token above the last one.
 //
 // A lock that already carries our (fresh, random) owner token means this is
 // a retry by the client of a request whose reply was lost: the lock is ours
@@ -56,7 +59,11 @@ if ARGV[3] == '1' then
     return redis.error_reply('fence counter ' .. KEYS[2] .. ' does not hold a number')
   end
   token = math.max(cur + 1, floor)
-  redis.call('SET', KEYS[2], string.format('%.0f', token))
+  if ARGV[4] ~= '0' then
+    redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[4])
+  else
+    redis.call('SET', KEYS[2], string.format('%.0f', token))
+  end
 else
   token = redis.call('INCR', KEYS[2])
 end
@@ -67,18 +74,33 @@ return {1, token}
 // releaseScript deletes the lock only if it still carries our owner token,
 // and then tells waiters, in the same atomic step, that the key is free.
 //
-//	KEYS[1] lock key, KEYS[2] wake-up channel
-//	ARGV[1] owner token, ARGV[2] "1" to publish on a shard channel (Cluster)
-//	returns 1 when released, 0 when the lock was no longer ours
+//	KEYS[1] lock key, KEYS[2] wake-up channel, KEYS[3] last release
+//	ARGV[1] owner token, ARGV[2] "1" to publish on a shard channel (Cluster),
+//	ARGV[3] how long to remember the release, in milliseconds
+//	returns 1 when released (now or by an earlier attempt of the same
+//	release), 0 when the lock was no longer ours
+//
+// The release is remembered (the owner token under KEYS[3], for ARGV[3])
+// because go-redis retries a request whose reply was lost (a connection
+// reset, a read timeout): the retry finds the lock gone, and without the
+// record it would report a release that succeeded as a lost lock. One record
+// per key, overwritten by the next release: a retry comes within seconds.
+// The record is written under pcall, after the DEL: on a server that is full
+// (maxmemory under noeviction refuses every write that may grow memory) the
+// release must still happen, as it frees memory; only the record is missing.
 //
 // SPUBLISH runs under pcall: on a server without it (Redis < 7) the release
 // must still succeed, since the DEL cannot be rolled back; waiters then wake
 // by their timers.
 var releaseScript = goredis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  if redis.call('GET', KEYS[3]) == ARGV[1] then
+    return 1
+  end
   return 0
 end
 redis.call('DEL', KEYS[1])
+redis.pcall('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
 if ARGV[2] == '1' then
   redis.pcall('SPUBLISH', KEYS[2], 'released')
 else
@@ -100,6 +122,12 @@ end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 `)
 
+// releaseMemory is how long the release script remembers a release, so that
+// a retry of it by the client is recognised (see releaseScript). go-redis
+// retries at most MaxRetries times (3 by default), each after a failed
+// attempt bounded by the ReadTimeout (3s) and a backoff of at most 512ms.
+const releaseMemory = 15 * time.Second
+
 // millis renders a lease for PX/PEXPIRE, rounded up: the server may keep the
 // lock a little longer than the holder believes, never shorter.
 func millis(d time.Duration) int64 {
@@ -118,7 +146,7 @@ func (l *Locker) runAcquire(ctx context.Context, k keys, owner string, ttl time.
 	if l.cfg.clockTokens {
 		clock = "1"
 	}
-	v, err := acquireScript.Run(ctx, l.client, []string{k.lock, k.fence}, owner, millis(ttl), clock).Int64Slice()
+	v, err := acquireScript.Run(ctx, l.client, []string{k.lock, k.fence}, owner, millis(ttl), clock, millis(l.cfg.fenceExpiry)).Int64Slice()
 	if err != nil {
 		return acquireResult{}, err
 	}
@@ -139,8 +167,14 @@ func (l *Locker) runAcquire(ctx context.Context, k keys, owner string, ttl time.
 }
 
 func (l *Locker) runRelease(ctx context.Context, k keys, owner string) (bool, error) {
-	n, err := releaseScript.Run(ctx, l.client, []string{k.lock, k.wake}, owner, l.shardedFlag()).Int64()
+	n, err := releaseScript.Run(ctx, l.client, k.releaseKeys(), l.releaseArgs(owner)...).Int64()
 	return n == 1, err
+}
+
+func (k keys) releaseKeys() []string { return []string{k.lock, k.wake, k.released} }
+
+func (l *Locker) releaseArgs(owner string) []any {
+	return []any{owner, l.shardedFlag(), millis(releaseMemory)}
 }
 
 func (l *Locker) runExtend(ctx context.Context, k keys, owner string, ttl time.Duration) (bool, error) {

@@ -76,6 +76,8 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		drift      time.Duration
 		retryEvery = DefaultRetryInterval
 		clock      bool
+		fenceIdle  time.Duration
+		eviction   bool
 	)
 	q.String("prefix", &prefix)
 	q.Duration("ttl", &lockTTL)
@@ -83,12 +85,17 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	q.Duration("drift_margin", &drift)
 	q.Duration("retry_interval", &retryEvery)
 	q.Bool("clock_tokens", &clock)
+	q.Duration("fence_expiry", &fenceIdle)
+	q.Bool("allow_eviction", &eviction)
 	if err := q.Err(); err != nil {
 		return nil, err
 	}
-	opts := []Option{WithPrefix(prefix), WithTTL(lockTTL), WithWatchdog(watchdog), WithRetryInterval(retryEvery), WithClockTokens(clock)}
+	opts := []Option{WithPrefix(prefix), WithTTL(lockTTL), WithWatchdog(watchdog), WithRetryInterval(retryEvery), WithClockTokens(clock), WithAllowEviction(eviction)}
 	if drift > 0 {
 		opts = append(opts, WithDriftMargin(drift))
+	}
+	if fenceIdle > 0 {
+		opts = append(opts, WithFenceExpiry(fenceIdle))
 	}
 	// Check our options before making a client that would need closing.
 	if _, err := newConfig(opts); err != nil {

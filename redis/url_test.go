@@ -35,6 +35,15 @@ func TestOpenURLOptions(t *testing.T) {
 		t.Errorf("client of a URL-opened Locker after Close: Ping = %v, want a closed-client error", err)
 	}
 
+	lf, err := Open(ctx, "redis://127.0.0.1:1?clock_tokens=true&fence_expiry=48h&allow_eviction=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	if !lf.cfg.clockTokens || lf.cfg.fenceExpiry != 48*time.Hour || !lf.cfg.allowEviction {
+		t.Errorf("config from URL with clock_tokens, fence_expiry and allow_eviction = %+v", lf.cfg)
+	}
+
 	lc, err := Open(ctx, "redis+cluster://127.0.0.1:1?addr=127.0.0.1:2&addr=127.0.0.1:3&ttl=2s")
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +80,9 @@ func TestOpenURLRejects(t *testing.T) {
 		"redis://u:" + secret + "@127.0.0.1:1?ttl=10ms",
 		"redis://u:" + secret + "@127.0.0.1:1?ttl=1s&drift_margin=600ms",
 		"redis://u:" + secret + "@127.0.0.1:1?watchdog=maybe",
+		"redis://u:" + secret + "@127.0.0.1:1?fence_expiry=24h",
+		"redis://u:" + secret + "@127.0.0.1:1?clock_tokens=true&fence_expiry=1s",
+		"redis://u:" + secret + "@127.0.0.1:1?allow_eviction=sometimes",
 		"redis://u:" + secret + "@127.0.0.1:1?prefix=a&prefix=b",
 		"redis://u:" + secret + "@127.0.0.1:1/notadb",
 		"redis://u:" + secret + "@127.0.0.1:1?dial_timeout=forever",

@@ -99,25 +99,11 @@ func TestConformance(t *testing.T) {
 					}
 				},
 				URL:    "redis://" + srv.Addr() + "/0",
-				Skip:   knownFailures(tc.ctxAware),
 				TTL:    2 * time.Second,
 				MinTTL: redis.MinTTL,
 			})
 		})
 	}
-}
-
-// knownFailures are the cases the suite found failing on this backend, tracked
-// in issue 9 ("the backends get fixed where it then fails"): real bugs, not
-// flaky cases; each skip goes when its fix lands.
-func knownFailures(ctxAware bool) map[string]string {
-	m := map[string]string{
-		"Close/WhileInFlight": "issue 9: Close neither interrupts nor boundedly waits for a request in flight on a blackholed connection (it waits for the client's read timeout)",
-	}
-	if ctxAware {
-		m["Context/CancelWhileCut"] = "issue 9: with ContextTimeoutEnabled, go-redis turns only deadlines into socket deadlines, so a plain cancel() does not stop a request in flight (it returns at the read timeout)"
-	}
-	return m
 }
 
 // newTestLocker returns a Locker on its own client of addr, closed at the end

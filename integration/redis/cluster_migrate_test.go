@@ -1,0 +1,161 @@
+package redis_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/redis"
+)
+
+// TestClusterSlotMigrationMovesWaiters: the slot of a key that a waiter
+// listens on moves to another master (resharding), with the holder's lock
+// on it. The old master drops the waiter's shard subscription; the waiter
+// must subscribe on the new master, and be woken there by the release at
+// once, not by its retry interval.
+func TestClusterSlotMigrationMovesWaiters(t *testing.T) {
+	c := clusterClient(t)
+	ctx := testCtx(t)
+	const retry = time.Minute // only a notification may wake the waiter quickly
+	holder := redis.New(c)
+	waiter := redis.New(c, redis.WithRetryInterval(retry))
+	t.Cleanup(func() { _ = waiter.Close(); _ = holder.Close() })
+
+	key := uniqueKey(t)
+	lock, _, wake := waiter.KeyNames(key)
+	slot := c.ClusterKeySlot(ctx, lock).Val()
+	from, err := c.MasterForKey(ctx, lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu sync.Mutex
+		to *goredis.Client
+	)
+	if err := c.ForEachMaster(ctx, func(_ context.Context, m *goredis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.Options().Addr != from.Options().Addr {
+			to = m
+		}
+		return nil
+	}); err != nil || to == nil {
+		t.Fatalf("no second master: %v", err)
+	}
+
+	h := mustGet(t, ctx, holder, key, locker.WithTTL(time.Minute))
+	type result struct {
+		at  time.Time
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		wh, err := waiter.Acquire(ctx, key)
+		got <- result{time.Now(), err}
+		if err == nil {
+			_ = wh.Release(ctx)
+		}
+	}()
+	waitShardSubscribed(t, ctx, from, []string{wake})
+
+	migrateSlot(t, ctx, c, slot, from, to)
+	t.Logf("slot %d moved from %s to %s", slot, from.Options().Addr, to.Options().Addr)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := shardSubscribed(wctx, to, []string{wake}); err != nil {
+		t.Fatalf("the waiter did not subscribe on the slot's new master: %v", err)
+	}
+	if err := h.Err(); err != nil {
+		t.Fatalf("the holder lost its lock in the migration: %v", err)
+	}
+	released := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("Release after the migration: %v", err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("waiting Acquire: %v", r.err)
+		}
+		t.Logf("waiter woke %v after the release", r.at.Sub(released))
+		if d := r.at.Sub(released); d > 2*time.Second {
+			t.Errorf("waiter woke %v after the release; a notification on the new master should wake it at once", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken within 10s of the release after its slot moved")
+	}
+}
+
+// migrateSlot moves slot, with its keys, from one master to another, the
+// way redis-cli --cluster reshard does: IMPORTING on the target, MIGRATING
+// on the source, MIGRATE of the keys, then SETSLOT NODE on every master.
+func migrateSlot(t *testing.T, ctx context.Context, c *goredis.ClusterClient, slot int64, from, to *goredis.Client) {
+	t.Helper()
+	fromID, err := from.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	toID, err := to.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	t.Cleanup(func() {
+		if !done { // do not leave the shared cluster with a slot half moved
+			for _, m := range []*goredis.Client{from, to} {
+				m.Do(context.Background(), "CLUSTER", "SETSLOT", slot, "STABLE")
+			}
+		}
+	})
+	host, port, _ := net.SplitHostPort(to.Options().Addr)
+	for _, step := range []struct {
+		node *goredis.Client
+		args []any
+	}{
+		{to, []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", fromID}},
+		{from, []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", toID}},
+	} {
+		if err := step.node.Do(ctx, step.args...).Err(); err != nil {
+			t.Fatalf("%v: %v", step.args, err)
+		}
+	}
+	for {
+		keys, err := from.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := from.Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("MIGRATE: %v", err)
+		}
+	}
+	// The target first, then the source (which then drops the slot's shard
+	// subscriptions), then the others.
+	masters := []*goredis.Client{to, from}
+	var mu sync.Mutex
+	_ = c.ForEachMaster(ctx, func(_ context.Context, m *goredis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if a := m.Options().Addr; a != to.Options().Addr && a != from.Options().Addr {
+			masters = append(masters, m)
+		}
+		return nil
+	})
+	for _, m := range masters {
+		if err := m.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err(); err != nil {
+			t.Fatalf("CLUSTER SETSLOT %d NODE on %s: %v", slot, m.Options().Addr, err)
+		}
+	}
+	done = true
+}

@@ -1,0 +1,91 @@
+package redis
+
+import (
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// testNode is a node without a connection: route is fed by hand.
+func testNode(sharded bool, reload func()) *node {
+	return &node{
+		sharded: sharded,
+		reload:  reload,
+		chans:   map[string]*chanState{},
+		dirty:   map[string]struct{}{},
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+	}
+}
+
+// subscribed registers a waiter on ch and plays the writer and the server
+// up to a confirmed subscription.
+func subscribed(n *node, ch string) *waiter {
+	w := &waiter{wake: make(chan struct{}, 1), ch: ch}
+	n.add(w)
+	cs := n.chans[ch]
+	cs.sent, cs.pending = true, 1
+	n.route(&goredis.Subscription{Kind: "ssubscribe", Channel: ch})
+	return w
+}
+
+func woken(w *waiter) bool {
+	select {
+	case <-w.wake:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestServerDroppedShardSubscription: a sunsubscribe we did not ask for (a
+// Cluster master whose slot moved away) wakes the channel's waiters, marks
+// them to watch again on the new master, and has the slot map reloaded; the
+// confirmation of our own unsubscribe does none of that.
+func TestServerDroppedShardSubscription(t *testing.T) {
+	reloads := 0
+	n := testNode(true, func() { reloads++ })
+	w := subscribed(n, "a")
+	other := subscribed(n, "b")
+
+	n.route(&goredis.Subscription{Kind: "sunsubscribe", Channel: "a"})
+	if !woken(w) || !w.hasMoved() {
+		t.Errorf("waiter after its subscription was dropped: woken %v, moved %v; want both", woken(w), w.hasMoved())
+	}
+	if woken(other) || other.hasMoved() {
+		t.Error("a waiter on another channel was disturbed")
+	}
+	if reloads != 1 {
+		t.Errorf("slot map reloads = %d, want 1", reloads)
+	}
+	if _, ok := n.chans["a"]; ok {
+		t.Error("the dropped channel is still in the node's table")
+	}
+
+	// Our own unsubscribe: the writer sent it when the last waiter left.
+	other.leave(false)
+	cs := n.chans["b"]
+	cs.sent = false
+	cs.unpending++
+	n.route(&goredis.Subscription{Kind: "sunsubscribe", Channel: "b"})
+	if other.hasMoved() || reloads != 1 {
+		t.Errorf("the confirmation of our own unsubscribe was taken for a dropped subscription (moved %v, reloads %d)", other.hasMoved(), reloads)
+	}
+	if _, ok := n.chans["b"]; ok {
+		t.Error("the channel stays in the node's table after its unsubscribe was confirmed")
+	}
+}
+
+// TestServerDroppedPlainSubscription: on a plain (not sharded) connection a
+// dropped subscription is made again, and its waiters look once.
+func TestServerDroppedPlainSubscription(t *testing.T) {
+	n := testNode(false, func() { t.Error("reload on a plain connection") })
+	w := subscribed(n, "a")
+	n.route(&goredis.Subscription{Kind: "unsubscribe", Channel: "a"})
+	if !woken(w) || w.hasMoved() {
+		t.Errorf("waiter after its plain subscription was dropped: woken %v, moved %v; want woken only", woken(w), w.hasMoved())
+	}
+	if _, dirty := n.dirty["a"]; !dirty || n.chans["a"].sent {
+		t.Error("the dropped plain subscription is not to be made again")
+	}
+}
