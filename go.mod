@@ -3,6 +3,7 @@ module github.com/go-locker/locker
 go 1.26.0
 
 require (
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0

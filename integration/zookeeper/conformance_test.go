@@ -1,0 +1,59 @@
+package zookeeper_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/conformance"
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/zookeeper"
+)
+
+func TestConformance(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	var reg registry
+	conformance.Run(t, conformance.Harness{
+		// Each client is another process: its own connection and session,
+		// through its own proxy.
+		NewLocker: func(t *testing.T) locker.Locker {
+			c := newClient(t, srv.Addr())
+			reg.put(c.l, c.px)
+			return c.l
+		},
+		// A killed process: its TCP connection closes without a
+		// closeSession, so the server keeps the session (and the lock)
+		// until the session timeout, as for a real crash.
+		Crash: func(t *testing.T, l locker.Locker) { reg.proxy(t, l, "Crash").Crash(t) },
+		// A partition: nothing passes either way. The server keeps the
+		// session until it has heard nothing for the session timeout; the
+		// holder gives its locks up a drift margin before that.
+		Cut: func(t *testing.T, l locker.Locker) func() {
+			px := reg.proxy(t, l, "Cut")
+			px.Blackhole(t)
+			return func() { px.Heal(t) }
+		},
+		// An operator deletes the holder's node (rmr, deleteall).
+		Steal: func(t *testing.T, h locker.Handle) {
+			if err := admin.Delete(h.(*zookeeper.Handle).Node(), -1); err != nil {
+				t.Fatalf("Steal: delete %s: %v", h.(*zookeeper.Handle).Node(), err)
+			}
+		},
+		// The holder's watch on its own node fires at once.
+		LossBound: time.Second,
+		URL:       "zookeeper://" + srv.Addr() + "/locker?session_timeout=" + sessionTimeout.String(),
+		// The lease is the session timeout: WithTTL below it is rejected,
+		// at or above it accepted (see the package documentation).
+		TTL:    sessionTimeout,
+		MinTTL: sessionTimeout,
+		// A dead or cut-off holder's session ends one session timeout
+		// after the server last heard from it (rounded up to the next
+		// tick, 500ms here); then the next waiter's watch fires.
+		ExpiryBound: 2 * sessionTimeout,
+		// go-zookeeper's Conn.Close waits up to a second for the server to
+		// confirm the end of the session: Close of a cut-off Locker (which
+		// owns its connection) takes that second.
+		CtxSlack: 1200 * time.Millisecond,
+	})
+}

@@ -1,0 +1,445 @@
+package zookeeper_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/zookeeper"
+)
+
+func testKey(t *testing.T) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "faults/" + t.Name() + "/" + hex.EncodeToString(b[:])
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustAcquire(t *testing.T, ctx context.Context, l locker.Locker, key string) *zookeeper.Handle {
+	t.Helper()
+	h, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return h.(*zookeeper.Handle)
+}
+
+func lockNodes(t *testing.T, admin *zk.Conn, key string) []string {
+	t.Helper()
+	kids, _, err := admin.Children(zookeeper.LockDir("", key))
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Fatalf("Children: %v", err)
+	}
+	return kids
+}
+
+// A partition longer than the session timeout: the holder reports the loss
+// before another client gets the key (both times logged), every lock of the
+// session ends at once, the next holders get higher tokens, and after the
+// heal the Locker works again in a new session.
+func TestLongDisconnect(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	a, b := newClient(t, srv.Addr()), newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k1, k2 := testKey(t)+"/1", testKey(t)+"/2"
+	h1, h2 := mustAcquire(t, ctx, a.l, k1), mustAcquire(t, ctx, a.l, k2)
+	sid := h1.SessionID()
+	a.px.Blackhole(t)
+	cut := time.Now()
+	var lostAt [2]time.Time
+	var wg sync.WaitGroup
+	for i, h := range []*zookeeper.Handle{h1, h2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-h.Done()
+			lostAt[i] = time.Now()
+		}()
+	}
+	g1 := mustAcquire(t, ctx, b.l, k1)
+	gotAt := time.Since(cut)
+	wg.Wait()
+	t.Logf("cut at 0; loss reported at %v and %v; other client held the key at %v (session timeout %v)",
+		lostAt[0].Sub(cut), lostAt[1].Sub(cut), gotAt, a.l.SessionTimeout())
+	for i, h := range []*zookeeper.Handle{h1, h2} {
+		if !errors.Is(h.Err(), locker.ErrLost) {
+			t.Errorf("handle %d: Err() = %v, want ErrLost", i, h.Err())
+		}
+		if lostAt[i].Sub(cut) > gotAt {
+			t.Errorf("handle %d: loss reported %v after the cut, after another client got the key (%v)", i, lostAt[i].Sub(cut), gotAt)
+		}
+	}
+	if d := lostAt[0].Sub(lostAt[1]).Abs(); d > 100*time.Millisecond {
+		t.Errorf("the locks of one session were lost %v apart, want at once", d)
+	}
+	if g1.Token() <= h1.Token() {
+		t.Errorf("token %d after the loss not above %d", g1.Token(), h1.Token())
+	}
+	if err := g1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.px.Heal(t)
+	// The old session expired: the Locker gets a new one and works again.
+	h3 := mustAcquire(t, ctx, a.l, k2)
+	if h3.SessionID() == sid {
+		t.Errorf("after the expiry the Locker still uses session %x", sid)
+	}
+	if h3.Token() <= h2.Token() {
+		t.Errorf("token %d after the expiry not above %d", h3.Token(), h2.Token())
+	}
+	if err := h3.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A session that expires while the Locker still trusts it (New, told a
+// session timeout longer than the server's): the StateExpired event alone
+// ends every lock of the session.
+func TestSessionExpiredEvent(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	px := testserver.NewProxy(t, srv.Addr())
+	conn, events, err := zk.Connect([]string{px.Addr()}, sessionTimeout, zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	l := zookeeper.New(conn, events, zookeeper.WithSessionTimeout(time.Minute))
+	t.Cleanup(func() { _ = l.Close() })
+	other := newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k1, k2 := testKey(t)+"/1", testKey(t)+"/2"
+	h1, h2 := mustAcquire(t, ctx, l, k1), mustAcquire(t, ctx, l, k2)
+	px.Blackhole(t)
+	// The server expires the session; the other client gets the key.
+	g := mustAcquire(t, ctx, other.l, k1)
+	if h1.Err() != nil || h2.Err() != nil {
+		t.Logf("lost before the expiry was seen: %v / %v", h1.Err(), h2.Err())
+	}
+	px.Heal(t) // the reconnect learns of the expiry
+	for i, h := range []*zookeeper.Handle{h1, h2} {
+		select {
+		case <-h.Done():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("handle %d not lost after the session expired", i)
+		}
+		if !errors.Is(h.Err(), locker.ErrLost) || !strings.Contains(h.Err().Error(), "expired") {
+			t.Errorf("handle %d: Err() = %v, want ErrLost for the expiry", i, h.Err())
+		}
+	}
+	if g.Token() <= h1.Token() {
+		t.Errorf("token %d not above %d", g.Token(), h1.Token())
+	}
+	_ = g.Release(ctx)
+}
+
+// Short disconnects cost nothing: a reset connection (reconnected at once,
+// same session) and a partition of a third of the session timeout keep the
+// lock, which still works (others refused, the node still there).
+func TestShortDisconnect(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	a, b := newClient(t, srv.Addr()), newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	h := mustAcquire(t, ctx, a.l, k)
+	for _, fault := range []string{"reset", "blackhole"} {
+		switch fault {
+		case "reset":
+			a.px.ResetAll(t)
+		case "blackhole":
+			a.px.Blackhole(t)
+			time.Sleep(sessionTimeout / 3)
+			a.px.Heal(t)
+		}
+		until := time.Now().Add(2 * sessionTimeout)
+		for time.Now().Before(until) {
+			if h.Err() != nil {
+				t.Fatalf("after a short %s: lock lost: %v", fault, h.Err())
+			}
+			if _, err := b.l.TryAcquire(ctx, k); !errors.Is(err, locker.ErrNotAcquired) {
+				t.Fatalf("after a short %s: other client's TryAcquire: %v, want ErrNotAcquired", fault, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if ok, _, err := admin.Exists(h.Node()); err != nil || !ok {
+			t.Fatalf("after a short %s: node %s exists=%v err=%v", fault, h.Node(), ok, err)
+		}
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// An operator deletes the holder's node: the holder hears of it at once,
+// its Release reports the loss and touches nothing of the next holder.
+func TestNodeDeletedFromOutside(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	a, b := newClient(t, srv.Addr()), newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	h := mustAcquire(t, ctx, a.l, k)
+	if err := admin.Delete(h.Node(), -1); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	select {
+	case <-h.Done():
+		t.Logf("loss reported %v after the deletion", time.Since(deleted))
+	case <-time.After(2 * time.Second):
+		t.Fatal("holder did not notice its node was deleted")
+	}
+	if !errors.Is(h.Err(), locker.ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", h.Err())
+	}
+	g := mustAcquire(t, ctx, b.l, k)
+	if err := h.Release(ctx); !errors.Is(err, locker.ErrLost) {
+		t.Errorf("Release of the robbed holder: %v, want ErrLost", err)
+	}
+	if g.Err() != nil {
+		t.Errorf("new holder disturbed: %v", g.Err())
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The lock directory is deleted between holders (as container cleanup
+// does): the sequence starts again at zero, the token still increases.
+func TestLockDirDeletedBetweenHolders(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	a, b := newClient(t, srv.Addr()), newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	var prev *zookeeper.Handle
+	for i := range 4 {
+		l := a.l
+		if i%2 == 1 {
+			l = b.l
+		}
+		h := mustAcquire(t, ctx, l, k)
+		if !strings.HasSuffix(h.Node(), "0000000000") {
+			t.Errorf("holder %d: node %s: the directory was not new", i, h.Node())
+		}
+		if prev != nil && h.Token() <= prev.Token() {
+			t.Errorf("holder %d: token %d not above the previous holder's %d (directory deleted between them)", i, h.Token(), prev.Token())
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Delete(zookeeper.LockDir("", k), -1); err != nil {
+			t.Fatalf("delete the lock directory: %v", err)
+		}
+		prev = h
+	}
+}
+
+// The create's answer is lost with the connection: the Locker adopts the
+// node that carries its GUID, leaving no ghost behind.
+func TestGhostNodeAdoption(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	a := newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	// Make the directory first, so that the create is the first request.
+	h0 := mustAcquire(t, ctx, a.l, k)
+	if err := h0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		a.px.Latency(t, time.Second) // answers are held in the proxy
+		ch := make(chan error, 1)
+		var h locker.Handle
+		go func() {
+			var err error
+			h, err = a.l.Acquire(ctx, k)
+			ch <- err
+		}()
+		// Wait until the create reached the server, then break the
+		// connection with its answer still in the proxy.
+		deadline := time.Now().Add(5 * time.Second)
+		for len(lockNodes(t, admin, k)) == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		a.px.ResetAll(t)
+		a.px.Heal(t)
+		if err := <-ch; err != nil {
+			t.Fatalf("round %d: Acquire after the lost answer: %v", round, err)
+		}
+		kids := lockNodes(t, admin, k)
+		if len(kids) != 1 || path.Base(h.(*zookeeper.Handle).Node()) != kids[0] {
+			t.Fatalf("round %d: lock directory holds %v, want only the holder's %s (a ghost?)", round, kids, h.(*zookeeper.Handle).Node())
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if kids := lockNodes(t, admin, k); len(kids) != 0 {
+			t.Fatalf("round %d: after release the directory holds %v", round, kids)
+		}
+	}
+}
+
+// A server restart with its data keeps the tokens increasing.
+func TestServerRestart(t *testing.T) {
+	srv := testserver.NewZooKeeper(t)
+	if !srv.CanControl() {
+		t.Skip("the server comes from the environment and cannot be restarted")
+	}
+	a := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 2*time.Minute)
+	k := testKey(t)
+	h := mustAcquire(t, ctx, a.l, k)
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop(t)
+	srv.Start(t)
+	b := newClient(t, srv.Addr())
+	g := mustAcquire(t, ctx, b.l, k)
+	if g.Token() <= h.Token() {
+		t.Errorf("token %d after a restart not above %d", g.Token(), h.Token())
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The first client's session may or may not have survived; it works
+	// again either way.
+	h2 := mustAcquire(t, ctx, a.l, k)
+	if h2.Token() <= g.Token() {
+		t.Errorf("token %d not above %d", h2.Token(), g.Token())
+	}
+	_ = h2.Release(ctx)
+}
+
+// No herd: with 32 waiters, each release fires exactly one watch on the
+// waiters' connections (the successor's watch on the released node).
+func TestHerd(t *testing.T) {
+	const waiters = 32
+	srv := testserver.ZooKeeper(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	k := testKey(t)
+	type waiter struct {
+		l      *zookeeper.Locker
+		events atomic.Int64
+	}
+	ws := make([]*waiter, waiters+1) // ws[0] holds first
+	for i := range ws {
+		w := &waiter{}
+		conn, events, err := zk.Connect([]string{srv.Addr()}, sessionTimeout, zk.WithLogger(quiet{}),
+			zk.WithEventCallback(func(ev zk.Event) {
+				if ev.Type != zk.EventSession && ev.Type != zk.EventNotWatching {
+					w.events.Add(1)
+				}
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(conn.Close)
+		w.l = zookeeper.New(conn, events, zookeeper.WithSessionTimeout(sessionTimeout))
+		t.Cleanup(func() { _ = w.l.Close() })
+		ws[i] = w
+	}
+	holder := mustAcquire(t, ctx, ws[0].l, k)
+	holderIdx := 0
+	type got struct {
+		i int
+		h *zookeeper.Handle
+	}
+	res := make(chan got, waiters)
+	for i := 1; i <= waiters; i++ {
+		go func() {
+			h, err := ws[i].l.Acquire(ctx, k)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				res <- got{i, nil}
+				return
+			}
+			res <- got{i, h.(*zookeeper.Handle)}
+		}()
+	}
+	// Let every waiter queue up.
+	deadline := time.Now().Add(20 * time.Second)
+	admin := adminConn(t, srv.Addr())
+	for len(lockNodes(t, admin, k)) < waiters+1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for round := range waiters {
+		before := make([]int64, len(ws))
+		for i, w := range ws {
+			before[i] = w.events.Load()
+		}
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-res
+		if r.h == nil {
+			t.Fatal("a waiter failed")
+		}
+		time.Sleep(50 * time.Millisecond) // any stray wake-up would show by now
+		var fired int64
+		for i, w := range ws {
+			if i != holderIdx { // the releaser's own-node watch fires too
+				fired += w.events.Load() - before[i]
+			}
+		}
+		if fired != 1 {
+			t.Errorf("round %d: %d watch events on the waiters' connections for one release, want 1", round, fired)
+		}
+		holder, holderIdx = r.h, r.i
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ACLs: with a digest identity and a creator-only ACL, a client of another
+// identity can neither take the lock nor delete the holder's node.
+func TestACL(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	root := "/locker-acl-" + hex.EncodeToString([]byte(time.Now().Format("150405.000")))
+	auth := []zookeeper.Option{
+		zookeeper.WithRoot(root),
+		zookeeper.WithAuth("digest", []byte("alice:wonderland")),
+		zookeeper.WithACL(zk.AuthACL(zk.PermAll)...),
+	}
+	alice, alice2 := newClient(t, srv.Addr(), auth...), newClient(t, srv.Addr(), auth...)
+	mallory := newClient(t, srv.Addr(), zookeeper.WithRoot(root), zookeeper.WithAuth("digest", []byte("mallory:x")))
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	h := mustAcquire(t, ctx, alice.l, k)
+	if _, err := alice2.l.TryAcquire(ctx, k); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Errorf("same identity, other client: %v, want ErrNotAcquired", err)
+	}
+	if _, err := mallory.l.TryAcquire(ctx, k); err == nil || !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("other identity's TryAcquire: %v, want an error wrapping zk.ErrNoAuth", err)
+	}
+	anon := adminConn(t, srv.Addr())
+	if err := anon.Delete(h.Node(), -1); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("unauthenticated delete of the holder's node: %v, want zk.ErrNoAuth", err)
+	}
+	if h.Err() != nil {
+		t.Errorf("holder disturbed: %v", h.Err())
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

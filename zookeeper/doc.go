@@ -1,0 +1,173 @@
+// Package zookeeper is the ZooKeeper backend of locker: the lock recipe of
+// the ZooKeeper documentation and Curator's InterProcessMutex, with
+// ephemeral sequential nodes, the lowest holding, each waiter watching only
+// the node before its own, GUID-protected names, fencing tokens from the
+// holder's czxid, and a loss report that takes the session timeout
+// seriously. It runs on go-zookeeper (github.com/go-zookeeper/zk).
+//
+//	l, err := zookeeper.Connect(ctx, []string{"zk1:2181", "zk2:2181", "zk3:2181"},
+//		zookeeper.WithSessionTimeout(10*time.Second))
+//	...
+//	defer l.Close()
+//	h, err := l.Acquire(ctx, "invoice/42")
+//	...
+//	defer h.Release(ctx)
+//
+// # What it promises
+//
+// While no fault occurs, at most one holder has a key, across goroutines,
+// Lockers and processes that use the same ensemble and root. Waiters get
+// the key in the order they asked (fair), each woken by the deletion of the
+// node just before its own: one release wakes one waiter, not all of them.
+// Every acquisition returns a fencing token larger than that of every
+// earlier holder of the key. A holder learns that its lock is lost (Done is
+// closed, Err wraps locker.ErrLost) before the server can give the key to
+// anyone else, as long as clocks run at about the same rate (see "Failure
+// modes"). Release deletes only the holder's own node.
+//
+// # Connection and session events: Connect or New
+//
+// The lock's lease is the ZooKeeper session, so the Locker must see every
+// session event (disconnected, reconnected, expired), and go-zookeeper
+// delivers those only on the channel zk.Connect returns or to a
+// zk.WithEventCallback given to zk.Connect. Hence two constructors:
+//
+//   - Connect makes a connection of its own, with its own session, and
+//     owns it: Close closes it. It registers an event callback (no event
+//     is ever dropped), and dials through a thin wrapper that tells it
+//     when bytes last came from the server and which session timeout the
+//     server granted (go-zookeeper exposes neither), so that a
+//     disconnected lock is given up at the latest safe moment, not
+//     earlier. Use it unless you must share a connection.
+//   - New uses a connection you made with zk.Connect and keep using (Close
+//     leaves it open). Pass the event channel zk.Connect returned: the
+//     Locker becomes its only reader (a program that wants the events too
+//     registers zk.WithEventCallback, which sees them independently). Pass
+//     WithSessionTimeout with the timeout you gave zk.Connect, and keep the
+//     server's maxSessionTimeout at or above it: go-zookeeper does not say
+//     what the server granted. Without the view below go-zookeeper, New
+//     assumes the server was last heard from two thirds of a session
+//     timeout before the disconnect (go-zookeeper's receive timeout), so a
+//     disconnected lock is given up sooner than with Connect.
+//
+// All the Lockers of one connection share its session: an expiry ends the
+// locks of all of them.
+//
+// # How it works
+//
+// A key's lock directory is <root>/<EncodeKey(key)>, default root
+// "/locker". EncodeKey is "k" followed by the key with '%', '/' and the
+// characters ZooKeeper refuses in paths percent-escaped: one path
+// component, never ".", ".." or "zookeeper", distinct for distinct keys.
+// Acquire creates an ephemeral sequential node
+// <dir>/_c_<GUID>-lock-<sequence>, then lists the directory and watches its
+// own node (two requests sent back to back). The lowest sequence holds.
+// Another contender watches the node just before its own (ExistsW) and
+// lists again when that one goes.
+//
+// Directories (the root and each lock directory) are container nodes
+// (ZooKeeper 3.5.3 and later), which the server deletes once they are
+// empty, so lock directories do not pile up. A create that finds its
+// directory gone (container cleanup) makes it again and retries. On a
+// server without containers the Locker falls back to persistent
+// directories by itself (or use WithoutContainers); empty ones then stay
+// until someone deletes them, which is safe at any time.
+//
+// The GUID protects against lost answers: when the connection breaks
+// after a create was sent, the Locker lists the directory after the
+// reconnect and adopts the node carrying its GUID, instead of creating a
+// second one and leaving a ghost that would block every waiter behind it
+// until the session ended. A create whose caller stopped waiting (its
+// context ended) and that the server applied all the same is deleted when
+// its answer arrives.
+//
+// TryAcquire creates its node, checks whether it is the lowest, and
+// deletes it when it is not. An Acquire whose context ends deletes its node
+// before it returns, with a cleanup deadline of its own (up to 2s) rather
+// than the caller's ended context; if the server does not answer in that
+// time the deletion goes on in the background and is repeated after a
+// reconnect in the same session (otherwise the node ends with the
+// session).
+//
+// # Fencing tokens
+//
+// Handle.Token is the czxid of the holder's node: the id of the
+// transaction that created it. Zxids are assigned by the leader in one
+// total order, increase across leader elections (the epoch is the high 32
+// bits) and survive restarts with the data directory. Tokens increase per
+// key across holders: a contender holds only when its node is the lowest in
+// the directory, and every earlier holder's node was created before it (an
+// older node with a lower sequence still present would make it wait, and a
+// node in an earlier incarnation of the directory was created before the
+// directory was deleted, hence before this node). So the later holder's
+// node was created later, in a later transaction. Sequence numbers alone
+// would not do: they restart at zero when the container directory is
+// deleted and made again.
+//
+// # Leases, WithTTL and the session timeout
+//
+// There is no lease per lock: a lock lives as long as its node, and the
+// node as long as the session, which the client keeps alive with pings
+// (every third of the session timeout) as long as it can reach a server.
+// A holder that dies or is cut off blocks others until the server expires
+// its session: one negotiated session timeout after the server last heard
+// from it. That timeout is the lease, and it is per connection, not per
+// lock. So locker.WithTTL(ttl) is checked against it: a TTL at or above
+// the session timeout is accepted (a dead holder blocks others for at most
+// the session timeout, which is no longer than asked), and a shorter TTL is
+// rejected with an error wrapping locker.ErrInvalidOption, since no lock of
+// this connection can outlive a dead holder by less. Connect with a shorter
+// WithSessionTimeout for shorter leases. SessionTimeout reports the value
+// in force.
+//
+// # Failure modes
+//
+//   - Session expired (StateExpired, or a reconnect with a new session):
+//     the server has deleted the session's nodes; every lock of the
+//     session is lost at once.
+//   - Disconnected: the server may expire the session one session timeout
+//     after it last heard from the client. The Locker gives every lock of
+//     the session up at (the moment bytes last came from the server) +
+//     (negotiated session timeout) − (drift margin, WithDriftMargin,
+//     default a tenth of the timeout), unless the client reconnects in the
+//     same session first; then the locks stand, and the Locker checks that
+//     each node still exists. Nodes of locks given up this way are deleted
+//     if the session comes back after all.
+//   - A node deleted from outside (an operator's deleteall, a test):
+//     the holder's watch on its own node fires and the lock is lost.
+//   - A Release that cannot reach the server before its context ends gives
+//     the lock up anyway (Done closes, the error says so); the node is
+//     deleted when the connection returns, or ends with the session.
+//   - Clock rates: the holder measures the session timeout on its own
+//     clock and the server on its own; the drift margin covers a rate
+//     difference up to a tenth, and the time a ping takes to reach the
+//     server. A holder paused longer than the session timeout (GC, a
+//     stopped VM) may resume before it notices the expiry: fence your
+//     writes with the token.
+//
+// # ACLs
+//
+// WithACL sets the ACL of lock nodes and directories. With a digest ACL
+// (zk.DigestACL, or zk.AuthACL for "the authenticated creator") and
+// WithAuth, clients of other identities can neither take the locks nor
+// delete them.
+//
+// # URL
+//
+// The package registers the scheme zookeeper with locker.Open:
+//
+//	zookeeper://[user:password@]host1:2181,host2:2181[/root]?session_timeout=10s
+//
+// The path is the root of the lock directories (WithRoot; default
+// /locker). A user and password add digest authentication (WithAuth).
+// Parameters:
+//
+//	session_timeout=10s   WithSessionTimeout (default 10s)
+//	drift_margin=1s       WithDriftMargin
+//	containers=false      WithoutContainers
+//	acl=creator           lock nodes only for the URL's user (zk.AuthACL); default open
+//
+// Unknown, repeated or malformed parameters are errors wrapping
+// locker.ErrInvalidURL, and no error shows the password. The Locker owns
+// its connection.
+package zookeeper

@@ -1,0 +1,187 @@
+package zookeeper
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/go-locker/locker"
+)
+
+// DefaultRoot is the parent of every lock directory unless WithRoot says
+// otherwise.
+const DefaultRoot = "/locker"
+
+// keyPrefix starts every encoded key, so that no lock directory is named
+// ".", ".." or "zookeeper", whatever the key.
+const keyPrefix = "k"
+
+// protectedPrefix marks a lock node whose name carries its creator's GUID
+// (Curator's and go-zookeeper's convention), so that a client that lost the
+// answer to its create can find and adopt its node.
+const protectedPrefix = "_c_"
+
+// nodeSuffix ends the requested name of a lock node; the server appends a
+// 10-digit sequence number to it.
+const nodeSuffix = "-lock-"
+
+// EncodeKey returns the name of key's lock directory: one path component
+// that ZooKeeper accepts, different for every distinct key. It is "k"
+// followed by the key with '%', '/' and every character ZooKeeper refuses in
+// a path (control characters, U+007F–U+009F, U+D800–U+F8FF, U+FFF0–U+FFFF
+// and everything above U+FFFF, which Java sees as surrogates) written as
+// %XX, one per UTF-8 byte. The mapping is injective because '%' itself is
+// escaped, and the prefix keeps ".", ".." and "zookeeper" from being whole
+// components. key must be valid (locker.ValidateKey).
+func EncodeKey(key string) string {
+	var b strings.Builder
+	b.Grow(len(keyPrefix) + len(key))
+	b.WriteString(keyPrefix)
+	for i := 0; i < len(key); {
+		r, w := utf8.DecodeRuneInString(key[i:])
+		if needsEscape(r) {
+			for j := i; j < i+w; j++ {
+				fmt.Fprintf(&b, "%%%02X", key[j])
+			}
+		} else {
+			b.WriteString(key[i : i+w])
+		}
+		i += w
+	}
+	return b.String()
+}
+
+func needsEscape(r rune) bool {
+	switch {
+	case r == '%', r == '/':
+		return true
+	case r < 0x20, r >= 0x7f && r <= 0x9f:
+		return true
+	case r >= 0xd800 && r <= 0xf8ff, r >= 0xfff0:
+		return true
+	}
+	return false
+}
+
+// DecodeKey is the inverse of EncodeKey; it reports false for a name that
+// EncodeKey cannot have produced.
+func DecodeKey(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, keyPrefix)
+	if !ok {
+		return "", false
+	}
+	var b []byte
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if c != '%' {
+			b = append(b, c)
+			continue
+		}
+		if i+2 >= len(rest) {
+			return "", false
+		}
+		v, err := strconv.ParseUint(rest[i+1:i+3], 16, 8)
+		if err != nil || rest[i+1:i+3] != strings.ToUpper(rest[i+1:i+3]) {
+			return "", false
+		}
+		b = append(b, byte(v))
+		i += 2
+	}
+	key := string(b)
+	if locker.ValidateKey(key) != nil || EncodeKey(key) != name {
+		return "", false
+	}
+	return key, true
+}
+
+// LockDir returns the path of key's lock directory under root (DefaultRoot
+// when empty): where the lock nodes of its holder and waiters live.
+func LockDir(root, key string) string {
+	if root == "" {
+		root = DefaultRoot
+	}
+	return strings.TrimSuffix(root, "/") + "/" + EncodeKey(key)
+}
+
+// checkRoot reports whether root is an absolute ZooKeeper path that a lock
+// directory can live under.
+func checkRoot(root string) error {
+	switch {
+	case root == "" || root[0] != '/':
+		return fmt.Errorf("%w: root %q must be an absolute path such as %s", locker.ErrInvalidOption, root, DefaultRoot)
+	case root != "/" && (strings.HasSuffix(root, "/") || path.Clean(root) != root):
+		return fmt.Errorf("%w: root %q is not a clean path (no trailing '/', no empty, '.' or '..' components)", locker.ErrInvalidOption, root)
+	case root == "/zookeeper" || strings.HasPrefix(root, "/zookeeper/"):
+		return fmt.Errorf("%w: root %q is inside ZooKeeper's reserved /zookeeper tree", locker.ErrInvalidOption, root)
+	}
+	for _, r := range root {
+		if r != '/' && needsEscape(r) && r != '%' {
+			return fmt.Errorf("%w: root %q contains a character ZooKeeper refuses (%U)", locker.ErrInvalidOption, root, r)
+		}
+	}
+	return nil
+}
+
+// newGUID returns 32 hex digits from crypto/rand.
+func newGUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// nodeName is the name (without sequence) a contender with guid creates.
+func nodeName(guid string) string { return protectedPrefix + guid + nodeSuffix }
+
+// lockNode is one child of a lock directory, parsed.
+type lockNode struct {
+	name string
+	guid string
+	seq  int64
+}
+
+// parseNode parses a child name made by nodeName plus the server's
+// sequence; other names (not ours) report false and are ignored.
+func parseNode(name string) (lockNode, bool) {
+	rest, ok := strings.CutPrefix(name, protectedPrefix)
+	if !ok || len(rest) < 32+len(nodeSuffix)+1 {
+		return lockNode{}, false
+	}
+	guid, rest := rest[:32], rest[32:]
+	digits, ok := strings.CutPrefix(rest, nodeSuffix)
+	if !ok {
+		return lockNode{}, false
+	}
+	seq, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || seq < 0 {
+		return lockNode{}, false
+	}
+	return lockNode{name: name, guid: guid, seq: seq}, true
+}
+
+// sortNodes parses children and returns ours in sequence order. The server
+// appends a signed 32-bit counter; a directory that has seen 2^31 creates
+// would wrap, which a lock directory (recreated empty by container
+// cleanup) does not reach in practice.
+func sortNodes(children []string) []lockNode {
+	out := make([]lockNode, 0, len(children))
+	for _, c := range children {
+		if n, ok := parseNode(c); ok {
+			out = append(out, n)
+		}
+	}
+	slices.SortFunc(out, func(a, b lockNode) int {
+		switch {
+		case a.seq < b.seq:
+			return -1
+		case a.seq > b.seq:
+			return 1
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return out
+}

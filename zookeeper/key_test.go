@@ -1,0 +1,114 @@
+package zookeeper
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/go-locker/locker"
+)
+
+// zkRefuses reports whether ZooKeeper's PathUtils.validatePath refuses r in
+// a path (it checks UTF-16 code units; runes above U+FFFF are surrogates).
+func zkRefuses(r rune) bool {
+	return r == 0 || r < 0x20 || r >= 0x7f && r <= 0x9f || r >= 0xd800 && r <= 0xf8ff || r >= 0xfff0
+}
+
+func TestEncodeKeyInjectiveAndLegal(t *testing.T) {
+	keys := []string{
+		"/", "//", "..", ".", " ", "*", "🔒", "zookeeper", "\\", "%", "%25", "%2F", "a/b", "a%2Fb",
+		"k", "kk", "é", "e\u0301", "\u0085", "\x01", "\x7f", "\uf8ff", "\ufff0", "\uffef",
+		"{tag}", "'quoted'", "\"dq\"", "tab\there", "new\nline", "A", "a",
+		strings.Repeat("/", locker.MaxKeyLen), strings.Repeat("🔒", locker.MaxKeyLen/4),
+	}
+	seen := map[string]string{}
+	for _, k := range keys {
+		if err := locker.ValidateKey(k); err != nil {
+			t.Fatalf("test bug: %q: %v", k, err)
+		}
+		e := EncodeKey(k)
+		if prev, dup := seen[e]; dup {
+			t.Errorf("EncodeKey(%q) = EncodeKey(%q) = %q", k, prev, e)
+		}
+		seen[e] = k
+		switch {
+		case e == "." || e == ".." || e == "zookeeper" || e == "":
+			t.Errorf("EncodeKey(%q) = %q, not a legal path component", k, e)
+		case strings.Contains(e, "/"):
+			t.Errorf("EncodeKey(%q) = %q contains '/'", k, e)
+		case !utf8.ValidString(e):
+			t.Errorf("EncodeKey(%q) = %q is not valid UTF-8", k, e)
+		}
+		for _, r := range e {
+			if zkRefuses(r) {
+				t.Errorf("EncodeKey(%q) = %q contains %U, which ZooKeeper refuses", k, e, r)
+			}
+		}
+		back, ok := DecodeKey(e)
+		if !ok || back != k {
+			t.Errorf("DecodeKey(EncodeKey(%q)) = %q, %v", k, back, ok)
+		}
+	}
+}
+
+func TestDecodeKeyRejectsForeignNames(t *testing.T) {
+	for _, name := range []string{"", "x", "k%2", "k%zz", "k%2f", "k/", "k%00"} {
+		if k, ok := DecodeKey(name); ok {
+			t.Errorf("DecodeKey(%q) = %q, true; want false", name, k)
+		}
+	}
+}
+
+func FuzzEncodeKey(f *testing.F) {
+	for _, s := range []string{"a", "/", "%", "🔒", "..", "k%25"} {
+		f.Add(s, s+"x")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if locker.ValidateKey(a) != nil || locker.ValidateKey(b) != nil {
+			return
+		}
+		if a != b && EncodeKey(a) == EncodeKey(b) {
+			t.Fatalf("EncodeKey(%q) == EncodeKey(%q)", a, b)
+		}
+		if back, ok := DecodeKey(EncodeKey(a)); !ok || back != a {
+			t.Fatalf("round trip of %q gave %q, %v", a, back, ok)
+		}
+	})
+}
+
+func TestLockDir(t *testing.T) {
+	if got := LockDir("", "a/b"); got != "/locker/ka%2Fb" {
+		t.Errorf("LockDir(\"\", a/b) = %q", got)
+	}
+	if got := LockDir("/app/locks", "x"); got != "/app/locks/kx" {
+		t.Errorf("LockDir(/app/locks, x) = %q", got)
+	}
+}
+
+func TestCheckRoot(t *testing.T) {
+	for _, ok := range []string{"/", "/locker", "/a/b", "/a b/ü"} {
+		if err := checkRoot(ok); err != nil {
+			t.Errorf("checkRoot(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "locker", "/locker/", "/a//b", "/a/./b", "/a/..", "/zookeeper", "/zookeeper/x", "/a\x01"} {
+		if err := checkRoot(bad); err == nil {
+			t.Errorf("checkRoot(%q) = nil, want an error", bad)
+		}
+	}
+}
+
+func TestParseAndSortNodes(t *testing.T) {
+	g1, g2 := strings.Repeat("a", 32), strings.Repeat("b", 32)
+	kids := []string{
+		nodeName(g2) + "0000000010",
+		"foreign",
+		nodeName(g1) + "0000000002",
+		"_c_short-lock-0000000001",
+		nodeName(g1) + "0000000011",
+	}
+	got := sortNodes(kids)
+	if len(got) != 3 || got[0].seq != 2 || got[1].seq != 10 || got[2].seq != 11 || got[1].guid != g2 {
+		t.Errorf("sortNodes = %+v", got)
+	}
+}

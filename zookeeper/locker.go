@@ -1,0 +1,685 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/go-locker/locker"
+)
+
+// cleanupWait bounds how long an Acquire that gives up (its context ended,
+// TryAcquire found the key held) waits for the deletion of its node before
+// it returns; the deletion itself goes on until the server answers.
+const cleanupWait = 2 * time.Second
+
+// closeWait bounds how long Close waits for the deletion of held nodes.
+const closeWait = 3 * time.Second
+
+// errNodeGone says a contender's own node vanished while it waited: its
+// session expired, or someone deleted the node.
+var errNodeGone = errors.New("zookeeper: the lock node vanished (session expired or node deleted)")
+
+// Locker takes locks in one ZooKeeper ensemble. It is safe for concurrent
+// use. Make one with Connect (it owns its connection) or New (on yours).
+type Locker struct {
+	conn *zk.Conn
+	owns bool
+	cfg  config
+	link *link // nil for New: no view below go-zookeeper
+
+	opsCtx    context.Context // ended when Close starts: ends waits and calls
+	opsCancel context.CancelFunc
+	bgCtx     context.Context // ended when Close is done with the server
+	bgCancel  context.CancelFunc
+
+	// Events from the connection's callback, for the supervisor.
+	qmu   sync.Mutex
+	queue []zk.Event
+	kick  chan struct{}
+
+	mu         sync.Mutex
+	closed     bool
+	held       map[*Handle]struct{}
+	sessID     int64         // the session the Locker knows of; 0 before the first
+	connected  bool          // sessID is live and connected
+	lostSess   int64         // a session whose locks were given up while disconnected
+	timeout    time.Duration // granted (Connect) or declared (New) session timeout
+	deadline   time.Time     // while disconnected: when the locks are given up
+	discAt     time.Time     // when the connection was last lost
+	sessCh     chan struct{} // closed and replaced at every change of the above
+	orphans    map[string]int64
+	containers bool
+
+	ops   sync.WaitGroup // Acquire and TryAcquire calls in progress
+	bg    sync.WaitGroup // supervisor and handle monitors
+	calls sync.WaitGroup // go-zookeeper calls that run detached
+}
+
+var _ locker.Locker = (*Locker)(nil)
+
+func newLocker(cfg config) *Locker {
+	l := &Locker{
+		cfg:        cfg,
+		kick:       make(chan struct{}, 1),
+		held:       make(map[*Handle]struct{}),
+		sessCh:     make(chan struct{}),
+		orphans:    make(map[string]int64),
+		containers: cfg.containers,
+		timeout:    cfg.sessionTimeout,
+	}
+	l.opsCtx, l.opsCancel = context.WithCancel(context.Background())
+	l.bgCtx, l.bgCancel = context.WithCancel(context.Background())
+	return l
+}
+
+// Connect connects to the ensemble at servers ("host:port"; the port
+// defaults to 2181) with a session of its own, waits until the session is
+// established (and the WithAuth credentials added), and returns a Locker
+// that owns the connection: Close closes it. ctx bounds the wait.
+func Connect(ctx context.Context, servers []string, opts ...Option) (*Locker, error) {
+	cfg := newConfig(opts)
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	if cfg.sessionTimeout == 0 {
+		cfg.sessionTimeout = DefaultSessionTimeout
+	}
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("zookeeper: Connect: %w: no servers", locker.ErrInvalidOption)
+	}
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		a, err := withPort(s)
+		if err != nil {
+			return nil, fmt.Errorf("zookeeper: Connect: %w: %v", locker.ErrInvalidOption, err)
+		}
+		addrs[i] = a
+	}
+	l := newLocker(cfg)
+	l.owns = true
+	l.link = &link{requested: cfg.sessionTimeout, hosts: &hostList{}}
+	conn, _, err := zk.Connect(addrs, cfg.sessionTimeout,
+		zk.WithDialer(l.link.dial),
+		zk.WithHostProvider(l.link.hosts),
+		zk.WithLogger(cfg.logger),
+		zk.WithEventCallback(l.enqueue))
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: Connect: %w", err)
+	}
+	l.conn = conn
+	l.bg.Add(1)
+	go l.supervise(nil)
+	fail := func(err error) (*Locker, error) {
+		_ = l.Close()
+		return nil, fmt.Errorf("zookeeper: connecting to %s: %w", strings.Join(addrs, ","), err)
+	}
+	if _, _, err := l.awaitSession(ctx); err != nil {
+		return fail(err)
+	}
+	for _, a := range cfg.auth {
+		if err := l.call(ctx, func() error { return conn.AddAuth(a.scheme, a.auth) }, nil); err != nil {
+			return fail(fmt.Errorf("adding %s auth: %w", a.scheme, err))
+		}
+	}
+	return l, nil
+}
+
+// New returns a Locker on a connection the caller made with zk.Connect and
+// keeps: Close leaves it open. events must be the channel zk.Connect
+// returned; the Locker is its only reader from now on (go-zookeeper drops
+// events nobody reads, so a program that needs session events too should
+// register zk.WithEventCallback, which sees every event independently).
+// WithSessionTimeout is required and must be the timeout given to
+// zk.Connect; without it every call fails with an error wrapping
+// locker.ErrInvalidOption. See the package documentation for what New
+// cannot see that Connect can.
+func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) *Locker {
+	cfg := newConfig(opts)
+	if cfg.err == nil && cfg.sessionTimeout == 0 {
+		cfg.err = fmt.Errorf("zookeeper: New: %w: WithSessionTimeout is required (the session timeout given to zk.Connect)", locker.ErrInvalidOption)
+	}
+	l := newLocker(cfg)
+	l.conn = conn
+	if conn != nil && conn.State() == zk.StateHasSession {
+		l.sessID, l.connected = conn.SessionID(), true
+	}
+	if conn == nil && cfg.err == nil {
+		l.cfg.err = fmt.Errorf("zookeeper: New: %w: nil connection", locker.ErrInvalidOption)
+	}
+	l.bg.Add(1)
+	go l.supervise(events)
+	return l
+}
+
+func withPort(s string) (string, error) {
+	if s == "" {
+		return "", errors.New("empty server address")
+	}
+	if host, port, err := net.SplitHostPort(s); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
+			return "", fmt.Errorf("bad server address %q (want host:port, port 1-65535)", s)
+		}
+		return s, nil
+	}
+	if strings.Contains(s, "]") || strings.Count(s, ":") > 1 && !strings.HasPrefix(s, "[") {
+		// A bare IPv6 address without brackets is ambiguous.
+		if ip := net.ParseIP(s); ip != nil {
+			return net.JoinHostPort(s, "2181"), nil
+		}
+		return "", fmt.Errorf("bad server address %q", s)
+	}
+	return net.JoinHostPort(s, "2181"), nil
+}
+
+// Conn returns the go-zookeeper connection the Locker uses.
+func (l *Locker) Conn() *zk.Conn { return l.conn }
+
+// SessionTimeout returns the session timeout the Locker works with: the
+// one the server granted (Connect) or the one declared with
+// WithSessionTimeout (New). It is the lease of every lock, and the least
+// TTL that Acquire accepts. Zero before the first session.
+func (l *Locker) SessionTimeout() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sessID == 0 {
+		return 0
+	}
+	return l.timeout
+}
+
+// Acquire waits until key is held, ctx ends, or the Locker is closed.
+// Waiters are served in the order they arrived (the sequence of their
+// nodes); each watches only the node before its own.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.acquire(ctx, "acquire", key, true, opts)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// TryAcquire takes key if nobody holds it or waits for it, and fails with an
+// error wrapping locker.ErrNotAcquired otherwise, without waiting.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.acquire(ctx, "try-acquire", key, false, opts)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (*Handle, error) {
+	if err := locker.ValidateKey(key); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	o, err := locker.ApplyOptions(opts...)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if l.cfg.err != nil {
+		return nil, locker.KeyError(op, key, l.cfg.err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if !l.enter() {
+		return nil, locker.KeyError(op, key, locker.ErrClosed)
+	}
+	defer l.ops.Done()
+
+	// Close ends the call through cctx; the caller's ctx stays the one
+	// whose error we report.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(l.opsCtx, cancel)
+	defer stop()
+	ctxErr := func(err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if l.opsCtx.Err() != nil {
+			return locker.ErrClosed
+		}
+		return err
+	}
+
+	for {
+		swait := cctx
+		if !wait {
+			// One attempt: a disconnected Locker waits for its session at
+			// most one session timeout.
+			var c context.CancelFunc
+			swait, c = context.WithTimeout(cctx, l.cfg.sessionTimeout)
+			defer c()
+		}
+		_, timeout, err := l.awaitSession(swait)
+		if err != nil {
+			if cctx.Err() == nil {
+				err = fmt.Errorf("zookeeper: no session with the server: %w", err)
+			}
+			return nil, locker.KeyError(op, key, ctxErr(err))
+		}
+		if o.TTL != 0 && o.TTL < timeout {
+			return nil, locker.KeyError(op, key, fmt.Errorf("%w: TTL %v is below the session timeout %v, which is the lease of every lock of this Locker (connect with a shorter session timeout for shorter leases)", locker.ErrInvalidOption, o.TTL, timeout))
+		}
+		h, err := l.attempt(cctx, key, wait)
+		if err == nil {
+			return h, nil
+		}
+		if wait && errors.Is(err, errNodeGone) && cctx.Err() == nil {
+			continue // the session changed under us: start again
+		}
+		return nil, locker.KeyError(op, key, ctxErr(err))
+	}
+}
+
+// enter registers a call in progress, unless the Locker is closed.
+func (l *Locker) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.ops.Add(1)
+	return true
+}
+
+// attempt creates a node for key and contends with it.
+func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, error) {
+	dir := LockDir(l.cfg.root, key)
+	node, err := l.createNode(ctx, dir, newGUID())
+	if err != nil {
+		return nil, err
+	}
+	h, err := l.contend(ctx, key, dir, node, wait)
+	if err != nil {
+		l.removeNode(node)
+		return nil, err
+	}
+	return h, nil
+}
+
+// isConnErr reports an error after which a request may or may not have
+// been applied: the connection broke before the answer came.
+func isConnErr(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
+		errors.Is(err, zk.ErrSessionMoved) || errors.Is(err, zk.ErrClosing)
+}
+
+// createNode creates the contender's protected ephemeral-sequential node in
+// dir, making the directory when it is missing, and adopts the node when
+// the answer to the create was lost with the connection.
+func (l *Locker) createNode(ctx context.Context, dir, guid string) (string, error) {
+	prefix := dir + "/" + nodeName(guid)
+	for tries := 0; ; tries++ {
+		var created string
+		err := l.call(ctx, func() error {
+			p, err := l.conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, l.cfg.acl)
+			created = p
+			return err
+		}, func(err error) {
+			// Abandoned, and created all the same: a node nobody
+			// contends with would block everyone after it.
+			if err == nil {
+				l.deleteDetached(created)
+			}
+		})
+		switch {
+		case err == nil:
+			return created, nil
+		case errors.Is(err, zk.ErrNoNode) && tries < 8:
+			if err := l.ensureDir(ctx, dir); err != nil {
+				return "", err
+			}
+		case isConnErr(err) && tries < 8 && ctx.Err() == nil && l.opsCtx.Err() == nil:
+			// The create may have been applied: look for our GUID, until
+			// a listing answers (creating again before that could leave
+			// the first node behind as a ghost of our own).
+			found, err := l.findOwnRetrying(ctx, dir, guid)
+			if err != nil {
+				return "", err
+			}
+			if found != "" {
+				return found, nil
+			}
+		default:
+			return "", err
+		}
+	}
+}
+
+// findOwnRetrying is findOwn repeated, once the session is back, until the
+// listing is answered.
+func (l *Locker) findOwnRetrying(ctx context.Context, dir, guid string) (string, error) {
+	for {
+		if _, _, err := l.awaitSession(ctx); err != nil {
+			return "", err
+		}
+		found, err := l.findOwn(ctx, dir, guid)
+		if !isConnErr(err) || errors.Is(err, zk.ErrClosing) {
+			return found, err
+		}
+		// The connection is down and the Locker may not know yet.
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return "", ctx.Err()
+		}
+	}
+}
+
+// findOwn returns the path of the node in dir that carries guid, or "".
+func (l *Locker) findOwn(ctx context.Context, dir, guid string) (string, error) {
+	var kids []string
+	err := l.call(ctx, func() error {
+		k, _, err := l.conn.Children(dir)
+		kids = k
+		return err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	for _, k := range kids {
+		if n, ok := parseNode(k); ok && n.guid == guid {
+			return dir + "/" + k, nil
+		}
+	}
+	return "", nil
+}
+
+// ensureDir creates dir and its missing parents as container nodes (or
+// persistent ones, on servers without containers).
+func (l *Locker) ensureDir(ctx context.Context, dir string) error {
+	parts := strings.Split(strings.TrimPrefix(dir, "/"), "/")
+	for i := range parts {
+		p := "/" + strings.Join(parts[:i+1], "/")
+		err := l.call(ctx, func() error { return l.createDir(p) }, nil)
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("zookeeper: creating %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+func (l *Locker) createDir(p string) error {
+	l.mu.Lock()
+	containers := l.containers
+	l.mu.Unlock()
+	if containers {
+		_, err := l.conn.CreateContainer(p, nil, zk.FlagContainer, l.cfg.acl)
+		if !errors.Is(err, zk.ErrUnknown) && !errors.Is(err, zk.ErrAPIError) {
+			return err
+		}
+		// A server before 3.5.3 does not know container nodes.
+		l.mu.Lock()
+		l.containers = false
+		l.mu.Unlock()
+	}
+	_, err := l.conn.Create(p, nil, zk.FlagPersistent, l.cfg.acl)
+	return err
+}
+
+// contend waits until node is the lowest in dir (or, without wait, checks
+// once) and returns the Handle.
+func (l *Locker) contend(ctx context.Context, key, dir, node string, wait bool) (*Handle, error) {
+	name := node[len(dir)+1:]
+	var (
+		own     <-chan zk.Event // watch on our own node
+		ownStat *zk.Stat
+	)
+	for {
+		var (
+			kids    []string
+			kidsErr error
+			ownErr  error
+			exists  bool
+			ch      <-chan zk.Event
+			st      *zk.Stat
+		)
+		if own == nil {
+			// Both requests go out back to back on the one connection.
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				ownErr = l.call(ctx, func() error {
+					var err error
+					exists, st, ch, err = l.conn.ExistsW(node)
+					return err
+				}, nil)
+			}()
+			kidsErr = l.call(ctx, func() error {
+				k, _, err := l.conn.Children(dir)
+				kids = k
+				return err
+			}, nil)
+			<-done
+			if ownErr == nil {
+				if !exists {
+					return nil, errNodeGone
+				}
+				own, ownStat = ch, st
+			}
+		} else {
+			kidsErr = l.call(ctx, func() error {
+				k, _, err := l.conn.Children(dir)
+				kids = k
+				return err
+			}, nil)
+		}
+		for _, err := range []error{ownErr, kidsErr} {
+			switch {
+			case err == nil:
+			case errors.Is(err, zk.ErrNoNode):
+				return nil, errNodeGone
+			case wait && isConnErr(err) && ctx.Err() == nil && l.opsCtx.Err() == nil:
+				if _, _, err := l.awaitSession(ctx); err != nil {
+					return nil, err
+				}
+			default:
+				return nil, err
+			}
+		}
+		if ownErr != nil || kidsErr != nil {
+			continue
+		}
+		nodes := sortNodes(kids)
+		idx := -1
+		for i, n := range nodes {
+			if n.name == name {
+				idx = i
+				break
+			}
+		}
+		if idx < 0 {
+			return nil, errNodeGone
+		}
+		// A node of ours that is not the one we contend with (it cannot
+		// happen with the search above; should a create be applied twice
+		// all the same) would block us for good: delete it.
+		guid := nodes[idx].guid
+		for i := 0; i < idx; i++ {
+			if nodes[i].guid == guid {
+				l.deleteDetached(dir + "/" + nodes[i].name)
+			}
+		}
+		if idx == 0 {
+			select {
+			case ev := <-own:
+				if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNotWatching {
+					return nil, errNodeGone
+				}
+				own = nil // data changed: watch again
+				continue
+			default:
+			}
+			return l.hold(key, node, ownStat, own)
+		}
+		if !wait {
+			return nil, locker.ErrNotAcquired
+		}
+		pred := dir + "/" + nodes[idx-1].name
+		var (
+			pexists bool
+			pch     <-chan zk.Event
+		)
+		err := l.call(ctx, func() error {
+			var err error
+			pexists, _, pch, err = l.conn.ExistsW(pred)
+			return err
+		}, nil)
+		switch {
+		case err == nil:
+		case isConnErr(err) && ctx.Err() == nil && l.opsCtx.Err() == nil:
+			if _, _, err := l.awaitSession(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		default:
+			return nil, err
+		}
+		if !pexists {
+			continue
+		}
+		select {
+		case <-pch:
+		case ev := <-own:
+			if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNotWatching {
+				return nil, errNodeGone
+			}
+			own = nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// hold makes the Handle of a node that is lowest in its directory.
+func (l *Locker) hold(key, node string, st *zk.Stat, own <-chan zk.Event) (*Handle, error) {
+	h := newHandle(l, key, node, st.Czxid, st.EphemeralOwner)
+	l.mu.Lock()
+	switch {
+	case l.closed:
+		l.mu.Unlock()
+		return nil, locker.ErrClosed
+	case st.EphemeralOwner != l.sessID || l.lostSess == l.sessID:
+		// The session changed, or its locks were given up while we
+		// waited for the answer.
+		l.mu.Unlock()
+		return nil, errNodeGone
+	}
+	l.held[h] = struct{}{}
+	l.bg.Add(1)
+	l.mu.Unlock()
+	go h.monitor(own)
+	return h, nil
+}
+
+// removeNode deletes a node the Locker gave up (an abandoned wait, a failed
+// TryAcquire), waiting at most cleanupWait; the deletion goes on after that
+// until the server answers, and is retried after a reconnect in the same
+// session. It does not use the caller's context, which may have ended.
+func (l *Locker) removeNode(node string) {
+	done := make(chan struct{})
+	l.deleteNode(node, done)
+	t := time.NewTimer(cleanupWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-l.bgCtx.Done():
+	}
+}
+
+// deleteDetached deletes node in the background.
+func (l *Locker) deleteDetached(node string) { l.deleteNode(node, nil) }
+
+// deleteNode deletes node on a detached call and closes done (if not nil)
+// when the server answered or the attempt is handed to the next reconnect.
+func (l *Locker) deleteNode(node string, done chan struct{}) {
+	l.mu.Lock()
+	sid, connected, closing := l.sessID, l.connected, l.bgCtx.Err() != nil
+	if !connected && !closing {
+		l.orphans[node] = sid
+		l.mu.Unlock()
+		if done != nil {
+			close(done)
+		}
+		return
+	}
+	l.mu.Unlock()
+	l.calls.Add(1)
+	go func() {
+		defer l.calls.Done()
+		err := l.conn.Delete(node, -1)
+		if isConnErr(err) && !errors.Is(err, zk.ErrClosing) {
+			l.mu.Lock()
+			if l.sessID == sid && !l.closed {
+				l.orphans[node] = sid
+			}
+			l.mu.Unlock()
+		}
+		if done != nil {
+			close(done)
+		}
+	}()
+}
+
+// call runs fn, one go-zookeeper call (which takes no context), on a
+// goroutine of its own, and returns its error; or ctx's error, or
+// locker.ErrClosed when the Locker closes, if that comes first. An
+// abandoned call keeps running until go-zookeeper answers (or its
+// connection closes); then late, if not nil, gets its error.
+func (l *Locker) call(ctx context.Context, fn func() error, late func(error)) error {
+	var (
+		mu        sync.Mutex
+		finished  bool
+		abandoned bool
+		result    error
+		done      = make(chan struct{})
+	)
+	l.calls.Add(1)
+	go func() {
+		defer l.calls.Done()
+		err := fn()
+		mu.Lock()
+		if abandoned {
+			mu.Unlock()
+			if late != nil {
+				late(err)
+			}
+			return
+		}
+		finished, result = true, err
+		mu.Unlock()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+		return result
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-l.bgCtx.Done():
+		err = locker.ErrClosed
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if finished {
+		return result
+	}
+	abandoned = true
+	return err
+}

@@ -1,0 +1,176 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
+)
+
+// Scheme is the URL scheme the package registers with locker.Register.
+const Scheme = "zookeeper"
+
+// URL query parameters.
+const (
+	paramSessionTimeout = "session_timeout" // WithSessionTimeout
+	paramDriftMargin    = "drift_margin"    // WithDriftMargin
+	paramContainers     = "containers"      // false: WithoutContainers
+	paramACL            = "acl"             // open (default) or creator
+)
+
+func init() {
+	locker.Register(Scheme, func(ctx context.Context, u *url.URL) (locker.Locker, error) {
+		l, err := openURL(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	})
+}
+
+// Open returns a Locker for a zookeeper:// URL (see the package
+// documentation), connected as Connect does; it owns its connection. It is
+// what locker.Open calls, exported for callers that want the concrete type.
+func Open(ctx context.Context, rawURL string) (*Locker, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("%w: zookeeper: cannot parse URL: %v", locker.ErrInvalidURL, redactPassword(err.Error(), rawURL))
+	}
+	return openURL(ctx, u)
+}
+
+// redactPassword removes the password of rawURL from msg, in case a parse
+// error quoted a fragment of it.
+func redactPassword(msg, rawURL string) string {
+	rest, ok := strings.CutPrefix(rawURL, Scheme+"://")
+	if !ok {
+		return msg
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return msg
+	}
+	if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+	}
+	return msg
+}
+
+// config of a URL, parsed.
+type urlConfig struct {
+	servers []string
+	opts    []Option
+}
+
+func parseURL(u *url.URL) (urlConfig, error) {
+	bad := func(format string, args ...any) (urlConfig, error) {
+		return urlConfig{}, fmt.Errorf("%w: zookeeper: "+format, append([]any{locker.ErrInvalidURL}, args...)...)
+	}
+	switch {
+	case !strings.EqualFold(u.Scheme, Scheme):
+		return bad("unsupported scheme %q", u.Scheme)
+	case u.Opaque != "":
+		return bad("want zookeeper://host:port[,host:port...][/root]")
+	case u.Host == "":
+		return bad("no server in the URL")
+	case u.Fragment != "":
+		return bad("a fragment is not allowed")
+	}
+	var cfg urlConfig
+	for _, s := range strings.Split(u.Host, ",") {
+		a, err := withPort(s)
+		if err != nil {
+			return bad("%v", err)
+		}
+		cfg.servers = append(cfg.servers, a)
+	}
+	if p := u.Path; p != "" && p != "/" {
+		if err := checkRoot(p); err != nil {
+			return bad("path (the lock root): %v", err)
+		}
+		cfg.opts = append(cfg.opts, WithRoot(p))
+	}
+	q, err := backend.ParseQuery(u)
+	if err != nil {
+		return urlConfig{}, err
+	}
+	var st, drift time.Duration
+	q.Duration(paramSessionTimeout, &st)
+	q.Duration(paramDriftMargin, &drift)
+	containers := true
+	q.Bool(paramContainers, &containers)
+	acl := "open"
+	q.String(paramACL, &acl)
+	if err := q.Finish(); err != nil {
+		return urlConfig{}, err
+	}
+	if st != 0 {
+		cfg.opts = append(cfg.opts, WithSessionTimeout(st))
+	}
+	if drift != 0 {
+		cfg.opts = append(cfg.opts, WithDriftMargin(drift))
+	}
+	if !containers {
+		cfg.opts = append(cfg.opts, WithoutContainers())
+	}
+	var user, password string
+	if u.User != nil {
+		user = u.User.Username()
+		password, _ = u.User.Password()
+		if user == "" {
+			return bad("user information without a user name")
+		}
+		cfg.opts = append(cfg.opts, WithAuth("digest", []byte(user+":"+password)))
+	}
+	switch acl {
+	case "open":
+	case "creator":
+		if u.User == nil {
+			return bad("parameter %q: creator needs a user (zookeeper://user:password@host/...)", paramACL)
+		}
+		cfg.opts = append(cfg.opts, WithACL(zk.AuthACL(zk.PermAll)...))
+	default:
+		return bad("parameter %q: %q is not open or creator", paramACL, acl)
+	}
+	if c := newConfig(cfg.opts); c.err != nil {
+		return bad("%v", c.err)
+	}
+	return cfg, nil
+}
+
+func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
+	cfg, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	l, err := Connect(ctx, cfg.servers, cfg.opts...)
+	if err != nil {
+		password, _ := u.User.Password()
+		msg := err.Error()
+		if password != "" {
+			msg = strings.ReplaceAll(msg, password, "xxxxx")
+		}
+		return nil, redactedError{msg, err}
+	}
+	return l, nil
+}
+
+// redactedError shows a redacted message but keeps the cause for errors.Is.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }
