@@ -168,5 +168,7 @@ func clientURLError(scheme string, u *url.URL, err error) error {
 			msg = strings.ReplaceAll(msg, form, "xxxxx")
 		}
 	}
+	// go-redis prefixes its own errors with "redis: "; the scheme says it.
+	msg = strings.TrimPrefix(msg, "redis: ")
 	return fmt.Errorf("%w: %s: %s", locker.ErrInvalidURL, scheme, msg)
 }

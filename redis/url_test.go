@@ -102,6 +102,9 @@ func TestOpenURLRejects(t *testing.T) {
 		if strings.Contains(err.Error(), secret) {
 			t.Errorf("Open(%q): error shows the password: %v", redact(raw, secret), err)
 		}
+		if strings.Contains(err.Error(), "redis: redis:") {
+			t.Errorf("Open(%q): %v says redis: twice", redact(raw, secret), err)
+		}
 	}
 }
 
