@@ -44,6 +44,7 @@ func TestConsumerGoSum(t *testing.T) {
 		{"Redis", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/redis"}, []string{"github.com/redis/go-redis/v9"}},
 		{"Postgres", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/postgres"}, []string{"github.com/jackc/pgx/v5/pgxpool"}},
 		{"ZooKeeper", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/zookeeper"}, []string{"github.com/go-zookeeper/zk"}},
+		{"Etcd", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/etcd"}, []string{"go.etcd.io/etcd/client/v3"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mods, lines := tidy(t, c.imports)

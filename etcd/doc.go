@@ -1,0 +1,161 @@
+// Package etcd is the etcd backend of locker: a lease and a key per
+// contender, the oldest key (smallest create revision) holding, each
+// waiter watching only the key just before its own, revision-guarded
+// release, fencing tokens from the holder key's create revision, and a
+// loss report timed by the client's own clock. It runs on the official
+// client, go.etcd.io/etcd/client/v3, and fixes what users of its
+// concurrency.Mutex keep running into: no way to learn that the mutex is
+// no longer held, a stale Unlock deleting a newer holder's key, a waiter
+// key left behind by a compacted or cancelled wait, cleanup that hangs
+// while etcd is down, and no fencing token.
+//
+//	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"etcd1:2379", "etcd2:2379"}})
+//	...
+//	l := etcd.New(cli, etcd.WithPrefix("/myapp/locks"))
+//	defer l.Close()
+//	h, err := l.Acquire(ctx, "invoice/42", locker.WithTTL(15*time.Second))
+//	...
+//	defer h.Release(ctx)
+//
+// # What it promises
+//
+// While no fault occurs, at most one holder has a key, across goroutines,
+// Lockers and processes that use the same cluster and prefix. Waiters get
+// the key in the order they asked (fair), each woken by the deletion of
+// the key just before its own: one release wakes one waiter. Every
+// acquisition returns a fencing token larger than that of every earlier
+// holder of the key. A holder learns that its lock is lost (Done is
+// closed, Err wraps locker.ErrLost) before the server can give the key to
+// anyone else, as long as clocks run at about the same rate (see "Failure
+// modes"). Release deletes only the holder's own key, and only while it
+// is still the key the holder created.
+//
+// # Leases
+//
+// A Locker grants one etcd lease per TTL in use and shares it among all
+// its locks of that TTL, as concurrency.Session does; it is granted on
+// first use and kept until Close (or until it is lost; the next Acquire
+// then grants a new one). The alternative, a lease per lock, gives each
+// lock its own lifetime but costs two more raft writes per acquisition
+// (grant and revoke) on top of the key's put and delete; sharing costs
+// exactly one write to acquire and one to release. The price of sharing
+// is that a lost lease loses every lock on it at once, which is what
+// happens anyway when the process or its link dies.
+//
+// etcd counts TTLs in whole seconds: locker.WithTTL is rounded up to a
+// second, and below MinTTL (1s) it is rejected with an error wrapping
+// locker.ErrInvalidOption. The server may raise a short TTL to its own
+// minimum (1.5 election timeouts, 2s by default); the Locker then uses the
+// TTL the server granted. Locks without WithTTL use DefaultTTL (10s) or
+// WithDefaultTTL.
+//
+// The Locker renews each lease every third of its TTL (KeepAliveOnce, one
+// request at a time, each bounded by that interval). After each confirmed
+// renewal it computes the lease's deadline on its own monotonic clock:
+// (when the renewal was sent) + (the TTL the server answered) − (drift
+// margin, WithDriftMargin, default a tenth of the TTL). The server restarts
+// its clock only when the request arrives, later than it was sent, so the
+// deadline comes before the earliest moment the server can expire the
+// lease. When the deadline passes without a newer renewal, or the server
+// answers that the lease is gone, every lock on the lease is reported lost
+// and the lease is no longer renewed: a member that hangs or a partition
+// cannot delay the report.
+//
+// # How it works
+//
+// A key's lock directory is <prefix>/<EncodeKey(key)>/, default prefix
+// "/locker". EncodeKey percent-escapes '%' and '/', so the directory name
+// has no '/' and no directory is a prefix of another ("a" and "a/b" stay
+// apart), and distinct keys get distinct directories.
+//
+// Acquire sends one transaction that puts its waiter key
+// <dir><lease id>-<locker nonce>-<sequence> (unique to the attempt)
+// attached to the lease, and reads the key of smallest create revision in
+// the directory. If that is its own, it holds. Otherwise it reads, in one
+// transaction, its own key and its predecessor (the key of largest create
+// revision below its own), and watches only the predecessor, from the
+// revision just after that read, so no deletion is missed. When the
+// predecessor goes it reads again: its own key must still exist with the
+// same create revision and the lease must not be lost, or the Acquire fails
+// instead of returning a lock it does not hold. A watch the server ends
+// (ErrCompacted, cancelled, no leader: the watch uses WithRequireLeader)
+// makes it read again and watch anew; it never hangs on a dead watch.
+//
+// TryAcquire puts its key only if the directory is empty (a compare over
+// the whole directory: create revision 0 for every key in it), in one
+// round trip, and so writes nothing when the key is held or waited for.
+//
+// An Acquire whose context ends, or that fails, deletes its waiter key
+// with deadlines of its own (2s per attempt) rather than the caller's ended
+// context; it waits for that at most 300ms before it returns, and the
+// deletion goes on in the background until the server answers, the lease is lost
+// (its keys then end with it) or the Locker closes (Close revokes it). A
+// waiter key left behind would block every later contender, since the
+// lease it is on is still renewed.
+//
+// While a lock is held, the Locker watches the holder's key (from the
+// revision after its creation, starting 100ms after the acquisition, so a
+// short critical section costs no watch and no event is missed): its
+// deletion by anyone but Release (an operator, a revoked lease) reports the
+// lock lost at once.
+//
+// Release sends If(CreateRevision(key) == token) Then(Delete(key)): never a
+// delete by name alone, so a stale Release after the key went to another
+// holder deletes nothing. Close revokes the Locker's leases, which deletes
+// every key on them at once.
+//
+// # Fencing tokens
+//
+// Handle.Token is the create revision of the holder's key: the revision of
+// the transaction that put it. Revisions are assigned by the raft log in
+// one total order, cluster-wide, and survive restarts and leader changes.
+// Tokens increase per key across holders: a contender holds only when its
+// key is the oldest in the directory, and every earlier holder's key was
+// created before it (an older key still present would make it wait), so
+// the later holder's key was put in a later transaction.
+//
+// # Failure modes
+//
+//   - Lease not renewed by its deadline (the cluster unreachable, no
+//     leader, a partition): every lock on the lease is lost at the
+//     deadline, before the server can expire the lease.
+//   - Lease expired or revoked on the server (KeepAliveOnce answers "not
+//     found"): every lock on it is lost; the watch on each holder's key
+//     reports it too.
+//   - Holder's key deleted from outside: the watch fires, the lock is lost
+//     (within about 100ms plus a round trip).
+//   - Waiter's key deleted, or its lease lost, while waiting: the Acquire
+//     fails with an error; it never returns a lock it does not hold.
+//   - Compaction during a wait: the watch fails with ErrCompacted; the
+//     waiter reads again and watches anew.
+//   - A Release that cannot reach the server before its context ends gives
+//     the lock up anyway (Done closes, the error says so); the guarded
+//     deletion goes on in the background, and the key ends with the lease
+//     otherwise.
+//   - Close while etcd is down: the revocations are given closeWait (3s);
+//     then Close returns, saying which locks it could not release. Their
+//     lease is no longer renewed, so the server frees them one TTL later.
+//   - Clock rates: the holder measures the TTL on its own clock and the
+//     leader on its own; the drift margin covers a rate difference of up
+//     to a tenth. A holder paused longer than the TTL (GC, a stopped VM)
+//     may resume before it notices the loss: fence your writes with the
+//     token.
+//
+// # URL
+//
+// The package registers the schemes etcd and etcds (TLS, verified against
+// the system's roots) with locker.Open:
+//
+//	etcd://[user:password@]host1:2379,host2:2379[/prefix]?ttl=10s
+//
+// The port defaults to 2379. The path is the key prefix (WithPrefix;
+// default /locker). A user and password log in with etcd's auth; no error
+// shows the password. Parameters:
+//
+//	ttl=10s            WithDefaultTTL
+//	drift_margin=1s    WithDriftMargin
+//	dial_timeout=5s    how long Open waits for a server to answer
+//
+// Unknown, repeated or malformed parameters are errors wrapping
+// locker.ErrInvalidURL. The Locker owns its client: Close closes it.
+package etcd

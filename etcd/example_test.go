@@ -1,0 +1,74 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/etcd"
+)
+
+// A job that must run on one instance at a time, on the caller's own
+// etcd client.
+func ExampleNew() {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+	l := etcd.New(cli, etcd.WithPrefix("/myapp/locks"))
+	defer l.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := l.Acquire(ctx, "nightly-report", locker.WithTTL(15*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	// Pass h.Token() to the storage you write to, and let it refuse
+	// writes with a lower token than one it has seen.
+	fmt.Println("running with fencing token", h.Token())
+	select {
+	case <-h.Done(): // the lock was lost: stop writing
+		log.Print(h.Err())
+	default:
+	}
+}
+
+// One payment per order: a second request gets "already in progress".
+func ExampleLocker_TryAcquire() {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+	l := etcd.New(cli)
+	defer l.Close()
+
+	ctx := context.Background()
+	h, err := l.TryAcquire(ctx, "order/42")
+	switch {
+	case errors.Is(err, locker.ErrNotAcquired):
+		fmt.Println("409: payment already in progress")
+		return
+	case err != nil:
+		log.Fatal(err) // etcd unreachable: not the same as "taken"
+	}
+	defer h.Release(ctx)
+	fmt.Println("charging order 42")
+}
+
+// Opening by URL: the Locker owns its client.
+func ExampleOpen() {
+	l, err := locker.Open(context.Background(), "etcd://127.0.0.1:2379/myapp/locks?ttl=10s")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+}

@@ -1,0 +1,234 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
+)
+
+// Handle is a held lock: the holder's waiter key is the oldest (smallest
+// create revision) of its lock directory. It is safe for concurrent use.
+type Handle struct {
+	l     *Locker
+	ls    *lease
+	key   string
+	ekey  string // the holder's etcd key
+	rev   int64  // its create revision: the fencing token
+	state *backend.State
+
+	mu        sync.Mutex  // serialises Release
+	releasing atomic.Bool // our own deletion is on its way: its event is no loss
+}
+
+var _ locker.Handle = (*Handle)(nil)
+
+func newHandle(l *Locker, ls *lease, key, ekey string, rev int64) *Handle {
+	return &Handle{l: l, ls: ls, key: key, ekey: ekey, rev: rev, state: backend.NewState()}
+}
+
+// Key returns the key as the caller gave it.
+func (h *Handle) Key() string { return h.key }
+
+// Token returns the fencing token: the create revision of the holder's etcd
+// key. See the package documentation for why it increases across holders.
+func (h *Handle) Token() int64 { return h.rev }
+
+// Done is closed once the lock is released or lost.
+func (h *Handle) Done() <-chan struct{} { return h.state.Done() }
+
+// Err is nil while the lock is held, then locker.ErrReleased or an error
+// wrapping locker.ErrLost.
+func (h *Handle) Err() error { return h.state.Err() }
+
+// EtcdKey returns the holder's etcd key, for operators and tests.
+func (h *Handle) EtcdKey() string { return h.ekey }
+
+// LeaseID returns the lease the holder's key is attached to (shared by the
+// Locker's locks of the same TTL).
+func (h *Handle) LeaseID() clientv3.LeaseID { return h.ls.id }
+
+func (h *Handle) lostErr(why string) error {
+	return locker.KeyError("hold", h.key, fmt.Errorf("%w: %s", locker.ErrLost, why))
+}
+
+// lose ends h with ErrLost for why.
+func (h *Handle) lose(why string) {
+	h.l.forget(h)
+	h.state.End(h.lostErr(why))
+}
+
+// forget takes h from the Locker's held set and its lease.
+func (l *Locker) forget(h *Handle) {
+	l.mu.Lock()
+	delete(l.held, h)
+	l.mu.Unlock()
+	h.ls.remove(h)
+}
+
+// Release deletes the holder's key in a transaction guarded by its create
+// revision, so it never deletes a key someone else created since (a stale
+// Release after a loss touches nothing), and so wakes the next waiter. A
+// key already gone (deleted from outside, or the lease expired) makes it
+// fail with an error wrapping locker.ErrLost. When the server cannot be
+// reached before ctx ends, the lock is given up all the same: the deletion
+// goes on in the background, and the key ends with the lease otherwise.
+func (h *Handle) Release(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.state.Err(); err != nil {
+		return locker.KeyError("release", h.key, err)
+	}
+	l := h.l
+	h.releasing.Store(true)
+	resp, err := l.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", h.rev)).
+		Then(clientv3.OpDelete(h.ekey)).
+		Commit()
+	l.forget(h)
+	switch {
+	case err == nil && resp.Succeeded:
+		h.state.End(locker.ErrReleased)
+		return nil
+	case err == nil:
+		h.state.End(h.lostErr("the lock key was gone: deleted on the server, or its lease expired"))
+		return locker.KeyError("release", h.key, h.state.Err())
+	}
+	h.state.End(locker.ErrReleased)
+	l.deleteDetached(h.ls, h.ekey, h.rev)
+	return locker.KeyError("release", h.key, fmt.Errorf("etcd: the server did not confirm the deletion of the lock key (the lock is given up; the key is deleted when the server answers, or ends with the lease): %w", err))
+}
+
+// deleteDetached deletes ekey if its create revision is still rev, in the
+// background, until the server answers, the lease is given up or the
+// Locker closes.
+func (l *Locker) deleteDetached(ls *lease, ekey string, rev int64) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return // Close revokes the lease
+	}
+	l.bg.Add(1)
+	l.mu.Unlock()
+	go func() {
+		defer l.bg.Done()
+		for attempt := 1; ; attempt++ {
+			ctx, cancel := context.WithTimeout(l.bgCtx, cleanupWait)
+			_, err := l.cli.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(ekey), "=", rev)).
+				Then(clientv3.OpDelete(ekey)).
+				Commit()
+			cancel()
+			if err == nil {
+				return
+			}
+			t := time.NewTimer(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second))
+			select {
+			case <-t.C:
+			case <-ls.lost:
+				t.Stop()
+				return
+			case <-l.bgCtx.Done():
+				t.Stop()
+				return
+			}
+		}
+	}()
+}
+
+// watchDelay is how long after acquiring the holder starts watching its
+// key; it adds at most that much to the report of a key deleted from
+// outside.
+const watchDelay = 100 * time.Millisecond
+
+// monitor watches the holder's own key until the lock ends: its deletion by
+// anyone but Release or Close is a loss (an operator, a revoked lease).
+func (h *Handle) monitor() {
+	l := h.l
+	defer l.bg.Done()
+	ctx, cancel := context.WithCancel(l.bgCtx)
+	defer cancel()
+	// End the watch when the lock ends.
+	stop := context.AfterFunc(ctxOf(h.state.Done()), cancel)
+	defer stop()
+	// Start watching a moment later: a lock released by then (a short
+	// critical section) never costs a watch. Nothing is missed, since the
+	// watch starts from the revision after the key's creation.
+	t := time.NewTimer(watchDelay)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		return
+	}
+	from := h.rev + 1
+	for {
+		wch := l.cli.Watch(ctx, h.ekey, clientv3.WithRev(from), clientv3.WithFilterPut())
+		for wr := range wch {
+			if wr.Err() != nil || wr.Canceled {
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					if !h.releasing.Load() {
+						h.lose("the lock key was deleted on the server")
+					}
+					return
+				}
+			}
+		}
+		// The watch ended: the lock ended, the Locker is closing, or the
+		// server cancelled it (compaction): look at the key and watch
+		// again.
+		for {
+			if ctx.Err() != nil || h.state.Ended() {
+				return
+			}
+			rctx, rcancel := context.WithTimeout(ctx, h.ls.ttl/3)
+			resp, err := l.cli.Get(rctx, h.ekey)
+			rcancel()
+			if err == nil {
+				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
+					if !h.releasing.Load() {
+						h.lose("the lock key was deleted on the server")
+					}
+					return
+				}
+				from = resp.Header.Revision + 1
+				break
+			}
+			// Not answered: the lease deadline decides; try again.
+			t := time.NewTimer(200 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+	}
+}
+
+// ctxOf returns a context that ends when done closes. Its goroutine-free
+// form (context.AfterFunc on it) lets a watch end with the lock.
+func ctxOf(done <-chan struct{}) context.Context { return doneCtx(done) }
+
+type doneCtx <-chan struct{}
+
+func (doneCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c doneCtx) Done() <-chan struct{}     { return c }
+func (c doneCtx) Err() error {
+	select {
+	case <-c:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+func (doneCtx) Value(any) any { return nil }

@@ -1,0 +1,475 @@
+package etcd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/go-locker/locker"
+)
+
+// cleanupWait bounds each attempt to delete the waiter key of an Acquire
+// that gave up (its context ended, its wait failed); the attempts go on in
+// the background until the server answers, the lease is given up or the
+// Locker closes.
+const cleanupWait = 2 * time.Second
+
+// cleanupReturn bounds how long the Acquire that gave up waits for that
+// deletion before it returns: long enough for a server that answers (so
+// that the caller's next attempt finds the directory clean), short enough
+// that a call whose context ended returns promptly when it does not.
+const cleanupReturn = 300 * time.Millisecond
+
+// closeWait bounds how long Close waits for the server to revoke the
+// Locker's leases. It is below locker.ReleaseTimeout: a lease Close could
+// not revoke is no longer renewed, so the server expires it (and frees its
+// keys) one TTL later all the same.
+const closeWait = 3 * time.Second
+
+var errClosed = locker.ErrClosed
+
+// errWaitLost says a contender's waiter key vanished, or its lease was
+// given up, while it waited: it holds nothing and must not say it does.
+var errWaitLost = errors.New("etcd: the waiter key was deleted or its lease expired while waiting")
+
+// Locker takes locks in one etcd cluster through a *clientv3.Client the
+// caller owns. It is safe for concurrent use. Make one with New.
+type Locker struct {
+	cli   *clientv3.Client
+	cfg   config
+	owns  bool   // Open made the client: Close closes it
+	nonce string // makes this Locker's waiter keys unique
+	seq   atomic.Uint64
+
+	opsCtx    context.Context // ended when Close starts: ends waits and calls
+	opsCancel context.CancelFunc
+	bgCtx     context.Context // ended when Close is done with the server
+	bgCancel  context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	leases map[time.Duration]*lease
+	held   map[*Handle]struct{}
+
+	ops   sync.WaitGroup // Acquire and TryAcquire calls in progress
+	bg    sync.WaitGroup // keep-alive loops, handle monitors, background deletions
+	calls sync.WaitGroup // revocations that run detached
+}
+
+var _ locker.Locker = (*Locker)(nil)
+
+// New returns a Locker on cli, which the caller keeps: Close revokes the
+// Locker's leases but leaves cli open. Options that are invalid make every
+// call fail with an error wrapping locker.ErrInvalidOption.
+func New(cli *clientv3.Client, opts ...Option) *Locker {
+	cfg := newConfig(opts)
+	if cli == nil && cfg.err == nil {
+		cfg.err = fmt.Errorf("etcd: New: %w: nil client", locker.ErrInvalidOption)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	l := &Locker{
+		cli:    cli,
+		cfg:    cfg,
+		nonce:  hex.EncodeToString(b[:]),
+		leases: map[time.Duration]*lease{},
+		held:   map[*Handle]struct{}{},
+	}
+	l.opsCtx, l.opsCancel = context.WithCancel(context.Background())
+	l.bgCtx, l.bgCancel = context.WithCancel(context.Background())
+	return l
+}
+
+// Client returns the etcd client the Locker uses.
+func (l *Locker) Client() *clientv3.Client { return l.cli }
+
+// Prefix returns the key prefix of the lock directories.
+func (l *Locker) Prefix() string { return l.cfg.prefix }
+
+// Acquire waits until key is held, ctx ends, or the Locker is closed.
+// Waiters are served in the order they arrived (the create revisions of
+// their waiter keys); each watches only the key just before its own.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.acquire(ctx, "acquire", key, true, opts)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// TryAcquire takes key if nobody holds it or waits for it, and fails with an
+// error wrapping locker.ErrNotAcquired otherwise, without waiting and
+// without writing anything to the server in that case.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.acquire(ctx, "try-acquire", key, false, opts)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// enter registers a call in progress, unless the Locker is closed.
+func (l *Locker) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.ops.Add(1)
+	return true
+}
+
+func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (*Handle, error) {
+	if err := locker.ValidateKey(key); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	o, err := locker.ApplyOptions(opts...)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if l.cfg.err != nil {
+		return nil, locker.KeyError(op, key, l.cfg.err)
+	}
+	ttl := l.cfg.ttl
+	if o.TTL != 0 {
+		if err := checkTTL(o.TTL); err != nil {
+			return nil, locker.KeyError(op, key, err)
+		}
+		ttl = o.TTL
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if !l.enter() {
+		return nil, locker.KeyError(op, key, locker.ErrClosed)
+	}
+	defer l.ops.Done()
+
+	// Close ends the call through cctx; the caller's ctx stays the one
+	// whose error we report.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(l.opsCtx, cancel)
+	defer stop()
+	ctxErr := func(err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if l.opsCtx.Err() != nil {
+			return locker.ErrClosed
+		}
+		return err
+	}
+
+	for attempt := 0; ; attempt++ {
+		h, err := l.attempt(cctx, key, ttl, wait)
+		if err == nil {
+			return h, nil
+		}
+		if errors.Is(err, errLeaseGone) && attempt < 3 && cctx.Err() == nil {
+			continue // the lease was revoked under us: a fresh one
+		}
+		return nil, locker.KeyError(op, key, ctxErr(err))
+	}
+}
+
+// errLeaseGone says the server no longer knows the lease a put named.
+var errLeaseGone = errors.New("etcd: the lease was revoked or expired on the server")
+
+// attempt makes one contender for key on the Locker's lease for ttl.
+func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wait bool) (*Handle, error) {
+	ls, err := l.leaseFor(ctx, ttl)
+	if err != nil {
+		return nil, err
+	}
+	dir := LockDir(l.cfg.prefix, key)
+	me := fmt.Sprintf("%s%016x-%s-%d", dir, int64(ls.id), l.nonce, l.seq.Add(1))
+	put := clientv3.OpPut(me, "", clientv3.WithLease(ls.id))
+	txnErr := func(err error) error {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			ls.lose(errLeaseGone.Error())
+			return errLeaseGone
+		}
+		l.cleanup(ls, me)
+		return fmt.Errorf("etcd: %w", err)
+	}
+
+	var rev int64
+	if !wait {
+		// Create our key only if the directory is empty (a compare over
+		// the whole range: every key in it must have create revision 0,
+		// which holds only when there is none). When it is not, nothing is
+		// written, so nothing needs deleting.
+		resp, err := l.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
+			Then(put).
+			Commit()
+		if err != nil {
+			return nil, txnErr(err)
+		}
+		if !resp.Succeeded {
+			return nil, locker.ErrNotAcquired
+		}
+		rev = resp.Header.Revision
+	} else {
+		// One round trip: create our waiter key and read the owner (the
+		// key of smallest create revision in the directory).
+		resp, err := l.cli.Txn(ctx).
+			Then(put, clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
+			Commit()
+		if err != nil {
+			return nil, txnErr(err)
+		}
+		rev = resp.Header.Revision
+		owner := resp.Responses[1].GetResponseRange().GetKvs()
+		if len(owner) == 0 || owner[0].CreateRevision != rev {
+			if err := l.waitTurn(ctx, ls, dir, me, rev); err != nil {
+				l.cleanup(ls, me)
+				return nil, err
+			}
+		}
+	}
+	h, err := l.hold(ls, key, me, rev)
+	if err != nil {
+		l.cleanup(ls, me)
+		return nil, err
+	}
+	return h, nil
+}
+
+// waitTurn waits until the waiter key me (create revision rev) is the
+// oldest in dir, watching only its predecessor (the key of largest create
+// revision below rev). It fails when me is gone or the lease is lost: a
+// contender never goes on to hold a key it no longer has.
+func (l *Locker) waitTurn(ctx context.Context, ls *lease, dir, me string, rev int64) error {
+	for {
+		select {
+		case <-ls.lost:
+			return fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
+		default:
+		}
+		resp, err := l.cli.Txn(ctx).Then(
+			clientv3.OpGet(me),
+			clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...),
+		).Commit()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// The server did not answer (a member down, no leader): the
+			// lease deadline decides how long that may last.
+			if err := sleep(ctx, ls, 100*time.Millisecond); err != nil {
+				return err
+			}
+			continue
+		}
+		own := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(own) == 0 || own[0].CreateRevision != rev {
+			return errWaitLost
+		}
+		preds := resp.Responses[1].GetResponseRange().GetKvs()
+		if len(preds) == 0 {
+			return nil
+		}
+		pred := string(preds[0].Key)
+		// Watch from just after the revision of the read: no deletion in
+		// between is missed. A watch that fails (compacted, cancelled,
+		// the member lost its leader) reads again instead.
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := l.cli.Watch(wctx, pred, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
+		err = l.awaitDelete(ctx, ls, wch)
+		wcancel()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// awaitDelete returns once wch reports a deletion or fails (nil: read
+// again), or with an error when ctx ends or the lease is lost.
+func (l *Locker) awaitDelete(ctx context.Context, ls *lease, wch clientv3.WatchChan) error {
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil || wr.Canceled {
+				return nil
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return nil
+				}
+			}
+		case <-ls.lost:
+			return fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func sleep(ctx context.Context, ls *lease, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ls.lost:
+		return fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// hold makes the Handle of the waiter key me, which is now the oldest of
+// its directory, and starts watching it.
+func (l *Locker) hold(ls *lease, key, me string, rev int64) (*Handle, error) {
+	h := newHandle(l, ls, key, me, rev)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, locker.ErrClosed
+	}
+	if !ls.add(h) {
+		return nil, fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
+	}
+	l.held[h] = struct{}{}
+	l.bg.Add(1)
+	go h.monitor()
+	return h, nil
+}
+
+// cleanup deletes the waiter key me of an Acquire that gave up (or whose
+// answer was lost), waiting at most cleanupReturn, with contexts of its own
+// (the caller's may have ended). If the server does not answer in time the
+// deletion goes on in the background until it does, the lease is given up
+// (the key then ends with the lease) or the Locker closes (Close revokes
+// the lease). The key name is unique to this attempt, so deleting it by
+// name touches nobody else.
+func (l *Locker) cleanup(ls *lease, me string) {
+	done := make(chan struct{})
+	l.mu.Lock()
+	l.bg.Add(1)
+	l.mu.Unlock()
+	go func() {
+		defer l.bg.Done()
+		defer close(done)
+		for attempt := 0; ; attempt++ {
+			ctx, cancel := context.WithTimeout(l.bgCtx, cleanupWait)
+			_, err := l.cli.Delete(ctx, me)
+			cancel()
+			if err == nil {
+				return
+			}
+			t := time.NewTimer(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
+			select {
+			case <-t.C:
+			case <-ls.lost:
+				t.Stop()
+				return
+			case <-l.bgCtx.Done():
+				t.Stop()
+				return
+			}
+		}
+	}()
+	t := time.NewTimer(cleanupReturn)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-l.opsCtx.Done():
+	}
+}
+
+// Close releases every lock the Locker holds (their handles end with
+// locker.ErrReleasedByClose) by revoking its leases, which deletes every
+// key on them at once; ends its waiting Acquires with errors wrapping
+// locker.ErrClosed; and stops its goroutines. It leaves the client open
+// (unless Open made it). Close is idempotent.
+//
+// Close waits for the revocations at most closeWait (3s, below
+// locker.ReleaseTimeout). A lease it could not revoke (the server
+// unreachable) is no longer renewed, so the server frees its keys one TTL
+// later; Close then says so, and those handles end with an error wrapping
+// locker.ErrLost and locker.ErrClosed.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	held := l.held
+	l.held = map[*Handle]struct{}{}
+	leases := make([]*lease, 0, len(l.leases))
+	for _, ls := range l.leases {
+		leases = append(leases, ls)
+	}
+	l.mu.Unlock()
+	l.opsCancel() // waiting Acquires end with ErrClosed
+	l.ops.Wait()
+
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for h := range held {
+		h.releasing.Store(true) // the revocation deletes their keys: no loss
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	for _, ls := range leases {
+		<-ls.ready // no Acquire is left, so no grant is in flight
+		if ls.err != nil {
+			continue
+		}
+		ls.stopped.Do(func() { close(ls.stop) })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := l.cli.Revoke(ctx, ls.id)
+			ls.lostMu.Lock()
+			hs := ls.handles
+			ls.handles = map[*Handle]struct{}{}
+			ls.lostMu.Unlock()
+			for h := range hs {
+				if _, ok := held[h]; !ok {
+					continue
+				}
+				if err == nil {
+					h.state.End(locker.ErrReleasedByClose)
+					continue
+				}
+				lost := locker.KeyError("close", h.key, fmt.Errorf("%w: %w: could not revoke the lease (the server frees the key when the lease expires): %v", locker.ErrLost, locker.ErrClosed, err))
+				if h.state.End(lost) {
+					mu.Lock()
+					errs = append(errs, lost)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+	// Handles whose lease was given up before Close ended already.
+	for h := range held {
+		h.state.End(locker.ErrReleasedByClose)
+	}
+	l.bgCancel()
+	l.bg.Wait()
+	l.calls.Wait()
+	if l.owns {
+		if err := l.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("etcd: closing the client: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

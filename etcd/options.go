@@ -1,0 +1,131 @@
+package etcd
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+// DefaultPrefix is the etcd key prefix under which the lock directories live
+// unless WithPrefix says otherwise.
+const DefaultPrefix = "/locker"
+
+// DefaultTTL is the lease of a lock taken without locker.WithTTL, unless
+// WithDefaultTTL says otherwise.
+const DefaultTTL = 10 * time.Second
+
+// MinTTL is the shortest lease the Locker accepts: etcd counts lease TTLs in
+// whole seconds. The server may raise a short TTL to its own minimum (one
+// and a half election timeouts, rounded up: 2s with the default settings);
+// the Locker then times renewals and losses by the TTL the server granted.
+const MinTTL = time.Second
+
+// MinDriftMargin is the least margin the Locker keeps between declaring a
+// lease lost and the earliest moment the server could expire it; see
+// WithDriftMargin.
+const MinDriftMargin = 50 * time.Millisecond
+
+// Option configures a Locker made by New.
+type Option func(*config)
+
+type config struct {
+	prefix string
+	ttl    time.Duration
+	drift  time.Duration // 0: ttl/10, at least MinDriftMargin
+	err    error
+}
+
+func (c *config) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+func newConfig(opts []Option) config {
+	c := config{prefix: DefaultPrefix, ttl: DefaultTTL}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&c)
+		}
+	}
+	return c
+}
+
+// driftMargin is how long before the earliest possible server-side expiry
+// of a lease of the given TTL the Locker reports its locks lost.
+func (c *config) driftMargin(ttl time.Duration) time.Duration {
+	if c.drift > 0 {
+		return min(c.drift, ttl/2)
+	}
+	return max(ttl/10, MinDriftMargin)
+}
+
+// checkTTL rejects a lease etcd cannot express.
+func checkTTL(ttl time.Duration) error {
+	if ttl < MinTTL {
+		return fmt.Errorf("%w: TTL %v is below %v (etcd leases count whole seconds)", locker.ErrInvalidOption, ttl, MinTTL)
+	}
+	return nil
+}
+
+// leaseSeconds is the TTL asked of etcd for ttl: rounded up to a second.
+func leaseSeconds(ttl time.Duration) int64 {
+	return int64((ttl + time.Second - 1) / time.Second)
+}
+
+// checkPrefix rejects a prefix that is empty or ends in '/': the lock
+// directories are <prefix>/<encoded key>/.
+func checkPrefix(p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("%w: empty prefix", locker.ErrInvalidOption)
+	case strings.HasSuffix(p, "/"):
+		return fmt.Errorf("%w: prefix %q ends in '/'", locker.ErrInvalidOption, p)
+	case strings.IndexByte(p, 0) >= 0:
+		return fmt.Errorf("%w: prefix contains a NUL byte", locker.ErrInvalidOption)
+	}
+	return nil
+}
+
+// WithPrefix sets the etcd key prefix of the lock directories (default
+// DefaultPrefix, "/locker"). Every Locker that locks the same keys must
+// use the same prefix. It must not be empty or end in '/'.
+func WithPrefix(prefix string) Option {
+	return func(c *config) {
+		if err := checkPrefix(prefix); err != nil {
+			c.fail(fmt.Errorf("etcd: WithPrefix: %w", err))
+			return
+		}
+		c.prefix = prefix
+	}
+}
+
+// WithDefaultTTL sets the lease of locks taken without locker.WithTTL
+// (default DefaultTTL). It must be at least MinTTL; it is rounded up to a
+// whole second.
+func WithDefaultTTL(ttl time.Duration) Option {
+	return func(c *config) {
+		if err := checkTTL(ttl); err != nil {
+			c.fail(fmt.Errorf("etcd: WithDefaultTTL: %w", err))
+			return
+		}
+		c.ttl = ttl
+	}
+}
+
+// WithDriftMargin sets how long before the earliest moment the server could
+// expire a lease that was not renewed the Locker reports its locks lost
+// (default: a tenth of the TTL, at least MinDriftMargin; never more than
+// half the TTL). It covers clock rate differences between client and
+// leader.
+func WithDriftMargin(d time.Duration) Option {
+	return func(c *config) {
+		if d < MinDriftMargin {
+			c.fail(fmt.Errorf("etcd: WithDriftMargin: %w: %v is below %v", locker.ErrInvalidOption, d, MinDriftMargin))
+			return
+		}
+		c.drift = d
+	}
+}

@@ -1,0 +1,242 @@
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
+)
+
+// Schemes the package registers with locker.Register: etcd (plain) and
+// etcds (TLS, verified against the system roots).
+const (
+	Scheme    = "etcd"
+	SchemeTLS = "etcds"
+)
+
+// URL query parameters.
+const (
+	paramTTL         = "ttl"          // WithDefaultTTL
+	paramDriftMargin = "drift_margin" // WithDriftMargin
+	paramDialTimeout = "dial_timeout" // clientv3.Config.DialTimeout
+)
+
+// defaultDialTimeout bounds the connection to the first endpoint of a
+// client Open makes.
+const defaultDialTimeout = 5 * time.Second
+
+func init() {
+	for _, s := range []string{Scheme, SchemeTLS} {
+		locker.Register(s, func(ctx context.Context, u *url.URL) (locker.Locker, error) {
+			l, err := openURL(ctx, u)
+			if err != nil {
+				return nil, err
+			}
+			return l, nil
+		})
+	}
+}
+
+// Open returns a Locker for an etcd:// or etcds:// URL (see the package
+// documentation) on a client of its own, which Close closes. It is what
+// locker.Open calls, exported for callers that want the concrete type.
+func Open(ctx context.Context, rawURL string) (*Locker, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		msg := redactPassword(err.Error(), rawURL)
+		// net/url quotes a fragment of the URL, which may be part of a
+		// password with an unescaped '/': say less.
+		if i, j := strings.IndexByte(msg, '"'), strings.LastIndexByte(msg, '"'); i >= 0 && j > i {
+			msg = msg[:i] + "…" + msg[j+1:]
+		}
+		return nil, fmt.Errorf("%w: etcd: cannot parse URL: %v (percent-encode any '/', '?', '#' or '@' in the password)", locker.ErrInvalidURL, msg)
+	}
+	return openURL(ctx, u)
+}
+
+// redactPassword removes the password of rawURL from msg, in case a parse
+// error quoted a fragment of it.
+func redactPassword(msg, rawURL string) string {
+	_, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return msg
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return msg
+	}
+	if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		if un, err := url.PathUnescape(pw); err == nil && un != pw {
+			msg = strings.ReplaceAll(msg, un, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// urlConfig is a URL, parsed.
+type urlConfig struct {
+	endpoints   []string
+	tls         bool
+	user        string
+	password    string
+	dialTimeout time.Duration
+	opts        []Option
+}
+
+func parseURL(u *url.URL) (urlConfig, error) {
+	bad := func(format string, args ...any) (urlConfig, error) {
+		return urlConfig{}, fmt.Errorf("%w: etcd: "+format, append([]any{locker.ErrInvalidURL}, args...)...)
+	}
+	var cfg urlConfig
+	switch {
+	case strings.EqualFold(u.Scheme, Scheme):
+	case strings.EqualFold(u.Scheme, SchemeTLS):
+		cfg.tls = true
+	default:
+		return bad("unsupported scheme %q", u.Scheme)
+	}
+	switch {
+	case u.Opaque != "":
+		return bad("want etcd://host:port[,host:port...][/prefix]")
+	case u.Host == "":
+		return bad("no server in the URL")
+	case u.Fragment != "":
+		return bad("a fragment is not allowed")
+	}
+	for _, s := range strings.Split(u.Host, ",") {
+		a, err := withPort(s)
+		if err != nil {
+			return bad("%v", err)
+		}
+		cfg.endpoints = append(cfg.endpoints, a)
+	}
+	if p := u.Path; p != "" && p != "/" {
+		if err := checkPrefix(p); err != nil {
+			return bad("path (the key prefix): %v", err)
+		}
+		cfg.opts = append(cfg.opts, WithPrefix(p))
+	}
+	q, err := backend.ParseQuery(u)
+	if err != nil {
+		return urlConfig{}, err
+	}
+	var ttl, drift time.Duration
+	cfg.dialTimeout = defaultDialTimeout
+	q.Duration(paramTTL, &ttl)
+	q.Duration(paramDriftMargin, &drift)
+	q.Duration(paramDialTimeout, &cfg.dialTimeout)
+	if err := q.Finish(); err != nil {
+		return urlConfig{}, err
+	}
+	if ttl != 0 {
+		cfg.opts = append(cfg.opts, WithDefaultTTL(ttl))
+	}
+	if drift != 0 {
+		cfg.opts = append(cfg.opts, WithDriftMargin(drift))
+	}
+	if u.User != nil {
+		cfg.user = u.User.Username()
+		cfg.password, _ = u.User.Password()
+		if cfg.user == "" {
+			return bad("user information without a user name")
+		}
+	}
+	if c := newConfig(cfg.opts); c.err != nil {
+		return bad("%v", c.err)
+	}
+	return cfg, nil
+}
+
+func withPort(s string) (string, error) {
+	if s == "" {
+		return "", errors.New("empty server address")
+	}
+	if host, port, err := net.SplitHostPort(s); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
+			return "", fmt.Errorf("bad server address %q (want host:port, port 1-65535)", s)
+		}
+		return s, nil
+	}
+	if strings.ContainsAny(s, "[]") || strings.Count(s, ":") > 1 {
+		if ip := net.ParseIP(s); ip != nil {
+			return net.JoinHostPort(s, "2379"), nil
+		}
+		return "", fmt.Errorf("bad server address %q", s)
+	}
+	if strings.Contains(s, ":") {
+		return "", fmt.Errorf("bad server address %q (want host:port, port 1-65535)", s)
+	}
+	return net.JoinHostPort(s, "2379"), nil
+}
+
+func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
+	cfg, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	cc := clientv3.Config{
+		Endpoints:   cfg.endpoints,
+		DialTimeout: cfg.dialTimeout,
+		Username:    cfg.user,
+		Password:    cfg.password,
+		Context:     context.WithoutCancel(ctx),
+		Logger:      quietLogger(),
+	}
+	if cfg.tls {
+		cc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	for i, e := range cc.Endpoints {
+		if cfg.tls {
+			cc.Endpoints[i] = "https://" + e
+		} else {
+			cc.Endpoints[i] = "http://" + e
+		}
+	}
+	redact := func(err error) error {
+		msg := err.Error()
+		if cfg.password != "" {
+			msg = strings.ReplaceAll(msg, cfg.password, "xxxxx")
+		}
+		return redactedError{"etcd: connecting to " + strings.Join(cfg.endpoints, ",") + ": " + msg, err}
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return nil, redact(err)
+	}
+	// Check that a server answers (and the credentials work) before
+	// handing the Locker out.
+	sctx, cancel := context.WithTimeout(ctx, cfg.dialTimeout)
+	defer cancel()
+	prefix := newConfig(cfg.opts).prefix + "/"
+	if _, err := cli.Get(sctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		_ = cli.Close()
+		return nil, redact(err)
+	}
+	l := New(cli, cfg.opts...)
+	l.owns = true
+	return l, nil
+}
+
+// redactedError shows a redacted message but keeps the cause for errors.Is.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }

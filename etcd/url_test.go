@@ -1,0 +1,86 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+func TestParseURL(t *testing.T) {
+	u, _ := url.Parse("etcds://bob:s3cret@h2,h1:2380/app/locks?ttl=5s&drift_margin=200ms&dial_timeout=1s")
+	cfg, err := parseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.tls || cfg.user != "bob" || cfg.password != "s3cret" || cfg.dialTimeout != time.Second {
+		t.Errorf("cfg = %+v", cfg)
+	}
+	if got := strings.Join(cfg.endpoints, ","); got != "h2:2379,h1:2380" {
+		t.Errorf("endpoints = %s", got)
+	}
+	c := newConfig(cfg.opts)
+	if c.prefix != "/app/locks" || c.ttl != 5*time.Second || c.drift != 200*time.Millisecond {
+		t.Errorf("config = %+v", c)
+	}
+}
+
+func TestParseURLRejects(t *testing.T) {
+	for _, raw := range []string{
+		"redis://h",
+		"etcd://",
+		"etcd:opaque",
+		"etcd://h/locks/",
+		"etcd://h?ttl=1",
+		"etcd://h?ttl=100ms",
+		"etcd://h?ttl=1s&ttl=2s",
+		"etcd://h?unknown=1",
+		"etcd://h:0",
+		"etcd://h:99999",
+		"etcd://h,,g",
+		"etcd://h#frag",
+		"etcd://:pw@h",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			continue
+		}
+		if _, err := parseURL(u); !errors.Is(err, locker.ErrInvalidURL) {
+			t.Errorf("parseURL(%q) = %v, want an error wrapping locker.ErrInvalidURL", raw, err)
+		}
+	}
+}
+
+func TestOpenHidesPassword(t *testing.T) {
+	const pw = "t0p-s3cret-pw"
+	for _, raw := range []string{
+		"etcd://u:" + pw + "@h:99999999",
+		"etcd://u:" + pw + "@h?bogus=1",
+		"etcd://u:" + pw[:4] + "/" + pw[4:] + "@h",
+		"etcd://u:" + pw + "@h?%zz",
+	} {
+		_, err := Open(context.Background(), raw)
+		if err == nil {
+			t.Errorf("Open(%q) succeeded", raw)
+			continue
+		}
+		for _, part := range []string{pw, pw[:4], pw[4:]} {
+			if strings.Contains(err.Error(), part) {
+				t.Errorf("Open error echoes the password: %v", err)
+			}
+		}
+	}
+}
+
+func TestSchemesRegistered(t *testing.T) {
+	schemes := strings.Join(locker.Schemes(), " ")
+	for _, s := range []string{Scheme, SchemeTLS} {
+		if !strings.Contains(schemes, s) {
+			t.Errorf("scheme %q not registered (have %s)", s, schemes)
+		}
+	}
+}
