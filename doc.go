@@ -1,6 +1,7 @@
 // Package locker is one API for distributed locks over many backends: Redis
-// (single node, Sentinel, Cluster), PostgreSQL advisory locks, ZooKeeper, and
-// an in-process backend, with more to come (Redlock, etcd, a SQL lock table). A deployment picks its backend by constructor or by URL with Open,
+// (single node, Sentinel, Cluster), PostgreSQL advisory locks, ZooKeeper,
+// etcd, and an in-process backend, with more to come (Redlock, a SQL lock
+// table). A deployment picks its backend by constructor or by URL with Open,
 // and the code that takes locks does not change.
 //
 // # The contract
