@@ -175,11 +175,22 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 	h := mustAcquire(t, ctx, holder, k)
 	opened := pool.Stat().NewConnsCount()
 	for range 5 {
-		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		_, err := waiter.Acquire(wctx, k)
+		// Cancel once the server shows the wait queued: a cancel that
+		// reaches the server before the statement starts is lost (the
+		// backend ignores it while idle), the statement then ends by its
+		// slice's lock_timeout instead, and the backend rightly discards
+		// such a connection (a cancel still on its way could hit the next
+		// statement). A fixed short deadline raced that on a loaded machine.
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := waiter.Acquire(wctx, k)
+			done <- err
+		}()
+		waitQueued(t, ctx, pool, k, 1)
 		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Acquire with a short deadline on a held key: %v", err)
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Acquire cancelled while queued on a held key: %v", err)
 		}
 	}
 	var waiting int
