@@ -51,41 +51,11 @@ func init() {
 // documentation) on a client of its own, which Close closes. It is what
 // locker.Open calls, exported for callers that want the concrete type.
 func Open(ctx context.Context, rawURL string) (*Locker, error) {
-	u, err := url.Parse(rawURL)
+	u, err := backend.ParseURL("etcd", rawURL)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		msg := redactPassword(err.Error(), rawURL)
-		// net/url quotes a fragment of the URL, which may be part of a
-		// password with an unescaped '/': say less.
-		if i, j := strings.IndexByte(msg, '"'), strings.LastIndexByte(msg, '"'); i >= 0 && j > i {
-			msg = msg[:i] + "…" + msg[j+1:]
-		}
-		return nil, fmt.Errorf("%w: etcd: cannot parse URL: %v (percent-encode any '/', '?', '#' or '@' in the password)", locker.ErrInvalidURL, msg)
+		return nil, err
 	}
 	return openURL(ctx, u)
-}
-
-// redactPassword removes the password of rawURL from msg, in case a parse
-// error quoted a fragment of it.
-func redactPassword(msg, rawURL string) string {
-	_, rest, ok := strings.Cut(rawURL, "://")
-	if !ok {
-		return msg
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return msg
-	}
-	if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
-		msg = strings.ReplaceAll(msg, pw, "xxxxx")
-		if un, err := url.PathUnescape(pw); err == nil && un != pw {
-			msg = strings.ReplaceAll(msg, un, "xxxxx")
-		}
-	}
-	return msg
 }
 
 // urlConfig is a URL, parsed.

@@ -2,7 +2,6 @@ package zookeeper
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -39,32 +38,11 @@ func init() {
 // documentation), connected as Connect does; it owns its connection. It is
 // what locker.Open calls, exported for callers that want the concrete type.
 func Open(ctx context.Context, rawURL string) (*Locker, error) {
-	u, err := url.Parse(rawURL)
+	u, err := backend.ParseURL("zookeeper", rawURL)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("%w: zookeeper: cannot parse URL: %v", locker.ErrInvalidURL, redactPassword(err.Error(), rawURL))
+		return nil, err
 	}
 	return openURL(ctx, u)
-}
-
-// redactPassword removes the password of rawURL from msg, in case a parse
-// error quoted a fragment of it.
-func redactPassword(msg, rawURL string) string {
-	rest, ok := strings.CutPrefix(rawURL, Scheme+"://")
-	if !ok {
-		return msg
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return msg
-	}
-	if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
-		msg = strings.ReplaceAll(msg, pw, "xxxxx")
-	}
-	return msg
 }
 
 // config of a URL, parsed.
