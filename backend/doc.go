@@ -1,7 +1,8 @@
 // Package backend holds what every locker backend needs and should not write
 // again: the end-of-life state of a Handle, which closes Done exactly once and
-// remembers why (State), and strict parsing of the query options of a
-// backend's URL (Query).
+// remembers why (State), strict parsing of the query options of a backend's
+// URL (Query), and a parse of the URL given to a backend's own Open that never
+// echoes its password (ParseURL).
 //
 // It is for authors of backends, ours and third parties' alike; programs that
 // only take locks never import it. memlock, the reference backend, is built on
