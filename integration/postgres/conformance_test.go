@@ -13,6 +13,14 @@ import (
 	_ "github.com/go-locker/locker/postgres" // registers postgres:// with locker.Open
 )
 
+// suiteInterval is the health-check interval of the conformance run's
+// Lockers. It is longer than testInterval because make test runs the suite
+// while other packages' suites load both cores under -race: a check waiting
+// for a CPU for 500ms was reported as a loss (Keys/ManyHeld lost a lock with
+// no fault injected), which is the documented behaviour of a check without
+// an answer within one interval, and not what the suite is testing.
+const suiteInterval = time.Second
+
 func TestConformance(t *testing.T) {
 	srv := testserver.Postgres(t)
 	var proxies sync.Map // locker.Locker → *testserver.Proxy
@@ -33,7 +41,7 @@ func TestConformance(t *testing.T) {
 			px := testserver.NewProxy(t, srv.Addr())
 			dsn := withHost(t, srv.DSN(), px.Addr(), url.Values{
 				"pool_max_conns":       {"30"},
-				"lock_health_interval": {testInterval.String()},
+				"lock_health_interval": {suiteInterval.String()},
 				"lock_namespace":       {"conformance"},
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -79,7 +87,7 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("Steal: pg_terminate_backend(%d): %v", pid, err)
 			}
 		},
-		LossBound: 2 * testInterval,
+		LossBound: 2 * suiteInterval,
 		URL:       srv.DSN(),
 		// Advisory locks have no lease; the TTL the suite asks for is
 		// validated and ignored.
@@ -88,7 +96,7 @@ func TestConformance(t *testing.T) {
 		// Crash frees the key at once; Cut within two health-check
 		// intervals (a missed idle period, then a check that times out),
 		// for a holder and for a waiter alike.
-		ExpiryBound:  4 * testInterval * 2,
+		ExpiryBound:  4 * suiteInterval * 2,
 		HandoffBound: time.Second,
 		ManyKeys:     20,
 	})
