@@ -1,0 +1,250 @@
+// Package renew keeps the lease of a held lock for the lease-based backends
+// (redis, sqltable, Redlock, and etcd's loss timer): it renews the lease at
+// intervals while the lock is held, and declares the lock lost by the
+// client's own monotonic clock once no renewal has succeeded in time, even
+// while a renewal request hangs.
+//
+// A Lease costs two runtime timers and no goroutine while it waits: the Go
+// runtime keeps every timer of the process in a per-P min-heap, so a Locker
+// holding ten thousand locks has ten thousand timers in that heap, not ten
+// thousand parked goroutines with their stacks. A renewal runs on the timer's
+// goroutine, started by the runtime when it is due.
+//
+// The deadline is sent + TTL − Drift, where sent is when the acquiring (or
+// the last successful renewing) request left the client: the server started
+// the lease no earlier than that, so the lock is surely ours until then. The
+// next renewal is due Interval after the last successful one was sent, not
+// after its reply came, so that slow round trips do not push renewals towards
+// the deadline.
+package renew
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrGone is the cause given to Config.Lost when a renewal found the lock no
+// longer held by its owner on the server (Renew returned false, nil).
+var ErrGone = errors.New("renewal found the lock no longer ours: its lease ran out and it may have been taken")
+
+// ErrExpired is wrapped by the cause given to Config.Lost when the deadline
+// passed with no successful renewal.
+var ErrExpired = errors.New("lease may have run out")
+
+// Config says how to keep one lease.
+type Config struct {
+	// TTL is the lease the server grants on acquisition and on each renewal.
+	TTL time.Duration
+	// Drift is the safety margin: the lease counts as surely held until
+	// sent + TTL − Drift. It must be smaller than TTL.
+	Drift time.Duration
+	// Interval is the time from one successful renewal's send to the next
+	// renewal; 0 means TTL/3.
+	Interval time.Duration
+	// Retry is the time from a failed renewal to the next attempt; 0 means
+	// max(TTL/20, 5ms).
+	Retry time.Duration
+	// Renew extends the lease on the server. Its ctx ends at the current
+	// deadline (renewing later could not help: the holder has been told of
+	// the loss by then) or when the Lease stops. It returns ok=false with a
+	// nil error when the lock is no longer ours (the lease is then lost at
+	// once), and an error for a transient failure (retried after Retry).
+	// Nil means no watchdog: the lease ends at its deadline unless Extended
+	// moves it.
+	Renew func(ctx context.Context) (ok bool, err error)
+	// Lost is called at most once, when the lease is lost, with the cause
+	// (not wrapped in locker.ErrLost; the backend does that). It runs on a
+	// goroutine of its own (a timer's), inside Go if Go is set.
+	Lost func(cause error)
+	// Go, if set, runs f while the owner counts it as active, on the calling
+	// goroutine, so that the owner's Close can wait for renewals and loss
+	// reports in progress; it returns false without running f when the owner
+	// is closing (the owner then ends the lock itself).
+	Go func(f func()) bool
+}
+
+// Lease keeps one lease. Its methods are safe for concurrent use.
+type Lease struct {
+	cfg      Config
+	interval time.Duration
+	retry    time.Duration
+
+	mu       sync.Mutex
+	deadline time.Time          // until when the lock is surely ours (monotonic)
+	loss     *time.Timer        // fires at the deadline, re-arms if it moved
+	renew    *time.Timer        // the next renewal; nil without Renew
+	inflight context.CancelFunc // cancels the renewal in flight, if any
+	lastErr  error              // the last failed renewal, for the loss message
+	stopped  bool
+	lost     bool
+}
+
+// Start keeps a lease whose acquiring request was sent at sent. It panics if
+// TTL or Drift are out of range or Lost is nil: those are the backend's bugs,
+// not the user's input, and are checked where the user's options are.
+func Start(sent time.Time, cfg Config) *Lease {
+	if cfg.TTL <= 0 || cfg.Drift < 0 || cfg.Drift >= cfg.TTL || cfg.Lost == nil {
+		panic(fmt.Sprintf("renew.Start: bad config: TTL %v, Drift %v, Lost set %t", cfg.TTL, cfg.Drift, cfg.Lost != nil))
+	}
+	l := &Lease{cfg: cfg, interval: cfg.Interval, retry: cfg.Retry, deadline: sent.Add(cfg.TTL - cfg.Drift)}
+	if l.interval <= 0 {
+		l.interval = cfg.TTL / 3
+	}
+	if l.retry <= 0 {
+		l.retry = max(cfg.TTL/20, 5*time.Millisecond)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.loss = time.AfterFunc(time.Until(l.deadline), func() { l.run(l.check) })
+	if cfg.Renew != nil {
+		l.renew = time.AfterFunc(time.Until(sent.Add(l.interval)), func() { l.run(l.renewOnce) })
+	}
+	return l
+}
+
+// run runs f inside the owner's Go, if any.
+func (l *Lease) run(f func()) {
+	if l.cfg.Go == nil {
+		f()
+		return
+	}
+	l.cfg.Go(f)
+}
+
+// Deadline returns until when the lock is surely held, on the monotonic
+// clock of this process.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Extended records a renewal that succeeded and whose request was sent at
+// sent: the server reset the lease no earlier than that. It is for renewals
+// made outside Renew (etcd's keep-alive), and does nothing once the Lease
+// has stopped.
+func (l *Lease) Extended(sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.extend(sent)
+}
+
+func (l *Lease) extend(sent time.Time) {
+	if l.stopped {
+		return
+	}
+	if d := sent.Add(l.cfg.TTL - l.cfg.Drift); d.After(l.deadline) {
+		l.deadline = d
+	}
+	l.lastErr = nil
+}
+
+// Stop stops renewals and the loss check, and cancels a renewal in flight
+// (without waiting for it). It reports whether the lease was still kept:
+// false if Lost has been called or Stop had been called before.
+func (l *Lease) Stop() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return false
+	}
+	l.stopLocked()
+	return true
+}
+
+func (l *Lease) stopLocked() {
+	l.stopped = true
+	l.loss.Stop()
+	if l.renew != nil {
+		l.renew.Stop()
+	}
+	if l.inflight != nil {
+		l.inflight()
+		l.inflight = nil
+	}
+}
+
+// lose stops the lease and reports the loss, once.
+func (l *Lease) lose(cause error) {
+	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		return
+	}
+	l.lost = true
+	l.stopLocked()
+	l.mu.Unlock()
+	l.cfg.Lost(cause)
+}
+
+// check runs when the loss timer fires. The timer is not moved on every
+// renewal; it fires at the old deadline and re-arms itself if a renewal has
+// moved the deadline since.
+//
+// This timer, not the renewal, declares the loss: a renewal request may hang
+// (a partition, a paused server) past the deadline, and the holder must hear
+// of the loss before the server lets anyone else in.
+func (l *Lease) check() {
+	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		return
+	}
+	if rem := time.Until(l.deadline); rem > 0 {
+		l.loss.Reset(rem)
+		l.mu.Unlock()
+		return
+	}
+	var cause error
+	switch {
+	case l.cfg.Renew == nil:
+		cause = fmt.Errorf("%w: not renewed within TTL %v minus drift margin %v", ErrExpired, l.cfg.TTL, l.cfg.Drift)
+	case l.lastErr != nil:
+		cause = fmt.Errorf("%w: no renewal succeeded within TTL %v minus drift margin %v; last renewal error: %w", ErrExpired, l.cfg.TTL, l.cfg.Drift, l.lastErr)
+	default:
+		cause = fmt.Errorf("%w: no renewal succeeded within TTL %v minus drift margin %v", ErrExpired, l.cfg.TTL, l.cfg.Drift)
+	}
+	l.mu.Unlock()
+	l.lose(cause)
+}
+
+// renewOnce runs when a renewal is due.
+func (l *Lease) renewOnce() {
+	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), l.deadline)
+	l.inflight = cancel
+	l.mu.Unlock()
+
+	sent := time.Now()
+	ok, err := l.cfg.Renew(ctx)
+	cancel()
+
+	l.mu.Lock()
+	l.inflight = nil
+	if l.stopped {
+		l.mu.Unlock()
+		return
+	}
+	switch {
+	case err == nil && ok:
+		l.extend(sent)
+		l.renew.Reset(max(time.Until(sent.Add(l.interval)), 0))
+	case err == nil:
+		l.mu.Unlock()
+		l.lose(ErrGone)
+		return
+	default:
+		// Transient (network, failover, timeout): retry soon; the loss
+		// timer ends the lock if no renewal succeeds in time.
+		l.lastErr = err
+		l.renew.Reset(l.retry)
+	}
+	l.mu.Unlock()
+}
