@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/timerq"
 )
 
 // errNotAcquired is what TryAcquire reports when another session holds the key.
@@ -39,7 +39,7 @@ type handle struct {
 	stopping   bool          // Release asked the monitor to stop
 	idle       bool          // the monitor is waiting on the socket, not running a statement
 	exited     chan struct{} // closed when the monitor returns
-	startTimer *time.Timer   // starts the monitor after monitorDelay
+	startTimer *timerq.Entry // starts the monitor after monitorDelay
 }
 
 var _ locker.Handle = (*handle)(nil)

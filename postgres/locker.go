@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/timerq"
 )
 
 // Defaults of the Locker options.
@@ -96,6 +97,13 @@ type Locker struct {
 
 	seqMu    sync.Mutex
 	seqReady atomic.Bool // read without seqMu on every acquisition
+
+	// monitorQ starts health monitors monitorDelay after their grant, and
+	// backstopQ closes the socket of a wait slice that got no answer: one
+	// runtime timer each for the whole Locker, since an acquisition that
+	// arms a timer of its own pays a wake-up of the network poller.
+	monitorQ  *timerq.Queue
+	backstopQ *timerq.Queue
 }
 
 var _ locker.Locker = (*Locker)(nil)
@@ -205,6 +213,8 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 		hurry:       hurry,
 		hurryCancel: hurryCancel,
 		handles:     map[*handle]struct{}{},
+		monitorQ:    timerq.New(monitorDelay),
+		backstopQ:   timerq.New(2 * cfg.interval),
 	}
 }
 
@@ -370,7 +380,7 @@ func (l *Locker) register(h *handle) bool {
 	l.handles[h] = struct{}{}
 	l.monitors.Add(1)
 	h.mmu.Lock()
-	h.startTimer = time.AfterFunc(monitorDelay, h.monitor)
+	h.startTimer = l.monitorQ.Add(func() { go h.monitor() })
 	h.mmu.Unlock()
 	return true
 }

@@ -149,7 +149,7 @@ var errSilent = errors.New("postgres: the server stopped answering while the loc
 func (l *Locker) waitSlice(ctx context.Context, conn *pgxpool.Conn, id int64, token *int64, pid *int32) error {
 	slice := l.cfg.interval
 	nc := conn.Conn().PgConn().Conn()
-	backstop := time.AfterFunc(2*slice, func() { _ = nc.Close() })
+	backstop := l.backstopQ.Add(func() { _ = nc.Close() })
 	var b pgx.Batch
 	b.Queue(sqlSliceTimeout, lockTimeout(slice))
 	b.Queue(sqlLockWait, id, l.cfg.sequence).QueryRow(func(r pgx.Row) error { return r.Scan(token, pid) })
