@@ -171,6 +171,18 @@ func (l *Locker) enter() bool {
 
 func (l *Locker) exit() { l.active.done() }
 
+// run runs f as an active call, unless the Locker is closed (then f does
+// not run and run returns false: Close ends the handles itself). It is the
+// Go hook of the lease keeper.
+func (l *Locker) run(f func()) bool {
+	if !l.enter() {
+		return false
+	}
+	defer l.exit()
+	f()
+	return true
+}
+
 // tracker counts active calls and goroutines; wait returns once none is.
 // Unlike sync.WaitGroup it allows add while someone waits, which happens
 // when an active goroutine starts another.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/renew"
 )
 
 var _ locker.Handle = (*Handle)(nil)
@@ -22,26 +23,18 @@ type Handle struct {
 	token int64
 	ttl   time.Duration
 	drift time.Duration
+	sent  time.Time // when the acquiring request left: the lease starts no earlier
 	st    *backend.State
-
-	ctx    context.Context // ends when renewal must stop
-	cancel context.CancelFunc
+	lease *renew.Lease // set by start
 
 	mu        sync.Mutex
-	deadline  time.Time   // until when the lock is surely ours (monotonic)
-	lossTimer *time.Timer // fires at deadline unless renewals moved it
-	lastErr   error       // the last failed renewal, for the loss message
 	releasing bool
 }
 
-func newHandle(l *Locker, key string, k keys, owner string, token int64, ttl, drift time.Duration, start time.Time) *Handle {
-	ctx, cancel := context.WithCancel(context.Background())
+func newHandle(l *Locker, key string, k keys, owner string, token int64, ttl, drift time.Duration, sent time.Time) *Handle {
 	return &Handle{
-		l: l, key: key, k: k, owner: owner, token: token, ttl: ttl, drift: drift,
-		st:       backend.NewState(),
-		ctx:      ctx,
-		cancel:   cancel,
-		deadline: start.Add(ttl - drift),
+		l: l, key: key, k: k, owner: owner, token: token, ttl: ttl, drift: drift, sent: sent,
+		st: backend.NewState(),
 	}
 }
 
@@ -70,111 +63,46 @@ func (h *Handle) Err() error { return h.st.Err() }
 // TTL returns the lease of the lock.
 func (h *Handle) TTL() time.Duration { return h.ttl }
 
-// start arms the loss timer and, if enabled, the watchdog. It runs inside
-// the acquiring call, which the Locker counts as active.
-func (h *Handle) start() {
-	h.mu.Lock()
-	h.lossTimer = time.AfterFunc(time.Until(h.deadline), h.checkDeadline)
-	h.mu.Unlock()
-	if h.l.cfg.watchdog {
-		h.l.active.add()
-		go h.watchdog()
-	}
-}
-
-// checkDeadline runs when the loss timer fires. The timer is not moved on
-// every renewal; it fires at the old deadline and re-arms itself if a
-// renewal has moved the deadline since.
+// start keeps the lease: the loss deadline always, the watchdog (renewal
+// every TTL/3) if enabled. Both run on runtime timers (internal/renew), so a
+// held lock costs no goroutine while it waits. It runs inside the acquiring
+// call, which the Locker counts as active.
 //
-// This timer, not the watchdog, declares the loss: a renewal request may
-// hang (a partition, a paused server) past the deadline, and the holder
-// must hear of the loss before the server lets anyone else in.
-func (h *Handle) checkDeadline() {
-	// Counted as active so that Close does not return while it runs.
-	if !h.l.enter() {
-		return // Close ends the handle itself
-	}
-	defer h.l.exit()
-	h.mu.Lock()
-	if h.st.Ended() {
-		h.mu.Unlock()
-		return
-	}
-	if rem := time.Until(h.deadline); rem > 0 {
-		h.lossTimer.Reset(rem)
-		h.mu.Unlock()
-		return
-	}
-	why := "lease ran out (the watchdog is off)"
+// The loss timer, not the watchdog, declares the loss: a renewal request may
+// hang (a partition, a paused server) past the deadline, and the holder must
+// hear of the loss before the server lets anyone else in.
+func (h *Handle) start() {
+	cfg := renew.Config{TTL: h.ttl, Drift: h.drift, Lost: h.leaseLost, Go: h.l.run}
 	if h.l.cfg.watchdog {
-		why = fmt.Sprintf("lease may have run out: no renewal succeeded within TTL %v minus drift margin %v", h.ttl, h.drift)
-		if h.lastErr != nil {
-			why += fmt.Sprintf("; last renewal error: %v", h.lastErr)
-		}
+		cfg.Renew = h.renew
 	}
-	h.mu.Unlock()
-	h.lose(why)
-}
-
-// watchdog extends the lease every TTL/3 while the lock is held.
-func (h *Handle) watchdog() {
-	defer h.l.active.done()
-	interval := h.ttl / 3
-	retry := max(h.ttl/20, 5*time.Millisecond) // after a failed renewal
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
-	for {
-		select {
-		case <-timer.C:
-		case <-h.ctx.Done():
-			return
-		}
-		h.mu.Lock()
-		deadline := h.deadline
-		h.mu.Unlock()
-		start := time.Now()
-		// Renewing after the deadline would not help: the holder has been
-		// told of the loss by then. The request may not outlive it either.
-		ctx, cancel := context.WithDeadline(h.ctx, deadline)
-		var ok bool
-		err := h.l.exec(ctx, func(ctx context.Context) error {
-			var err error
-			ok, err = h.l.runExtend(ctx, h.k, h.owner, h.ttl)
-			return err
-		}, nil)
-		cancel()
-		switch {
-		case h.ctx.Err() != nil, h.l.ctx.Err() != nil:
-			return // released, or Close releases it
-		case err == nil && ok:
-			h.renewed(start)
-			// The next renewal is due TTL/3 after this one was sent, not
-			// after its reply came: a slow round trip must not push the
-			// renewals towards the deadline.
-			timer.Reset(max(time.Until(start.Add(interval)), 0))
-		case err == nil:
-			h.lose("renewal found the lock no longer ours: its lease ran out and it may have been taken")
-			return
-		default:
-			// Transient (network, failover, timeout): retry soon; the loss
-			// timer ends the lock if no renewal succeeds in time.
-			h.mu.Lock()
-			h.lastErr = err
-			h.mu.Unlock()
-			timer.Reset(retry)
-		}
-	}
-}
-
-// renewed records a successful renewal whose request left at start: the
-// server reset the lease no earlier than that.
-func (h *Handle) renewed(start time.Time) {
 	h.mu.Lock()
-	if d := start.Add(h.ttl - h.drift); d.After(h.deadline) {
-		h.deadline = d
-	}
-	h.lastErr = nil
+	h.lease = renew.Start(h.sent, cfg)
 	h.mu.Unlock()
+}
+
+// renew extends the lease once; ctx ends at the loss deadline.
+func (h *Handle) renew(ctx context.Context) (bool, error) {
+	var ok bool
+	err := h.l.exec(ctx, func(ctx context.Context) error {
+		var err error
+		ok, err = h.l.runExtend(ctx, h.k, h.owner, h.ttl)
+		return err
+	}, nil)
+	if err != nil {
+		// An abandoned request may still write ok: do not read it.
+		return false, err
+	}
+	return ok, nil
+}
+
+// leaseLost is the lease keeper's report of a loss.
+func (h *Handle) leaseLost(cause error) {
+	if !h.l.cfg.watchdog && errors.Is(cause, renew.ErrExpired) {
+		h.lose("lease ran out (the watchdog is off)")
+		return
+	}
+	h.lose(cause.Error())
 }
 
 func (h *Handle) lostErr(why string) error {
@@ -205,12 +133,12 @@ func (h *Handle) end(err error) bool {
 // stopRenewal stops the watchdog and the loss timer without waiting for
 // them.
 func (h *Handle) stopRenewal() {
-	h.cancel()
 	h.mu.Lock()
-	if h.lossTimer != nil {
-		h.lossTimer.Stop()
-	}
+	lease := h.lease
 	h.mu.Unlock()
+	if lease != nil {
+		lease.Stop()
+	}
 }
 
 // Release deletes the lock if it is still ours, and wakes waiters. It never
