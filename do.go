@@ -2,7 +2,6 @@ package locker
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -29,26 +28,5 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, 
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		select {
-		case <-h.Done():
-			cancel(h.Err())
-		case <-fnCtx.Done():
-		}
-	}()
-	defer func() {
-		cancel(nil)
-		<-watchDone
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
-		defer rcancel()
-		relErr := h.Release(rctx)
-		if errors.Is(relErr, ErrReleased) && !errors.Is(relErr, ErrClosed) {
-			relErr = nil // fn released the lock itself
-		}
-		err = errors.Join(err, relErr)
-	}()
-	return fn(fnCtx, h)
+	return hold(ctx, h, fn)
 }

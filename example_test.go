@@ -146,3 +146,72 @@ func Example_fencing() {
 	// A writes with token 1 -> stale token 1: already saw 2
 	// balance: 250
 }
+
+// TryDo does the work only if no one else is doing it: the second click on
+// "pay" while the first is being charged gets 409 Conflict.
+func ExampleTryDo() {
+	l := memlock.New()
+	defer l.Close()
+	ctx := context.Background()
+
+	charge := func(orderID string) int {
+		err := locker.TryDo(ctx, l, "payment/"+orderID, func(ctx context.Context, h locker.Handle) error {
+			// ... charge the card, writing with h.Token() as the fence ...
+			return nil
+		})
+		switch {
+		case errors.Is(err, locker.ErrNotAcquired):
+			return 409 // being charged by another request right now
+		case err != nil:
+			return 500
+		}
+		return 200
+	}
+
+	// A request holding the order's lock is still running...
+	h, _ := l.Acquire(ctx, "payment/42")
+	fmt.Println("second click:", charge("42"))
+	_ = h.Release(ctx)
+	fmt.Println("after the first finished:", charge("42"))
+	// Output:
+	// second click: 409
+	// after the first finished: 200
+}
+
+// HandleContext ties work to the lock: its context ends the moment the lock
+// is lost, with the reason as its cause.
+func ExampleHandleContext() {
+	store := memlock.NewStore()
+	l := store.NewLocker()
+	defer l.Close()
+	ctx := context.Background()
+
+	h, _ := l.Acquire(ctx, "reports/daily")
+	work, stop := locker.HandleContext(ctx, h)
+	defer stop()
+
+	store.Revoke("reports/daily") // an operator deletes the lock
+	<-work.Done()
+	fmt.Println("lost:", errors.Is(context.Cause(work), locker.ErrLost))
+	// Output:
+	// lost: true
+}
+
+// Lead runs the leader's work on whichever instance holds the key, and
+// hands leadership on when the leader goes.
+func ExampleLead() {
+	l := memlock.New()
+	defer l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+
+	err := locker.Lead(ctx, l, "leader/scheduler", func(ctx context.Context, h locker.Handle) error {
+		fmt.Println("leading, term token > 0:", h.Token() > 0)
+		cancel() // in real code: run until ctx ends (shutdown or loss)
+		<-ctx.Done()
+		return nil
+	})
+	fmt.Println(errors.Is(err, context.Canceled))
+	// Output:
+	// leading, term token > 0: true
+	// true
+}

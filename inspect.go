@@ -1,0 +1,41 @@
+package locker
+
+import (
+	"context"
+	"time"
+)
+
+// Inspector is implemented by Lockers that can tell who holds a key: for
+// operators, dashboards and the locker command's status. It is optional,
+// found by type assertion (the way database/sql finds optional driver
+// interfaces), so a backend that cannot answer honestly does not implement
+// it, and third-party backends written before it keep working:
+//
+//	if in, ok := l.(locker.Inspector); ok {
+//		info, err := in.Inspect(ctx, "payment/42")
+//		...
+//	}
+//
+// The conformance suite checks an Inspector when the backend has one.
+type Inspector interface {
+	// Inspect reports the state of key's lock as the backend sees it at the
+	// moment it answers. It takes no lock, renews nothing and changes
+	// nothing. The answer may be stale by the time the caller reads it: it
+	// is for looking, never for deciding who may write (that is what the
+	// fencing token is for).
+	Inspect(ctx context.Context, key string) (LockInfo, error)
+}
+
+// LockInfo is what an Inspector knows of one key's lock.
+type LockInfo struct {
+	// Key is the key as the caller gave it.
+	Key string
+	// Held reports whether a holder has the lock.
+	Held bool
+	// Token is the holder's fencing token, or 0 when the key is not held.
+	Token int64
+	// TTL is the holder's remaining lease as the backend sees it, or 0 when
+	// the key is not held or the backend's locks have no lease (a session
+	// lock, held until its session ends).
+	TTL time.Duration
+}
