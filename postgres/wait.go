@@ -85,15 +85,23 @@ func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (gr
 			// The slice's lock_timeout, or a statement_timeout or
 			// lock_timeout of the session (a role's default, say), ended
 			// the wait on the server while ctx still allows more: wait
-			// again, unless the lock was somehow granted (a timeout that
-			// hit nextval, after the grant).
+			// again.
 			if !isServerTimeout(err) || ctx.Err() != nil {
 				return err
 			}
-			if held, herr := anyHeld(qctx, conn); herr != nil {
+			held, herr := anyHeld(qctx, conn)
+			if herr != nil {
 				return fmt.Errorf("checking the session after a timed-out wait: %w", herr)
-			} else if held {
-				return err
+			}
+			if !held {
+				continue
+			}
+			// The lock was granted in the instant the slice's timeout
+			// fired, and the statement was cancelled after the grant: the
+			// session holds the lock, but no token was returned. Give it
+			// back and wait again (the token drawn, if any, is skipped).
+			if uerr := unlockAfterTimeout(qctx, conn, id); uerr != nil {
+				return fmt.Errorf("%w; giving back the lock granted as the wait timed out: %w", err, uerr)
 			}
 		}
 	})
@@ -309,6 +317,22 @@ func (l *Locker) runWait(ctx context.Context, pc *pgconn.PgConn, run func(qctx c
 	}
 	<-settled
 	return waitOutcome{err: err, interrupted: true, cancelAcked: acked}
+}
+
+// unlockAfterTimeout gives back the lock on id that conn's session was
+// granted as its wait timed out; the session holds nothing else.
+func unlockAfterTimeout(ctx context.Context, conn *pgxpool.Conn, id int64) error {
+	ctx, cancel := context.WithTimeout(ctx, cancelGrace)
+	defer cancel()
+	var ok bool
+	var pid int32
+	if err := conn.QueryRow(ctx, sqlUnlock, id).Scan(&ok, &pid); err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("the session held an advisory lock, but not this one")
+	}
+	return nil
 }
 
 // holdsAny reports whether conn's session holds any advisory lock; on error
