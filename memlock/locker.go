@@ -309,3 +309,9 @@ func (l *Locker) cut() (heal func()) {
 		})
 	}
 }
+
+// Err returns the error of an invalid option given to NewLocker or New
+// (wrapping locker.ErrInvalidOption), which every Acquire and TryAcquire
+// also returns, or nil: a way to fail at start-up rather than at the first
+// lock.
+func (l *Locker) Err() error { return l.cfg.err }

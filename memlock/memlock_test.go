@@ -552,3 +552,19 @@ func BenchmarkContended(b *testing.B) {
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 }
+
+func TestErrReportsBadOptionAtOnce(t *testing.T) {
+	l := NewStore().NewLocker(WithDefaultTTL(0))
+	defer l.Close()
+	if err := l.Err(); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Fatalf("Err() = %v, want ErrInvalidOption", err)
+	}
+	if _, err := l.TryAcquire(context.Background(), "k"); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Fatalf("TryAcquire = %v, want the same ErrInvalidOption", err)
+	}
+	ok := NewStore().NewLocker()
+	defer ok.Close()
+	if err := ok.Err(); err != nil {
+		t.Fatalf("Err() of a well-built Locker = %v", err)
+	}
+}

@@ -38,6 +38,9 @@ func TestInvalidOptions(t *testing.T) {
 	pool := unreachablePool(t)
 	for _, bad := range []string{"", "a;DROP TABLE x", "a.b.c", `"unterminated`, "1abc"} {
 		l := New(pool, WithSequence(bad))
+		if err := l.Err(); !errors.Is(err, locker.ErrInvalidOption) {
+			t.Errorf("WithSequence(%q): Err() = %v, want ErrInvalidOption at once", bad, err)
+		}
 		if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, locker.ErrInvalidOption) {
 			t.Errorf("WithSequence(%q): %v, want ErrInvalidOption", bad, err)
 		}
@@ -55,7 +58,13 @@ func TestInvalidOptions(t *testing.T) {
 		}
 		l.Close()
 	}
+	if err := New(pool).Err(); err != nil {
+		t.Errorf("Err() of a well-built Locker = %v", err)
+	}
 	l := New(nil)
+	if err := l.Err(); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("New(nil).Err() = %v, want ErrInvalidOption", err)
+	}
 	if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Errorf("New(nil): %v, want ErrInvalidOption", err)
 	}

@@ -218,6 +218,12 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 	}
 }
 
+// Err returns the error of an invalid option or a nil pool given to New
+// (wrapping locker.ErrInvalidOption), which every Acquire and TryAcquire
+// also returns, or nil: a way to fail at start-up rather than at the first
+// lock. It does not contact the server.
+func (l *Locker) Err() error { return l.cfg.err }
+
 // newConfig applies opts to the defaults; cfg.err holds the first invalid one.
 func newConfig(opts []Option) config {
 	cfg := config{interval: DefaultHealthCheckInterval, sequence: DefaultSequence}
