@@ -1,7 +1,7 @@
 // Package redis is the Redis backend of locker: SET NX PX with a random
 // owner token, Lua compare-and-delete release and compare-and-pexpire
-// renewal, fencing tokens from a per-key counter, and waiters woken by
-// Pub/Sub. It works with a single server, a Sentinel failover client and a
+// renewal, fencing tokens from a per-key counter, and waiters queued on the
+// server in arrival order, each woken by Pub/Sub when its turn comes. It works with a single server, a Sentinel failover client and a
 // Cluster client, all through go-redis v9 (github.com/redis/go-redis/v9).
 //
 //	l := redis.New(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"}))
@@ -41,41 +41,87 @@
 //
 // # How it works
 //
-// A key k is stored under four names that share one Cluster hash tag, so
+// A key k is stored under these names, which share one Cluster hash tag, so
 // that the scripts, which touch several of them, run on one slot:
 //
-//	<prefix>{base64url(k)}:lock      owner token, expires with the lease
-//	<prefix>{base64url(k)}:fence     fencing counter, never expires (but see WithFenceExpiry)
-//	<prefix>{base64url(k)}:wake      Pub/Sub channel announcing releases
-//	<prefix>{base64url(k)}:released  owner token of the last release, for 15s
+//	<prefix>{base64url(k)}:lock         owner token, expires with the lease
+//	<prefix>{base64url(k)}:fence        fencing counter, never expires (but see WithFenceExpiry)
+//	<prefix>{base64url(k)}:released     owner token of the last release, for 15s
+//	<prefix>{base64url(k)}:queue        sorted set: the waiters, by arrival
+//	<prefix>{base64url(k)}:waiters      sorted set: the same waiters, by deadline (ms, server clock)
+//	<prefix>{base64url(k)}:wake:<id>    Pub/Sub channel of the Locker with that id: "your turn"
 //
 // The base64url encoding (no padding) is injective and contains no braces
 // or colons, so no user key, whatever bytes it holds ("{", "}", "/", "*",
 // spaces, unicode), can share a name with another key or break the tag.
 // The prefix defaults to "locker:" (WithPrefix).
 //
-// Acquire runs one script: if the lock is free it increments the fence
-// counter and sets the lock with SET PX; otherwise it returns the holder's
-// remaining lease (PTTL). A waiter then subscribes to the key's channel
-// (one shared Pub/Sub connection per Locker and master, multiplexing every
-// key it waits on; sharded SSUBSCRIBE on Cluster), tries once more, and
-// sleeps until a release is announced, the holder's lease runs out, or the
-// retry interval (WithRetryInterval, default 3s) passes — a safety net for
-// lost messages, not a polling loop. Release deletes the lock and publishes
-// on the channel in the same script, so a handoff costs about one round
-// trip. Within one Locker a release wakes one waiter, not all. The release
-// also leaves its owner token under :released for 15s, so that a retry of
-// the same release by go-redis (after a reply lost to a connection reset or
-// a read timeout) is told that it succeeded, not that the lock was lost.
+// Acquire and TryAcquire run one script: if the lock is free it increments
+// the fence counter and sets the lock with SET PX; otherwise TryAcquire
+// fails, and Acquire's script puts it in the key's queue in the same round
+// trip (see "Waiting"). Release deletes the lock and, in the same script,
+// publishes the owner token of the first live waiter on that waiter's
+// Locker's channel, so a handoff costs about two round trips (the release,
+// the waiter's attempt). The release also leaves its owner token under
+// :released for 15s, so that a retry of the same release by go-redis (after
+// a reply lost to a connection reset or a read timeout) is told that it
+// succeeded, not that the lock was lost.
 //
-// Each request runs on a goroutine of its own, and the call waits for it
-// only as long as its context and the Locker allow: go-redis turns a
-// context's deadline into a socket deadline (with ContextTimeoutEnabled),
-// but nothing ends a socket read on a cancel() or a Close. A request the
-// caller stopped waiting for finishes in the background, bounded by the
-// client's ReadTimeout, the context's deadline (with ContextTimeoutEnabled),
-// and 30s when the client has no ReadTimeout; whatever lock it may have
-// taken is deleted once it ends.
+// # Waiting
+//
+// Waiters are served in the order they came, across Lockers and processes:
+// an Acquire that finds the key held (or free but promised to a waiter that
+// came earlier) joins the end of the key's queue, and a free key goes to an
+// Acquire only when it is at the head. A release tells the head, and only
+// it: one message per release, one attempt by the waiter it wakes, however
+// many wait (no herd). Under contention an acquisition costs three requests:
+// the attempt that queued, the one that took the lock when told, and the
+// release. TryAcquire never queues, and takes a free key even when waiters
+// are queued (it fails only when another client holds the key), so it can
+// overtake them.
+//
+// A Locker listens on its own channel of the key (one shared Pub/Sub
+// connection per Locker and master, multiplexing every key it waits on;
+// sharded SSUBSCRIBE on Cluster) while one of its Acquires waits, and for
+// 10s after the last one left, so that a key under steady contention costs
+// no subscription per acquisition. An Acquire that had to subscribe tries
+// once more once the subscription is confirmed, since its turn may have
+// come in between.
+//
+// Each queue entry has a deadline on the server clock: a third of the
+// waiter's TTL (at least 150ms) after its last attempt. A waiter tries
+// again at least every third of that (and at most every retry interval,
+// WithRetryInterval, default 3s), which keeps its entry and recovers a lost
+// message; the head of the queue also tries when the holder's lease runs
+// out, since a crashed holder sends nothing. The scripts drop entries past
+// their deadline. So a waiter that crashes or is cut off leaves the queue
+// within a third of its TTL and holds up the key, when its turn comes, for
+// at most that plus the next waiter's recheck interval (about 13s with the
+// default 30s TTL; under a second with a 2s TTL). An Acquire that ends
+// without the lock (its context, Close, an error) leaves the queue at once,
+// and passes its turn on if it had come. The queue's keys expire when their
+// last entry does.
+//
+// Lockers of versions before the queue (issue 10) still exclude Lockers of
+// this one (the lock key is the same), but they neither queue nor listen on
+// the per-Locker channels: mixed, the old ones overtake the queue and wake
+// by their retry interval.
+//
+// A call waits for its request only as long as its context and the Locker
+// allow: go-redis turns a context's deadline into a socket deadline (with
+// ContextTimeoutEnabled), but nothing ends a socket read on a cancel() or a
+// Close. On a client with ContextTimeoutEnabled (set it: clients built from
+// a URL have it) a request runs on the caller's goroutine with a socket
+// deadline at most 150ms away, and moves to a goroutine of its own only if
+// no reply came by then, so a cancel or a Close takes effect within about
+// 150ms while a prompt reply costs no hand-off between threads; a link that
+// slow turns this off for 10s. On other clients every request runs on a
+// goroutine of its own, which costs tens of microseconds per request on a
+// small, busy machine (BENCHMARKS.md). A request the caller stopped waiting
+// for finishes in the background, bounded by the client's ReadTimeout, the
+// context's deadline (with ContextTimeoutEnabled), and 30s when the client
+// has no ReadTimeout; whatever lock it may have taken is deleted once it
+// ends. Renewals always run off the caller's goroutine.
 //
 // Loss is measured on the local monotonic clock: the lease counts from the
 // moment the last successful acquire or renewal request was sent (the server
@@ -115,8 +161,8 @@
 //
 // An ACL user needs, on its prefix's keys (~prefix*) and channels
 // (&prefix*): EVALSHA and EVAL, and inside the scripts GET, SET, INCR, PTTL,
-// DEL, PEXPIRE and PUBLISH (SPUBLISH on Cluster), plus TIME with
-// WithClockTokens; for waiting, SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE and
+// DEL, EXISTS, PEXPIRE, TIME, ZADD, ZREM, ZRANGE, ZRANGEBYSCORE, ZSCORE,
+// ZRANK and PUBLISH (SPUBLISH on Cluster); for waiting, SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE and
 // SUNSUBSCRIBE on Cluster), plus PING. To let the Locker check the eviction
 // policy, also CONFIG GET (+config|get) or INFO; without both it cannot
 // check, and takes locks without knowing (see "Eviction").
@@ -130,7 +176,8 @@
 // once while its holder hears nothing until its next renewal, up to TTL/3
 // later; an evicted counter starts again at 1, so tokens go backwards. So
 // the Locker requires noeviction (with which a full Redis refuses new locks
-// with an OOM error instead of dropping held ones): before its first acquire
+// with an OOM error instead of dropping held ones; an Acquire of a held key
+// fails the same way, as joining the queue needs memory): before its first acquire
 // on a server, and again a minute after the last check, it reads the policy
 // with CONFIG GET maxmemory-policy, or INFO memory where CONFIG is renamed,
 // disabled (as on several managed services) or not allowed to the ACL user,
@@ -161,12 +208,17 @@
 //     the resource side catches writes only if tokens never go backwards.
 //   - Lost Pub/Sub messages: the Locker checks its Pub/Sub connections (a
 //     PING after 3s of silence) and replaces a failed one, subscribing again
-//     channel by channel and waking every waiter once, since releases may
-//     have been announced meanwhile. When a key's slot moves to another
-//     Cluster master (resharding), the old master drops the subscriptions
-//     of the slot and says so; the waiters are woken once and subscribe on
-//     the new master. A message lost otherwise (a failover) costs a waiter
-//     at most the holder's remaining lease or the retry interval.
+//     channel by channel and waking every waiter once, since its turn may
+//     have come meanwhile. When a key's slot moves to another Cluster master
+//     (resharding), the old master drops the subscriptions of the slot and
+//     says so; the waiters are woken once and subscribe on the new master.
+//     A message lost otherwise (a failover) costs the waiter whose turn it
+//     was at most its recheck interval (see "Waiting").
+//   - Waiter crashes or is cut off: its queue entry is dropped at its
+//     deadline; the key waits for it at most the bound given in "Waiting".
+//   - Failover loses the queue like any other write not yet replicated:
+//     waiters then re-enter it in the order of their next attempts, within
+//     their recheck interval.
 //   - A request in flight on a dead connection (a partition, a paused
 //     server): the call returns when its context ends (within
 //     milliseconds, also on a plain cancel()) or when the Locker closes

@@ -2,7 +2,9 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -10,25 +12,32 @@ import (
 	"github.com/go-locker/locker"
 )
 
-// Every request to Redis runs on a goroutine of its own, and its caller waits
-// for it only as long as the caller's context and the Locker allow.
+// A caller waits for a request to Redis only as long as its context and the
+// Locker allow.
 //
 // go-redis cannot abort a request in flight on a cancel. With
 // ContextTimeoutEnabled it turns a context's deadline into a socket deadline
 // when the request starts, so a later cancel() without a deadline, or the
-// Locker's Close, leaves the read blocked until the client's ReadTimeout
-// (forever with ReadTimeout: -1); without ContextTimeoutEnabled it ignores
-// contexts during socket I/O altogether. So the caller stops waiting instead,
-// and the abandoned request finishes in the background: its context is
-// cancelled (go-redis gives up at its next check: a pool wait, a dial, a
-// retry), and a blocked read ends at the socket deadline (the ReadTimeout,
-// see also requestTimeout). Its effect on the server is unknown, so the
-// caller says what to undo once it has finished (abandoned).
+// Locker's Close, leaves the read blocked until that deadline or the
+// client's ReadTimeout (forever with ReadTimeout: -1); without
+// ContextTimeoutEnabled it ignores contexts during socket I/O altogether.
 //
-// The hand-off costs about a microsecond and a few allocations per request
-// in-process, and more where waking another OS thread is slow (a small VM):
-// see BENCHMARKS.md. It is the price of calls that always honour their
-// context and Close.
+// So, on a client without ContextTimeoutEnabled, every request runs on a
+// goroutine of its own, and the caller stops waiting when ctx ends or the
+// Locker closes; the abandoned request finishes in the background: its
+// context is cancelled (go-redis gives up at its next check: a pool wait, a
+// dial, a retry), and a blocked read ends at the socket deadline (the
+// ReadTimeout, see also requestTimeout). Its effect on the server is
+// unknown, so the caller says what to undo once it has finished
+// (abandoned). The hand-off between goroutines costs little CPU, but on a
+// small, busy machine waking another thread costs tens of microseconds per
+// request, as much as the round trip itself (see BENCHMARKS.md).
+//
+// On a client with ContextTimeoutEnabled a request first runs on the
+// caller's goroutine with a socket deadline at most inlineWait away (see
+// inline): a prompt reply, the common case, costs no hand-off. Only a
+// request that gets no reply in that time moves to a goroutine, so that a
+// cancel or a Close takes effect within about inlineWait.
 
 // requestTimeout bounds the requests of a Locker whose client has no
 // ReadTimeout (-1) when the caller's context has no earlier deadline: the
@@ -50,18 +59,33 @@ var errNoReply = fmt.Errorf("redis: no reply within %v, the request was abandone
 // short that way has finished, since its effect on the server is unknown.
 // exec must run inside an active call (see enter) or an active goroutine.
 func (l *Locker) exec(ctx context.Context, call func(context.Context) error, abandoned func()) error {
-	return l.detach(ctx, l.ctx, call, abandoned)
+	return l.detach(ctx, l.ctx, call, abandoned, true)
+}
+
+// execBackground is exec for requests nobody waits on with a user's latency
+// at stake (renewals): always off the caller's goroutine, never inline, so
+// that a slow link costs them no timed-out attempt and no connection (see
+// inline).
+func (l *Locker) execBackground(ctx context.Context, call func(context.Context) error) error {
+	return l.detach(ctx, l.ctx, call, nil, false)
 }
 
 // detach is exec with life in place of the Locker's own context: the call
 // also ends, with locker.ErrClosed, when life ends. Close releases the locks
 // it holds with a life of its own, since the Locker's has ended by then.
-func (l *Locker) detach(ctx, life context.Context, call func(context.Context) error, abandoned func()) error {
+func (l *Locker) detach(ctx, life context.Context, call func(context.Context) error, abandoned func(), mayInline bool) error {
 	if ctx.Err() != nil {
 		return ctxErr(ctx)
 	}
 	if life.Err() != nil {
 		return locker.ErrClosed
+	}
+	if mayInline && l.inlineOK() {
+		err, done := l.inline(ctx, life, call, abandoned)
+		if done {
+			return err
+		}
+		// No reply within inlineWait: wait on, off the caller's goroutine.
 	}
 	// The request's context: cancelled when the caller stops waiting, so
 	// that go-redis gives up at its next check; bounded where nothing else
@@ -108,6 +132,77 @@ func (l *Locker) detach(ctx, life context.Context, call func(context.Context) er
 		cancel()
 		return ended(ctx, life)
 	}
+}
+
+// inlineWait bounds how long a request runs on the caller's goroutine (see
+// inline) before the caller hands it to a goroutine of its own, so that a
+// context cancelled or a Close while the server does not answer takes effect
+// within about this long (plus go-redis's own retry back-off, tens of
+// milliseconds). A healthy Redis answers in well under a millisecond.
+const inlineWait = 150 * time.Millisecond
+
+// inlineOK reports whether a request may run on the caller's goroutine: the
+// client turns a context's deadline into the socket deadline
+// (ContextTimeoutEnabled), so a request can be bounded without a goroutine,
+// and no request lately came close to inlineWait (a slow link: see inline).
+func (l *Locker) inlineOK() bool {
+	return l.deadlines && time.Now().UnixNano() >= l.slowUntil.Load()
+}
+
+// slowPause is how long requests skip inline after one took longer than
+// half of inlineWait: on a slow link (a distant server, a proxy adding
+// latency) every inline attempt would time out and cost its connection.
+const slowPause = 10 * time.Second
+
+// inline runs call on the caller's goroutine with a socket deadline of at
+// most inlineWait: the common case, a prompt reply, then costs no goroutine
+// and no hand-off between threads (on a small machine the hand-off is most
+// of the client's cost; see BENCHMARKS.md). It reports done=false when the
+// bound passed with no reply while ctx and life still allow more: the
+// caller then runs call again off its goroutine. That is safe because every
+// call exec runs is idempotent for its owner token — acquiring finds the
+// lock already the owner's and returns its token, releasing finds the
+// release record, extending extends again — and go-redis may retry a
+// request by itself anyway. A request that takes more than half of
+// inlineWait turns inline off for slowPause, so that a slow link does not
+// lose a connection to every timed-out attempt.
+func (l *Locker) inline(ctx, life context.Context, call func(context.Context) error, abandoned func()) (err error, done bool) {
+	start := time.Now()
+	bound := start.Add(inlineWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(bound) {
+		bound = d
+	}
+	err = call(boundCtx{ctx, bound})
+	if took := time.Since(start); took > inlineWait/2 {
+		l.slowUntil.Store(time.Now().Add(slowPause).UnixNano())
+	}
+	switch {
+	case err == nil:
+		return nil, true
+	case ctx.Err() != nil || life.Err() != nil:
+		// Cut short: its effect on the server is unknown.
+		if abandoned != nil {
+			abandoned()
+		}
+		return ended(ctx, life), true
+	case isTimeout(err) && !time.Now().Before(bound):
+		return nil, false
+	}
+	return err, true
+}
+
+// boundCtx is its parent with an earlier deadline and no timer: go-redis
+// reads only the deadline, for the socket's.
+type boundCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c boundCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // request is one call of detach in flight.

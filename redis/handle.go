@@ -84,11 +84,11 @@ func (h *Handle) start() {
 // renew extends the lease once; ctx ends at the loss deadline.
 func (h *Handle) renew(ctx context.Context) (bool, error) {
 	var ok bool
-	err := h.l.exec(ctx, func(ctx context.Context) error {
+	err := h.l.execBackground(ctx, func(ctx context.Context) error {
 		var err error
 		ok, err = h.l.runExtend(ctx, h.k, h.owner, h.ttl)
 		return err
-	}, nil)
+	})
 	if err != nil {
 		// An abandoned request may still write ok: do not read it.
 		return false, err

@@ -6,7 +6,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -26,8 +28,12 @@ type Locker struct {
 	cfgErr    error // an invalid Option, reported by every acquire
 	sharded   bool  // Cluster: sharded Pub/Sub (SPUBLISH/SSUBSCRIBE)
 	hub       *hub
-	policies  policyCache // which servers were found not to evict keys
-	unbounded bool        // the client has no ReadTimeout: see requestTimeout
+	id        string       // random: names this Locker's queue entries and wake-up channels
+	args      scriptArgs   // script arguments boxed once
+	policies  policyCache  // which servers were found not to evict keys
+	unbounded bool         // the client has no ReadTimeout: see requestTimeout
+	deadlines bool         // the client has ContextTimeoutEnabled: see inline
+	slowUntil atomic.Int64 // UnixNano until which requests skip inline: see inline
 
 	// ctx ends when Close begins: every request in flight is abandoned
 	// (see exec), and every call returns locker.ErrClosed.
@@ -69,13 +75,16 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 		closing:  ctx.Done(),
 		handles:  map[*Handle]struct{}{},
 		policies: policyCache{ok: map[string]time.Time{}},
+		id:       newOwner()[:16], // 96 bits
 	}
 	switch c := client.(type) {
 	case *goredis.ClusterClient:
 		l.sharded = true
 		l.unbounded = c.Options().ReadTimeout < 0
+		l.deadlines = c.Options().ContextTimeoutEnabled
 	case *goredis.Client:
 		l.unbounded = c.Options().ReadTimeout < 0
+		l.deadlines = c.Options().ContextTimeoutEnabled
 	case *goredis.Ring:
 		if l.cfgErr == nil {
 			l.cfgErr = fmt.Errorf("%w: redis: *goredis.Ring is not supported: it remaps keys to other shards when one fails, so two clients could hold one lock; use a single server, Sentinel or Cluster", locker.ErrInvalidOption)
@@ -85,6 +94,7 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 			l.cfgErr = errNilClient
 		}
 	}
+	l.initArgs()
 	l.hub = newHub(l)
 	return l
 }
@@ -95,29 +105,70 @@ var errNilClient = fmt.Errorf("%w: redis: nil client", locker.ErrInvalidOption)
 type keys struct {
 	lock     string // holds the owner token while locked; expires with the lease
 	fence    string // the fencing counter; never expires (see WithFenceExpiry)
-	wake     string // Pub/Sub channel announcing releases
 	released string // the owner token of the last release, for a few seconds
+	queue    string // the waiters' entries, by arrival (see luaQueue)
+	waiters  string // the same entries, by deadline
+	wakeBase string // a Locker's wake-up channel is wakeBase + its id
+	wake     string // this Locker's wake-up channel for the key
 }
 
 // keysFor encodes a user key injectively: base64url of its bytes, which
 // contains neither braces nor ':' , inside a Cluster hash tag, so the names
 // of one key share one slot, and no two user keys share any name.
+//
+// The names are cut from one string, built in one allocation: keysFor runs
+// on every acquire.
 func (l *Locker) keysFor(key string) keys {
-	tag := l.cfg.prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
-	return keys{lock: tag + ":lock", fence: tag + ":fence", wake: tag + ":wake", released: tag + ":released"}
+	var stack [96]byte // the encoded key, on the stack unless the key is long
+	tag := base64.RawURLEncoding.AppendEncode(stack[:0], []byte(key))
+	tagLen := len(l.cfg.prefix) + 2 + len(tag)
+	suffixes := [...]string{":lock", ":fence", ":released", ":queue", ":waiters", ":wake:"}
+	n := len(l.id)
+	for _, s := range suffixes {
+		n += tagLen + len(s)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	var ends [len(suffixes)]int // where each name ends
+	for i, s := range suffixes {
+		b.WriteString(l.cfg.prefix)
+		b.WriteByte('{')
+		b.Write(tag)
+		b.WriteByte('}')
+		b.WriteString(s)
+		if i == len(suffixes)-1 {
+			b.WriteString(l.id)
+		}
+		ends[i] = b.Len()
+	}
+	all := b.String() // no copy: one allocation for all the names
+	name := func(i int) string {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		return all[start:ends[i]]
+	}
+	wake := name(5)
+	return keys{
+		lock: name(0), fence: name(1), released: name(2), queue: name(3), waiters: name(4),
+		wake: wake, wakeBase: wake[:len(wake)-len(l.id)],
+	}
 }
 
 // KeyNames returns the names under which the Locker keeps key in Redis, as
 // "How it works" in the package documentation lays them out: the lock
 // (a string holding the holder's owner token, see Handle.Owner, that expires
 // with the lease), the fencing counter (an integer that never expires) and
-// the Pub/Sub channel on which releases are announced. It is for operators
-// and tests: inspecting a lock or deleting a stuck one by hand, finding a
-// key's Cluster slot, watching its releases, writing ACLs. Never delete or
+// the Pub/Sub channel on which this Locker is told that one of its waiters
+// has its turn (each Locker has its own). It is for operators and tests:
+// inspecting a lock or deleting a stuck one by hand, finding a key's
+// Cluster slot, watching its handoffs, writing ACLs. Never delete or
 // overwrite the fence counter: tokens would start again (see "Fencing tokens
-// and persistence"). A fourth name, the lock's with ":released" in place of
-// ":lock", remembers the last release for a few seconds (see "How it
-// works"). KeyNames neither validates key nor talks to Redis.
+// and persistence"). The other names of the key are the lock's with
+// ":released" (the last release, for a few seconds), ":queue" and ":waiters"
+// (the waiters' queue) in place of ":lock" (see "How it works"). KeyNames
+// neither validates key nor talks to Redis.
 func (l *Locker) KeyNames(key string) (lock, fence, wake string) {
 	k := l.keysFor(key)
 	return k.lock, k.fence, k.wake
@@ -142,8 +193,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Opti
 }
 
 // Acquire takes key, waiting as long as ctx allows while another holder has
-// it. It sleeps until the holder releases (a Pub/Sub notification), the
-// holder's lease runs out, or the retry interval passes, then tries again.
+// it. Waiters are served in the order they came (see "Waiting" in the
+// package documentation): a release tells the first live waiter, and only
+// it, that its turn has come.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
 	h, err := l.acquire(ctx, "acquire", key, opts, true)
 	if err != nil {
@@ -178,95 +230,65 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	if err := l.checkPolicy(ctx, k); err != nil {
 		return nil, locker.KeyError(op, key, err)
 	}
-
-	// Try first: an uncontended lock costs one round trip and no
-	// subscription.
-	h, res, err := l.tryOnce(ctx, key, k, ttl, drift)
-	if err != nil || h != nil {
-		return h, locker.KeyError(op, key, err)
-	}
+	a := &attempt{l: l, key: key, k: k, owner: newOwner(), ttl: ttl, drift: drift, mode: modeTry}
 	if !wait {
+		// One round trip; a TryAcquire never queues.
+		h, _, err := a.try(ctx)
+		if err != nil || h != nil {
+			return h, locker.KeyError(op, key, err)
+		}
 		return nil, locker.KeyError(op, key, locker.ErrNotAcquired)
 	}
-
-	// Subscribe, then try again before sleeping: a release that happened
-	// between the first try and the subscription would otherwise go
-	// unheard until the retry interval.
-	w := l.hub.watch(ctx, k.wake)
-	acquired := false
-	defer func() { w.leave(!acquired) }()
-	if err := w.awaitSubscribed(ctx, l.closing, l.cfg.retryInterval); err != nil {
+	h, err := l.wait(ctx, a)
+	if err != nil {
 		return nil, locker.KeyError(op, key, err)
 	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		h, res, err = l.tryOnce(ctx, key, k, ttl, drift)
-		if err != nil {
-			return nil, locker.KeyError(op, key, err)
-		}
-		if h != nil {
-			acquired = true
-			return h, nil
-		}
-		if w.hasMoved() {
-			// The key's slot moved to another Cluster master: listen
-			// there, then try again before sleeping, as above.
-			w = l.hub.rewatch(ctx, l.closing, w)
-			if err := w.awaitSubscribed(ctx, l.closing, l.cfg.retryInterval); err != nil {
-				return nil, locker.KeyError(op, key, err)
-			}
-			continue
-		}
-		timer.Reset(l.sleepFor(res.pttl))
-		select {
-		case <-w.wake:
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, locker.KeyError(op, key, ctxErr(ctx))
-		case <-l.closing:
-			return nil, locker.KeyError(op, key, locker.ErrClosed)
-		}
-	}
+	return h, nil
 }
 
-// sleepFor is how long a waiter sleeps after a failed attempt: until the
-// holder's lease runs out (plus a millisecond, as Redis expires a key only
-// once its deadline has passed), but no longer than the retry interval.
-func (l *Locker) sleepFor(pttl time.Duration) time.Duration {
-	d := l.cfg.retryInterval
-	if pttl >= 0 && pttl+time.Millisecond < d {
-		d = pttl + time.Millisecond
-	}
-	return d
+// attempt is one Acquire or TryAcquire: every request it makes carries the
+// same owner token, which is also its entry in the key's queue.
+type attempt struct {
+	l     *Locker
+	key   string
+	k     keys
+	owner string
+	ttl   time.Duration
+	drift time.Duration
+	mode  string // modeTry or modeWait
 }
 
-// tryOnce makes one attempt. It returns the new Handle, or the holder's
-// remaining lease when another client holds key.
-func (l *Locker) tryOnce(ctx context.Context, key string, k keys, ttl, drift time.Duration) (*Handle, acquireResult, error) {
-	owner := newOwner()
+// try makes one request. It returns the new Handle, or what the script said
+// about the holder and the queue.
+func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
+	l := a.l
 	start := time.Now() // the lease starts no earlier than the request leaves
 	var res acquireResult
-	err := l.exec(ctx, func(ctx context.Context) error {
-		var err error
-		res, err = l.runAcquire(ctx, k, owner, ttl)
-		return err
-	}, func() {
+	abandoned := func() {
 		// The request was abandoned (ctx ended) but may have reached the
 		// server: remove the lock it may have taken, so that a cancelled
 		// Acquire leaves nothing behind.
-		l.cleanup(k, owner)
-	})
+		l.cleanup(a.k, a.owner)
+	}
+	if a.mode == modeWait {
+		// ... and the queue entry it may have made.
+		abandoned = func() { l.leave(a.k, a.owner) }
+	}
+	err := l.exec(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = l.runAcquire(ctx, a.k, a.owner, a.mode, a.ttl)
+		return err
+	}, abandoned)
 	if err != nil {
 		return nil, acquireResult{}, err // res may still be written to
 	}
 	if !res.ok {
 		return nil, res, nil
 	}
-	h := newHandle(l, key, k, owner, res.token, ttl, drift, start)
+	h := newHandle(l, a.key, a.k, a.owner, res.token, a.ttl, a.drift, start)
 	if !l.register(h) {
 		// Close ran while we were acquiring: give the lock back.
-		l.cleanup(k, owner)
+		l.cleanup(a.k, a.owner)
 		return nil, acquireResult{}, locker.ErrClosed
 	}
 	h.start()
@@ -376,9 +398,14 @@ func (l *Locker) releaseAll(held []*Handle) error {
 			// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
 			cmds[i] = releaseScript.Eval(ctx, pipe, h.k.releaseKeys(), l.releaseArgs(h.owner)...)
 		}
-		_, _ = pipe.Exec(ctx) // each command's error is read below
+		// Each command's error is read below; a timeout is returned, so
+		// that exec can send the (idempotent) pipeline again off the
+		// caller's goroutine (see inline).
+		if _, err := pipe.Exec(ctx); isTimeout(err) {
+			return err
+		}
 		return nil
-	}, nil)
+	}, nil, true)
 	if err != nil {
 		// The pipeline is abandoned: its results are not ours to read.
 		var errs []error

@@ -29,7 +29,7 @@ func TestKeyEncoding(t *testing.T) {
 	seen := map[string]string{}
 	for _, k := range []string{"a", "b", "{a}", "a}", "{", "}", "}{", "a:lock", "a}:fence", "ключ", "x/../y", "*", " ", "\"'", strings.Repeat("z", locker.MaxKeyLen)} {
 		ks := l.keysFor(k)
-		for _, name := range []string{ks.lock, ks.fence, ks.wake, ks.released} {
+		for _, name := range []string{ks.lock, ks.fence, ks.wake, ks.released, ks.queue, ks.waiters} {
 			if prev, dup := seen[name]; dup {
 				t.Errorf("keys %q and %q share the Redis name %q", prev, k, name)
 			}
@@ -41,7 +41,8 @@ func TestKeyEncoding(t *testing.T) {
 			if open < 0 || end <= 1 {
 				t.Fatalf("%q has no hash tag", name)
 			}
-			if tag := name[open : open+end+1]; !strings.HasPrefix(ks.lock, DefaultPrefix+tag) || !strings.HasPrefix(ks.fence, DefaultPrefix+tag) || !strings.HasPrefix(ks.released, DefaultPrefix+tag) {
+			if tag := name[open : open+end+1]; !strings.HasPrefix(ks.lock, DefaultPrefix+tag) || !strings.HasPrefix(ks.fence, DefaultPrefix+tag) || !strings.HasPrefix(ks.released, DefaultPrefix+tag) ||
+				!strings.HasPrefix(ks.queue, DefaultPrefix+tag) || !strings.HasPrefix(ks.waiters, DefaultPrefix+tag) || !strings.HasPrefix(ks.wakeBase, DefaultPrefix+tag) {
 				t.Errorf("names of %q do not share the hash tag %q: %+v", k, tag, ks)
 			}
 		}
@@ -50,7 +51,8 @@ func TestKeyEncoding(t *testing.T) {
 
 // TestKeyNames: the exported names are the ones the scripts use, laid out
 // as the package documentation says: <prefix>{base64url(key)}:lock, :fence
-// and :wake (and :released, which KeyNames does not return).
+// and :wake:<Locker id> (and :released, :queue and :waiters, which KeyNames
+// does not return); each Locker has a wake-up channel of its own.
 func TestKeyNames(t *testing.T) {
 	for _, tc := range []struct {
 		prefix, key, tag string
@@ -66,11 +68,18 @@ func TestKeyNames(t *testing.T) {
 		l := New(nil, opts...)
 		lock, fence, wake := l.KeyNames(tc.key)
 		base := tc.prefix + tc.tag
-		if lock != base+":lock" || fence != base+":fence" || wake != base+":wake" {
-			t.Errorf("prefix %q, key %q: KeyNames = %q, %q, %q; want %q + :lock, :fence, :wake", tc.prefix, tc.key, lock, fence, wake, base)
+		if lock != base+":lock" || fence != base+":fence" || wake != base+":wake:"+l.id {
+			t.Errorf("prefix %q, key %q: KeyNames = %q, %q, %q; want %q + :lock, :fence, :wake:%s", tc.prefix, tc.key, lock, fence, wake, base, l.id)
 		}
-		if k := l.keysFor(tc.key); k != (keys{lock: lock, fence: fence, wake: wake, released: base + ":released"}) {
+		want := keys{lock: lock, fence: fence, wake: wake, released: base + ":released", queue: base + ":queue", waiters: base + ":waiters", wakeBase: base + ":wake:"}
+		if k := l.keysFor(tc.key); k != want {
 			t.Errorf("prefix %q, key %q: KeyNames = %q, %q, %q, but the scripts use %+v", tc.prefix, tc.key, lock, fence, wake, k)
+		}
+		if _, _, other := New(nil, opts...).KeyNames(tc.key); other == wake {
+			t.Errorf("two Lockers share the wake-up channel %q", wake)
+		}
+		if strings.Contains(l.id, ":") {
+			t.Errorf("Locker id %q contains the queue entry separator", l.id)
 		}
 	}
 }

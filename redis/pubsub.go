@@ -13,13 +13,17 @@ import (
 	"github.com/go-locker/locker"
 )
 
-// Waiters sleep until a release is announced on the key's wake-up channel.
-// A Locker keeps one Pub/Sub connection per Redis master it waits on (one in
-// all for a single server or Sentinel; on Cluster one per master, since a
-// sharded subscription must be made on the master of the channel's slot) and
-// multiplexes every key it waits on over it. Subscriptions are reference
-// counted by waiters and made or dropped by one writer goroutine per
-// connection, so that Acquire never blocks on a subscription command.
+// Waiters sleep until they are told on their Locker's wake-up channel of the
+// key that their turn has come (see wait.go): a message carries the owner
+// token of the one waiter it is for. A Locker keeps one Pub/Sub connection
+// per Redis master it waits on (one in all for a single server or Sentinel;
+// on Cluster one per master, since a sharded subscription must be made on
+// the master of the channel's slot) and multiplexes every key it waits on
+// over it. Subscriptions are reference counted by waiters and made or
+// dropped by one writer goroutine per connection, so that Acquire never
+// blocks on a subscription command. A subscription stays for
+// subscriptionLinger after its last waiter left, so that a key under steady
+// contention is not subscribed and unsubscribed once per acquisition.
 //
 // The connection is read by our own goroutine, which also checks its health
 // (a PING when nothing arrived for healthInterval) and replaces it when it
@@ -33,8 +37,8 @@ import (
 // release may have gone unheard, and move to the slot's new master.
 //
 // Notifications only make waiting prompt; they are not needed for safety.
-// A lost message (reconnect, failover) costs at most the holder's remaining
-// lease or the Locker's retry interval.
+// A lost message (reconnect, failover) costs the waiter it was for at most
+// its recheck interval (see wait.go).
 
 // hub owns the Locker's Pub/Sub connections.
 type hub struct {
@@ -53,6 +57,7 @@ type waiter struct {
 	ready <-chan struct{} // closed once the server confirmed the subscription
 	n     *node           // nil: no notifications, timers only
 	ch    string
+	owner string      // the Acquire's owner token: the messages meant for it carry it
 	moved atomic.Bool // the master dropped the subscription: the slot moved
 }
 
@@ -63,10 +68,11 @@ func (w *waiter) hasMoved() bool { return w.moved.Load() }
 // closedChan is ready at once: used when no subscription can be made.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// watch registers a waiter for releases announced on channel. It does not
-// wait for the subscription; see awaitSubscribed.
-func (h *hub) watch(ctx context.Context, channel string) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1), ready: closedChan, ch: channel}
+// watch registers a waiter for the messages carrying owner on channel,
+// subscribing if needed. It does not wait for the subscription; see
+// awaitSubscribed.
+func (h *hub) watch(ctx context.Context, channel, owner string) *waiter {
+	w := &waiter{wake: make(chan struct{}, 1), ready: closedChan, ch: channel, owner: owner}
 	n := h.node(ctx, channel)
 	if n != nil {
 		n.add(w)
@@ -74,12 +80,49 @@ func (h *hub) watch(ctx context.Context, channel string) *waiter {
 	return w
 }
 
+// join registers a waiter as watch does, but only if the Locker is
+// subscribed to channel already, confirmed by the server (another waiter of
+// the key, or one that left less than subscriptionLinger ago); else it
+// returns nil and subscribes to nothing. A waiter that joined before its
+// request was sent hears every message published after the server ran the
+// request.
+func (h *hub) join(ctx context.Context, channel, owner string) *waiter {
+	h.mu.Lock()
+	empty := len(h.nodes) == 0
+	h.mu.Unlock()
+	if empty {
+		return nil // nothing to join: no master lookup on the uncontended path
+	}
+	n := h.find(ctx, channel, false)
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := n.chans[channel]
+	if cs == nil || !cs.sent || cs.pending > 0 || !isClosed(cs.ready) {
+		return nil
+	}
+	w := &waiter{wake: make(chan struct{}, 1), ch: channel, owner: owner, n: n, ready: cs.ready}
+	cs.waiters = append(cs.waiters, w)
+	return w
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
 // rewatch moves a waiter whose master dropped its subscription, the
 // channel's slot having moved, to the slot's new master. The client's slot
 // map may name the old master for a moment after the move (dropped has it
 // reloaded): rewatch waits for it to name another, for at most a second.
 func (h *hub) rewatch(ctx context.Context, closing <-chan struct{}, old *waiter) *waiter {
-	old.leave(false)
+	old.leave()
 	for deadline := time.Now().Add(time.Second); old.n != nil && time.Now().Before(deadline); {
 		if m, err := h.master(ctx, old.ch); err != nil || m == nil || m.Options().Addr != old.n.addr {
 			break
@@ -92,7 +135,7 @@ func (h *hub) rewatch(ctx context.Context, closing <-chan struct{}, old *waiter)
 			deadline = time.Time{}
 		}
 	}
-	return h.watch(ctx, old.ch)
+	return h.watch(ctx, old.ch, old.owner)
 }
 
 // master returns the Cluster master of channel's slot, or nil when the
@@ -107,7 +150,11 @@ func (h *hub) master(ctx context.Context, channel string) (*goredis.Client, erro
 
 // node returns the connection for channel's master, making it if needed,
 // or nil when there is none (closed, or the cluster's slot map is unknown).
-func (h *hub) node(ctx context.Context, channel string) *node {
+func (h *hub) node(ctx context.Context, channel string) *node { return h.find(ctx, channel, true) }
+
+// find returns the connection for channel's master; with create it makes
+// one if there is none.
+func (h *hub) find(ctx context.Context, channel string, create bool) *node {
 	var addr string
 	master, err := h.master(ctx, channel) // on Cluster: the slot's master
 	if err != nil {
@@ -121,7 +168,7 @@ func (h *hub) node(ctx context.Context, channel string) *node {
 	if h.closed {
 		return nil
 	}
-	if n := h.nodes[addr]; n != nil {
+	if n := h.nodes[addr]; n != nil || !create {
 		return n
 	}
 	newPubSub := func() *goredis.PubSub {
@@ -192,7 +239,8 @@ type node struct {
 
 // chanState is the subscription of one channel.
 type chanState struct {
-	waiters   []*waiter     // in arrival order: wake-ups go to the first
+	waiters   []*waiter     // a message wakes the one whose owner it carries
+	left      time.Time     // when the last waiter left: the subscription lingers
 	sent      bool          // our last command for it was a subscribe
 	pending   int           // subscribe confirmations still to come
 	unpending int           // unsubscribe confirmations still to come
@@ -203,6 +251,19 @@ type chanState struct {
 // we sent for it is unanswered.
 func (cs *chanState) idle() bool {
 	return len(cs.waiters) == 0 && !cs.sent && cs.pending == 0 && cs.unpending == 0
+}
+
+// subscriptionLinger is how long a subscription stays after its last
+// waiter left. A key under contention is waited on again soon by the same
+// Locker: keeping the subscription saves a subscribe and an unsubscribe per
+// acquisition, and the attempt that a fresh subscription needs (see wait.go).
+// A lingering subscription costs nothing but its entry on the server: a
+// message arrives on it only for a waiter of this Locker.
+const subscriptionLinger = 10 * time.Second
+
+// wanted reports whether the channel should be subscribed at now.
+func (cs *chanState) wanted(now time.Time) bool {
+	return len(cs.waiters) > 0 || cs.sent && now.Sub(cs.left) < subscriptionLinger
 }
 
 func (n *node) add(w *waiter) {
@@ -246,10 +307,11 @@ func (w *waiter) awaitSubscribed(ctx context.Context, closing <-chan struct{}, m
 	return nil
 }
 
-// leave unregisters the waiter. A waiter that leaves without the lock
-// passes a wake-up on to the next one, in case it swallowed the
-// notification that was meant for whoever comes next.
-func (w *waiter) leave(passOn bool) {
+// leave unregisters the waiter. Its channel's subscription lingers (see
+// subscriptionLinger); the writer drops it later. A message meant for a
+// waiter that left is not passed on here: the server does that (see
+// leaveScript).
+func (w *waiter) leave() {
 	n := w.n
 	if n == nil {
 		return
@@ -266,23 +328,23 @@ func (w *waiter) leave(passOn bool) {
 			break
 		}
 	}
-	if passOn {
-		cs.wakeOne()
-	}
 	if len(cs.waiters) == 0 {
-		n.markDirty(w.ch)
+		cs.left = time.Now()
+		if !cs.sent {
+			n.markDirty(w.ch) // a subscribe may be pending: cancel it
+		}
 	}
 }
 
-// wakeOne signals the first waiter that has no signal pending. One
-// release lets one holder in, so waking every waiter of this Locker would
-// only make all but one of them try in vain.
-func (cs *chanState) wakeOne() {
+// wakeOwner signals the waiter whose owner token a message carries.
+func (cs *chanState) wakeOwner(owner string) {
 	for _, w := range cs.waiters {
-		select {
-		case w.wake <- struct{}{}:
+		if w.owner == owner {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
 			return
-		default:
 		}
 	}
 }
@@ -299,20 +361,33 @@ func (cs *chanState) wakeAll() {
 // writer sends subscribe and unsubscribe commands so that the connection is
 // subscribed to exactly the channels that have waiters.
 func (n *node) writer() {
+	// Lingering subscriptions are looked at now and then: dropped a little
+	// after subscriptionLinger, not exactly then.
+	sweep := time.NewTicker(subscriptionLinger / 4)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-n.kick:
+		case <-sweep.C:
+			n.mu.Lock()
+			for ch, cs := range n.chans {
+				if len(cs.waiters) == 0 {
+					n.dirty[ch] = struct{}{}
+				}
+			}
+			n.mu.Unlock()
 		case <-n.stop:
 			return
 		}
 		var subs, unsubs []string
+		now := time.Now()
 		n.mu.Lock()
 		for ch := range n.dirty {
 			cs := n.chans[ch]
 			if cs == nil {
 				continue
 			}
-			want := len(cs.waiters) > 0
+			want := cs.wanted(now)
 			switch {
 			case want && !cs.sent:
 				cs.sent = true
@@ -475,7 +550,7 @@ func (n *node) route(msg any) {
 	case *goredis.Message:
 		n.mu.Lock()
 		if cs := n.chans[m.Channel]; cs != nil {
-			cs.wakeOne()
+			cs.wakeOwner(m.Payload)
 		}
 		n.mu.Unlock()
 	}

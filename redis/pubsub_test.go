@@ -2,6 +2,7 @@ package redis
 
 import (
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -63,7 +64,7 @@ func TestServerDroppedShardSubscription(t *testing.T) {
 	}
 
 	// Our own unsubscribe: the writer sent it when the last waiter left.
-	other.leave(false)
+	other.leave()
 	cs := n.chans["b"]
 	cs.sent = false
 	cs.unpending++
@@ -87,5 +88,63 @@ func TestServerDroppedPlainSubscription(t *testing.T) {
 	}
 	if _, dirty := n.dirty["a"]; !dirty || n.chans["a"].sent {
 		t.Error("the dropped plain subscription is not to be made again")
+	}
+}
+
+// TestMessageWakesItsWaiterOnly: a message carries the owner token of the
+// waiter whose turn has come; it wakes that waiter and no other of the
+// channel, and one for a waiter that left wakes nobody.
+func TestMessageWakesItsWaiterOnly(t *testing.T) {
+	n := testNode(false, nil)
+	a, b := subscribed(n, "ch"), subscribed(n, "ch")
+	a.owner, b.owner = "owner-a", "owner-b"
+	n.route(&goredis.Message{Channel: "ch", Payload: "owner-b"})
+	if woken(a) || !woken(b) {
+		t.Errorf("message for b: a woken %v, b woken %v; want only b", woken(a), woken(b))
+	}
+	b.leave()
+	n.route(&goredis.Message{Channel: "ch", Payload: "owner-b"})
+	if woken(a) {
+		t.Error("a message for a waiter that left woke another")
+	}
+}
+
+// TestJoinOnlyConfirmed: join registers a waiter only on a subscription the
+// server has confirmed, which lingers after its last waiter left; it never
+// starts one.
+func TestJoinOnlyConfirmed(t *testing.T) {
+	h := &hub{nodes: map[string]*node{}}
+	n := testNode(false, nil)
+	h.nodes[""] = n
+	h.l = &Locker{} // a plain (non-cluster) client: the node is ""
+	ctx := t.Context()
+	if w := h.join(ctx, "ch", "o"); w != nil {
+		t.Fatal("join on a channel nobody subscribed to registered a waiter")
+	}
+	if len(n.dirty) != 0 {
+		t.Error("join asked for a subscription")
+	}
+	first := subscribed(n, "ch")
+	first.leave() // lingers
+	if !n.chans["ch"].wanted(time.Now()) {
+		t.Error("the subscription does not linger after its last waiter left")
+	}
+	if n.chans["ch"].wanted(time.Now().Add(subscriptionLinger)) {
+		t.Error("the subscription lingers past subscriptionLinger")
+	}
+	w := h.join(ctx, "ch", "o")
+	if w == nil {
+		t.Fatal("join on a confirmed, lingering subscription returned nil")
+	}
+	n.route(&goredis.Message{Channel: "ch", Payload: "o"})
+	if !woken(w) {
+		t.Error("the joined waiter was not woken by its message")
+	}
+	// A subscription sent but not yet confirmed is not joined: a message
+	// published before the server ran it would be lost.
+	cs := &chanState{ready: make(chan struct{}), sent: true, pending: 1}
+	n.chans["other"] = cs
+	if h.join(ctx, "other", "o") != nil {
+		t.Error("join on an unconfirmed subscription registered a waiter")
 	}
 }

@@ -12,16 +12,85 @@ import (
 // between their check and their effect. Each touches only keys that share one
 // hash tag (see keysFor in locker.go), so they run unchanged on Redis Cluster,
 // where a script may only use keys of one slot. Keys are always passed in
-// KEYS (also the wake-up channel, which is not a key) so that cluster clients
-// route the script to the slot's master.
+// KEYS, the lock first, so that cluster clients route the script to the
+// slot's master. The wake-up channels are derived from the lock's name (see
+// luaQueue): they carry the same hash tag, so a sharded publish from the
+// script stays in its slot.
 
-// acquireScript takes the lock and, only then, draws the next fencing token.
+// luaQueue is shared by the scripts that use the waiters' queue of a key.
 //
-//	KEYS[1] lock key, KEYS[2] fence counter
+// The queue is two sorted sets next to the lock: KEYS "queue" holds each
+// waiter's entry scored by arrival (the last score plus one), "waiters" the
+// same entries scored by their deadline, in milliseconds of the server
+// clock. An entry is "<Locker id>:<owner token>": the Locker id names the
+// Pub/Sub channel on which that Locker hears that it is its waiter's turn
+// ("<tag>:wake:<Locker id>" beside the lock "<tag>:lock", so in the key's
+// hash slot), the owner token is the one the waiter's lock will carry. A waiter refreshes its deadline
+// with every attempt; an entry past its deadline belongs to a waiter that
+// died or was cut off, and the scripts drop it (prune) before they look at
+// the queue.
+//
+// The scripts call TIME, so they must replicate their effects rather than
+// themselves; redis.replicate_commands does that on Redis 5 and 6 (7 always
+// does) and must come before the first write.
+const luaQueue = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function prune(queue, waiters, now)
+  local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', now)
+  for _, m in ipairs(dead) do
+    redis.call('ZREM', waiters, m)
+    redis.call('ZREM', queue, m)
+  end
+  return #dead
+end
+local function head_of(queue)
+  return redis.call('ZRANGE', queue, 0, 0)[1]
+end
+local function wake(queue, sharded)
+  local head = head_of(queue)
+  if not head then
+    return
+  end
+  local lid, owner = string.match(head, '^([^:]*):(.*)$')
+  if not lid then
+    return
+  end
+  local channel = string.sub(KEYS[1], 1, -5) .. 'wake:' .. lid
+  if sharded == '1' then
+    redis.pcall('SPUBLISH', channel, owner)
+  else
+    redis.call('PUBLISH', channel, owner)
+  end
+end
+`
+
+// acquireScript takes the lock and, only then, draws the next fencing token;
+// in "wait" mode, when it cannot, it puts the waiter in the key's queue (or
+// refreshes its entry there).
+//
+//	KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiters
 //	ARGV[1] owner token, ARGV[2] lease in milliseconds,
 //	ARGV[3] "1" to raise the token to at least the server clock in µs,
 //	ARGV[4] with ARGV[3]: the fence counter's idle expiry in ms, "0" none
-//	returns {1, fencing token} or {0, PTTL of the current holder}
+//	ARGV[5] "try" (one attempt) or "wait" (an Acquire that may queue),
+//	ARGV[6] the Locker's id (the waiter's queue entry is id:owner),
+//	ARGV[7] how long the entry lives without a refresh, in ms,
+//	ARGV[8] "1" to publish on a shard channel (Cluster)
+//	returns {1, fencing token}, or {0, PTTL of the current holder (-1
+//	when the lock is free but the queue's head has its turn), the waiter's
+//	place in the queue (0 is the head; -1 for "try")}
+//
+// A free lock goes to a "try" whatever the queue holds (TryAcquire fails
+// only when another client holds the key), and to a "wait" only when the
+// queue is empty or the waiter is at its head: Acquires are served in the
+// order they came. When dropping dead entries makes another waiter the head
+// of a free lock, that waiter is told (the release told the dead one).
+// While nobody is queued (the queue's keys vanish with their last entry),
+// and for every "try", the script does no more than before the queue: GET,
+// INCR, SET, or PTTL, plus one EXISTS.
 //
 // The counter is advanced before the SET so that a failing INCR (a foreign
 // value under our prefix) leaves no lock behind: Redis does not roll a
@@ -41,46 +110,102 @@ import (
 // a retry by the client of a request whose reply was lost: the lock is ours
 // and the counter still holds our token, since only a successful acquire
 // advances it.
-var acquireScript = goredis.NewScript(`
+//
+// The queue's two keys expire once the last deadline in them has passed
+// (each refresh makes their expiry at least the entry's lease), so a queue
+// whose waiters all died leaves nothing behind.
+var acquireScript = goredis.NewScript(luaQueue + `
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
-if holder then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-local token
-if ARGV[3] == '1' then
-  if redis.replicate_commands then redis.replicate_commands() end
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if cur == nil then
-    return redis.error_reply('fence counter ' .. KEYS[2] .. ' does not hold a number')
-  end
-  token = math.max(cur + 1, floor)
-  if ARGV[4] ~= '0' then
-    redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[4])
+local function take()
+  local token
+  if ARGV[3] == '1' then
+    if redis.replicate_commands then redis.replicate_commands() end
+    local t = redis.call('TIME')
+    local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
+    if cur == nil then
+      return redis.error_reply('fence counter ' .. KEYS[2] .. ' does not hold a number')
+    end
+    token = math.max(cur + 1, floor)
+    if ARGV[4] ~= '0' then
+      redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[4])
+    else
+      redis.call('SET', KEYS[2], string.format('%.0f', token))
+    end
   else
-    redis.call('SET', KEYS[2], string.format('%.0f', token))
+    token = redis.call('INCR', KEYS[2])
   end
-else
-  token = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, token}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, token}
+-- Nobody queued (the queue's keys vanish with their last entry): the
+-- uncontended case, and a try, need no more than the lock.
+if redis.call('EXISTS', KEYS[3]) == 0 or ARGV[5] == 'try' then
+  if not holder then
+    return take()
+  end
+  if ARGV[5] == 'try' then
+    return {0, redis.call('PTTL', KEYS[1]), -1}
+  end
+end
+if redis.replicate_commands then redis.replicate_commands() end
+local now = now_ms()
+local me = ARGV[6] .. ':' .. ARGV[1]
+local before = nil
+if not holder then
+  before = head_of(KEYS[3])
+end
+prune(KEYS[3], KEYS[4], now)
+if not holder then
+  local head = head_of(KEYS[3])
+  if not head or head == me then
+    local res = take()
+    if head == me and res[1] == 1 then
+      redis.call('ZREM', KEYS[3], me)
+      redis.call('ZREM', KEYS[4], me)
+    end
+    return res
+  end
+end
+if not redis.call('ZSCORE', KEYS[3], me) then
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  local seq = 1
+  if last[2] then
+    seq = tonumber(last[2]) + 1
+  end
+  redis.call('ZADD', KEYS[3], seq, me)
+end
+local lease = tonumber(ARGV[7])
+redis.call('ZADD', KEYS[4], now + lease, me)
+for i = 3, 4 do
+  if redis.call('PTTL', KEYS[i]) < lease then
+    redis.call('PEXPIRE', KEYS[i], lease)
+  end
+end
+local place = redis.call('ZRANK', KEYS[3], me)
+if holder then
+  return {0, redis.call('PTTL', KEYS[1]), place}
+end
+if head_of(KEYS[3]) ~= before then
+  wake(KEYS[3], ARGV[8])
+end
+return {0, -1, place}
 `)
 
 // releaseScript deletes the lock only if it still carries our owner token,
-// and then tells waiters, in the same atomic step, that the key is free.
+// and then, in the same atomic step, tells the first live waiter in the
+// key's queue, and only it, that its turn has come.
 //
-//	KEYS[1] lock key, KEYS[2] wake-up channel, KEYS[3] last release
+//	KEYS[1] lock key, KEYS[2] last release, KEYS[3] queue, KEYS[4] waiters
 //	ARGV[1] owner token, ARGV[2] "1" to publish on a shard channel (Cluster),
 //	ARGV[3] how long to remember the release, in milliseconds
 //	returns 1 when released (now or by an earlier attempt of the same
 //	release), 0 when the lock was no longer ours
 //
-// The release is remembered (the owner token under KEYS[3], for ARGV[3])
+// The release is remembered (the owner token under KEYS[2], for ARGV[3])
 // because go-redis retries a request whose reply was lost (a connection
 // reset, a read timeout): the retry finds the lock gone, and without the
 // record it would report a release that succeeded as a lost lock. One record
@@ -88,23 +213,54 @@ return {1, token}
 // The record is written under pcall, after the DEL: on a server that is full
 // (maxmemory under noeviction refuses every write that may grow memory) the
 // release must still happen, as it frees memory; only the record is missing.
+// Dropping dead queue entries (ZREM) frees memory too.
 //
 // SPUBLISH runs under pcall: on a server without it (Redis < 7) the release
 // must still succeed, since the DEL cannot be rolled back; waiters then wake
 // by their timers.
-var releaseScript = goredis.NewScript(`
+var releaseScript = goredis.NewScript(luaQueue + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  if redis.call('GET', KEYS[3]) == ARGV[1] then
+  if redis.call('GET', KEYS[2]) == ARGV[1] then
     return 1
   end
   return 0
 end
+local queued = redis.call('EXISTS', KEYS[3]) == 1
+if queued and redis.replicate_commands then redis.replicate_commands() end
 redis.call('DEL', KEYS[1])
-redis.pcall('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
-if ARGV[2] == '1' then
-  redis.pcall('SPUBLISH', KEYS[2], 'released')
-else
-  redis.call('PUBLISH', KEYS[2], 'released')
+redis.pcall('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
+if queued then
+  prune(KEYS[3], KEYS[4], now_ms())
+  wake(KEYS[3], ARGV[2])
+end
+return 1
+`)
+
+// leaveScript takes a waiter that gives up (its context ended, its Locker
+// closed, an attempt failed) out of the key's queue, and deletes the lock if
+// an attempt of that waiter took it after all (a request abandoned in
+// flight that reached the server). When that frees the lock, or the waiter
+// was the head of a free lock (a release may have told it, and not the
+// next), it passes the turn on to the next live waiter.
+//
+//	KEYS[1] lock key, KEYS[2] queue, KEYS[3] waiters
+//	ARGV[1] owner token, ARGV[2] the Locker's id,
+//	ARGV[3] "1" to publish on a shard channel (Cluster)
+//	returns 1
+var leaveScript = goredis.NewScript(luaQueue + `
+if redis.replicate_commands then redis.replicate_commands() end
+local me = ARGV[2] .. ':' .. ARGV[1]
+local freed = false
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  freed = true
+end
+local head = head_of(KEYS[2])
+redis.call('ZREM', KEYS[2], me)
+redis.call('ZREM', KEYS[3], me)
+if (freed or head == me) and redis.call('EXISTS', KEYS[1]) == 0 then
+  prune(KEYS[2], KEYS[3], now_ms())
+  wake(KEYS[2], ARGV[3])
 end
 return 1
 `)
@@ -138,20 +294,59 @@ func millis(d time.Duration) int64 {
 type acquireResult struct {
 	ok    bool
 	token int64         // when ok
-	pttl  time.Duration // when !ok: the holder's remaining lease; <0 unknown
+	pttl  time.Duration // when !ok: the holder's remaining lease; <0 unknown or free
+	place int64         // when !ok in wait mode: the place in the queue, 0 the head
 }
 
-func (l *Locker) runAcquire(ctx context.Context, k keys, owner string, ttl time.Duration) (acquireResult, error) {
+// Modes of acquireScript.
+const (
+	modeTry  = "try"  // one attempt: takes a free lock, never queues
+	modeWait = "wait" // an Acquire: queues, and takes a free lock only in turn
+)
+
+// scriptArgs are the script arguments that are the same for every call of
+// a Locker, converted to interface values once: each conversion of a
+// non-constant value allocates, and an uncontended Acquire and Release
+// would otherwise pay for them every time.
+type scriptArgs struct {
+	clock       any // ARGV "1" for WithClockTokens, else "0"
+	fenceExpiry any // ms
+	sharded     any // "1" on Cluster
+	id          any // the Locker's id
+	remember    any // releaseMemory in ms
+	ttl, lease  any // for the Locker's default TTL: ms, and queueLease in ms
+}
+
+func (l *Locker) initArgs() {
 	clock := "0"
 	if l.cfg.clockTokens {
 		clock = "1"
 	}
-	v, err := acquireScript.Run(ctx, l.client, []string{k.lock, k.fence}, owner, millis(ttl), clock, millis(l.cfg.fenceExpiry)).Int64Slice()
+	l.args = scriptArgs{
+		clock: clock, fenceExpiry: millis(l.cfg.fenceExpiry), sharded: l.shardedFlag(),
+		id: l.id, remember: millis(releaseMemory),
+		ttl: millis(l.cfg.ttl), lease: millis(queueLease(l.cfg.ttl)),
+	}
+}
+
+// ttlArgs returns ttl and its queue lease in ms as script arguments.
+func (l *Locker) ttlArgs(ttl time.Duration) (ms, lease any) {
+	if ttl == l.cfg.ttl {
+		return l.args.ttl, l.args.lease
+	}
+	return millis(ttl), millis(queueLease(ttl))
+}
+
+func (l *Locker) runAcquire(ctx context.Context, k keys, owner, mode string, ttl time.Duration) (acquireResult, error) {
+	ms, lease := l.ttlArgs(ttl)
+	a := &l.args
+	v, err := acquireScript.Run(ctx, l.client, []string{k.lock, k.fence, k.queue, k.waiters},
+		owner, ms, a.clock, a.fenceExpiry, mode, a.id, lease, a.sharded).Int64Slice()
 	if err != nil {
 		return acquireResult{}, err
 	}
-	if len(v) != 2 {
-		return acquireResult{}, fmt.Errorf("redis: acquire script returned %d values, want 2", len(v))
+	if len(v) < 2 {
+		return acquireResult{}, fmt.Errorf("redis: acquire script returned %d values, want 2 or 3", len(v))
 	}
 	if v[0] == 1 {
 		if v[1] <= 0 {
@@ -159,11 +354,14 @@ func (l *Locker) runAcquire(ctx context.Context, k keys, owner string, ttl time.
 		}
 		return acquireResult{ok: true, token: v[1]}, nil
 	}
-	pttl := time.Duration(-1)
+	res := acquireResult{pttl: -1, place: -1}
 	if v[1] >= 0 {
-		pttl = time.Duration(v[1]) * time.Millisecond
+		res.pttl = time.Duration(v[1]) * time.Millisecond
 	}
-	return acquireResult{pttl: pttl}, nil
+	if len(v) > 2 {
+		res.place = v[2]
+	}
+	return res, nil
 }
 
 func (l *Locker) runRelease(ctx context.Context, k keys, owner string) (bool, error) {
@@ -171,10 +369,16 @@ func (l *Locker) runRelease(ctx context.Context, k keys, owner string) (bool, er
 	return n == 1, err
 }
 
-func (k keys) releaseKeys() []string { return []string{k.lock, k.wake, k.released} }
+func (k keys) releaseKeys() []string { return []string{k.lock, k.released, k.queue, k.waiters} }
 
 func (l *Locker) releaseArgs(owner string) []any {
-	return []any{owner, l.shardedFlag(), millis(releaseMemory)}
+	return []any{owner, l.args.sharded, l.args.remember}
+}
+
+// runLeave takes owner's entry out of k's queue (see leaveScript).
+func (l *Locker) runLeave(ctx context.Context, k keys, owner string) error {
+	return leaveScript.Run(ctx, l.client, []string{k.lock, k.queue, k.waiters},
+		owner, l.args.id, l.args.sharded).Err()
 }
 
 func (l *Locker) runExtend(ctx context.Context, k keys, owner string, ttl time.Duration) (bool, error) {

@@ -142,7 +142,8 @@ func TestEvictionPolicyWithoutConfig(t *testing.T) {
 	ctx := testCtx(t)
 	admin := testClient(t, srv.Addr(), true)
 	setPolicy(t, ctx, admin, "volatile-lru")
-	base := []string{"~*", "&*", "+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+del", "+pexpire",
+	base := []string{"~*", "&*", "+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+del", "+exists", "+pexpire", "+time",
+		"+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+zrank",
 		"+publish", "+subscribe", "+unsubscribe", "+ping", "+hello", "+client"}
 	for _, tc := range []struct {
 		name   string

@@ -40,7 +40,9 @@ func TestURLACLUser(t *testing.T) {
 	// Only its own keys and channels; the commands the Locker needs.
 	if err := admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">"+pass,
 		"~"+prefix+"*", "&"+prefix+"*",
-		"+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+del", "+pexpire", "+publish", "+spublish", "+subscribe", "+unsubscribe", "+ping", "+hello", "+client",
+		"+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+del", "+exists", "+pexpire", "+time",
+		"+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+zrank",
+		"+publish", "+spublish", "+subscribe", "+unsubscribe", "+ping", "+hello", "+client",
 	).Err(); err != nil {
 		t.Skipf("ACL SETUSER: %v (server without ACLs?)", err)
 	}
