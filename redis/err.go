@@ -1,0 +1,8 @@
+package redis
+
+// Err returns the error of an invalid option or client given to New
+// (wrapping locker.ErrInvalidOption), which every Acquire and TryAcquire
+// also returns, or nil: a way to fail at start-up rather than at the first
+// lock. It does not contact the server (the eviction-policy check happens at
+// the first acquisition).
+func (l *Locker) Err() error { return l.cfgErr }

@@ -1,0 +1,70 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+)
+
+var _ locker.Inspector = (*Locker)(nil)
+
+// inspectScript reads a lock in one atomic step: whether it is held, its
+// remaining lease, and the fence counter, which while the lock is held is
+// its holder's token (nobody else can have drawn one since).
+//
+//	KEYS[1] lock key, KEYS[2] fence counter
+//	returns {held 0/1, pttl ms, fence or false}
+var inspectScript = goredis.NewScript(`
+local held = redis.call('EXISTS', KEYS[1])
+return {held, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+`)
+
+// Inspect reports whether key is held, the holder's fencing token and the
+// lease the server has left for it. It reads three keys in one script and
+// changes nothing.
+func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
+	if err := locker.ValidateKey(key); err != nil {
+		return locker.LockInfo{}, locker.KeyError("inspect", key, err)
+	}
+	if l.cfgErr != nil {
+		return locker.LockInfo{}, locker.KeyError("inspect", key, l.cfgErr)
+	}
+	if !l.enter() {
+		return locker.LockInfo{}, locker.KeyError("inspect", key, locker.ErrClosed)
+	}
+	defer l.exit()
+	k := l.keysFor(key)
+	var res []any
+	err := l.exec(ctx, func(ctx context.Context) error {
+		v, err := inspectScript.Run(ctx, l.client, []string{k.lock, k.fence}).Slice()
+		res = v
+		return err
+	}, nil)
+	if err != nil {
+		return locker.LockInfo{}, locker.KeyError("inspect", key, err)
+	}
+	info := locker.LockInfo{Key: key}
+	if len(res) != 3 {
+		return info, locker.KeyError("inspect", key, fmt.Errorf("redis: unexpected reply %v", res))
+	}
+	if held, _ := res[0].(int64); held != 1 {
+		return info, nil
+	}
+	info.Held = true
+	if pttl, _ := res[1].(int64); pttl > 0 {
+		info.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	if s, ok := res[2].(string); ok {
+		t, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return info, locker.KeyError("inspect", key, fmt.Errorf("redis: fence counter %s holds %q, not a number", k.fence, s))
+		}
+		info.Token = t
+	}
+	return info, nil
+}
