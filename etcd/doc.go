@@ -50,16 +50,21 @@
 // WithDefaultTTL.
 //
 // The Locker renews each lease every third of its TTL (KeepAliveOnce, one
-// request at a time, each bounded by that interval). After each confirmed
-// renewal it computes the lease's deadline on its own monotonic clock:
-// (when the renewal was sent) + (the TTL the server answered) − (drift
-// margin, WithDriftMargin, default a tenth of the TTL). The server restarts
-// its clock only when the request arrives, later than it was sent, so the
-// deadline comes before the earliest moment the server can expire the
-// lease. When the deadline passes without a newer renewal, or the server
-// answers that the lease is gone, every lock on the lease is reported lost
-// and the lease is no longer renewed: a member that hangs or a partition
-// cannot delay the report.
+// request at a time, each bounded by that interval, so that a member that
+// hangs costs one attempt and the next goes to another member), through
+// the lease keeper the lease-based backends share (runtime timers, no
+// goroutine while idle). After each confirmed renewal it computes the
+// lease's deadline on its own monotonic clock:
+// (when the renewal was sent) + (the TTL the server granted) − (drift
+// margin, WithDriftMargin, default a tenth of the TTL); a grant answered
+// later than a third of the TTL (an election in progress) is followed at
+// once by a renewal, so the lease does not start close to its deadline.
+// The server restarts its clock only when the request arrives, later than
+// it was sent, so the deadline comes before the earliest moment the server
+// can expire the lease. When the deadline passes without a newer renewal,
+// or the server answers that the lease is gone, every lock on the lease is
+// reported lost and the lease is no longer renewed: a member that hangs or
+// a partition cannot delay the report.
 //
 // # How it works
 //
@@ -69,9 +74,9 @@
 // apart), and distinct keys get distinct directories.
 //
 // Acquire sends one transaction that puts its waiter key
-// <dir><lease id>-<locker nonce>-<sequence> (unique to the attempt)
-// attached to the lease, and reads the key of smallest create revision in
-// the directory. If that is its own, it holds. Otherwise it reads, in one
+// <dir><lease id>-<locker nonce>-<slot> attached to the lease, if no key of
+// that name exists, and reads the key of smallest create revision in the
+// directory. If that is its own, it holds. Otherwise it reads, in one
 // transaction, its own key and its predecessor (the key of largest create
 // revision below its own), and watches only the predecessor, from the
 // revision just after that read, so no deletion is missed. When the
@@ -80,6 +85,18 @@
 // instead of returning a lock it does not hold. A watch the server ends
 // (ErrCompacted, cancelled, no leader: the watch uses WithRequireLeader)
 // makes it read again and watch anew; it never hangs on a dead watch.
+//
+// The slot is the lowest one that no other contender of the Locker for the
+// same key is using, so an uncontended key reuses one name, as
+// concurrency.Mutex does with its lease-named key: etcd keeps every name
+// ever put under the directory in its index until the history is
+// compacted, and the owner read walks them all, so a fresh name per
+// acquisition made each acquisition slower than the last (1.1ms to 1.9ms
+// over 3000 of them on one member). A slot is free again only once its key
+// is known to be gone. Should a key of the name still exist (a put that
+// reached the server after the attempt that sent it had given up and
+// deleted the name), the new attempt takes it over, ordered by its create
+// revision, rather than leave it to block every later contender.
 //
 // TryAcquire puts its key only if the directory is empty (a compare over
 // the whole directory: create revision 0 for every key in it), in one
@@ -94,15 +111,18 @@
 // lease it is on is still renewed.
 //
 // While a lock is held, the Locker watches the holder's key (from the
-// revision after its creation, starting 100ms after the acquisition, so a
-// short critical section costs no watch and no event is missed): its
-// deletion by anyone but Release (an operator, a revoked lease) reports the
-// lock lost at once.
+// revision after its creation, starting 100ms after the acquisition from a
+// runtime timer, so a short critical section costs no goroutine and no
+// watch, and no event is missed): its deletion by anyone but Release (an
+// operator, a revoked lease) reports the lock lost at once.
 //
 // Release sends If(CreateRevision(key) == token) Then(Delete(key)): never a
 // delete by name alone, so a stale Release after the key went to another
 // holder deletes nothing. Close revokes the Locker's leases, which deletes
 // every key on them at once.
+//
+// Inspect (locker.Inspector) reads the directory's oldest key and its
+// lease's remaining time (TimeToLive): two reads, no writes.
 //
 // # Fencing tokens
 //
@@ -154,8 +174,15 @@
 //
 //	ttl=10s            WithDefaultTTL
 //	drift_margin=1s    WithDriftMargin
-//	dial_timeout=5s    how long Open waits for a server to answer
+//	dial_timeout=5s    how long the etcd client waits to log in (with user:password)
 //
 // Unknown, repeated or malformed parameters are errors wrapping
 // locker.ErrInvalidURL. The Locker owns its client: Close closes it.
+//
+// Open contacts no server, as the redis and postgres Openers do not: the
+// client connects in the background, and an unreachable cluster shows in
+// the first call (the etcd client waits for a connection until the call's
+// context ends). The one exception is a URL with a user and password: the
+// etcd client logs in when it is made, so Open then fails, after
+// dial_timeout, when no server answers or the credentials are wrong.
 package etcd

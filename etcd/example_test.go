@@ -51,7 +51,10 @@ func ExampleLocker_TryAcquire() {
 	l := etcd.New(cli)
 	defer l.Close()
 
-	ctx := context.Background()
+	// The etcd client waits for a connection as long as the context
+	// allows: bound it, so that an unreachable cluster is an error.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	h, err := l.TryAcquire(ctx, "order/42")
 	switch {
 	case errors.Is(err, locker.ErrNotAcquired):

@@ -19,9 +19,11 @@ type Handle struct {
 	l     *Locker
 	ls    *lease
 	key   string
+	name  *waiterName
 	ekey  string // the holder's etcd key
 	rev   int64  // its create revision: the fencing token
 	state *backend.State
+	watch *time.Timer // starts monitor; set by hold before h is shared
 
 	mu        sync.Mutex  // serialises Release
 	releasing atomic.Bool // our own deletion is on its way: its event is no loss
@@ -29,8 +31,8 @@ type Handle struct {
 
 var _ locker.Handle = (*Handle)(nil)
 
-func newHandle(l *Locker, ls *lease, key, ekey string, rev int64) *Handle {
-	return &Handle{l: l, ls: ls, key: key, ekey: ekey, rev: rev, state: backend.NewState()}
+func newHandle(l *Locker, ls *lease, key string, name *waiterName, rev int64) *Handle {
+	return &Handle{l: l, ls: ls, key: key, name: name, ekey: name.key, rev: rev, state: backend.NewState()}
 }
 
 // Key returns the key as the caller gave it.
@@ -64,8 +66,10 @@ func (h *Handle) lose(why string) {
 	h.state.End(h.lostErr(why))
 }
 
-// forget takes h from the Locker's held set and its lease.
+// forget takes h from the Locker's held set and its lease, and stops the
+// timer that would start watching its key.
 func (l *Locker) forget(h *Handle) {
+	h.watch.Stop()
 	l.mu.Lock()
 	delete(l.held, h)
 	l.mu.Unlock()
@@ -94,21 +98,24 @@ func (h *Handle) Release(ctx context.Context) error {
 	l.forget(h)
 	switch {
 	case err == nil && resp.Succeeded:
+		h.name.free()
 		h.state.End(locker.ErrReleased)
 		return nil
 	case err == nil:
+		h.name.free()
 		h.state.End(h.lostErr("the lock key was gone: deleted on the server, or its lease expired"))
 		return locker.KeyError("release", h.key, h.state.Err())
 	}
 	h.state.End(locker.ErrReleased)
-	l.deleteDetached(h.ls, h.ekey, h.rev)
+	l.deleteDetached(h.name, h.rev)
 	return locker.KeyError("release", h.key, fmt.Errorf("etcd: the server did not confirm the deletion of the lock key (the lock is given up; the key is deleted when the server answers, or ends with the lease): %w", err))
 }
 
-// deleteDetached deletes ekey if its create revision is still rev, in the
-// background, until the server answers, the lease is given up or the
-// Locker closes.
-func (l *Locker) deleteDetached(ls *lease, ekey string, rev int64) {
+// deleteDetached deletes the key of name if its create revision is still
+// rev, in the background, until the server answers, the lease is given up
+// or the Locker closes.
+func (l *Locker) deleteDetached(name *waiterName, rev int64) {
+	ls, ekey := name.ls, name.key
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -126,6 +133,7 @@ func (l *Locker) deleteDetached(ls *lease, ekey string, rev int64) {
 				Commit()
 			cancel()
 			if err == nil {
+				name.free()
 				return
 			}
 			t := time.NewTimer(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second))
@@ -148,25 +156,26 @@ func (l *Locker) deleteDetached(ls *lease, ekey string, rev int64) {
 const watchDelay = 100 * time.Millisecond
 
 // monitor watches the holder's own key until the lock ends: its deletion by
-// anyone but Release or Close is a loss (an operator, a revoked lease).
+// anyone but Release or Close is a loss (an operator, a revoked lease). It
+// runs watchDelay after the acquisition, on the goroutine of the timer hold
+// set, so that a lock released by then (a short critical section) costs
+// neither a goroutine nor a watch; nothing is missed, since the watch
+// starts from the revision after the key's creation.
 func (h *Handle) monitor() {
 	l := h.l
+	l.mu.Lock()
+	if l.closed || h.state.Ended() {
+		l.mu.Unlock()
+		return
+	}
+	l.bg.Add(1)
+	l.mu.Unlock()
 	defer l.bg.Done()
 	ctx, cancel := context.WithCancel(l.bgCtx)
 	defer cancel()
 	// End the watch when the lock ends.
 	stop := context.AfterFunc(ctxOf(h.state.Done()), cancel)
 	defer stop()
-	// Start watching a moment later: a lock released by then (a short
-	// critical section) never costs a watch. Nothing is missed, since the
-	// watch starts from the revision after the key's creation.
-	t := time.NewTimer(watchDelay)
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		t.Stop()
-		return
-	}
 	from := h.rev + 1
 	for {
 		wch := l.cli.Watch(ctx, h.ekey, clientv3.WithRev(from), clientv3.WithFilterPut())
@@ -177,6 +186,7 @@ func (h *Handle) monitor() {
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
 					if !h.releasing.Load() {
+						h.name.free() // our key is gone
 						h.lose("the lock key was deleted on the server")
 					}
 					return
@@ -196,6 +206,7 @@ func (h *Handle) monitor() {
 			if err == nil {
 				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
 					if !h.releasing.Load() {
+						h.name.free() // our key is gone
 						h.lose("the lock key was deleted on the server")
 					}
 					return

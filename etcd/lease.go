@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/go-locker/locker/internal/renew"
 )
 
 // lease is one etcd lease, shared by every lock of a Locker taken with the
@@ -23,14 +25,16 @@ type lease struct {
 
 	id      clientv3.LeaseID
 	granted time.Duration // the TTL the server granted
+	keeper  *renew.Lease  // renews it and times its loss; set before ready closes
 
-	lost    chan struct{} // closed once the lease is given up
-	lostMu  sync.Mutex
-	lostErr string
-	ended   bool
-	handles map[*Handle]struct{}
-	stop    chan struct{} // closed by Close: stop renewing
-	stopped sync.Once
+	lostCtx    context.Context    // ends once the lease is given up
+	lostCancel context.CancelFunc // ends lostCtx
+	lost       <-chan struct{}    // lostCtx.Done()
+	lostMu     sync.Mutex
+	lostErr    string
+	ended      bool
+	handles    map[*Handle]struct{}
+	slots      slots // the waiter key names in use on this lease
 }
 
 // leaseFor returns the Locker's live lease for ttl, granting one when there
@@ -46,8 +50,9 @@ func (l *Locker) leaseFor(ctx context.Context, ttl time.Duration) (*lease, error
 		ls := l.leases[ttl]
 		mine := ls == nil
 		if mine {
-			ls = &lease{l: l, ttl: ttl, ready: make(chan struct{}), lost: make(chan struct{}),
-				handles: map[*Handle]struct{}{}, stop: make(chan struct{})}
+			ls = &lease{l: l, ttl: ttl, ready: make(chan struct{}), handles: map[*Handle]struct{}{}}
+			ls.lostCtx, ls.lostCancel = context.WithCancel(context.Background())
+			ls.lost = ls.lostCtx.Done()
 			l.leases[ttl] = ls
 		}
 		l.mu.Unlock()
@@ -95,11 +100,20 @@ func (ls *lease) grant(ctx context.Context) {
 	}
 	ls.id = clientv3.LeaseID(resp.ID)
 	ls.granted = time.Duration(resp.TTL) * time.Second
+	interval := min(ls.ttl, ls.granted) / 3
+	if time.Since(sent) > interval {
+		// The grant was answered late (an election, a slow member): the
+		// deadline counted from its sending would leave little or no
+		// time. A renewal answered now starts the lease's time afresh.
+		rsent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, interval)
+		if r, err := l.cli.KeepAliveOnce(rctx, ls.id); err == nil && r.TTL > 0 {
+			sent = rsent
+		}
+		cancel()
+	}
 	l.mu.Lock()
 	closed := l.closed
-	if !closed {
-		l.bg.Add(1)
-	}
 	l.mu.Unlock()
 	if closed {
 		// Close has run or is running: give the lease back ourselves.
@@ -108,89 +122,70 @@ func (ls *lease) grant(ctx context.Context) {
 		l.revokeDetached(ls.id)
 		return
 	}
+	ls.keeper = renew.Start(sent, renew.Config{
+		TTL:      ls.granted,
+		Drift:    l.cfg.driftMargin(ls.granted),
+		Interval: interval,
+		Retry:    min(interval, 200*time.Millisecond),
+		Renew:    ls.renew,
+		Lost:     ls.expired,
+		Go:       l.goBG,
+	})
 	close(ls.ready)
-	go ls.keepAlive(sent)
 }
 
-// deadline is the latest moment the lease can be trusted after a renewal
-// sent at sent (or the grant) was answered with ttl: the server restarts
-// its clock when the request arrives, after sent; the drift margin covers
-// the rate difference of the two clocks.
-func (ls *lease) deadline(sent time.Time, ttl time.Duration) time.Time {
-	return sent.Add(ttl - ls.l.cfg.driftMargin(ttl))
+// renew sends one keep-alive. Each attempt is bounded by the renewal
+// interval (and by the lease's deadline, through ctx), so that a member
+// that hangs costs one attempt: the client sends the next to another
+// member.
+func (ls *lease) renew(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, min(ls.ttl, ls.granted)/3)
+	defer cancel()
+	r, err := ls.l.cli.KeepAliveOnce(ctx, ls.id)
+	switch {
+	case err == nil && r.TTL > 0:
+		return true, nil
+	case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return false, nil // expired or revoked on the server
+	}
+	return false, err
 }
 
-// keepAlive renews the lease every third of its TTL, and gives it up when
-// no renewal has been confirmed by the deadline (measured on the client's
-// own monotonic clock, so a member that hangs or a partition cannot delay
-// the report) or the server says the lease is gone.
-func (ls *lease) keepAlive(sent time.Time) {
-	l := ls.l
+// expired is the keeper's report that the lease is lost (the keeper has
+// stopped itself). It may run before grant has stored the keeper.
+func (ls *lease) expired(cause error) {
+	if errors.Is(cause, renew.ErrGone) {
+		ls.end("the lease expired or was revoked on the server")
+		return
+	}
+	ls.end("the lease was not renewed in time (" + cause.Error() + ")")
+}
+
+// goBG runs f as a background task of the Locker (Close waits for it),
+// unless the Locker is closing.
+func (l *Locker) goBG(f func()) bool {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return false
+	}
+	l.bg.Add(1)
+	l.mu.Unlock()
 	defer l.bg.Done()
-	interval := min(ls.ttl, ls.granted) / 3
-	dl := time.NewTimer(time.Until(ls.deadline(sent, ls.granted)))
-	defer dl.Stop()
-	type result struct {
-		resp *clientv3.LeaseKeepAliveResponse
-		err  error
-	}
-	next := sent.Add(interval)
-	for {
-		wait := time.NewTimer(time.Until(next))
-		select {
-		case <-wait.C:
-		case <-dl.C:
-			wait.Stop()
-			ls.lose("the lease was not renewed in time (the server could not be reached)")
-			return
-		case <-ls.stop:
-			wait.Stop()
-			return
-		case <-l.bgCtx.Done():
-			wait.Stop()
-			return
-		}
-		sent = time.Now()
-		next = sent.Add(interval)
-		ctx, cancel := context.WithTimeout(l.bgCtx, interval)
-		res := make(chan result, 1)
-		l.bg.Add(1)
-		go func() {
-			defer l.bg.Done()
-			r, err := l.cli.KeepAliveOnce(ctx, ls.id)
-			res <- result{r, err}
-		}()
-		select {
-		case r := <-res:
-			cancel()
-			switch {
-			case r.err == nil && r.resp.TTL > 0:
-				dl.Reset(time.Until(ls.deadline(sent, time.Duration(r.resp.TTL)*time.Second)))
-			case r.err == nil || errors.Is(r.err, rpctypes.ErrLeaseNotFound):
-				ls.lose("the lease expired or was revoked on the server")
-				return
-			default:
-				// Not answered: try again soon, the deadline decides.
-				next = time.Now().Add(min(interval, 200*time.Millisecond))
-			}
-		case <-dl.C:
-			cancel()
-			ls.lose("the lease was not renewed in time (the server did not answer)")
-			return
-		case <-ls.stop:
-			cancel()
-			return
-		case <-l.bgCtx.Done():
-			cancel()
-			return
-		}
-	}
+	f()
+	return true
 }
 
 // lose gives the lease up: every lock on it is lost, waits on it fail, and
 // the Locker grants a new lease for later locks. The keys on it go when
 // the server expires it (it is no longer renewed).
 func (ls *lease) lose(why string) {
+	ls.keeper.Stop()
+	ls.end(why)
+}
+
+// end is lose without stopping the keeper.
+func (ls *lease) end(why string) {
 	l := ls.l
 	l.mu.Lock()
 	if l.leases[ls.ttl] == ls {
@@ -205,7 +200,7 @@ func (ls *lease) lose(why string) {
 	ls.ended, ls.lostErr = true, why
 	hs := ls.handles
 	ls.handles = nil
-	close(ls.lost)
+	ls.lostCancel()
 	ls.lostMu.Unlock()
 	for h := range hs {
 		h.lose(why)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -46,8 +45,7 @@ type Locker struct {
 	cli   *clientv3.Client
 	cfg   config
 	owns  bool   // Open made the client: Close closes it
-	nonce string // makes this Locker's waiter keys unique
-	seq   atomic.Uint64
+	nonce string // tells this Locker's waiter keys from other Lockers'
 
 	opsCtx    context.Context // ended when Close starts: ends waits and calls
 	opsCancel context.CancelFunc
@@ -191,14 +189,15 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 		return nil, err
 	}
 	dir := LockDir(l.cfg.prefix, key)
-	me := fmt.Sprintf("%s%016x-%s-%d", dir, int64(ls.id), l.nonce, l.seq.Add(1))
+	name := l.newName(ls, dir)
+	me := name.key
 	put := clientv3.OpPut(me, "", clientv3.WithLease(ls.id))
 	txnErr := func(err error) error {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			ls.lose(errLeaseGone.Error())
 			return errLeaseGone
 		}
-		l.cleanup(ls, me)
+		l.cleanup(name)
 		return fmt.Errorf("etcd: %w", err)
 	}
 
@@ -216,30 +215,47 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 			return nil, txnErr(err)
 		}
 		if !resp.Succeeded {
+			name.free()
 			return nil, locker.ErrNotAcquired
 		}
 		rev = resp.Header.Revision
 	} else {
 		// One round trip: create our waiter key and read the owner (the
-		// key of smallest create revision in the directory).
+		// key of smallest create revision in the directory). The name is
+		// free unless a put of an attempt that gave up reached the server
+		// after that attempt's cleanup had deleted the name; such a key is
+		// on our lease and named for this Locker, so we take it over (its
+		// create revision then orders us) rather than leave it to block
+		// every later contender.
+		getOwner := clientv3.OpGet(dir, clientv3.WithFirstCreate()...)
 		resp, err := l.cli.Txn(ctx).
-			Then(put, clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
+			If(clientv3.Compare(clientv3.CreateRevision(me), "=", 0)).
+			Then(put, getOwner).
+			Else(clientv3.OpGet(me), getOwner).
 			Commit()
 		if err != nil {
 			return nil, txnErr(err)
 		}
 		rev = resp.Header.Revision
+		if !resp.Succeeded {
+			own := resp.Responses[0].GetResponseRange().GetKvs()
+			if len(own) == 0 {
+				l.cleanup(name)
+				return nil, fmt.Errorf("etcd: the server reported the waiter key %q both absent and present", me)
+			}
+			rev = own[0].CreateRevision
+		}
 		owner := resp.Responses[1].GetResponseRange().GetKvs()
 		if len(owner) == 0 || owner[0].CreateRevision != rev {
 			if err := l.waitTurn(ctx, ls, dir, me, rev); err != nil {
-				l.cleanup(ls, me)
+				l.cleanup(name)
 				return nil, err
 			}
 		}
 	}
-	h, err := l.hold(ls, key, me, rev)
+	h, err := l.hold(ls, key, name, rev)
 	if err != nil {
-		l.cleanup(ls, me)
+		l.cleanup(name)
 		return nil, err
 	}
 	return h, nil
@@ -250,6 +266,14 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 // revision below rev). It fails when me is gone or the lease is lost: a
 // contender never goes on to hold a key it no longer has.
 func (l *Locker) waitTurn(ctx context.Context, ls *lease, dir, me string, rev int64) error {
+	// Every read and watch of the wait ends when the lease is lost, not
+	// only when ctx does: a read that hangs (a partition) must not keep a
+	// contender whose lease is gone waiting.
+	callerCtx := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ls.lostCtx, cancel)
+	defer stop()
 	for {
 		select {
 		case <-ls.lost:
@@ -261,8 +285,11 @@ func (l *Locker) waitTurn(ctx context.Context, ls *lease, dir, me string, rev in
 			clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...),
 		).Commit()
 		if err != nil {
+			if callerCtx.Err() != nil {
+				return callerCtx.Err()
+			}
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
 			}
 			// The server did not answer (a member down, no leader): the
 			// lease deadline decides how long that may last.
@@ -310,8 +337,19 @@ func (l *Locker) awaitDelete(ctx context.Context, ls *lease, wch clientv3.WatchC
 		case <-ls.lost:
 			return fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
 		case <-ctx.Done():
-			return ctx.Err()
+			return waitEnded(ctx, ls)
 		}
+	}
+}
+
+// waitEnded is the error of a wait whose ctx ended: the lease's loss if
+// that is what ended it (waitTurn's ctx ends with the lease).
+func waitEnded(ctx context.Context, ls *lease) error {
+	select {
+	case <-ls.lost:
+		return fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
+	default:
+		return ctx.Err()
 	}
 }
 
@@ -324,36 +362,45 @@ func sleep(ctx context.Context, ls *lease, d time.Duration) error {
 	case <-ls.lost:
 		return fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
 	case <-ctx.Done():
-		return ctx.Err()
+		return waitEnded(ctx, ls)
 	}
 }
 
 // hold makes the Handle of the waiter key me, which is now the oldest of
 // its directory, and starts watching it.
-func (l *Locker) hold(ls *lease, key, me string, rev int64) (*Handle, error) {
-	h := newHandle(l, ls, key, me, rev)
+func (l *Locker) hold(ls *lease, key string, name *waiterName, rev int64) (*Handle, error) {
+	h := newHandle(l, ls, key, name, rev)
+	// The watch on the holder's own key starts watchDelay later, from a
+	// runtime timer: a lock released before then costs no goroutine and
+	// no watch. The timer is set before h is shared (a loss stops it).
+	h.watch = time.AfterFunc(watchDelay, h.monitor)
+	fail := func(err error) (*Handle, error) {
+		h.watch.Stop()
+		h.state.End(err)
+		return nil, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return nil, locker.ErrClosed
+		return fail(locker.ErrClosed)
 	}
 	if !ls.add(h) {
-		return nil, fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
+		return fail(fmt.Errorf("%w: %s", errWaitLost, ls.lostReason()))
 	}
 	l.held[h] = struct{}{}
-	l.bg.Add(1)
-	go h.monitor()
 	return h, nil
 }
 
-// cleanup deletes the waiter key me of an Acquire that gave up (or whose
+// cleanup deletes the waiter key of an Acquire that gave up (or whose
 // answer was lost), waiting at most cleanupReturn, with contexts of its own
 // (the caller's may have ended). If the server does not answer in time the
 // deletion goes on in the background until it does, the lease is given up
 // (the key then ends with the lease) or the Locker closes (Close revokes
-// the lease). The key name is unique to this attempt, so deleting it by
-// name touches nobody else.
-func (l *Locker) cleanup(ls *lease, me string) {
+// the lease). No other contender uses the name until the deletion is
+// confirmed (its slot is held until then), so deleting it by name touches
+// nobody else.
+func (l *Locker) cleanup(name *waiterName) {
+	ls, me := name.ls, name.key
 	done := make(chan struct{})
 	l.mu.Lock()
 	l.bg.Add(1)
@@ -366,6 +413,7 @@ func (l *Locker) cleanup(ls *lease, me string) {
 			_, err := l.cli.Delete(ctx, me)
 			cancel()
 			if err == nil {
+				name.free()
 				return
 			}
 			t := time.NewTimer(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
@@ -424,6 +472,7 @@ func (l *Locker) Close() error {
 	)
 	for h := range held {
 		h.releasing.Store(true) // the revocation deletes their keys: no loss
+		h.watch.Stop()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
 	for _, ls := range leases {
@@ -431,7 +480,7 @@ func (l *Locker) Close() error {
 		if ls.err != nil {
 			continue
 		}
-		ls.stopped.Do(func() { close(ls.stop) })
+		ls.keeper.Stop()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -31,8 +31,8 @@ const (
 	paramDialTimeout = "dial_timeout" // clientv3.Config.DialTimeout
 )
 
-// defaultDialTimeout bounds the connection to the first endpoint of a
-// client Open makes.
+// defaultDialTimeout bounds the login of a client Open makes with a user
+// and password (clientv3.Config.DialTimeout).
 const defaultDialTimeout = 5 * time.Second
 
 func init() {
@@ -184,17 +184,12 @@ func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
 		}
 		return redactedError{"etcd: connecting to " + strings.Join(cfg.endpoints, ",") + ": " + msg, err}
 	}
+	// The client connects in the background, as the redis and postgres
+	// Openers' pools do: Open contacts no server, and an unreachable one
+	// shows in the first call. Only a user and password make clientv3.New
+	// log in at once (bounded by dial_timeout); its error is Open's.
 	cli, err := clientv3.New(cc)
 	if err != nil {
-		return nil, redact(err)
-	}
-	// Check that a server answers (and the credentials work) before
-	// handing the Locker out.
-	sctx, cancel := context.WithTimeout(ctx, cfg.dialTimeout)
-	defer cancel()
-	prefix := newConfig(cfg.opts).prefix + "/"
-	if _, err := cli.Get(sctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
-		_ = cli.Close()
 		return nil, redact(err)
 	}
 	l := New(cli, cfg.opts...)

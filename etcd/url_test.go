@@ -84,3 +84,28 @@ func TestSchemesRegistered(t *testing.T) {
 		}
 	}
 }
+
+// Open contacts no server (as redis and postgres Open do not): an
+// unreachable one shows in the first call, bounded by its context.
+func TestOpenDoesNotConnect(t *testing.T) {
+	start := time.Now()
+	l, err := Open(context.Background(), "etcd://127.0.0.1:1/locker?ttl=2s")
+	if err != nil {
+		t.Fatalf("Open of an unreachable server: %v, want a Locker (Open does not connect)", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Open took %v: it waited for the server", took)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := l.Acquire(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire on an unreachable server = %v, want an error wrapping context.DeadlineExceeded", err)
+	}
+	start = time.Now()
+	if err := l.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if took := time.Since(start); took > closeWait+time.Second {
+		t.Errorf("Close took %v", took)
+	}
+}

@@ -1,0 +1,81 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/go-locker/locker"
+)
+
+var _ locker.Inspector = (*Locker)(nil)
+
+// Inspect reports whether key is held, as the cluster sees it: the holder
+// is the key of smallest create revision in the lock directory (whether or
+// not its contender has seen the watch event yet); Token is that create
+// revision, the holder's fencing token; TTL is what remains of the
+// holder's lease as the server counts it (whole seconds). It reads twice
+// (the directory, then the lease) and writes nothing.
+func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
+	const op = "inspect"
+	if err := locker.ValidateKey(key); err != nil {
+		return locker.LockInfo{}, locker.KeyError(op, key, err)
+	}
+	if l.cfg.err != nil {
+		return locker.LockInfo{}, locker.KeyError(op, key, l.cfg.err)
+	}
+	if err := ctx.Err(); err != nil {
+		return locker.LockInfo{}, locker.KeyError(op, key, err)
+	}
+	if !l.enter() {
+		return locker.LockInfo{}, locker.KeyError(op, key, locker.ErrClosed)
+	}
+	defer l.ops.Done()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(l.opsCtx, cancel)
+	defer stop()
+	info, err := l.inspect(cctx, key)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			err = ctx.Err()
+		case l.opsCtx.Err() != nil:
+			err = locker.ErrClosed
+		}
+		return locker.LockInfo{}, locker.KeyError(op, key, err)
+	}
+	return info, nil
+}
+
+func (l *Locker) inspect(ctx context.Context, key string) (locker.LockInfo, error) {
+	dir := LockDir(l.cfg.prefix, key)
+	for attempt := 0; ; attempt++ {
+		resp, err := l.cli.Get(ctx, dir, clientv3.WithFirstCreate()...)
+		if err != nil {
+			return locker.LockInfo{}, fmt.Errorf("etcd: %w", err)
+		}
+		info := locker.LockInfo{Key: key}
+		if len(resp.Kvs) == 0 {
+			return info, nil
+		}
+		kv := resp.Kvs[0]
+		info.Held, info.Token = true, kv.CreateRevision
+		if kv.Lease == 0 {
+			return info, nil // not a key of ours: no lease to report
+		}
+		ttl, err := l.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+		if err != nil {
+			return locker.LockInfo{}, fmt.Errorf("etcd: %w", err)
+		}
+		if ttl.TTL < 0 && attempt < 3 {
+			// The lease ended between the two reads, and the holder's key
+			// with it: look again.
+			continue
+		}
+		info.TTL = time.Duration(max(ttl.TTL, 0)) * time.Second
+		return info, nil
+	}
+}
