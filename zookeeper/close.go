@@ -54,6 +54,7 @@ func (l *Locker) Close() error {
 				return
 			}
 			h.releasing.Store(true)
+			h.stopWatch()
 			err := l.call(ctx, func() error { return l.conn.Delete(h.node, -1) }, nil)
 			switch {
 			case err == nil:

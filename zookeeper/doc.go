@@ -60,10 +60,28 @@
 // characters ZooKeeper refuses in paths percent-escaped: one path
 // component, never ".", ".." or "zookeeper", distinct for distinct keys.
 // Acquire creates an ephemeral sequential node
-// <dir>/_c_<GUID>-lock-<sequence>, then lists the directory and watches its
-// own node (two requests sent back to back). The lowest sequence holds.
-// Another contender watches the node just before its own (ExistsW) and
-// lists again when that one goes.
+// <dir>/_c_<GUID>-lock-<sequence>. The lowest sequence holds. The create
+// goes out in a multi (one transaction) together with an empty,
+// unconditional write to the directory's data, whose answer is the
+// directory's stat just after the create: when the directory holds
+// nothing but the new node, the lock is taken with that one request, as
+// cheap as a bare create (this needs WRITE on the directory; with an ACL
+// without it, the Locker uses plain creates from the first refusal on).
+// Otherwise the contender lists the directory and watches the node just
+// before its own (GetW, which leaves no watch behind on a node already
+// gone); when that is the only node before its own, it also watches its
+// own node (the two requests back to back). Since nodes created later
+// always get higher sequences, the nodes before a contender's can only go:
+// when the watched one goes and it was the only one before, the lock is
+// taken with no further request (events arrive in transaction order, so a
+// deletion of the contender's own node would have been seen first);
+// otherwise the contender lists again.
+//
+// A holder watches its own node, to learn of a deletion from outside. A
+// lock whose contention did not set that watch (no contention, or a
+// listing that found the contender first) sets it 50ms after the
+// acquisition, so that a lock released sooner never costs the request; a
+// deletion in those first 50ms is reported when the watch is set.
 //
 // Directories (the root and each lock directory) are container nodes
 // (ZooKeeper 3.5.3 and later), which the server deletes once they are
@@ -92,7 +110,9 @@
 // # Fencing tokens
 //
 // Handle.Token is the czxid of the holder's node: the id of the
-// transaction that created it. Zxids are assigned by the leader in one
+// transaction that created it (read from the create's multi, whose
+// directory write carries the same transaction id, or from the node's
+// stat). Zxids are assigned by the leader in one
 // total order, increase across leader elections (the epoch is the high 32
 // bits) and survive restarts with the data directory. Tokens increase per
 // key across holders: a contender holds only when its node is the lowest in
@@ -134,7 +154,9 @@
 //     each node still exists. Nodes of locks given up this way are deleted
 //     if the session comes back after all.
 //   - A node deleted from outside (an operator's deleteall, a test):
-//     the holder's watch on its own node fires and the lock is lost.
+//     the holder's watch on its own node fires and the lock is lost (for
+//     a lock whose watch was not set while it waited, at the latest when
+//     the watch is set, 50ms after the acquisition).
 //   - A Release that cannot reach the server before its context ends gives
 //     the lock up anyway (Done closes, the error says so); the node is
 //     deleted when the connection returns, or ends with the session.
@@ -144,6 +166,13 @@
 //     server. A holder paused longer than the session timeout (GC, a
 //     stopped VM) may resume before it notices the expiry: fence your
 //     writes with the token.
+//
+// # Inspect
+//
+// Locker implements locker.Inspector: Inspect lists the key's lock
+// directory and reports the lowest node's owner as the holder, with that
+// node's czxid as the token and a TTL of 0 (the lock lasts as long as its
+// holder's session; a crashed holder shows until the server expires it).
 //
 // # ACLs
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -23,8 +24,9 @@ type Handle struct {
 	sid   int64 // the session that owns the node
 	state *backend.State
 
-	mu        sync.Mutex  // serialises Release
-	releasing atomic.Bool // our own delete is on its way: its watch event is no loss
+	mu         sync.Mutex  // serialises Release
+	releasing  atomic.Bool // our own delete is on its way: its watch event is no loss
+	watchTimer *time.Timer // starts the monitor of an uncontended lock; nil otherwise
 }
 
 var _ locker.Handle = (*Handle)(nil)
@@ -72,6 +74,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	}
 	l := h.l
 	h.releasing.Store(true)
+	h.stopWatch()
 	err := l.call(ctx, func() error { return l.conn.Delete(h.node, -1) }, func(err error) {
 		if isConnErr(err) && !errors.Is(err, zk.ErrClosing) {
 			l.deleteDetached(h.node)
@@ -92,6 +95,14 @@ func (h *Handle) Release(ctx context.Context) error {
 	return locker.KeyError("release", h.key, fmt.Errorf("zookeeper: the server did not confirm the deletion of the lock node (the lock is given up; the node is deleted when the connection comes back, or ends with the session): %w", err))
 }
 
+// stopWatch stops the timer that would start the monitor, if it has not
+// fired yet. Call it once releasing is set.
+func (h *Handle) stopWatch() {
+	if h.watchTimer != nil && h.watchTimer.Stop() {
+		h.l.bg.Done() // the monitor will not run
+	}
+}
+
 // forget takes h from the Locker's held set.
 func (l *Locker) forget(h *Handle) {
 	l.mu.Lock()
@@ -106,10 +117,23 @@ func (h *Handle) lose(why string) {
 }
 
 // monitor watches the holder's own node until the lock ends: its deletion
-// by anyone but Release is a loss.
+// by anyone but Release is a loss. own is the watch the contention set, or
+// nil (an uncontended acquisition sets none; then the monitor runs on the
+// Handle's timer, watchDelay after the acquisition): then monitor sets it
+// first, and a node already gone or owned by another session is a loss
+// too.
 func (h *Handle) monitor(own <-chan zk.Event) {
 	l := h.l
 	defer l.bg.Done()
+	if own == nil {
+		if h.releasing.Load() || h.state.Ended() || l.bgCtx.Err() != nil {
+			return
+		}
+		var ok bool
+		if own, ok = h.watch(); !ok {
+			return
+		}
+	}
 	for {
 		select {
 		case ev := <-own:
@@ -124,21 +148,9 @@ func (h *Handle) monitor(own <-chan zk.Event) {
 				h.lose(fmt.Sprintf("the server stopped watching the lock node: %v", ev.Err))
 				return
 			}
-			// Data or children changed (not by us): watch again.
-			var exists bool
-			err := l.call(l.bgCtx, func() error {
-				var err error
-				exists, _, own, err = l.conn.ExistsW(h.node)
-				return err
-			}, nil)
-			switch {
-			case errors.Is(err, locker.ErrClosed):
-				return
-			case err != nil:
-				h.lose(fmt.Sprintf("could not watch the lock node: %v", err))
-				return
-			case !exists:
-				h.lose("the lock node was deleted on the server")
+			// Data changed (not by us): watch again.
+			var ok bool
+			if own, ok = h.watch(); !ok {
 				return
 			}
 		case <-h.state.Done():
@@ -148,6 +160,68 @@ func (h *Handle) monitor(own <-chan zk.Event) {
 		}
 	}
 }
+
+// watch sets a watch on the holder's node (GetW: unlike ExistsW it leaves
+// no watch behind on a node that is gone) and checks that the node is
+// still the holder's. It retries through disconnections in the same
+// session; false means the monitor is done: the lock ended (or is lost
+// now), or the Locker is closing.
+func (h *Handle) watch() (<-chan zk.Event, bool) {
+	l := h.l
+	ctx, cancel := context.WithCancel(l.bgCtx)
+	defer cancel()
+	stop := context.AfterFunc(doneContext{h.state.Done()}, cancel)
+	defer stop()
+	for {
+		var (
+			st *zk.Stat
+			ch <-chan zk.Event
+		)
+		err := l.call(ctx, func() error {
+			var err error
+			_, st, ch, err = l.conn.GetW(h.node)
+			return err
+		}, nil)
+		if h.releasing.Load() || h.state.Ended() || ctx.Err() != nil {
+			return nil, false
+		}
+		switch {
+		case err == nil && st.EphemeralOwner != h.sid:
+			h.lose("the lock node belongs to another session")
+			return nil, false
+		case err == nil:
+			return ch, true
+		case errors.Is(err, zk.ErrNoNode):
+			h.lose("the lock node was deleted on the server")
+			return nil, false
+		case isConnErr(err) && !errors.Is(err, zk.ErrClosing):
+			// The session logic decides whether the lock survives the
+			// disconnection; if it does, watch again once connected.
+			if _, _, err := l.awaitSession(ctx); err != nil {
+				return nil, false
+			}
+		default:
+			h.lose(fmt.Sprintf("could not watch the lock node: %v", err))
+			return nil, false
+		}
+	}
+}
+
+// doneContext is a context that ends when done is closed, for
+// context.AfterFunc.
+type doneContext struct{ done <-chan struct{} }
+
+func (doneContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c doneContext) Done() <-chan struct{}     { return c.done }
+func (c doneContext) Err() error {
+	select {
+	case <-c.done:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+func (doneContext) Value(any) any { return nil }
 
 // verify checks, after a reconnect in the same session, that the holder's
 // node still exists.

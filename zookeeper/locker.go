@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -57,6 +59,8 @@ type Locker struct {
 	sessCh     chan struct{} // closed and replaced at every change of the above
 	orphans    map[string]int64
 	containers bool
+
+	noMulti atomic.Bool // the server refused the create's multi: plain creates
 
 	ops   sync.WaitGroup // Acquire and TryAcquire calls in progress
 	bg    sync.WaitGroup // supervisor and handle monitors
@@ -295,13 +299,23 @@ func (l *Locker) enter() bool {
 // attempt creates a node for key and contends with it.
 func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, error) {
 	dir := LockDir(l.cfg.root, key)
-	node, err := l.createNode(ctx, dir, newGUID())
+	c, err := l.createNode(ctx, dir, newGUID())
 	if err != nil {
 		return nil, err
 	}
-	h, err := l.contend(ctx, key, dir, node, wait)
+	if c.dir != nil && c.dir.NumChildren == 1 {
+		// The directory held nothing but our node right after its
+		// create (one transaction): the lock is ours, with no read.
+		h, err := l.hold(key, c.node, c.dir.Mzxid, c.sid, nil)
+		if err != nil {
+			l.removeNode(c.node)
+			return nil, err
+		}
+		return h, nil
+	}
+	h, err := l.contend(ctx, key, dir, c, wait)
 	if err != nil {
-		l.removeNode(node)
+		l.removeNode(c.node)
 		return nil, err
 	}
 	return h, nil
@@ -314,30 +328,73 @@ func isConnErr(err error) bool {
 		errors.Is(err, zk.ErrSessionMoved) || errors.Is(err, zk.ErrClosing)
 }
 
+// createdNode is what the create of a contender's node told.
+type createdNode struct {
+	node string
+	// dir is the lock directory's stat just after the create, in the same
+	// transaction (nil when the node was adopted or created without the
+	// multi): its NumChildren says whether the node is alone, its Mzxid is
+	// the node's czxid.
+	dir *zk.Stat
+	sid int64 // the session that answered, with dir
+}
+
 // createNode creates the contender's protected ephemeral-sequential node in
 // dir, making the directory when it is missing, and adopts the node when
 // the answer to the create was lost with the connection.
-func (l *Locker) createNode(ctx context.Context, dir, guid string) (string, error) {
+//
+// The create goes out in a multi with an empty write to the directory's
+// data (unconditional, version -1): the answer to that write is the
+// directory's stat just after the create, in the same transaction, which
+// says whether anyone else is in the queue. An uncontended acquisition so
+// costs one request, as a bare create does. A server that refuses the write
+// (an ACL on the directory without WRITE) makes the Locker use plain
+// creates from then on.
+func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode, error) {
 	prefix := dir + "/" + nodeName(guid)
 	for tries := 0; ; tries++ {
-		var created string
+		var c createdNode
+		multi := !l.noMulti.Load()
 		err := l.call(ctx, func() error {
-			p, err := l.conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, l.cfg.acl)
-			created = p
+			if !multi {
+				p, err := l.conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, l.cfg.acl)
+				c.node = p
+				return err
+			}
+			r, err := l.conn.Multi(
+				&zk.CreateRequest{Path: prefix, Flags: zk.FlagEphemeral | zk.FlagSequence, Acl: l.cfg.acl},
+				&zk.SetDataRequest{Path: dir, Version: -1})
+			if err == nil && len(r) == 2 && r[1].Stat != nil {
+				c = createdNode{node: r[0].String, dir: r[1].Stat, sid: l.conn.SessionID()}
+				return nil
+			}
+			if err != nil && len(r) == 2 && r[0].Error == nil && r[1].Error != nil && !isConnErr(err) {
+				// The create would have gone through; the write to the
+				// directory did not.
+				return errMultiRefused{err}
+			}
+			if err == nil {
+				return fmt.Errorf("zookeeper: unexpected answer to a multi: %+v", r)
+			}
 			return err
 		}, func(err error) {
 			// Abandoned, and created all the same: a node nobody
 			// contends with would block everyone after it.
 			if err == nil {
-				l.deleteDetached(created)
+				l.deleteDetached(c.node)
 			}
 		})
+		var refused errMultiRefused
 		switch {
 		case err == nil:
-			return created, nil
+			return c, nil
+		case errors.As(err, &refused) || errors.Is(err, zk.ErrUnknown) || errors.Is(err, zk.ErrAPIError):
+			// Nothing was applied: go on with plain creates.
+			l.logf("zookeeper: creating lock nodes without the directory write from now on: %v", err)
+			l.noMulti.Store(true)
 		case errors.Is(err, zk.ErrNoNode) && tries < 8:
 			if err := l.ensureDir(ctx, dir); err != nil {
-				return "", err
+				return createdNode{}, err
 			}
 		case isConnErr(err) && tries < 8 && ctx.Err() == nil && l.opsCtx.Err() == nil:
 			// The create may have been applied: look for our GUID, until
@@ -345,16 +402,23 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (string, erro
 			// the first node behind as a ghost of our own).
 			found, err := l.findOwnRetrying(ctx, dir, guid)
 			if err != nil {
-				return "", err
+				return createdNode{}, err
 			}
 			if found != "" {
-				return found, nil
+				return createdNode{node: found}, nil
 			}
 		default:
-			return "", err
+			return createdNode{}, err
 		}
 	}
 }
+
+// errMultiRefused says the server refused the directory write of the
+// create's multi (and so applied nothing).
+type errMultiRefused struct{ err error }
+
+func (e errMultiRefused) Error() string { return e.err.Error() }
+func (e errMultiRefused) Unwrap() error { return e.err }
 
 // findOwnRetrying is findOwn repeated, once the session is back, until the
 // listing is answered.
@@ -432,129 +496,192 @@ func (l *Locker) createDir(p string) error {
 	return err
 }
 
-// contend waits until node is the lowest in dir (or, without wait, checks
-// once) and returns the Handle.
-func (l *Locker) contend(ctx context.Context, key, dir, node string, wait bool) (*Handle, error) {
+// contend waits until the node c made is the lowest in dir (or, without
+// wait, checks once) and returns the Handle.
+//
+// It lists the directory and watches the node just before its own. A node
+// created later always has a higher sequence than ours (the sequence is
+// the directory's child version, which only grows while our node keeps
+// the directory alive), so the nodes before ours can only go, never come.
+// When the watched node goes and it was the only one before ours, the lock
+// is ours with no further request (the handoff to the head of the queue):
+// for that the contender also watches its own node, so that its own
+// deletion (events come in transaction order) is not missed. Otherwise
+// the directory is listed again: the node that went was most likely the
+// holder, and the others before it are gone too.
+func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wait bool) (*Handle, error) {
+	node := c.node
 	name := node[len(dir)+1:]
 	var (
-		own     <-chan zk.Event // watch on our own node
-		ownStat *zk.Stat
+		own          <-chan zk.Event // watch on our own node, when set
+		czxid, owner int64           // our node's, once known
+		known        bool
+		lower        []lockNode // the nodes before ours, by sequence, as last seen
+		listed       bool       // lower is up to date but for deletions
+		fresh        bool       // lower is a listing, not shortened by events since
 	)
+	if c.dir != nil {
+		czxid, owner, known = c.dir.Mzxid, c.sid, true
+	}
+	// retry reports whether err, from a request on the way, is a broken
+	// connection to wait out (a waiting Acquire) rather than a failure.
+	retry := func(err error) (bool, error) {
+		if wait && isConnErr(err) && ctx.Err() == nil && l.opsCtx.Err() == nil {
+			if _, _, err := l.awaitSession(ctx); err != nil {
+				return false, err
+			}
+			listed = false
+			return true, nil
+		}
+		return false, err
+	}
 	for {
-		var (
-			kids    []string
-			kidsErr error
-			ownErr  error
-			exists  bool
-			ch      <-chan zk.Event
-			st      *zk.Stat
-		)
-		if own == nil {
-			// Both requests go out back to back on the one connection.
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				ownErr = l.call(ctx, func() error {
-					var err error
-					exists, st, ch, err = l.conn.ExistsW(node)
+		if !listed || !known {
+			var (
+				kids    []string
+				ownErr  error
+				ch      <-chan zk.Event
+				st      *zk.Stat
+				kidsErr error
+			)
+			if !known {
+				// An adopted node: its stat comes with the watch on it.
+				// Both requests go out back to back on the one connection.
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					ownErr = l.call(ctx, func() error {
+						var err error
+						_, st, ch, err = l.conn.GetW(node)
+						return err
+					}, nil)
+				}()
+				kidsErr = l.call(ctx, func() error {
+					k, _, err := l.conn.Children(dir)
+					kids = k
 					return err
 				}, nil)
-			}()
-			kidsErr = l.call(ctx, func() error {
-				k, _, err := l.conn.Children(dir)
-				kids = k
-				return err
-			}, nil)
-			<-done
-			if ownErr == nil {
-				if !exists {
-					return nil, errNodeGone
-				}
-				own, ownStat = ch, st
+				<-done
+			} else {
+				kidsErr = l.call(ctx, func() error {
+					k, _, err := l.conn.Children(dir)
+					kids = k
+					return err
+				}, nil)
 			}
-		} else {
-			kidsErr = l.call(ctx, func() error {
-				k, _, err := l.conn.Children(dir)
-				kids = k
-				return err
-			}, nil)
-		}
-		for _, err := range []error{ownErr, kidsErr} {
-			switch {
-			case err == nil:
-			case errors.Is(err, zk.ErrNoNode):
+			if errors.Is(ownErr, zk.ErrNoNode) || errors.Is(kidsErr, zk.ErrNoNode) {
 				return nil, errNodeGone
-			case wait && isConnErr(err) && ctx.Err() == nil && l.opsCtx.Err() == nil:
-				if _, _, err := l.awaitSession(ctx); err != nil {
+			}
+			if err := errors.Join(ownErr, kidsErr); err != nil {
+				if again, err := retry(err); again {
+					continue
+				} else {
 					return nil, err
 				}
-			default:
-				return nil, err
 			}
-		}
-		if ownErr != nil || kidsErr != nil {
-			continue
-		}
-		nodes := sortNodes(kids)
-		idx := -1
-		for i, n := range nodes {
-			if n.name == name {
-				idx = i
-				break
+			if !known {
+				own, czxid, owner, known = ch, st.Czxid, st.EphemeralOwner, true
 			}
-		}
-		if idx < 0 {
-			return nil, errNodeGone
-		}
-		// A node of ours that is not the one we contend with (it cannot
-		// happen with the search above; should a create be applied twice
-		// all the same) would block us for good: delete it.
-		guid := nodes[idx].guid
-		for i := 0; i < idx; i++ {
-			if nodes[i].guid == guid {
-				l.deleteDetached(dir + "/" + nodes[i].name)
+			nodes := sortNodes(kids)
+			idx := slices.IndexFunc(nodes, func(n lockNode) bool { return n.name == name })
+			if idx < 0 {
+				return nil, errNodeGone
 			}
-		}
-		if idx == 0 {
-			select {
-			case ev := <-own:
-				if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNotWatching {
-					return nil, errNodeGone
+			// A node of ours that is not the one we contend with (it
+			// cannot happen with the search in createNode; should a
+			// create be applied twice all the same) would block us for
+			// good: delete it.
+			for _, n := range nodes[:idx] {
+				if n.guid == nodes[idx].guid {
+					l.deleteDetached(dir + "/" + n.name)
 				}
-				own = nil // data changed: watch again
-				continue
-			default:
 			}
-			return l.hold(key, node, ownStat, own)
+			lower, listed, fresh = nodes[:idx], true, true
+		}
+		if len(lower) == 0 {
+			if own != nil {
+				select {
+				case ev := <-own:
+					if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNotWatching {
+						return nil, errNodeGone
+					}
+					own = nil // data changed: the monitor watches again
+				default:
+				}
+			} else if !fresh {
+				// Without a watch on our own node its deletion could have
+				// gone unseen: list again to be sure.
+				listed = false
+				continue
+			}
+			return l.hold(key, node, czxid, owner, own)
 		}
 		if !wait {
 			return nil, locker.ErrNotAcquired
 		}
-		pred := dir + "/" + nodes[idx-1].name
+		pred := dir + "/" + lower[len(lower)-1].name
 		var (
-			pexists bool
-			pch     <-chan zk.Event
+			pch, och <-chan zk.Event
+			predErr  error
+			ownErr   error
+			setOwn   = len(lower) == 1 && own == nil
+			ownDone  = make(chan struct{})
 		)
-		err := l.call(ctx, func() error {
+		if setOwn {
+			go func() {
+				defer close(ownDone)
+				ownErr = l.call(ctx, func() error {
+					var err error
+					_, _, och, err = l.conn.GetW(node)
+					return err
+				}, nil)
+			}()
+		} else {
+			close(ownDone)
+		}
+		predErr = l.call(ctx, func() error {
 			var err error
-			pexists, _, pch, err = l.conn.ExistsW(pred)
+			// GetW, not ExistsW: on a node already gone it sets no watch
+			// (ExistsW would leave one behind for good).
+			_, _, pch, err = l.conn.GetW(pred)
 			return err
 		}, nil)
-		switch {
-		case err == nil:
-		case isConnErr(err) && ctx.Err() == nil && l.opsCtx.Err() == nil:
-			if _, _, err := l.awaitSession(ctx); err != nil {
+		<-ownDone
+		if errors.Is(ownErr, zk.ErrNoNode) {
+			return nil, errNodeGone
+		}
+		if setOwn && ownErr == nil {
+			own = och
+		}
+		if errors.Is(predErr, zk.ErrNoNode) {
+			predErr = nil
+			pch = nil
+			lower, fresh = lower[:len(lower)-1], false
+			listed = len(lower) == 0
+		}
+		if err := errors.Join(ownErr, predErr); err != nil {
+			if again, err := retry(err); again {
+				continue
+			} else {
 				return nil, err
 			}
-			continue
-		default:
-			return nil, err
 		}
-		if !pexists {
+		if pch == nil {
 			continue
 		}
 		select {
-		case <-pch:
+		case ev := <-pch:
+			switch ev.Type {
+			case zk.EventNodeDeleted:
+				lower, fresh = lower[:len(lower)-1], false
+				// With nodes left before it, the one that went was most
+				// likely the holder, and those left are gone too: one
+				// listing says so faster than a request for each.
+				listed = len(lower) == 0
+			case zk.EventNotWatching:
+				listed = false
+			}
+			// Data changed: watch the same node again.
 		case ev := <-own:
 			if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNotWatching {
 				return nil, errNodeGone
@@ -566,26 +693,43 @@ func (l *Locker) contend(ctx context.Context, key, dir, node string, wait bool) 
 	}
 }
 
-// hold makes the Handle of a node that is lowest in its directory.
-func (l *Locker) hold(key, node string, st *zk.Stat, own <-chan zk.Event) (*Handle, error) {
-	h := newHandle(l, key, node, st.Czxid, st.EphemeralOwner)
+// watchDelay is how long a lock taken without contention is held before
+// the watch on its node is set: a lock released sooner (most are) never
+// costs the request. The watch only serves to notice a deletion from
+// outside (an operator); the loss of the session is seen without it.
+const watchDelay = 50 * time.Millisecond
+
+// hold makes the Handle of node, the lowest in its directory, with its
+// czxid and the session that owns it. own is the watch on the node, or nil
+// when none is set yet: then the Handle's monitor sets it after
+// watchDelay.
+func (l *Locker) hold(key, node string, czxid, owner int64, own <-chan zk.Event) (*Handle, error) {
+	h := newHandle(l, key, node, czxid, owner)
 	l.mu.Lock()
 	switch {
 	case l.closed:
 		l.mu.Unlock()
 		return nil, locker.ErrClosed
-	case st.EphemeralOwner != l.sessID || l.lostSess == l.sessID:
+	case owner != l.sessID || l.lostSess == l.sessID:
 		// The session changed, or its locks were given up while we
 		// waited for the answer.
 		l.mu.Unlock()
 		return nil, errNodeGone
 	}
 	l.held[h] = struct{}{}
-	l.bg.Add(1)
+	l.bg.Add(1) // for the monitor, or the timer that starts it
+	if own == nil {
+		h.watchTimer = time.AfterFunc(watchDelay, func() { h.monitor(nil) })
+		l.mu.Unlock()
+		return h, nil
+	}
 	l.mu.Unlock()
 	go h.monitor(own)
 	return h, nil
 }
+
+// logf logs through the WithLogger logger.
+func (l *Locker) logf(format string, args ...any) { l.cfg.logger.Printf(format, args...) }
 
 // removeNode deletes a node the Locker gave up (an abandoned wait, a failed
 // TryAcquire), waiting at most cleanupWait; the deletion goes on after that

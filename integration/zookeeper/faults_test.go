@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -241,6 +242,11 @@ func TestLockDirDeletedBetweenHolders(t *testing.T) {
 		if prev != nil && h.Token() <= prev.Token() {
 			t.Errorf("holder %d: token %d not above the previous holder's %d (directory deleted between them)", i, h.Token(), prev.Token())
 		}
+		// The token is the node's czxid (read from the create's
+		// transaction, not from the node).
+		if _, st, err := admin.Exists(h.Node()); err != nil || st.Czxid != h.Token() {
+			t.Errorf("holder %d: token %d, node's czxid %v (err %v)", i, h.Token(), st, err)
+		}
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -440,6 +446,127 @@ func TestACL(t *testing.T) {
 		t.Errorf("holder disturbed: %v", h.Err())
 	}
 	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// An ACL without WRITE: the Locker cannot write the lock directory's
+	// data (its one-request acquisition), and takes locks all the same.
+	noWrite := []zookeeper.Option{
+		zookeeper.WithRoot(root + "-nowrite"),
+		zookeeper.WithAuth("digest", []byte("alice:wonderland")),
+		zookeeper.WithACL(zk.AuthACL(zk.PermCreate | zk.PermRead | zk.PermDelete | zk.PermAdmin)...),
+	}
+	bob, bob2 := newClient(t, srv.Addr(), noWrite...), newClient(t, srv.Addr(), noWrite...)
+	var prev locker.Handle
+	for i := range 3 {
+		h, err := bob.l.Acquire(ctx, k)
+		if err != nil {
+			t.Fatalf("ACL without WRITE, acquisition %d: %v", i, err)
+		}
+		if prev != nil && h.Token() <= prev.Token() {
+			t.Errorf("ACL without WRITE: token %d not above %d", h.Token(), prev.Token())
+		}
+		if _, err := bob2.l.TryAcquire(ctx, k); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Errorf("ACL without WRITE, other client: %v, want ErrNotAcquired", err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		prev = h
+	}
+	acl, _, err := bob.l.Conn().GetACL(zookeeper.LockDir(root+"-nowrite", k))
+	if err != nil || len(acl) != 1 || acl[0].Perms&zk.PermWrite != 0 {
+		t.Errorf("lock directory ACL %v (err %v), want the one given, without WRITE", acl, err)
+	}
+}
+
+// waitNodes waits until the lock directory of key holds n nodes, and
+// returns them.
+func waitNodes(t *testing.T, admin *zk.Conn, key string, n int, why string) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		kids := lockNodes(t, admin, key)
+		if len(kids) == n {
+			return kids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the lock directory holds %v, want %d nodes", why, kids, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A waiter whose node is deleted from outside while it waits right behind
+// the holder (the place from which it takes the lock on the holder's
+// release without listing the directory again) notices at once, queues
+// again, and so cannot take the lock without a node: the client that
+// queued after it waits its turn.
+func TestWaiterNodeDeleted(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	a, b, c := newClient(t, srv.Addr()), newClient(t, srv.Addr()), newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	hA := mustAcquire(t, ctx, a.l, k)
+	type result struct {
+		h   locker.Handle
+		err error
+	}
+	acquire := func(l locker.Locker) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			h, err := l.Acquire(ctx, k)
+			ch <- result{h, err}
+		}()
+		return ch
+	}
+	chB := acquire(b.l)
+	var bNode string
+	for _, n := range waitNodes(t, admin, k, 2, "B queued") {
+		if n != path.Base(hA.Node()) {
+			bNode = n
+		}
+	}
+	if err := admin.Delete(zookeeper.LockDir("", k)+"/"+bNode, -1); err != nil {
+		t.Fatal(err)
+	}
+	if kids := waitNodes(t, admin, k, 2, "B queued again after its node was deleted"); slices.Contains(kids, bNode) {
+		t.Fatalf("the deleted node %s is back: %v", bNode, kids)
+	}
+	chC := acquire(c.l)
+	waitNodes(t, admin, k, 3, "C queued")
+	if err := hA.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rB result
+	select {
+	case rB = <-chB:
+	case rC := <-chC:
+		t.Fatalf("C took the lock before B, which queued again first: %v %v", rC.h, rC.err)
+	}
+	if rB.err != nil {
+		t.Fatalf("B: %v", rB.err)
+	}
+	if got := path.Base(rB.h.(*zookeeper.Handle).Node()); got == bNode {
+		t.Fatalf("B holds with its deleted node %s", got)
+	}
+	select {
+	case rC := <-chC:
+		t.Fatalf("C holds too, while B does: %v %v", rC.h, rC.err)
+	default:
+	}
+	if err := rB.h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rC := <-chC
+	if rC.err != nil {
+		t.Fatalf("C: %v", rC.err)
+	}
+	if rC.h.Token() <= rB.h.Token() || rB.h.Token() <= hA.Token() {
+		t.Errorf("tokens A %d, B %d, C %d not increasing", hA.Token(), rB.h.Token(), rC.h.Token())
+	}
+	if err := rC.h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

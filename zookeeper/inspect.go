@@ -1,0 +1,89 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/go-locker/locker"
+)
+
+var _ locker.Inspector = (*Locker)(nil)
+
+// Inspect reports whether key is held, as the server sees it: held when
+// its lock directory has a lock node, the lowest being the holder's, whose
+// czxid is the token. TTL is always 0: a ZooKeeper lock has no lease of
+// its own, it lasts as long as its holder's session (see the package
+// documentation). A holder that crashed shows as holding until the server
+// expires its session. Inspect creates, watches and changes nothing; it
+// lists the directory and reads the stat of the lowest node.
+func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
+	const op = "inspect"
+	if err := locker.ValidateKey(key); err != nil {
+		return locker.LockInfo{}, locker.KeyError(op, key, err)
+	}
+	if l.cfg.err != nil {
+		return locker.LockInfo{}, locker.KeyError(op, key, l.cfg.err)
+	}
+	if err := ctx.Err(); err != nil {
+		return locker.LockInfo{}, locker.KeyError(op, key, err)
+	}
+	if !l.enter() {
+		return locker.LockInfo{}, locker.KeyError(op, key, locker.ErrClosed)
+	}
+	defer l.ops.Done()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(l.opsCtx, cancel)
+	defer stop()
+	fail := func(err error) (locker.LockInfo, error) {
+		switch {
+		case ctx.Err() != nil:
+			err = ctx.Err()
+		case l.opsCtx.Err() != nil:
+			err = locker.ErrClosed
+		}
+		return locker.LockInfo{}, locker.KeyError(op, key, err)
+	}
+
+	dir := LockDir(l.cfg.root, key)
+	for tries := 0; ; tries++ {
+		var kids []string
+		err := l.call(cctx, func() error {
+			k, _, err := l.conn.Children(dir)
+			kids = k
+			return err
+		}, nil)
+		if errors.Is(err, zk.ErrNoNode) {
+			return locker.LockInfo{Key: key}, nil
+		}
+		if err != nil {
+			return fail(err)
+		}
+		nodes := sortNodes(kids)
+		if len(nodes) == 0 {
+			return locker.LockInfo{Key: key}, nil
+		}
+		var (
+			exists bool
+			st     *zk.Stat
+		)
+		err = l.call(cctx, func() error {
+			var err error
+			exists, st, err = l.conn.Exists(dir + "/" + nodes[0].name)
+			return err
+		}, nil)
+		if err != nil {
+			return fail(err)
+		}
+		if exists {
+			return locker.LockInfo{Key: key, Held: true, Token: st.Czxid}, nil
+		}
+		// The lowest node went between the two requests: look again.
+		if tries >= 10 {
+			return fail(fmt.Errorf("zookeeper: the lock directory %s changed under every look", dir))
+		}
+	}
+}
