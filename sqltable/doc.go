@@ -1,0 +1,252 @@
+// Package sqltable is a locker backend on a lock table in a SQL database:
+// PostgreSQL (through pgx's database/sql driver, github.com/jackc/pgx/v5/stdlib),
+// MySQL and MariaDB (github.com/go-sql-driver/mysql) and SQLite
+// (modernc.org/sqlite, pure Go, no cgo). It is for teams whose only shared
+// infrastructure is a SQL database, and with SQLite it is the embedded
+// default: locks shared by the processes of one host with no server at all.
+//
+// # What it promises
+//
+// The whole contract of package locker: mutual exclusion between
+// goroutines, Lockers and processes; fencing tokens that strictly increase
+// per key; release and renewal that act only on the caller's own row; loss
+// reported to the holder (Done, Err wrapping locker.ErrLost) before anyone
+// else can take the key; every call bounded by its context. The package's
+// conformance run covers all three dialects on real databases, in the
+// repository's integration module.
+//
+// # Using it
+//
+// On your own *sql.DB:
+//
+//	db, _ := sql.Open("sqlite", "/var/lib/app/locks.db")
+//	l := sqltable.New(db)             // dialect detected from the driver
+//	defer l.Close()                   // l does not close db
+//
+// or by URL, with a pool the Locker owns and closes:
+//
+//	sqlite:///var/lib/app/locks.db        an absolute path
+//	sqlite:locks.db                       a path relative to the working directory
+//	mysql://user:password@host:3306/db
+//	postgres+table://user:password@host:5432/db?sslmode=disable
+//	postgresql+table://...                the same
+//
+// (postgres:// is the advisory-lock backend, package postgres.) Query
+// parameters of our own, on every scheme: lock_table (WithTable), lock_ttl
+// (WithTTL), lock_drift (WithDriftMargin), lock_retry_interval
+// (WithRetryInterval), lock_ddl=false (WithoutDDL), lock_watchdog=false
+// (WithoutWatchdog), lock_max_conns (the pool's SetMaxOpenConns; default 10,
+// 4 for SQLite); lock_notify=false (WithNotify(false)) on PostgreSQL;
+// lock_file_mode (octal, default 0600) on SQLite. Driver parameters: on
+// mysql:// tls, timeout, readTimeout, writeTimeout, allowNativePasswords and
+// allowCleartextPasswords; on postgres+table:// pgx's connection settings
+// (sslmode, connect_timeout, target_session_attrs, ...), its
+// statement_cache_capacity, description_cache_capacity and
+// default_query_exec_mode, and application_name, options, search_path and
+// timezone. Any other parameter is an error wrapping locker.ErrInvalidURL
+// that names it; no error repeats the password.
+//
+// For SQLite, Open creates the database file if it is missing, with mode
+// 0600 (SQLite gives its -wal and -shm files the same mode), and fails at
+// once, saying so, when the file's directory does not exist or is not
+// writable. Open contacts no server.
+//
+// # The table
+//
+// One table, "locker_locks" unless WithTable names another (validated as an
+// identifier, optionally schema-qualified, and quoted), and a meta table of
+// the same name with "_meta" appended whose schema_version row is the
+// version marker a later release migrates from. The key column holds the
+// whole key (no hashing, no truncation): a 1024-byte key fits on every
+// dialect. A Locker creates both tables if they are missing, unless
+// WithoutDDL; the DDL is (see also DDL):
+//
+//	-- PostgreSQL
+//	CREATE TABLE IF NOT EXISTS "locker_locks" (
+//		lock_key   text COLLATE "C" PRIMARY KEY,
+//		owner      text NOT NULL,
+//		token      bigint NOT NULL,
+//		expires_us bigint NOT NULL
+//	);
+//	CREATE TABLE IF NOT EXISTS "locker_locks_meta" (name text PRIMARY KEY, value text NOT NULL);
+//	INSERT INTO "locker_locks_meta" (name, value) VALUES ('schema_version', '1') ON CONFLICT (name) DO NOTHING;
+//
+//	-- MySQL, MariaDB (binary columns: keys compare byte by byte)
+//	CREATE TABLE IF NOT EXISTS `locker_locks` (
+//		lock_key   VARBINARY(1024) NOT NULL PRIMARY KEY,
+//		owner      VARBINARY(64) NOT NULL,
+//		token      BIGINT NOT NULL,
+//		expires_us BIGINT NOT NULL
+//	) ENGINE=InnoDB ROW_FORMAT=DYNAMIC;
+//	CREATE TABLE IF NOT EXISTS `locker_locks_meta` (name VARCHAR(64) NOT NULL PRIMARY KEY, value VARCHAR(64) NOT NULL) ENGINE=InnoDB;
+//	INSERT IGNORE INTO `locker_locks_meta` (name, value) VALUES ('schema_version', '1');
+//
+//	-- SQLite
+//	CREATE TABLE IF NOT EXISTS "locker_locks" (
+//		lock_key   TEXT NOT NULL PRIMARY KEY,
+//		owner      TEXT NOT NULL,
+//		token      INTEGER NOT NULL,
+//		expires_us INTEGER NOT NULL
+//	) WITHOUT ROWID;
+//	CREATE TABLE IF NOT EXISTS "locker_locks_meta" (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+//	INSERT OR IGNORE INTO "locker_locks_meta" (name, value) VALUES ('schema_version', '1');
+//
+// A row stays after its lock is released (owner empty, expires_us 0), so
+// that the key's next token follows on from its last one; Prune deletes
+// the rows of keys unused for a long time.
+//
+// # Time
+//
+// Leases are measured on the database's clock only: expires_us is
+// microseconds since the Unix epoch by now() on PostgreSQL,
+// UTC_TIMESTAMP(6) on MySQL (independent of the session's time zone) and
+// unixepoch('subsec') on SQLite (millisecond precision). A client sends
+// durations, never times, so clients with skewed clocks still exclude each
+// other. The holder measures its own side of the lease on its monotonic
+// clock from the moment its last successful acquire or renewal was sent:
+// it counts the lock as lost at that moment + TTL − drift margin, even
+// while a renewal hangs, and the database cannot let anyone else in before
+// that moment + TTL. (SQLite's clock is the host's: processes sharing one
+// file share one clock anyway.)
+//
+// # Statements
+//
+// Acquire is one statement, one round trip. PostgreSQL and SQLite:
+//
+//	INSERT INTO t AS l (lock_key, owner, token, expires_us) VALUES ($key, $owner, NOW_US, NOW_US + $ttl)
+//	ON CONFLICT (lock_key) DO UPDATE
+//	SET owner = excluded.owner, token = GREATEST(l.token + 1, excluded.token), expires_us = excluded.expires_us
+//	WHERE l.expires_us <= excluded.token   -- the lease has run out (excluded.token is NOW_US)
+//	RETURNING l.token
+//
+// MySQL has no RETURNING and no WHERE on ON DUPLICATE KEY UPDATE, and
+// evaluates the assignments left to right, each seeing the columns already
+// assigned. So owner is assigned first, and changes only if the lease has
+// run out; after it, owner = VALUES(owner) holds exactly when this statement
+// took the key (owners are random and never reused), and token and expiry
+// follow it; LAST_INSERT_ID(token) hands the new token back in the reply:
+//
+//	INSERT INTO t VALUES (?, ?, LAST_INSERT_ID(NOW_US), NOW_US + ?)
+//	ON DUPLICATE KEY UPDATE
+//	owner = IF(expires_us <= NOW_US, VALUES(owner), owner),
+//	token = IF(owner = VALUES(owner), LAST_INSERT_ID(GREATEST(token + 1, VALUES(token))), token),
+//	expires_us = IF(owner = VALUES(owner), VALUES(expires_us), expires_us)
+//
+// 1 or 2 rows affected means taken, 0 means held: so the connection must
+// report changed rows, the driver's default (a Locker refuses a DSN with
+// clientFoundRows=true). A try that finds the key held writes nothing on any
+// dialect: PostgreSQL's ON CONFLICT ... WHERE false makes no new row
+// version, InnoDB skips a row whose values do not change, SQLite's upsert
+// does not update. Waiters do not amplify writes.
+//
+// Renewal (every TTL/3 by a watchdog, internal/renew) and Release are
+// guarded by key, owner and token and by the lease not having run out on the
+// database; zero rows means the lock is gone: the renewal reports the loss,
+// and Release returns an error wrapping locker.ErrLost. A row changed or
+// deleted from outside (an operator expiring it, a restore) is therefore
+// noticed at the next renewal, within TTL/3 plus a round trip.
+//
+// Locker.Inspect (locker.Inspector) reads a key's row: held, with token
+// and remaining lease, while the lease has not run out by the database's
+// clock.
+//
+// # Fencing tokens
+//
+// The source is the row's token column with the database clock as a floor:
+// each acquisition sets token = max(previous token + 1, database time in
+// microseconds). So tokens strictly increase per key across holders, and
+// they are large numbers (about 1.8e15 in 2026) that fit an int64 and a JSON
+// number. Prune deletes only rows whose lease ran out at least MinPruneAge
+// (a minute) ago; when such a key is taken again its first token is the
+// database clock in microseconds, which has passed the deleted row's last
+// token by then — unless the database's clock was set back by more than
+// the prune age, the one assumption the tokens rest on (it is NTP's job to
+// slew, not step, a clock).
+//
+// # Waiting
+//
+// Acquire tries once; when the key is held it waits for a wake-up, then
+// tries again, until it holds the key or ctx ends:
+//
+//   - In-process: a release by any Locker of the process on a table of the
+//     same name (and dialect) wakes that key's longest-waiting waiter at
+//     once, on every dialect. One waiter, not all: the others would only
+//     fail their tries; a waiter that gives up passes its wake-up on.
+//   - PostgreSQL: each release notifies the table's channel (pg_notify with
+//     the released owner and the key, in the release statement), and each
+//     Locker keeps one connection of its pool listening (LISTEN) from its
+//     first wait until Close; in every process the longest-waiting waiter
+//     of the key wakes within a round trip (a release heard twice, from its
+//     own process and from a listener, wakes one). The listener is off with
+//     WithNotify(false), and on a pool limited to fewer than four
+//     connections, which it would starve.
+//   - Otherwise (MySQL and SQLite across processes, or PostgreSQL while the
+//     listener is down): a jittered exponential back-off from 2ms up to
+//     the retry interval (WithRetryInterval, default 1s).
+//
+// In every case a waiter sleeps no longer than the holder's remaining
+// lease, read from the row by the database's clock, so a crashed holder's
+// key is taken as soon as its lease runs out; with notifications the retry
+// interval is only the safety net for a lost one. So the handoff is one
+// round trip after the release within a process and on PostgreSQL, and up to
+// the back-off across processes on MySQL and SQLite (see BENCHMARKS.md for
+// measured handoffs).
+//
+// # Cost
+//
+// The lock statements are prepared once per Locker (database/sql prepares
+// them on each connection it uses): one round trip each, also on MySQL.
+// Every statement carries a context that the Locker's Close can cancel,
+// even when the caller's cannot be, so the drivers watch it (a goroutine
+// hand-off per statement): on a loaded machine that is most of the
+// difference to hand-written statements run with context.Background(), and
+// none of it against the same statements run with a cancellable context
+// (BENCHMARKS.md).
+//
+// # SQLite
+//
+// A Locker puts the database into WAL mode (readers and the writer do not
+// block each other; the mode is recorded in the file). Open sets a busy
+// timeout of 50ms and synchronous=NORMAL; beyond the busy timeout, every
+// statement that finds the database busy or locked ("database is locked")
+// is retried within the caller's context. Every statement is one implicit
+// transaction, so no BEGIN IMMEDIATE is needed. Several processes on one
+// file exclude each other; the file must be on a local file system (SQLite's
+// locks do not work over most network file systems), and an in-memory
+// database is refused, as it cannot be shared.
+//
+// # Failure modes
+//
+//   - The database is unreachable: Acquire and TryAcquire return its error
+//     (never locker.ErrNotAcquired); renewals are retried until the lease's
+//     deadline, then the holder is told of the loss. Release that cannot
+//     reach the database gives the lock up anyway, says so, and frees the
+//     row in the background if the database comes back within 5s; else the
+//     lease ends it.
+//   - The database restarts: held rows survive (they are in a table); a
+//     holder keeps its lock if a renewal succeeds before its deadline.
+//   - A row is changed or deleted from outside: the holder learns at its
+//     next renewal (within TTL/3) and ends with locker.ErrLost; its Release
+//     never frees a row it no longer owns.
+//   - A pool of one connection (SetMaxOpenConns(1)): statements queue for
+//     the connection, nothing pins it, no listener takes it; a renewal that
+//     cannot get the connection before its deadline is a loss, never a
+//     deadlock.
+//   - An Acquire whose statement failed or was cancelled after it may have
+//     reached the database frees the row in the background (guarded by the
+//     attempt's own owner) if it took it.
+//   - Another writer holds SQLite's write lock: statements wait for it
+//     within the caller's context (TryAcquire too: a busy database is not a
+//     held key); they never fail with "database is locked".
+//   - Close releases held locks (each with its own guarded statement,
+//     within locker.ReleaseTimeout), ends waits with locker.ErrClosed, stops
+//     the listener and every goroutine, and closes the *sql.DB only if Open
+//     made it.
+//
+// # Drivers and imports
+//
+// The package imports its three drivers, so that Open takes any of the
+// three URL forms with one import; a program that imports sqltable
+// downloads and links pgx, go-sql-driver/mysql and modernc.org/sqlite (a few
+// megabytes of binary), and nothing else.
+package sqltable

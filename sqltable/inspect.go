@@ -1,0 +1,50 @@
+package sqltable
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+var _ locker.Inspector = (*Locker)(nil)
+
+// Inspect reports key's lock as the lock table has it, by the database's
+// clock: held, with the holder's token and remaining lease, while the row's
+// lease has not run out; not held (token 0, TTL 0) when the key has no row,
+// was released, or its lease ran out (a crashed holder's key shows as free
+// from that moment, as it is to Acquire). It reads one row and changes
+// nothing.
+func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
+	info := locker.LockInfo{Key: key}
+	if err := locker.ValidateKey(key); err != nil {
+		return info, locker.KeyError("inspect", key, err)
+	}
+	if l.cfgErr != nil {
+		return info, locker.KeyError("inspect", key, l.cfgErr)
+	}
+	if l.isClosing() {
+		return info, locker.KeyError("inspect", key, locker.ErrClosed)
+	}
+	cctx, cancel := l.callCtx(ctx)
+	defer cancel()
+	if err := l.init(cctx); err != nil {
+		return info, locker.KeyError("inspect", key, l.why(ctx, err))
+	}
+	var token, us int64
+	err := l.retry(cctx, func(ctx context.Context) error {
+		return l.db.QueryRowContext(ctx, l.st.inspect, key).Scan(&token, &us)
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return info, nil
+	case err != nil:
+		return info, locker.KeyError("inspect", key, l.why(ctx, err))
+	}
+	if us > 0 {
+		info.Held, info.Token, info.TTL = true, token, time.Duration(us)*time.Microsecond
+	}
+	return info, nil
+}

@@ -1,0 +1,505 @@
+package sqltable
+
+import (
+	"context"
+	crand "crypto/rand"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
+)
+
+var _ locker.Locker = (*Locker)(nil)
+
+// Locker takes locks in one lock table of one database. It is safe for
+// concurrent use. Make it with New or Open, and Close it when done.
+type Locker struct {
+	db      *sql.DB
+	ownDB   bool // opened from a URL: Close closes db too
+	cfg     config
+	cfgErr  error
+	dialect Dialect
+	table   tableName
+	st      statements
+	hubKey  string // names the table in the process-wide wake-up hub
+	listen  *listener
+
+	// ctx ends when Close begins: calls in progress return ErrClosed.
+	ctx  context.Context
+	stop context.CancelFunc
+
+	initSem chan struct{} // one schema check at a time
+	inited  bool          // guarded by initSem
+	ps      prepared      // set by init
+
+	mu       sync.Mutex
+	closed   bool
+	draining bool // Close waits for goroutines: no new ones
+	handles  map[*Handle]struct{}
+	wg       sync.WaitGroup
+}
+
+// New returns a Locker that keeps its locks in a table of db. The dialect
+// is detected from db's driver (pgx's stdlib, go-sql-driver/mysql or
+// modernc.org/sqlite) unless WithDialect names it. New does not contact the
+// database: the table is created (unless WithoutDDL) and its schema version
+// checked by the first call that needs it. The Locker does not close db.
+func New(db *sql.DB, opts ...Option) *Locker {
+	cfg, cfgErr := newConfig(opts)
+	ctx, stop := context.WithCancel(context.Background())
+	l := &Locker{
+		db:      db,
+		cfg:     cfg,
+		cfgErr:  cfgErr,
+		ctx:     ctx,
+		stop:    stop,
+		initSem: make(chan struct{}, 1),
+		handles: map[*Handle]struct{}{},
+	}
+	if db == nil && l.cfgErr == nil {
+		l.cfgErr = fmt.Errorf("%w: sqltable: nil *sql.DB", locker.ErrInvalidOption)
+	}
+	if l.cfgErr == nil {
+		l.dialect = cfg.dialect
+		if l.dialect == DialectAuto {
+			l.dialect, l.cfgErr = detectDialect(db)
+		}
+	}
+	if l.cfgErr == nil {
+		l.table, _ = parseTable(cfg.table) // checked by WithTable
+		l.st = newStatements(l.dialect, l.table)
+		l.hubKey = l.dialect.String() + ":" + l.table.String()
+		l.listen = newListener(l)
+	}
+	return l
+}
+
+// Dialect returns the SQL dialect the Locker speaks (DialectAuto when New
+// could not tell).
+func (l *Locker) Dialect() Dialect { return l.dialect }
+
+// newOwner returns a random owner string: 128 bits, so no two holders in any
+// process carry the same one.
+func newOwner() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// TryAcquire makes one attempt to take key. When another holder has it the
+// error wraps locker.ErrNotAcquired.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.acquire(ctx, "try-acquire", key, opts, false)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Acquire takes key, waiting as long as ctx allows while another holder has
+// it (see "Waiting" in the package documentation).
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.acquire(ctx, "acquire", key, opts, true)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Option, wait bool) (*Handle, error) {
+	if err := locker.ValidateKey(key); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if l.cfgErr != nil {
+		return nil, locker.KeyError(op, key, l.cfgErr)
+	}
+	ttl, err := l.cfg.lockTTL(opts)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	drift, err := l.cfg.driftFor(ttl)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if l.isClosing() {
+		return nil, locker.KeyError(op, key, locker.ErrClosed)
+	}
+	if ctx.Err() != nil {
+		return nil, locker.KeyError(op, key, ctxErr(ctx))
+	}
+	cctx, cancel := l.callCtx(ctx)
+	defer cancel()
+	if err := l.init(cctx); err != nil {
+		return nil, locker.KeyError(op, key, l.why(ctx, err))
+	}
+
+	h, err := l.try(cctx, key, ttl, drift)
+	if err != nil || h != nil {
+		return h, locker.KeyError(op, key, l.why(ctx, err))
+	}
+	if !wait {
+		return nil, locker.KeyError(op, key, locker.ErrNotAcquired)
+	}
+
+	// Register for wake-ups, then try again before sleeping: a release
+	// between the first try and the registration would go unheard.
+	w := procHub.watch(l.hubKey, key)
+	defer procHub.leave(w)
+	notified := l.listen.ensure(cctx)
+	back := newBackoff(l.cfg.retryInterval)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		h, err := l.try(cctx, key, ttl, drift)
+		if err != nil || h != nil {
+			return h, locker.KeyError(op, key, l.why(ctx, err))
+		}
+		rem, err := l.remaining(cctx, key)
+		if err != nil {
+			return nil, locker.KeyError(op, key, l.why(ctx, err))
+		}
+		if rem <= 0 {
+			continue // the lease ran out meanwhile, or the row is gone
+		}
+		var d time.Duration
+		if notified || l.listen.up() {
+			// Releases wake us; the timer is the safety net for a lost
+			// notification and for a holder that dies without releasing.
+			d = l.cfg.retryInterval
+		} else {
+			d = back.next()
+		}
+		// No later than the holder's lease runs out (the database's clock
+		// counts in whole microseconds; a millisecond on top covers the
+		// statement's own round trip).
+		d = min(d, rem+time.Millisecond)
+		timer.Reset(d)
+		select {
+		case <-w.c:
+		case <-timer.C:
+		case <-cctx.Done():
+			return nil, locker.KeyError(op, key, l.why(ctx, cctx.Err()))
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		notified = l.listen.up()
+	}
+}
+
+// try makes one attempt. It returns the Handle, or nil when another holder
+// has key.
+func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) (*Handle, error) {
+	owner := newOwner()
+	sent := time.Now() // the lease starts no earlier than the statement leaves
+	token, ok, err := l.runAcquire(ctx, key, owner, ttl)
+	if err != nil {
+		// The statement may have taken the key before the call was cut
+		// short (ctx ended, the connection broke after sending it): give
+		// it back, so that a failed Acquire leaves nothing behind. The
+		// drop is guarded by this attempt's owner, which nobody else has.
+		l.cleanup(key, owner)
+		return nil, err
+	}
+	if !ok {
+		return nil, nil
+	}
+	h := &Handle{l: l, key: key, owner: owner, token: token, ttl: ttl, st: backend.NewState()}
+	if !l.register(h) {
+		l.cleanup(key, owner)
+		return nil, locker.ErrClosed
+	}
+	h.start(sent, drift)
+	return h, nil
+}
+
+// runAcquire runs the acquire statement.
+func (l *Locker) runAcquire(ctx context.Context, key, owner string, ttl time.Duration) (token int64, ok bool, err error) {
+	err = l.retry(ctx, func(ctx context.Context) error {
+		if l.dialect == MySQL {
+			res, err := l.ps.acquire.ExecContext(ctx, key, owner, ttl.Microseconds())
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			// 1: inserted, 2: updated, 0: held (nothing written).
+			if ok = n == 1 || n == 2; ok {
+				token, err = res.LastInsertId()
+			}
+			return err
+		}
+		err := l.ps.acquire.QueryRowContext(ctx, key, owner, ttl.Microseconds()).Scan(&token)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			ok = false
+			return nil
+		case err != nil:
+			return err
+		}
+		ok = true
+		return nil
+	})
+	return token, ok, err
+}
+
+// remaining reads how long the holder of key still has by the database's
+// clock; 0 when the row is gone.
+func (l *Locker) remaining(ctx context.Context, key string) (time.Duration, error) {
+	var us int64
+	err := l.retry(ctx, func(ctx context.Context) error {
+		err := l.ps.remaining.QueryRowContext(ctx, key).Scan(&us)
+		if errors.Is(err, sql.ErrNoRows) {
+			us = 0
+			return nil
+		}
+		return err
+	})
+	return time.Duration(us) * time.Microsecond, err
+}
+
+// release runs the guarded release of h; true when it freed the row. It is
+// bounded by ctx only, not by Close, which would otherwise cut a Release
+// short that Close no longer releases itself.
+func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
+	var ok bool
+	err := l.retry(ctx, func(ctx context.Context) error {
+		if l.dialect == PostgreSQL {
+			var k string
+			err := l.ps.release.QueryRowContext(ctx, h.key, h.owner, h.token).Scan(&k)
+			if errors.Is(err, sql.ErrNoRows) {
+				ok = false
+				return nil
+			}
+			ok = err == nil
+			return err
+		}
+		res, err := l.ps.release.ExecContext(ctx, h.key, h.owner, h.token)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		ok = n == 1
+		return err
+	})
+	if err == nil && ok {
+		procHub.wake(l.hubKey, h.key, h.owner)
+	}
+	return ok, err
+}
+
+// cleanupTimeout bounds the background frees of rows nobody holds any more.
+const cleanupTimeout = 5 * time.Second
+
+// cleanup frees key's row if it still carries owner, in the background.
+func (l *Locker) cleanup(key, owner string) {
+	l.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		var n int64
+		_ = l.retry(ctx, func(ctx context.Context) error {
+			res, err := l.ps.drop.ExecContext(ctx, key, owner)
+			if err != nil {
+				return err
+			}
+			n, _ = res.RowsAffected()
+			return nil
+		})
+		if n > 0 {
+			procHub.wake(l.hubKey, key, owner)
+		}
+	})
+}
+
+// Prune deletes the rows of keys whose last lease ran out more than
+// olderThan ago (at least MinPruneAge), so that a table of many short-lived
+// keys does not grow without bound, and returns how many it deleted. Tokens
+// of a pruned key keep increasing when it is taken again (see "Fencing
+// tokens"). Prune never touches a held lock.
+func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if l.cfgErr != nil {
+		return 0, l.cfgErr
+	}
+	if olderThan < MinPruneAge {
+		return 0, fmt.Errorf("%w: sqltable: Prune of rows older than %v: the least is %v", locker.ErrInvalidOption, olderThan, MinPruneAge)
+	}
+	if l.isClosing() {
+		return 0, locker.ErrClosed
+	}
+	cctx, cancel := l.callCtx(ctx)
+	defer cancel()
+	if err := l.init(cctx); err != nil {
+		return 0, l.why(ctx, err)
+	}
+	var n int64
+	err := l.retry(cctx, func(ctx context.Context) error {
+		res, err := l.db.ExecContext(ctx, l.st.prune, olderThan.Microseconds())
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, l.why(ctx, err)
+}
+
+func (l *Locker) register(h *Handle) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.handles[h] = struct{}{}
+	return true
+}
+
+func (l *Locker) unregister(h *Handle) {
+	l.mu.Lock()
+	delete(l.handles, h)
+	l.mu.Unlock()
+}
+
+func (l *Locker) isClosing() bool { return l.ctx.Err() != nil }
+
+// spawn runs f on a goroutine that Close waits for; false (f not run) once
+// Close has begun waiting.
+func (l *Locker) spawn(f func()) bool {
+	l.mu.Lock()
+	if l.draining {
+		l.mu.Unlock()
+		return false
+	}
+	l.wg.Add(1)
+	l.mu.Unlock()
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// callCtx is ctx, also cancelled when Close begins.
+func (l *Locker) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(l.ctx, cancel)
+	return cctx, func() { stop(); cancel() }
+}
+
+// why turns the error of a call made with callCtx(ctx) into what the caller
+// sees: ctx's own error when ctx ended, locker.ErrClosed when Close cut the
+// call short, else err.
+func (l *Locker) why(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctxErr(ctx)
+	case l.ctx.Err() != nil:
+		return locker.ErrClosed
+	default:
+		return err
+	}
+}
+
+// ctxErr is the error of an ended ctx: it wraps ctx.Err() and the cause.
+func ctxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, err) {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
+}
+
+// Close releases every lock the Locker holds (their Handles report
+// locker.ErrReleasedByClose), ends its waiting Acquires and calls in
+// progress with locker.ErrClosed, stops its renewals and its listening
+// connection, and closes the *sql.DB when the Locker opened it (Open). It
+// waits for the releases at most locker.ReleaseTimeout. A second Close
+// returns nil.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	var held []*Handle
+	for h := range l.handles {
+		if h.claim() {
+			held = append(held, h)
+		}
+	}
+	clear(l.handles)
+	l.mu.Unlock()
+
+	l.stop()
+	err := l.releaseAll(held)
+	l.mu.Lock()
+	l.draining = true
+	l.mu.Unlock()
+	if l.listen != nil {
+		l.listen.close()
+	}
+	l.wg.Wait()
+	l.initSem <- struct{}{} // no init in progress; none starts (closing)
+	err = errors.Join(err, l.ps.close())
+	if l.ownDB && l.db != nil {
+		err = errors.Join(err, l.db.Close())
+	}
+	return err
+}
+
+// releaseAll frees held, each with its own guarded statement.
+func (l *Locker) releaseAll(held []*Handle) error {
+	if len(held) == 0 {
+		return nil
+	}
+	for _, h := range held {
+		h.stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
+	defer cancel()
+	var errs []error
+	for _, h := range held {
+		ok, err := l.release(ctx, h)
+		switch {
+		case err != nil:
+			h.st.End(locker.KeyError("hold", h.key, fmt.Errorf("%w: Close could not release it (%v); it frees at the end of its lease (%w)", locker.ErrLost, err, locker.ErrClosed)))
+			errs = append(errs, locker.KeyError("release", h.key, fmt.Errorf("%w (the lock frees at the end of its lease of %v)", err, h.ttl)))
+		case ok:
+			h.st.End(locker.ErrReleasedByClose)
+		default:
+			h.st.End(h.lostErr("released by Close, but the lease had already run out or the row was changed outside this Locker"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// backoff is a jittered exponential sleep between tries, from 2ms up to a
+// cap, for waiters that nothing wakes.
+type backoff struct {
+	cur, cap time.Duration
+}
+
+func newBackoff(limit time.Duration) *backoff {
+	return &backoff{cur: 2 * time.Millisecond, cap: limit}
+}
+
+func (b *backoff) next() time.Duration {
+	d := min(b.cur, b.cap)
+	b.cur = min(b.cur*2, b.cap)
+	// Full jitter in [d/2, d]: waiters of one key spread out instead of
+	// trying in step.
+	return d/2 + rand.N(d/2+1)
+}

@@ -1,0 +1,211 @@
+package sqltable
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+const (
+	// DefaultTTL is the lease of a lock when neither WithTTL nor the per-call
+	// locker.WithTTL says otherwise. The watchdog renews it every TTL/3 while
+	// the lock is held, so it is only how long a crashed or cut-off holder
+	// keeps blocking others.
+	DefaultTTL = 30 * time.Second
+
+	// MinTTL is the shortest lease accepted: below it renewals every TTL/3
+	// would be round trips of a busy database apart, and a single slow
+	// statement would be reported as a loss.
+	MinTTL = 100 * time.Millisecond
+
+	// MaxTTL is the longest lease accepted: a year.
+	MaxTTL = 365 * 24 * time.Hour
+
+	// DefaultRetryInterval is the longest a waiter sleeps between two tries
+	// when nothing wakes it (see "Waiting" in the package documentation).
+	DefaultRetryInterval = time.Second
+
+	// MinPruneAge is the least age Prune accepts: fencing tokens stay
+	// increasing across a Prune because a new row's first token is the
+	// database clock in microseconds, which must have passed the deleted
+	// row's last token (see "Fencing tokens").
+	MinPruneAge = time.Minute
+)
+
+type config struct {
+	dialect       Dialect
+	table         string
+	ttl           time.Duration
+	drift         time.Duration // 0: TTL/50 + 100ms, at most TTL/4
+	retryInterval time.Duration
+	ddl           bool
+	notify        bool
+	watchdog      bool
+}
+
+func defaultConfig() config {
+	return config{
+		table:         DefaultTable,
+		ttl:           DefaultTTL,
+		retryInterval: DefaultRetryInterval,
+		ddl:           true,
+		notify:        true,
+		watchdog:      true,
+	}
+}
+
+// Option configures a Locker. An invalid option makes every call of the
+// Locker fail with an error wrapping locker.ErrInvalidOption (Open returns
+// it at once).
+type Option func(*config) error
+
+// WithDialect names the SQL dialect instead of detecting it from the
+// driver: for a driver that wraps one of the three supported ones.
+func WithDialect(d Dialect) Option {
+	return func(c *config) error {
+		if d != PostgreSQL && d != MySQL && d != SQLite {
+			return fmt.Errorf("%w: sqltable: unknown dialect %d", locker.ErrInvalidOption, int(d))
+		}
+		c.dialect = d
+		return nil
+	}
+}
+
+// WithTable sets the lock table's name (default "locker_locks"), optionally
+// schema-qualified ("locks.app"). It must be ASCII letters, digits and
+// underscores, not starting with a digit, at most 58 bytes per part; it is
+// quoted, so its case is kept. The meta table is the same name with "_meta"
+// appended.
+func WithTable(name string) Option {
+	return func(c *config) error {
+		if _, err := parseTable(name); err != nil {
+			return err
+		}
+		c.table = name
+		return nil
+	}
+}
+
+// WithTTL sets the default lease of the Locker's locks (default 30s, at
+// least MinTTL). A per-call locker.WithTTL overrides it.
+func WithTTL(ttl time.Duration) Option {
+	return func(c *config) error {
+		if err := checkTTL(ttl); err != nil {
+			return err
+		}
+		c.ttl = ttl
+		return nil
+	}
+}
+
+// WithDriftMargin sets how long before the lease may have run out on the
+// database the holder gives the lock up as lost (default TTL/50 + 100ms, at
+// most TTL/4). The lease is measured on the client's monotonic clock from
+// the moment the last successful acquire or renewal was sent; the margin
+// covers the two clocks running at slightly different rates and stalls of
+// the holder's process. It must be below half the TTL of every lock.
+func WithDriftMargin(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: sqltable: drift margin must be positive, got %v", locker.ErrInvalidOption, d)
+		}
+		c.drift = d
+		return nil
+	}
+}
+
+// WithRetryInterval sets the longest a waiter sleeps between two tries when
+// no release wakes it (default 1s; see "Waiting").
+func WithRetryInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: sqltable: retry interval must be at least 1ms, got %v", locker.ErrInvalidOption, d)
+		}
+		c.retryInterval = d
+		return nil
+	}
+}
+
+// WithoutDDL stops the Locker from creating its tables: they must exist
+// (see DDL and the package documentation), and the Locker checks only
+// their schema version.
+func WithoutDDL() Option {
+	return func(c *config) error {
+		c.ddl = false
+		return nil
+	}
+}
+
+// WithNotify turns PostgreSQL LISTEN/NOTIFY for waiters on (the default) or
+// off. With it on, each release notifies the table's channel and the Locker
+// keeps one connection of the pool listening while any Acquire waits. It
+// is ignored on other dialects, and on a pool limited to fewer than four
+// connections (SetMaxOpenConns), which one listener would starve.
+func WithNotify(on bool) Option {
+	return func(c *config) error {
+		c.notify = on
+		return nil
+	}
+}
+
+// WithoutWatchdog turns automatic renewal off: the lease simply runs out
+// after its TTL, and the Handle reports the loss a drift margin before that.
+func WithoutWatchdog() Option {
+	return func(c *config) error {
+		c.watchdog = false
+		return nil
+	}
+}
+
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	if _, err := cfg.driftFor(cfg.ttl); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl < MinTTL {
+		return fmt.Errorf("%w: sqltable: TTL %v is below the minimum of %v", locker.ErrInvalidOption, ttl, MinTTL)
+	}
+	if ttl > MaxTTL {
+		return fmt.Errorf("%w: sqltable: TTL %v is above the maximum of %v", locker.ErrInvalidOption, ttl, MaxTTL)
+	}
+	return nil
+}
+
+func (c *config) driftFor(ttl time.Duration) (time.Duration, error) {
+	d := c.drift
+	if d == 0 {
+		d = min(ttl/50+100*time.Millisecond, ttl/4)
+	}
+	if d >= ttl/2 {
+		return 0, fmt.Errorf("%w: sqltable: drift margin %v is not below half the TTL %v", locker.ErrInvalidOption, d, ttl)
+	}
+	return d, nil
+}
+
+func (c *config) lockTTL(opts []locker.Option) (time.Duration, error) {
+	o, err := locker.ApplyOptions(opts...)
+	if err != nil {
+		return 0, err
+	}
+	ttl := c.ttl
+	if o.TTL != 0 {
+		if err := checkTTL(o.TTL); err != nil {
+			return 0, err
+		}
+		ttl = o.TTL
+	}
+	return ttl, nil
+}

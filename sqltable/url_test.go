@@ -1,0 +1,154 @@
+package sqltable_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/sqltable"
+)
+
+func TestOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "afile")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const secret = "s3cr3t-pw"
+	for _, c := range []struct {
+		url     string
+		invalid bool   // wraps ErrInvalidURL
+		want    string // in the message
+	}{
+		{"sqlite://" + dir + "/x.db?bogus=1", true, `unknown parameter(s) bogus`},
+		{"sqlite://" + dir + "/x.db?lock_ttl=1ms", true, `below the minimum`},
+		{"sqlite://" + dir + "/x.db?lock_table=1bad", true, `table name "1bad"`},
+		{"sqlite://" + dir + "/x.db?lock_table=a.b.c", true, `at most one '.'`},
+		{"sqlite://" + dir + "/x.db?lock_table=" + strings.Repeat("a", 59), true, `1 to 58`},
+		{"sqlite://" + dir + "/x.db?lock_file_mode=0400", true, `octal file mode`},
+		{"sqlite://" + dir + "/x.db?lock_file_mode=rw", true, `octal file mode`},
+		{"sqlite://" + dir + "/x.db?lock_ttl=5", true, `not a duration`},
+		{"sqlite://host/x.db", true, `has a host "host"`},
+		{"sqlite:", true, `names no database file`},
+		{"sqlite::memory:", true, `in-memory`},
+		{"sqlite://" + dir + "/", true, `names a directory`},
+		{"sqlite://" + dir + "/missing/x.db", false, `directory "` + dir + `/missing" of the database file does not exist`},
+		{"sqlite://" + file + "/x.db", false, `is not a directory`},
+		{"mysql://u:" + secret + "@h:3306/db?bogus=1", true, `unknown parameter(s) bogus`},
+		{"mysql://u:" + secret + "@h:3306/", true, `must name one database`},
+		{"mysql://u:" + secret + "@h:3306/db?tls=maybe", true, `"maybe" is not true, false`},
+		{"mysql://u:" + secret + "@h:3306/db?timeout=x", true, `not a duration`},
+		{"postgres+table://u:" + secret + "@h:5432/db?bogus=1", true, `unknown parameter(s) bogus`},
+		{"postgres+table://u:" + secret + "@h:5432/db?lock_bogus=1", true, `unknown parameter(s) lock_bogus`},
+		{"postgres+table://u:" + secret + "@h:5432/db?sslmode=nonsense", true, `sslmode`},
+		{"postgres+table://u:" + secret + "@h:5432/db?lock_notify=maybe", true, `not true or false`},
+	} {
+		l, err := locker.Open(context.Background(), c.url)
+		if err == nil {
+			l.Close()
+			t.Errorf("Open(%q) succeeded", c.url)
+			continue
+		}
+		if c.invalid != errors.Is(err, locker.ErrInvalidURL) {
+			t.Errorf("Open(%q) = %v; wraps ErrInvalidURL: %v, want %v", c.url, err, !c.invalid, c.invalid)
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open(%q) = %v, want it to say %q", c.url, err, c.want)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("Open(%q) echoes the password: %v", c.url, err)
+		}
+	}
+}
+
+func TestOpenDoesNotConnect(t *testing.T) {
+	for _, u := range []string{
+		"mysql://u:p@127.0.0.1:1/db?timeout=1s&lock_ttl=5s",
+		"postgres+table://u:p@127.0.0.1:1/db?sslmode=disable&connect_timeout=1&lock_notify=false",
+		"postgresql+table://u:p@127.0.0.1:1/db",
+	} {
+		l, err := locker.Open(context.Background(), u)
+		if err != nil {
+			t.Errorf("Open(%q): %v", u, err)
+			continue
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+}
+
+func TestSQLiteFileMode(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		query string
+		want  os.FileMode
+	}{
+		{"", 0o600},
+		{"?lock_file_mode=0640", 0o640},
+	} {
+		p := filepath.Join(t.TempDir(), "locks.db")
+		l, err := sqltable.Open(ctx, "sqlite://"+p+c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := l.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{p, p + "-wal", p + "-shm"} {
+			fi, err := os.Stat(f)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if fi.Mode().Perm() != c.want {
+				t.Errorf("%s has mode %v, want %v", filepath.Base(f), fi.Mode().Perm(), c.want)
+			}
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSQLiteRelativePath(t *testing.T) {
+	t.Chdir(t.TempDir())
+	ctx := context.Background()
+	l, err := locker.Open(ctx, "sqlite:locks.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h, err := l.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("locks.db"); err != nil {
+		t.Errorf("sqlite:locks.db did not make ./locks.db: %v", err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDDLErrors(t *testing.T) {
+	if _, err := sqltable.DDL(sqltable.SQLite, "bad-name"); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("DDL with a bad name: %v", err)
+	}
+	if _, err := sqltable.DDL(sqltable.DialectAuto, "ok"); err == nil {
+		t.Error("DDL without a dialect succeeded")
+	}
+	for _, d := range []sqltable.Dialect{sqltable.PostgreSQL, sqltable.MySQL, sqltable.SQLite} {
+		stmts, err := sqltable.DDL(d, "app.locks")
+		if err != nil || len(stmts) != 3 {
+			t.Errorf("DDL(%v) = %d statements, %v", d, len(stmts), err)
+		}
+	}
+}

@@ -1,0 +1,266 @@
+package sqltable
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// procHub wakes the waiters of this process when a lock they wait for is
+// released: by a Locker of this process (at once), or, on PostgreSQL, in
+// any process (through a Locker's listener). Waiters are keyed by dialect,
+// table name and key, so a release through any Locker on a table of that
+// name wakes them; a release on another database with a table of the same
+// name wakes one for nothing: it tries once more and sleeps again.
+//
+// A release wakes one waiter of the key, the longest waiting, not all of
+// them: the others would only fail their tries (and on PostgreSQL queue on
+// the row's lock). A waiter that leaves with a wake-up it did not act on
+// passes it to the next one, so a wake-up is never lost. Releases are
+// identified by the owner string of the lock released, so that the same
+// release heard twice (from this process's own release, then from one or
+// more listeners) wakes one waiter, not one per report.
+var procHub = &hub{keys: map[string][]*waiter{}, seen: map[string]time.Time{}}
+
+type hub struct {
+	mu   sync.Mutex
+	keys map[string][]*waiter // in arrival order
+	seen map[string]time.Time // release IDs heard recently
+}
+
+type waiter struct {
+	id string
+	c  chan struct{} // buffered: a wake-up never blocks the waker
+}
+
+func hubID(table, key string) string { return table + "\x00" + key }
+
+func (h *hub) watch(table, key string) *waiter {
+	w := &waiter{id: hubID(table, key), c: make(chan struct{}, 1)}
+	h.mu.Lock()
+	h.keys[w.id] = append(h.keys[w.id], w)
+	h.mu.Unlock()
+	return w
+}
+
+func (h *hub) leave(w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.keys[w.id]
+	if i := slices.Index(q, w); i >= 0 {
+		q = slices.Delete(q, i, i+1)
+	}
+	if len(q) == 0 {
+		delete(h.keys, w.id)
+		return
+	}
+	h.keys[w.id] = q
+	if len(w.c) > 0 {
+		h.wakeOneLocked(w.id) // pass on the wake-up w did not act on
+	}
+}
+
+// wake wakes the longest waiting waiter of key, once per release: a
+// release ID (the released lock's owner) already heard is ignored.
+func (h *hub) wake(table, key, release string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if release != "" {
+		if _, dup := h.seen[release]; dup {
+			return
+		}
+		now := time.Now()
+		if len(h.seen) >= 4096 {
+			for id, at := range h.seen {
+				if now.Sub(at) > 10*time.Second || len(h.seen) >= 8192 {
+					delete(h.seen, id)
+				}
+			}
+		}
+		h.seen[release] = now
+	}
+	h.wakeOneLocked(hubID(table, key))
+}
+
+func (h *hub) wakeOneLocked(id string) {
+	q := h.keys[id]
+	if len(q) == 0 {
+		return
+	}
+	// The head already has a wake-up to act on: it tries soon.
+	select {
+	case q[0].c <- struct{}{}:
+	default:
+	}
+}
+
+// wakeTable wakes the head waiter of every key of table: after the
+// listening connection was (re)established, when releases may have gone
+// unheard.
+func (h *hub) wakeTable(table string) {
+	prefix := table + "\x00"
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id := range h.keys {
+		if strings.HasPrefix(id, prefix) {
+			h.wakeOneLocked(id)
+		}
+	}
+}
+
+// listener keeps one connection of a PostgreSQL Locker's pool listening on
+// the table's channel, from the first wait until Close, and wakes the
+// process's waiters of each key released anywhere.
+type listener struct {
+	l       *Locker
+	enabled atomic.Bool
+
+	mu        sync.Mutex
+	started   bool
+	listening bool
+	ready     chan struct{} // closed when LISTEN is in effect
+	stop      context.CancelFunc
+	done      chan struct{}
+}
+
+// minListenPool is the least pool limit at which a Locker takes a
+// connection for listening: below it the listener would starve the
+// statements of acquires, renewals and releases.
+const minListenPool = 4
+
+func newListener(l *Locker) *listener {
+	ls := &listener{l: l, ready: make(chan struct{})}
+	if l.dialect == PostgreSQL && l.cfg.notify {
+		max := l.db.Stats().MaxOpenConnections
+		ls.enabled.Store(max == 0 || max >= minListenPool)
+	}
+	return ls
+}
+
+// ensure starts the listener if it is not running and waits, boundedly,
+// until it listens; it reports whether it does.
+func (ls *listener) ensure(ctx context.Context) bool {
+	if ls == nil || !ls.enabled.Load() {
+		return false
+	}
+	ls.mu.Lock()
+	if !ls.started {
+		lctx, stop := context.WithCancel(ls.l.ctx)
+		done := make(chan struct{})
+		if !ls.l.spawn(func() { defer close(done); ls.run(lctx) }) {
+			stop()
+			ls.mu.Unlock()
+			return false
+		}
+		ls.started, ls.stop, ls.done = true, stop, done
+	}
+	ready := ls.ready
+	ls.mu.Unlock()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// up reports whether the listener is listening now.
+func (ls *listener) up() bool {
+	if ls == nil || !ls.enabled.Load() {
+		return false
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.listening
+}
+
+func (ls *listener) close() {
+	ls.mu.Lock()
+	stop, done := ls.stop, ls.done
+	ls.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+func (ls *listener) setListening(on bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if on == ls.listening {
+		return
+	}
+	ls.listening = on
+	if on {
+		close(ls.ready)
+	} else {
+		ls.ready = make(chan struct{})
+	}
+}
+
+// run listens until ctx ends, reconnecting after a failure.
+func (ls *listener) run(ctx context.Context) {
+	wait := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		if ls.listenOnce(ctx) {
+			wait = 50 * time.Millisecond
+		}
+		ls.setListening(false)
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// listenOnce takes a connection, listens on it until it fails or ctx ends,
+// then discards it (a connection that listened must not go back to the
+// pool). It reports whether LISTEN took effect.
+func (ls *listener) listenOnce(ctx context.Context) (listened bool) {
+	conn, err := ls.l.db.Conn(ctx)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			ls.enabled.Store(false) // a wrapped driver: no LISTEN
+			return driver.ErrBadConn
+		}
+		c := sc.Conn()
+		if _, err := c.Exec(ctx, `LISTEN "`+ls.l.table.channel()+`"`); err != nil {
+			return driver.ErrBadConn
+		}
+		listened = true
+		ls.setListening(true)
+		// Releases made while nobody listened were not heard.
+		procHub.wakeTable(ls.l.hubKey)
+		for {
+			n, err := c.WaitForNotification(ctx)
+			if err != nil {
+				return errors.Join(driver.ErrBadConn, err)
+			}
+			// The payload is "owner:key" (owners have no ':').
+			owner, key, ok := strings.Cut(n.Payload, ":")
+			if ok {
+				procHub.wake(ls.l.hubKey, key, owner)
+			}
+		}
+	})
+	return listened
+}
