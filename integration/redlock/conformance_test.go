@@ -1,0 +1,80 @@
+package redlock_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/conformance"
+	"github.com/go-locker/locker/redis/redlock"
+)
+
+// TestConformance runs the shared suite on 3 and on 5 real, independent
+// Redis nodes. Each Locker is another process: its own clients, each
+// through a fault proxy of its own, so that Crash kills its links to every
+// node and Cut blackholes all of them.
+func TestConformance(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(map[int]string{3: "Nodes3", 5: "Nodes5"}[n], func(t *testing.T) {
+			addrs := nodeAddrs(t, n)
+			adm := admins(t, addrs)
+			namer := redlock.New(nil) // only for KeyNames: the default prefix
+			var (
+				mu      sync.Mutex
+				clients = map[locker.Locker]client{}
+			)
+			of := func(t *testing.T, l locker.Locker, hook string) client {
+				mu.Lock()
+				defer mu.Unlock()
+				c, ok := clients[l]
+				if !ok {
+					t.Fatalf("%s: the Locker was not made by NewLocker", hook)
+				}
+				return c
+			}
+			conformance.Run(t, conformance.Harness{
+				NewLocker: func(t *testing.T) locker.Locker {
+					c := newLocker(t, addrs)
+					mu.Lock()
+					clients[c.l] = c
+					mu.Unlock()
+					return c.l
+				},
+				// A killed process: its links to every node end and it never
+				// speaks to them again; its locks stay until their lease ends.
+				Crash: func(t *testing.T, l locker.Locker) {
+					for _, px := range of(t, l, "Crash").pxs {
+						px.Crash(t)
+					}
+				},
+				// A partition between the client and all of its nodes.
+				Cut: func(t *testing.T, l locker.Locker) func() {
+					pxs := of(t, l, "Cut").pxs
+					for _, px := range pxs {
+						px.Blackhole(t)
+					}
+					return func() {
+						for _, px := range pxs {
+							px.Heal(t)
+						}
+					}
+				},
+				// An operator (or eviction) deletes the lock on every node.
+				Steal: func(t *testing.T, h locker.Handle) {
+					lock, _, _ := namer.KeyNames(h.Key())
+					for i, a := range adm {
+						if err := a.Del(context.Background(), lock).Err(); err != nil {
+							t.Fatalf("Steal: DEL %s on node %d: %v", lock, i+1, err)
+						}
+					}
+				},
+				URL:    "redlock://" + strings.Join(addrs, ","),
+				TTL:    2 * time.Second,
+				MinTTL: redlock.MinTTL,
+			})
+		})
+	}
+}

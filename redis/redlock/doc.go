@@ -1,0 +1,182 @@
+// Package redlock is the Redlock backend of locker: one lock over N
+// independent Redis nodes (N ≥ 3, odd), held while a majority of them hold
+// it, with fencing tokens that increase per key — which no other Redlock
+// implementation we know of provides (redsync, RedLock.net, DistributedLock,
+// Redisson's RedissonRedLock hand out none, or none that is ordered).
+//
+//	l := redlock.New([]goredis.UniversalClient{c1, c2, c3})
+//	if err := l.Err(); err != nil { ... }   // wrong clients or options
+//	defer l.Close()
+//	h, err := l.Acquire(ctx, "invoice/42")
+//	...
+//	defer h.Release(ctx)
+//
+// # When it is worth it
+//
+// Redlock buys availability, not correctness. One Redis node (the redis
+// package, perhaps with Sentinel) is the right lock for efficiency: a
+// duplicate cron run or a second worker now and then costs little, and one
+// node is faster and simpler. Redlock keeps the lock service up while a
+// minority of its nodes is down, without the failover window in which a
+// Sentinel-promoted replica that missed the last write grants a held lock
+// again. Its safety rests on timing assumptions (bounded clock drift between
+// the nodes and the client, bounded network delay and process pauses): a
+// holder paused past its lease (GC, a stopped VM) resumes believing it holds
+// the lock. So where correctness matters, use the fencing token: pass
+// Handle.Token to the resource and have it reject writes with a token lower
+// than one it has seen. When even that is not enough — no resource that can
+// check a token — use a consensus system (etcd, ZooKeeper).
+//
+// # The algorithm
+//
+// Acquire (one round): a fresh random owner token; SET lock owner NX PX ttl
+// on every node in parallel, each request bounded by the node timeout
+// (WithNodeTimeout, default TTL/10 within [50ms, 3s]; the first request of
+// a Locker to each node gets up to 1s more for dialling); a node that
+// grants also increments its own counter for the key (INCR, in the same
+// script) and returns it. The round waits for every node's answer (or
+// timeout) unless a majority has already refused. It succeeds iff
+//
+//   - at least N/2+1 nodes granted,
+//   - the fencing write-back (below) confirmed the lock on at least N/2+1
+//     of them, and
+//   - the validity TTL − elapsed − drift, measured on the client's monotonic
+//     clock from the moment the round's requests left, is at least a tenth of
+//     the TTL.
+//
+// Otherwise the lock is deleted (owner-checked) on every node that may hold
+// it — those that granted and those whose reply was lost — before the round
+// returns; a grant that arrives after the round stopped waiting for it is
+// deleted when it arrives. TryAcquire makes one round; Acquire retries (see
+// Waiting) and gives up with ErrNoQuorum when, three rounds in a row, so
+// many nodes failed that no majority could answer.
+//
+// The drift allowance (WithDrift) defaults to TTL/50 + 100ms, at most
+// TTL/4: 2% for the nodes' clocks running faster than the client's (Redis
+// expires keys by its own clock) and 100ms for timer latency and stalls of
+// the holder on a loaded machine. The Redlock description suggests 1% plus
+// a few milliseconds; a larger allowance only makes the holder give the
+// lock up sooner.
+//
+// Renewal: every TTL/3 an owner-checked PEXPIRE on every node in parallel;
+// the round ends as soon as a majority has answered either way. A renewal
+// round sent at t that a majority confirmed moves the validity to
+// t + TTL − drift. When a majority answers that the lock is no longer
+// theirs, the lock is lost at once; when nodes fail, the round is retried
+// until the validity ends, and the holder is told of the loss (Done closes,
+// Err wraps locker.ErrLost) at the validity's end by the client's monotonic
+// clock, even while requests hang — before a majority of the nodes can have
+// expired the lock, if the drift allowance holds.
+//
+// Release: owner-checked DEL on every node in parallel (each bounded by the
+// node timeout), which publishes on the key's channel on every node where it
+// deleted. It succeeds when a majority deleted; when nodes failed it gives
+// the lock up all the same and says on how many nodes it remains until its
+// TTL ends; when every node answered and fewer than a majority held it, the
+// error wraps locker.ErrLost.
+//
+// # Fencing tokens
+//
+// Each node j keeps a counter c_j per key, changed only by a grant (INCR)
+// and by the write-back (c_j := max(c_j, T)), so it never decreases. A
+// round of holder A that got grants from the set G_A (a majority) takes the
+// candidate T_A = max of the values v_A(j) the nodes of G_A returned, then
+// runs the write-back on G_A: on each node, if A's lock is still there,
+// c_j := max(c_j, T_A). Let W_A ⊆ G_A be the nodes where it confirmed; the
+// lock counts as acquired only if W_A is a majority.
+//
+// Claim: for two acquisitions A and B that both succeeded, if A's lock came
+// first on any node of W_A ∩ W_B then T_B > T_A. In particular a holder that
+// acquires after an earlier holder's acquisition completed (its lease ran
+// out, it was paused, it crashed, it released) gets a larger token.
+//
+// Proof. W_A and W_B are majorities of the same N nodes, so they share a
+// node j. On j, A's lock was present from the grant whose value A used until
+// at least A's write-back (the write-back checked it; A's owner token is
+// fresh for the round, and no request of A that could set it again is in
+// flight after A read the grant's reply); likewise for B. Two locks are
+// never present on one node at once (SET NX), so one of these intervals
+// ends before the other begins. If A's comes first, B's grant on j ran
+// after A's write-back on j, so c_j ≥ T_A then and the grant's INCR
+// returned v_B(j) ≥ T_A + 1, hence T_B ≥ v_B(j) > T_A. If B's came first,
+// T_A > T_B by the same argument, so the order on every common node is the
+// same. An acquisition B that began after A completed has its grant on j
+// after A's write-back, so A's interval came first on j. ∎
+//
+// The argument needs no clock: leases that expire early on some nodes, a
+// clock that jumps, a holder paused for minutes, or deleted lock keys
+// change which acquisitions succeed, never the order of their tokens. A
+// retried acquire request (go-redis retries one whose reply was lost) that
+// finds our lock returns the node's counter, which is at least its grant's
+// value; one that finds it gone grants again, and its reply is the one
+// used. The cost is the write-back round: one more round trip per
+// acquisition (see BENCHMARKS.md).
+//
+// What breaks it: a node that loses its counter — a restart without
+// persistence, FLUSHALL, eviction of the counter key, a failover to a
+// replica that missed the latest writes. Its counter starts again from
+// zero, and if it is the only node the next majority shares with the last
+// write-back majority, the next token can be lower than the last. Run every
+// node with appendonly yes and appendfsync always (the counter is then on
+// disk before the node replies) and maxmemory-policy noeviction, and never
+// delete the ":fence" keys. A restart delay longer than the largest TTL (the
+// Redlock description's advice for nodes without fsync) restores mutual
+// exclusion, since no lock the restarted node forgot can still be live, but
+// not fencing: the counter is still gone. The fault tests in
+// integration/redlock show both: tokens stay ordered when a lock key
+// disappears early on one node, and go back after a node forgot its keys
+// (a restart without persistence, simulated by deleting them).
+//
+// # Waiting
+//
+// An Acquire whose first round failed subscribes to the key's channel on
+// every node (one Pub/Sub connection per node and Locker, shared by all its
+// waiters), waits until a majority confirmed the subscription (at most the
+// node timeout), and tries again. Then it sleeps until a release is
+// announced on any node (the first message wakes it) or its back-off ends:
+// at most the holder's remaining lease on the nodes that block a majority,
+// at most the retry interval (WithRetryInterval, default 1s; the safety net
+// for a lost message), and after a round that split the nodes between
+// contenders a few milliseconds doubling, with jitter. There is no queue:
+// the waiters woken by a release contend, and any of them may win. A round
+// that fails deletes its partial grants without announcing them, so
+// contenders do not wake each other while the holder holds.
+//
+// # Inspect
+//
+// Locker implements locker.Inspector: it reads the lock on every node and
+// reports the key held when one owner has it on a majority, with the token
+// its write-back recorded in the lock's value ("<owner>:<token>") and the
+// time until it stops holding a majority unless renewed.
+//
+// # URL
+//
+//	redlock://[user:password@]host1:6379,host2:6379,host3:6379[/db][?ttl=30s&drift=700ms&node_timeout=200ms&retry_interval=1s&prefix=locker:redlock:]
+//	rediss+redlock://...    (TLS to every node)
+//
+// plus go-redis' client parameters (see Open). Unknown parameters are
+// rejected; the password appears in no error.
+//
+// # Failure modes
+//
+//   - A minority of nodes down, paused or cut off: acquisitions, renewals and
+//     releases still succeed; each round to a node that does not answer
+//     costs up to the node timeout.
+//   - A majority down: TryAcquire fails with ErrNoQuorum after one round,
+//     Acquire after three (the error says how many nodes granted, were held by
+//     another client and failed); a held lock whose renewals cannot reach a
+//     majority is reported lost at the end of its validity.
+//   - A lock key deleted or expired early on a minority: the lock stays
+//     held on the rest; on a majority: the holder learns of it at its next
+//     renewal (within TTL/3) and reports the loss.
+//   - Network delay or pauses beyond the drift allowance: two holders may
+//     overlap; fencing tokens still order them (see above).
+//   - A node that forgot its counter: see "Fencing tokens".
+//
+// Each round's requests run on goroutines of their own; the caller stops
+// waiting at the node timeout, at its context's end or at Close. Close
+// waits for requests still in flight at most 250ms (a request to a node
+// that stopped answering ends at its node timeout, on the socket when the
+// client has ContextTimeoutEnabled); with clients of its own (Open) it
+// closes them, which ends them at once.
+package redlock

@@ -1,0 +1,214 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+)
+
+// Every round sends one request to each node it concerns, each on a
+// goroutine of its own, and waits for the answers at most the node timeout,
+// and no longer than the caller's context and the Locker allow. go-redis
+// cannot abort a request in flight; a request the round stopped waiting for
+// finishes in the background (its context has the node timeout as its
+// deadline, which reaches the socket when the client has
+// ContextTimeoutEnabled, as Open's clients do), and what it did on the node
+// is handed to the round's late function, so that a grant that arrived too
+// late is deleted again.
+
+// errNoAnswer is the error of a node that did not answer within the node
+// timeout. It wraps os.ErrDeadlineExceeded, as a go-redis socket timeout
+// does.
+type noAnswerError struct{ timeout time.Duration }
+
+func (e noAnswerError) Error() string {
+	return fmt.Sprintf("no answer within the node timeout of %v", e.timeout)
+}
+func (e noAnswerError) Unwrap() error { return os.ErrDeadlineExceeded }
+
+// answer is one node's reply in a round.
+type answer[T any] struct {
+	node int
+	v    T
+	err  error
+}
+
+// outcome is what a round learnt from each node: answered[i] false means
+// the node was not asked or did not answer in time (err[i] says which).
+type outcome[T any] struct {
+	v        []T
+	err      []error
+	answered []bool
+}
+
+// fanout sends call to each node in nodes, each request under a context
+// derived from base with the node timeout, and collects the answers until
+// all came, the node timeout passed, wait ended (an error wrapping its
+// ctx.Err()) or life ended (locker.ErrClosed). late, if not nil, is given
+// every answer that came after the round stopped waiting for it, on that
+// request's goroutine (which the Locker counts as active).
+//
+// decided, if not nil, is asked after each answer whether the round's
+// outcome is settled (a majority renewed, say); fanout then stops waiting
+// for the rest, whose answers go to late.
+func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, nodes []int, timeout time.Duration,
+	call func(ctx context.Context, c goredis.UniversalClient) (T, error), late func(node int, v T, err error),
+	decided func(outcome[T]) bool) (outcome[T], error) {
+	n := len(l.clients)
+	out := outcome[T]{v: make([]T, n), err: make([]error, n), answered: make([]bool, n)}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		ch      = make(chan answer[T], len(nodes))
+	)
+	wait4 := timeout
+	for _, i := range nodes {
+		t := timeout + l.dialAllowance(i)
+		wait4 = max(wait4, t)
+		out.err[i] = noAnswerError{t}
+		l.active.add()
+		go func() {
+			defer l.active.done()
+			rctx, cancel := context.WithTimeout(base, t)
+			v, err := call(rctx, l.clients[i])
+			cancel()
+			mu.Lock()
+			s := stopped
+			if !s {
+				ch <- answer[T]{i, v, err}
+			}
+			mu.Unlock()
+			if s && late != nil {
+				late(i, v, err)
+			}
+		}()
+	}
+	stop := func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		for {
+			select {
+			case a := <-ch:
+				out.v[a.node], out.err[a.node], out.answered[a.node] = a.v, a.err, true
+			default:
+				return
+			}
+		}
+	}
+	timer := time.NewTimer(wait4)
+	defer timer.Stop()
+	for pending := len(nodes); pending > 0; pending-- {
+		select {
+		case a := <-ch:
+			out.v[a.node], out.err[a.node], out.answered[a.node] = a.v, a.err, true
+			if decided != nil && pending > 1 && decided(out) {
+				stop()
+				return out, nil
+			}
+		case <-timer.C:
+			stop()
+			return out, nil
+		case <-wait.Done():
+			stop()
+			return out, ctxErr(wait)
+		case <-life:
+			stop()
+			return out, locker.ErrClosed
+		}
+	}
+	return out, nil
+}
+
+// maxDialAllowance bounds the extra time given to a node with no open
+// connection (see dialAllowance).
+const maxDialAllowance = time.Second
+
+// dialAllowance is the extra time the first request of the Locker to node
+// i gets: it must dial first, which the node timeout does not allow for (a
+// loaded client, or a fresh process, would otherwise count every live node
+// as down on its first round). It is the client's DialTimeout, at most
+// maxDialAllowance, once per node: a node that went down later costs each
+// round the node timeout only. The validity check counts the time spent,
+// so safety does not depend on it.
+func (l *Locker) dialAllowance(i int) time.Duration {
+	if l.contacted[i].Swap(true) {
+		return 0
+	}
+	c, ok := l.clients[i].(*goredis.Client)
+	if !ok {
+		return 0
+	}
+	return min(c.Options().DialTimeout, maxDialAllowance)
+}
+
+// ok reports whether node i answered without error.
+func (o outcome[T]) ok(i int) bool { return o.answered[i] && o.err[i] == nil }
+
+// ctxErr is the error of an ended ctx: it wraps ctx.Err() and the cause, if
+// another.
+func ctxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, err) {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
+}
+
+// tracker counts active calls and goroutines; wait returns once none is.
+// Unlike sync.WaitGroup it allows add while someone waits. (The same as the
+// redis package's.)
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{}
+}
+
+func (t *tracker) add() {
+	t.mu.Lock()
+	t.n++
+	t.mu.Unlock()
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	t.n--
+	if t.n == 0 && t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+	t.mu.Unlock()
+}
+
+// wait waits until nothing is active, or at most d (forever when d < 0).
+func (t *tracker) wait(d time.Duration) bool {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.mu.Unlock()
+		return true
+	}
+	if t.idle == nil {
+		t.idle = make(chan struct{})
+	}
+	idle := t.idle
+	t.mu.Unlock()
+	if d < 0 {
+		<-idle
+		return true
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-idle:
+		return true
+	case <-timer.C:
+		return false
+	}
+}

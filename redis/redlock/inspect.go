@@ -1,0 +1,76 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+)
+
+var _ locker.Inspector = (*Locker)(nil)
+
+// Inspect reports who holds key: held when one owner has the lock on a
+// majority of the nodes, with the fencing token recorded there by its
+// write-back and the time until it stops holding a majority (if nobody
+// renews it). It reads every node in parallel, takes nothing and changes
+// nothing. When too few nodes answer to tell, the error wraps ErrNoQuorum.
+func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
+	info := locker.LockInfo{Key: key}
+	if err := locker.ValidateKey(key); err != nil {
+		return info, locker.KeyError("inspect", key, err)
+	}
+	if l.cfgErr != nil {
+		return info, locker.KeyError("inspect", key, l.cfgErr)
+	}
+	if !l.enter() {
+		return info, locker.KeyError("inspect", key, locker.ErrClosed)
+	}
+	defer l.exit()
+	k := l.keysFor(key)
+	tm, _ := l.cfg.timing(l.cfg.ttl)
+	res, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
+		func(ctx context.Context, c goredis.UniversalClient) (lockState, error) {
+			return runInspect(ctx, c, k)
+		}, nil, nil)
+	if err != nil {
+		return info, locker.KeyError("inspect", key, err)
+	}
+	byOwner := map[string][]lockState{}
+	answered := 0
+	var firstErr error
+	for i := range l.clients {
+		if !res.ok(i) {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%s: %w", l.addrs[i], res.err[i])
+			}
+			continue
+		}
+		answered++
+		if st := res.v[i]; st.owner != "" {
+			byOwner[st.owner] = append(byOwner[st.owner], st)
+		}
+	}
+	most := 0
+	for _, sts := range byOwner {
+		most = max(most, len(sts))
+		if len(sts) < l.quorum {
+			continue
+		}
+		info.Held = true
+		var pttls []time.Duration
+		for _, st := range sts {
+			info.Token = max(info.Token, st.token)
+			pttls = append(pttls, st.pttl)
+		}
+		info.TTL = holderLeft(pttls, l.quorum)
+		return info, nil
+	}
+	if most+len(l.clients)-answered >= l.quorum {
+		// The nodes that did not answer could make a majority holder.
+		return info, locker.KeyError("inspect", key, fmt.Errorf("%w: %d of %d nodes answered, too few to tell: %w", ErrNoQuorum, answered, len(l.clients), firstErr))
+	}
+	return info, nil
+}

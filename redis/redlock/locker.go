@@ -1,0 +1,593 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+)
+
+var _ locker.Locker = (*Locker)(nil)
+
+// ErrNoQuorum reports an acquisition that could not be established on a
+// majority of the nodes in time: too many nodes did not answer or failed, or
+// too little of the lease was left once a majority had granted it. It is
+// not locker.ErrNotAcquired, which means that other holders have the key on
+// a majority of the nodes: a caller that skips work on "not acquired" must
+// not silently skip it during an outage. The message says how many nodes
+// granted, were held by another client and failed, and why.
+var ErrNoQuorum = errors.New("redlock: no majority of nodes")
+
+// Locker takes locks over N independent Redis nodes with the Redlock
+// algorithm and hands out fencing tokens that increase per key (see the
+// package documentation). It is safe for concurrent use. Make it with New
+// or locker.Open, and Close it when done.
+type Locker struct {
+	clients    []goredis.UniversalClient
+	addrs      []string // for error messages
+	all        []int    // 0..N-1
+	quorum     int
+	ownClients bool // opened from a URL: Close closes them too
+	cfg        config
+	cfgErr     error
+	subs       *subs
+	contacted  []atomic.Bool // per node: its first request was made (see dialAllowance)
+
+	ctx     context.Context // ends when Close begins
+	stop    context.CancelFunc
+	closing <-chan struct{}
+
+	mu      sync.Mutex
+	closed  bool
+	handles map[*Handle]struct{}
+
+	active tracker
+}
+
+// New returns a Locker over clients, one per independent Redis node: N ≥ 3
+// and odd (3 or 5 is usual), each a *goredis.Client of its own server (a
+// Sentinel failover client is one node). A *goredis.ClusterClient or
+// *goredis.Ring is not a node: Cluster already shards keys over masters and
+// Ring remaps them when a shard fails. A wrong set of clients or an invalid
+// option is reported by Err and by every Acquire and TryAcquire, with an
+// error wrapping locker.ErrInvalidOption.
+//
+// The Locker does not close the clients: the caller keeps owning them and
+// must close them after the Locker. Set ContextTimeoutEnabled on them: it
+// lets the node timeout reach the socket, so that a request to a node that
+// stopped answering ends with its round instead of at the client's
+// ReadTimeout.
+func New(clients []goredis.UniversalClient, opts ...Option) *Locker {
+	cfg, cfgErr := newConfig(opts)
+	ctx, stop := context.WithCancel(context.Background())
+	l := &Locker{
+		clients: slices.Clone(clients),
+		cfg:     cfg,
+		cfgErr:  cfgErr,
+		ctx:     ctx,
+		stop:    stop,
+		closing: ctx.Done(),
+		handles: map[*Handle]struct{}{},
+		quorum:  len(clients)/2 + 1,
+	}
+	l.addrs = make([]string, len(clients))
+	l.contacted = make([]atomic.Bool, len(clients))
+	for i := range clients {
+		l.all = append(l.all, i)
+	}
+	if err := l.checkClients(); err != nil && l.cfgErr == nil {
+		l.cfgErr = err
+	}
+	l.subs = newSubs(l)
+	return l
+}
+
+// checkClients reports a set of clients that Redlock cannot use, and names
+// each node for error messages.
+func (l *Locker) checkClients() error {
+	n := len(l.clients)
+	var errs []error
+	if n < 3 || n%2 == 0 {
+		errs = append(errs, fmt.Errorf("redlock: need an odd number of at least 3 independent nodes, got %d (a majority of an even number tolerates no more failures than one node fewer)", n))
+	}
+	seen := map[string]int{}
+	for i, c := range l.clients {
+		l.addrs[i] = fmt.Sprintf("node %d", i+1)
+		switch c := c.(type) {
+		case nil:
+			errs = append(errs, fmt.Errorf("redlock: node %d: nil client", i+1))
+		case *goredis.ClusterClient:
+			errs = append(errs, fmt.Errorf("redlock: node %d: a *goredis.ClusterClient is not an independent node (use the redis package's Locker for a Cluster)", i+1))
+		case *goredis.Ring:
+			errs = append(errs, fmt.Errorf("redlock: node %d: a *goredis.Ring is not an independent node (it remaps keys to other shards when one fails)", i+1))
+		case *goredis.Client:
+			addr := c.Options().Addr
+			l.addrs[i] = fmt.Sprintf("node %d (%s)", i+1, addr)
+			if j, dup := seen[addr]; dup && addr != "" {
+				errs = append(errs, fmt.Errorf("redlock: nodes %d and %d are the same server %s: a majority must be of distinct servers", j+1, i+1, addr))
+			}
+			seen[addr] = i
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", locker.ErrInvalidOption, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Err reports what New found wrong with the clients or the options (an
+// error wrapping locker.ErrInvalidOption), or nil, so that a program can
+// fail at start-up instead of at its first lock.
+func (l *Locker) Err() error { return l.cfgErr }
+
+// Nodes returns the number of nodes and the majority an acquisition needs.
+func (l *Locker) Nodes() (n, quorum int) { return len(l.clients), l.quorum }
+
+// keys are the Redis names of one lock, the same on every node.
+type keys struct {
+	lock    string // the holder's owner token; expires with the lease
+	fence   string // the node's counter for the key; never expires
+	channel string // Pub/Sub channel on which releases are announced
+}
+
+// keysFor encodes a user key injectively, as the redis package does:
+// base64url of its bytes (no braces, no ':') inside braces after the prefix.
+func (l *Locker) keysFor(key string) keys {
+	base := l.cfg.prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
+	return keys{lock: base + ":lock", fence: base + ":fence", channel: base + ":released"}
+}
+
+// KeyNames returns the names under which the Locker keeps key on every
+// node: the lock (a string holding the holder's owner token, expiring with
+// the lease), the node's fencing counter (an integer that never expires)
+// and the Pub/Sub channel on which releases are announced. It is for
+// operators and tests. Never delete or lower a fencing counter: tokens
+// could go back (see "Fencing tokens" in the package documentation).
+func (l *Locker) KeyNames(key string) (lock, fence, channel string) {
+	k := l.keysFor(key)
+	return k.lock, k.fence, k.channel
+}
+
+// newOwner returns a random owner token of 128 bits.
+func newOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// TryAcquire makes one Redlock round for key. When other holders have the
+// key on a majority of the nodes the error wraps locker.ErrNotAcquired;
+// when the round failed for another reason (nodes unreachable, a split
+// between contenders, too little validity left) it wraps ErrNoQuorum.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.acquire(ctx, "try-acquire", key, opts, false)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Acquire takes key, waiting as long as ctx allows while another holder has
+// it. It gives up with an error wrapping ErrNoQuorum when a majority of the
+// nodes cannot be reached; other failed rounds (a split vote, a node that
+// answered too slowly) are retried after a jittered back-off.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.acquire(ctx, "acquire", key, opts, true)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Option, wait bool) (*Handle, error) {
+	if err := locker.ValidateKey(key); err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if l.cfgErr != nil {
+		return nil, locker.KeyError(op, key, l.cfgErr)
+	}
+	tm, err := l.cfg.lockTiming(opts)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if !l.enter() {
+		return nil, locker.KeyError(op, key, locker.ErrClosed)
+	}
+	defer l.exit()
+	if ctx.Err() != nil {
+		return nil, locker.KeyError(op, key, ctxErr(ctx))
+	}
+	k := l.keysFor(key)
+	if !wait {
+		h, err := l.try(ctx, key, k, tm)
+		return h, locker.KeyError(op, key, err)
+	}
+	h, err := l.wait(ctx, key, k, tm)
+	return h, locker.KeyError(op, key, err)
+}
+
+// maxSplitRounds bounds the rounds of a TryAcquire that keeps losing to
+// contenders that split the nodes between them.
+const maxSplitRounds = 8
+
+// try is TryAcquire: one round, repeated after a jittered pause only while
+// it lost to a split between contenders (nobody holds a majority, so
+// nobody may get the key unless someone tries again: Redlock's
+// contenders all back off after a split).
+func (l *Locker) try(ctx context.Context, key string, k keys, tm timing) (*Handle, error) {
+	for i := 0; ; i++ {
+		h, r, err := l.round(ctx, key, k, tm)
+		if h != nil || err != nil {
+			return h, err
+		}
+		if !r.split() || i+1 >= maxSplitRounds {
+			return nil, r.err()
+		}
+		if err := l.sleep(ctx, jitter(splitBackoff<<min(i, 4))); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// sleep waits d, or until ctx or the Locker ends.
+func (l *Locker) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctxErr(ctx)
+	case <-l.closing:
+		return locker.ErrClosed
+	}
+}
+
+// roundResult is what a round that did not acquire found.
+type roundResult struct {
+	n, quorum       int
+	granted, denied int
+	failed          int
+	firstErr        error // of a failed node, with its name
+	held            bool  // one other owner holds the lock on a majority
+	holderLeft      time.Duration
+	why             string // set when a majority granted but the round failed later
+}
+
+// unreachable reports whether too few nodes answered for any round to
+// reach a majority: waiting would not help.
+func (r roundResult) unreachable() bool { return r.n-r.failed < r.quorum }
+
+// split reports a round that lost only to other contenders' partial grants:
+// nobody holds a majority, and a retry after a jittered pause may win.
+func (r roundResult) split() bool {
+	return !r.held && r.why == "" && r.denied > 0 && r.n-r.failed >= r.quorum
+}
+
+// notAcquired reports whether other holders have the key on a majority:
+// one holder, or contenders that split the nodes (after retries).
+func (r roundResult) notAcquired() bool { return r.held || r.denied >= r.n-r.quorum+1 }
+
+func (r roundResult) err() error {
+	counts := fmt.Sprintf("%d of %d nodes granted, %d held by another client, %d failed or did not answer (need %d)",
+		r.granted, r.n, r.denied, r.failed, r.quorum)
+	if !r.held && r.denied > 0 {
+		counts += "; contenders split the nodes, none holds a majority"
+	}
+	switch {
+	case r.why != "":
+		return fmt.Errorf("%w: %s (%s)", ErrNoQuorum, r.why, counts)
+	case r.notAcquired() && r.failed == 0:
+		return fmt.Errorf("%w: %s", locker.ErrNotAcquired, counts)
+	case r.notAcquired():
+		return fmt.Errorf("%w: %s; first failure: %v", locker.ErrNotAcquired, counts, r.firstErr)
+	case r.firstErr != nil:
+		return fmt.Errorf("%w: %s: %w", ErrNoQuorum, counts, r.firstErr)
+	default:
+		return fmt.Errorf("%w: %s", ErrNoQuorum, counts)
+	}
+}
+
+// round makes one Redlock attempt with a fresh owner token: grant on every
+// node in parallel; if a majority granted, write the candidate token (the
+// largest counter among the granting nodes) back to them; success iff the
+// write-back confirmed our lock on a majority and the validity left is at
+// least the minimum. Otherwise the lock is deleted on every node that may
+// hold it (granted, or did not answer) before round returns.
+func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Handle, roundResult, error) {
+	owner := newOwner()
+	r := roundResult{n: len(l.clients), quorum: l.quorum}
+	sent := time.Now() // every node started its lease no earlier
+	grants, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
+		func(ctx context.Context, c goredis.UniversalClient) (grant, error) {
+			return runAcquire(ctx, c, k, owner, tm.ttl)
+		},
+		func(i int, g grant, err error) {
+			if err == nil && g.ok {
+				// A grant that came too late: nobody counts it.
+				l.releaseOn(i, k, owner)
+			}
+		},
+		func(o outcome[grant]) bool { // a majority is out of reach
+			denied := 0
+			for i := range l.clients {
+				if o.ok(i) && !o.v[i].ok {
+					denied++
+				}
+			}
+			return denied >= len(l.clients)-l.quorum+1
+		})
+	if err != nil {
+		l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, false)
+		return nil, r, err
+	}
+	var granted []int
+	var candidate int64
+	byHolder := map[string][]time.Duration{}
+	for i := range l.clients {
+		switch {
+		case !grants.ok(i):
+			r.failed++
+			if r.firstErr == nil {
+				r.firstErr = fmt.Errorf("%s: %w", l.addrs[i], grants.err[i])
+			}
+		case grants.v[i].ok:
+			granted = append(granted, i)
+			candidate = max(candidate, grants.v[i].token)
+		default:
+			r.denied++
+			g := grants.v[i]
+			byHolder[g.holder] = append(byHolder[g.holder], g.pttl)
+		}
+	}
+	r.granted = len(granted)
+	for _, pttls := range byHolder {
+		if len(pttls) >= l.quorum {
+			r.held = true
+			r.holderLeft = holderLeft(pttls, l.quorum)
+		}
+	}
+	mayHold := func() []int { // nodes where our lock may be
+		var s []int
+		for i := range l.clients {
+			if !grants.answered[i] || grants.err[i] != nil || grants.v[i].ok {
+				s = append(s, i)
+			}
+		}
+		return s
+	}
+	if r.granted < l.quorum {
+		return nil, r, l.cleanup(ctx, k, owner, mayHold(), tm.nodeTimeout, false)
+	}
+
+	// The write-back round (see "Fencing tokens" in doc.go), on the
+	// granting nodes only: the argument needs the value each of them
+	// returned to come from the grant that started our lock there.
+	wb, err := fanout(l, ctx, ctx, l.closing, granted, tm.nodeTimeout,
+		func(ctx context.Context, c goredis.UniversalClient) (bool, error) {
+			return runWriteback(ctx, c, k, owner, candidate)
+		}, nil, nil)
+	if err != nil {
+		l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, true)
+		return nil, r, err
+	}
+	confirmed, gone := 0, 0
+	var wbErr error
+	for _, i := range granted {
+		switch {
+		case wb.ok(i) && wb.v[i]:
+			confirmed++
+		case wb.ok(i):
+			gone++
+		case wbErr == nil:
+			wbErr = fmt.Errorf("%s: %w", l.addrs[i], wb.err[i])
+		}
+	}
+	deadline := sent.Add(tm.ttl - tm.drift)
+	left := time.Until(deadline)
+	switch {
+	case confirmed < l.quorum:
+		r.why = fmt.Sprintf("the fencing write-back confirmed the lock on only %d of %d granting nodes (%d no longer held it, %d failed or did not answer",
+			confirmed, len(granted), gone, len(granted)-confirmed-gone)
+		if wbErr != nil {
+			r.why += ": " + wbErr.Error()
+		}
+		r.why += ")"
+	case left < tm.minValidity:
+		r.why = fmt.Sprintf("only %v of the %v lease was left after %v of rounds and a drift allowance of %v (at least %v needed)",
+			left.Round(time.Millisecond), tm.ttl, time.Since(sent).Round(time.Millisecond), tm.drift, tm.minValidity)
+	}
+	if r.why != "" {
+		return nil, r, l.cleanup(ctx, k, owner, mayHold(), tm.nodeTimeout, true)
+	}
+	h := newHandle(l, key, k, owner, candidate, tm, sent)
+	if !l.register(h) {
+		l.cleanup(context.Background(), k, owner, l.all, tm.nodeTimeout, true)
+		return nil, r, locker.ErrClosed
+	}
+	h.start()
+	return h, r, nil
+}
+
+// holderLeft estimates when a holder seen on len(pttls) ≥ quorum nodes
+// stops holding a majority: when the (len−quorum+1)-th shortest of its
+// remaining leases there ends. Zero when that lease is unknown.
+func holderLeft(pttls []time.Duration, quorum int) time.Duration {
+	i := len(pttls) - quorum
+	if i < 0 {
+		return 0
+	}
+	slices.Sort(pttls)
+	return max(pttls[i], 0)
+}
+
+// cleanup deletes our lock of this round on nodes, waiting for the nodes'
+// answers as long as ctx and the node timeout allow; the requests
+// themselves are not bound by ctx, so that a cancelled Acquire leaves
+// nothing behind. It does not announce the deletion: a partial grant
+// blocked nobody who could otherwise have had a majority, and waking every
+// waiter for it would make them all contend again while the holder holds.
+// It returns ctx's error if ctx ended, else nil.
+// A round that had a majority and failed later (write-back, validity)
+// announces it (announce), as a release would.
+func (l *Locker) cleanup(ctx context.Context, k keys, owner string, nodes []int, timeout time.Duration, announce bool) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	del := runDelete
+	if announce {
+		del = runRelease
+	}
+	_, err := fanout(l, ctx, context.Background(), nil, nodes, timeout,
+		func(ctx context.Context, c goredis.UniversalClient) (bool, error) {
+			return del(ctx, c, k, owner)
+		}, nil, nil)
+	if err != nil && ctx.Err() != nil {
+		return ctxErr(ctx)
+	}
+	return nil
+}
+
+// releaseOn deletes our lock on node i, on the calling goroutine, which
+// must be active.
+func (l *Locker) releaseOn(i int, k keys, owner string) {
+	ctx, cancel := context.WithTimeout(context.Background(), MaxNodeTimeout)
+	defer cancel()
+	_, _ = runDelete(ctx, l.clients[i], k, owner)
+}
+
+// jitter returns a uniform random duration in [0, d).
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	n, err := rand.Int(rand.Reader, big.NewInt(int64(d)))
+	if err != nil {
+		return d / 2
+	}
+	return time.Duration(n.Int64())
+}
+
+// enter counts a call as active unless the Locker is closed.
+func (l *Locker) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.active.add()
+	return true
+}
+
+func (l *Locker) exit() { l.active.done() }
+
+// run runs f as an active goroutine's work unless the Locker is closing
+// (for internal/renew's Go).
+func (l *Locker) run(f func()) bool {
+	if !l.enter() {
+		return false
+	}
+	defer l.exit()
+	f()
+	return true
+}
+
+func (l *Locker) register(h *Handle) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.handles[h] = struct{}{}
+	return true
+}
+
+func (l *Locker) unregister(h *Handle) {
+	l.mu.Lock()
+	delete(l.handles, h)
+	l.mu.Unlock()
+}
+
+// closeGrace is how long Close waits, after releasing the held locks, for
+// requests still in flight. A request to a healthy node ends within a round
+// trip; one to a node that stopped answering ends at its deadline (its node
+// timeout, which reaches the socket with ContextTimeoutEnabled), and Close
+// does not wait for that: the goroutine may outlive Close until then, with
+// no effect but deleting what it may have taken.
+const closeGrace = 250 * time.Millisecond
+
+// Close releases every lock the Locker holds (on every node, in parallel,
+// at most locker.ReleaseTimeout in all; their Handles report
+// locker.ErrReleasedByClose, or a loss when a majority could not be told),
+// ends every waiting or in-flight call with locker.ErrClosed, stops the
+// Pub/Sub connections and waits at most 250ms for the requests still in
+// flight (each ends at its node timeout at the latest; see New). It closes
+// the clients only when the Locker was opened from a URL, and then waits
+// for every request, which closing the clients ends. A second Close returns
+// nil.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	held := make([]*Handle, 0, len(l.handles))
+	for h := range l.handles {
+		held = append(held, h)
+	}
+	clear(l.handles)
+	l.mu.Unlock()
+
+	l.stop()
+	var errs []error
+	if len(held) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
+		var wg sync.WaitGroup
+		errc := make(chan error, len(held))
+		for _, h := range held {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errc <- h.releaseByClose(ctx)
+			}()
+		}
+		wg.Wait()
+		cancel()
+		close(errc)
+		for err := range errc {
+			errs = append(errs, err)
+		}
+	}
+	l.subs.close()
+	l.active.wait(closeGrace)
+	if l.ownClients {
+		for _, c := range l.clients {
+			if c != nil {
+				errs = append(errs, c.Close())
+			}
+		}
+		l.active.wait(-1)
+	}
+	return errors.Join(errs...)
+}
+
+// describe names nodes for messages: "node 1 (host:port), node 3 (...)".
+func (l *Locker) describe(nodes []int) string {
+	s := make([]string, len(nodes))
+	for j, i := range nodes {
+		s[j] = l.addrs[i]
+	}
+	return strings.Join(s, ", ")
+}

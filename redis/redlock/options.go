@@ -1,0 +1,203 @@
+package redlock
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+const (
+	// DefaultTTL is the lease of a lock on each node when neither WithTTL
+	// nor the per-call locker.WithTTL says otherwise. With renewal on (it
+	// always is) it is only how long a crashed or cut-off holder keeps
+	// blocking others.
+	DefaultTTL = 30 * time.Second
+
+	// MinTTL is the shortest lease accepted. A Redlock acquisition takes two
+	// rounds to every node (grant and fencing write-back), each bounded by
+	// the node timeout, and must leave a usable part of the lease after
+	// them and the drift margin.
+	MinTTL = 500 * time.Millisecond
+
+	// MaxTTL is the longest lease accepted: a year.
+	MaxTTL = 365 * 24 * time.Hour
+
+	// DefaultPrefix namespaces every Redis key and channel the Locker uses
+	// on its nodes. It differs from the single-node backend's "locker:", so
+	// a node shared by both keeps their locks apart.
+	DefaultPrefix = "locker:redlock:"
+
+	// DefaultRetryInterval is the longest a waiter sleeps between two
+	// rounds when no release notification arrives: the safety net for a lost
+	// Pub/Sub message. A waiter also wakes when the holder's lease on a
+	// majority of nodes runs out, which is usually sooner.
+	DefaultRetryInterval = time.Second
+
+	// MaxNodeTimeout and MinNodeTimeout bound the default node timeout,
+	// which is a tenth of the TTL (see WithNodeTimeout). The upper bound is
+	// generous for a healthy network (the Redlock description suggests
+	// milliseconds); it keeps a loaded client, whose first requests also pay
+	// for dialling, from counting live nodes as down.
+	MaxNodeTimeout = 3 * time.Second
+	MinNodeTimeout = 50 * time.Millisecond
+)
+
+type config struct {
+	prefix        string
+	ttl           time.Duration
+	drift         time.Duration // 0: derived from the TTL, see driftFor
+	nodeTimeout   time.Duration // 0: derived from the TTL, see nodeTimeoutFor
+	retryInterval time.Duration
+}
+
+func defaultConfig() config {
+	return config{prefix: DefaultPrefix, ttl: DefaultTTL, retryInterval: DefaultRetryInterval}
+}
+
+// Option configures a Locker. New checks the options; an invalid one is
+// reported by Locker.Err and by every Acquire and TryAcquire, with an error
+// wrapping locker.ErrInvalidOption (Open returns it at once).
+type Option func(*config) error
+
+// WithPrefix sets the prefix of every Redis key and Pub/Sub channel the
+// Locker uses on its nodes (default DefaultPrefix). Lockers that should
+// exclude each other must use the same prefix and the same nodes.
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithTTL sets the default lease of the Locker's locks (default 30s, from
+// MinTTL to MaxTTL). A per-call locker.WithTTL overrides it.
+func WithTTL(ttl time.Duration) Option {
+	return func(c *config) error {
+		if err := checkTTL(ttl); err != nil {
+			return err
+		}
+		c.ttl = ttl
+		return nil
+	}
+}
+
+// WithDrift sets the clock-drift allowance of the Redlock validity
+// computation: a lock acquired by a round whose first request left at t is
+// taken to be held until t + TTL − drift on the client's monotonic clock,
+// and renewals move that point the same way. It covers the nodes' clocks
+// running faster than the client's (Redis expires keys by its own clock),
+// timer latency, Redis' 1ms expiry granularity and short stalls of the
+// holder's process. The default is TTL/50 + 100ms, at most TTL/4: 2% for
+// clock rates (the Redlock description suggests 1% plus a few
+// milliseconds) and 100ms for stalls on a loaded machine. It must be below
+// half the TTL of every lock.
+func WithDrift(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: redlock: drift must be positive, got %v", locker.ErrInvalidOption, d)
+		}
+		c.drift = d
+		return nil
+	}
+}
+
+// WithNodeTimeout sets how long one request to one node may take before
+// the node counts as not answering in that round (acquire, write-back,
+// renewal, release). It must be small against the TTL: a node that does not
+// answer must not eat the lease the others granted. The default is a tenth
+// of the lock's TTL, between MinNodeTimeout and MaxNodeTimeout; a given
+// value must be at most a third of the TTL of every lock. A node that is
+// down but still accepts connections (paused, cut off) costs every round
+// this long.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: redlock: node timeout must be at least 1ms, got %v", locker.ErrInvalidOption, d)
+		}
+		c.nodeTimeout = d
+		return nil
+	}
+}
+
+// WithRetryInterval sets the longest a waiter sleeps between rounds when no
+// notification arrives (default DefaultRetryInterval).
+func WithRetryInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: redlock: retry interval must be at least 1ms, got %v", locker.ErrInvalidOption, d)
+		}
+		c.retryInterval = d
+		return nil
+	}
+}
+
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	if _, err := cfg.timing(cfg.ttl); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl < MinTTL {
+		return fmt.Errorf("%w: redlock: TTL %v is below the minimum of %v", locker.ErrInvalidOption, ttl, MinTTL)
+	}
+	if ttl > MaxTTL {
+		return fmt.Errorf("%w: redlock: TTL %v is above the maximum of %v", locker.ErrInvalidOption, ttl, MaxTTL)
+	}
+	return nil
+}
+
+// timing is what one lock of a given TTL runs with.
+type timing struct {
+	ttl         time.Duration
+	drift       time.Duration
+	nodeTimeout time.Duration
+	minValidity time.Duration // an acquisition must leave at least this
+}
+
+// timing derives the drift, node timeout and minimum validity for ttl, or
+// reports a configured value that does not fit it.
+func (c *config) timing(ttl time.Duration) (timing, error) {
+	d := c.drift
+	if d == 0 {
+		d = min(ttl/50+100*time.Millisecond, ttl/4)
+	}
+	if d >= ttl/2 {
+		return timing{}, fmt.Errorf("%w: redlock: drift %v is not below half the TTL %v", locker.ErrInvalidOption, d, ttl)
+	}
+	nt := c.nodeTimeout
+	if nt == 0 {
+		nt = min(max(ttl/10, MinNodeTimeout), MaxNodeTimeout)
+	}
+	if nt > ttl/3 {
+		return timing{}, fmt.Errorf("%w: redlock: node timeout %v is above a third of the TTL %v", locker.ErrInvalidOption, nt, ttl)
+	}
+	return timing{ttl: ttl, drift: d, nodeTimeout: nt, minValidity: ttl / 10}, nil
+}
+
+// lockTiming resolves the timing of one call from its options.
+func (c *config) lockTiming(opts []locker.Option) (timing, error) {
+	o, err := locker.ApplyOptions(opts...)
+	if err != nil {
+		return timing{}, err
+	}
+	ttl := c.ttl
+	if o.TTL != 0 {
+		if err := checkTTL(o.TTL); err != nil {
+			return timing{}, err
+		}
+		ttl = o.TTL
+	}
+	return c.timing(ttl)
+}

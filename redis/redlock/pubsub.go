@@ -1,0 +1,284 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+)
+
+// A Locker keeps one Pub/Sub connection per node, made when one of its
+// Acquires first waits, and multiplexes every key it waits on over it.
+// Subscriptions are counted by waiters and made or dropped by one writer
+// goroutine per node, so that an Acquire never blocks on a subscription
+// command (a dial to a node that stopped answering can take the client's
+// DialTimeout); one reader goroutine per node reads the connection, pings
+// it when it has been quiet, and on an error lets go-redis reconnect and
+// resubscribe, waking every waiter of the node once the subscriptions are
+// confirmed again, since a release may have gone unheard meanwhile.
+//
+// Notifications only make waiting prompt; safety never depends on them.
+
+// quietPing is how long the reader waits for a message before it pings.
+const quietPing = 5 * time.Second
+
+type subs struct {
+	l      *Locker
+	mu     sync.Mutex
+	closed bool
+	nodes  []*nodeSub // nil until the first wait
+}
+
+func newSubs(l *Locker) *subs { return &subs{l: l} }
+
+// chanState is one channel's subscription on one node.
+type chanState struct {
+	waiters map[*waiter]struct{}
+	sent    bool // SUBSCRIBE issued
+	ready   bool // confirmed by the node since the last (re)connect
+	was     bool // confirmed at least once before
+}
+
+type nodeSub struct {
+	s      *subs
+	ps     *goredis.PubSub
+	ctx    context.Context
+	cancel context.CancelFunc
+	kick   chan struct{}
+
+	mu    sync.Mutex
+	chans map[string]*chanState
+}
+
+// waiter is one Acquire waiting on one key's channel on every node.
+type waiter struct {
+	s       *subs
+	ch      string
+	nodes   []*nodeSub
+	wake    chan struct{} // a release was announced (or may have been missed)
+	confirm chan struct{} // one signal per node that confirmed the subscription
+}
+
+// watch subscribes a waiter to channel on every node (asynchronously; see
+// awaitSubscribed).
+func (s *subs) watch(channel string) *waiter {
+	w := &waiter{s: s, ch: channel, wake: make(chan struct{}, 1), confirm: make(chan struct{}, len(s.l.clients))}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return w
+	}
+	if s.nodes == nil {
+		for _, c := range s.l.clients {
+			s.nodes = append(s.nodes, s.start(c))
+		}
+	}
+	w.nodes = s.nodes
+	s.mu.Unlock()
+	for _, n := range w.nodes {
+		n.mu.Lock()
+		cs := n.chans[channel]
+		if cs == nil {
+			cs = &chanState{waiters: map[*waiter]struct{}{}}
+			n.chans[channel] = cs
+		}
+		cs.waiters[w] = struct{}{}
+		if cs.ready {
+			signal(w.confirm)
+		}
+		sent := cs.sent
+		n.mu.Unlock()
+		if !sent {
+			signal(n.kick)
+		}
+	}
+	return w
+}
+
+// awaitSubscribed waits until need nodes confirmed the subscription, or at
+// most timeout (nodes that do not answer must not hold the waiter up: it
+// has its back-off), or until ctx or the Locker ends.
+func (w *waiter) awaitSubscribed(ctx context.Context, closing <-chan struct{}, need int, timeout time.Duration) error {
+	if len(w.nodes) == 0 {
+		return nil
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for got := 0; got < need; got++ {
+		select {
+		case <-w.confirm:
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctxErr(ctx)
+		case <-closing:
+			return locker.ErrClosed
+		}
+	}
+	return nil
+}
+
+// leave unsubscribes the waiter; the node's writer drops a channel nobody
+// waits on any more.
+func (w *waiter) leave() {
+	for _, n := range w.nodes {
+		n.mu.Lock()
+		cs := n.chans[w.ch]
+		empty := false
+		if cs != nil {
+			delete(cs.waiters, w)
+			empty = len(cs.waiters) == 0
+		}
+		n.mu.Unlock()
+		if empty {
+			signal(n.kick)
+		}
+	}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// start makes the Pub/Sub connection of one node and its two goroutines,
+// which the Locker counts as active until they end.
+func (s *subs) start(c goredis.UniversalClient) *nodeSub {
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &nodeSub{s: s, ps: c.Subscribe(ctx), ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), chans: map[string]*chanState{}}
+	s.l.active.add()
+	s.l.active.add()
+	go func() { defer s.l.active.done(); n.writer() }()
+	go func() { defer s.l.active.done(); n.reader() }()
+	return n
+}
+
+// writer makes and drops subscriptions as waiters come and go.
+func (n *nodeSub) writer() {
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.kick:
+		}
+		var add, drop []string
+		n.mu.Lock()
+		for ch, cs := range n.chans {
+			switch {
+			case len(cs.waiters) > 0 && !cs.sent:
+				cs.sent = true
+				add = append(add, ch)
+			case len(cs.waiters) == 0:
+				delete(n.chans, ch)
+				if cs.sent {
+					drop = append(drop, ch)
+				}
+			}
+		}
+		n.mu.Unlock()
+		// go-redis records the channels even when the command fails, and
+		// subscribes to them again when it reconnects.
+		if len(add) > 0 {
+			_ = n.ps.Subscribe(n.ctx, add...)
+		}
+		if len(drop) > 0 {
+			_ = n.ps.Unsubscribe(n.ctx, drop...)
+		}
+	}
+}
+
+// reader reads the node's messages and wakes the waiters they concern.
+func (n *nodeSub) reader() {
+	backoff := 50 * time.Millisecond
+	healthy := true
+	for {
+		msg, err := n.ps.ReceiveTimeout(n.ctx, quietPing)
+		if n.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				_ = n.ps.Ping(n.ctx)
+				continue
+			}
+			if healthy {
+				n.lostConnection()
+				healthy = false
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-n.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		healthy, backoff = true, 50*time.Millisecond
+		switch m := msg.(type) {
+		case *goredis.Subscription:
+			if m.Kind == "subscribe" {
+				n.confirmed(m.Channel)
+			}
+		case *goredis.Message:
+			n.mu.Lock()
+			if cs := n.chans[m.Channel]; cs != nil {
+				for w := range cs.waiters {
+					signal(w.wake)
+				}
+			}
+			n.mu.Unlock()
+		}
+	}
+}
+
+// confirmed records the node's confirmation of a subscription; after a
+// reconnect it also wakes the channel's waiters, who may have missed a
+// release meanwhile.
+func (n *nodeSub) confirmed(ch string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := n.chans[ch]
+	if cs == nil {
+		return
+	}
+	cs.ready = true
+	for w := range cs.waiters {
+		signal(w.confirm)
+		if cs.was {
+			signal(w.wake)
+		}
+	}
+	cs.was = true
+}
+
+// lostConnection marks every subscription of the node unconfirmed.
+func (n *nodeSub) lostConnection() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, cs := range n.chans {
+		cs.ready = false
+	}
+}
+
+// close ends every node's Pub/Sub connection and goroutines (Close waits
+// for them through the Locker's active count).
+func (s *subs) close() {
+	s.mu.Lock()
+	s.closed = true
+	nodes := s.nodes
+	s.mu.Unlock()
+	for _, n := range nodes {
+		n.cancel()
+		_ = n.ps.Close()
+	}
+}

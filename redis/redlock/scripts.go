@@ -1,0 +1,211 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// The scripts run atomically on one node each; no script touches two
+// nodes. The lock key holds the holder's owner token (random, fresh for
+// every acquisition round, without ':'), followed after the write-back by
+// ':' and the fencing token (for Inspect), and expires with the lease; the
+// fence key is the node's own counter for the key, which never expires and
+// only grows (INCR on a grant, max on a write-back).
+
+// luaOurs tells whether a lock value v belongs to owner o.
+const luaOurs = `
+local function ours(v, o)
+  return v == o or (type(v) == 'string' and string.sub(v, 1, #o + 1) == o .. ':')
+end
+`
+
+// acquireScript grants the lock on one node if it is free, and only then
+// advances the node's counter.
+//
+//	KEYS[1] lock, KEYS[2] fence
+//	ARGV[1] owner token, ARGV[2] lease in milliseconds
+//	returns {1, counter after the grant} or {0, PTTL of the holder, the
+//	holder's owner token} (the owner token tells a holder of a majority
+//	from contenders that split the nodes)
+//
+// A lock that already carries our owner token is a retry by go-redis of a
+// request whose reply was lost: the lock is ours, and the counter is at
+// least what our grant made it (nothing else granted since), which is all
+// the fencing argument needs of the value (see doc.go).
+//
+// INCR comes before SET so that a failing INCR (a foreign value under our
+// prefix) leaves no lock behind: Redis does not roll a script back.
+var acquireScript = goredis.NewScript(luaOurs + `
+local holder = redis.call('GET', KEYS[1])
+if ours(holder, ARGV[1]) then
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+end
+if holder then
+  return {0, redis.call('PTTL', KEYS[1]), holder}
+end
+local n = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {1, n}
+`)
+
+// writebackScript raises the node's counter to the candidate token, but
+// only while our lock is still on the node: that is what makes the
+// write-back count towards the majority the fencing argument needs.
+//
+//	KEYS[1] lock, KEYS[2] fence
+//	ARGV[1] owner token, ARGV[2] candidate token (decimal)
+//	returns 1 when our lock was there (and the counter is now at least the
+//	candidate), 0 when it was not (nothing changed)
+//
+// It also records the token in the lock's value, keeping its expiry, so
+// that Inspect can report it.
+var writebackScript = goredis.NewScript(luaOurs + `
+if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then
+  return 0
+end
+local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
+if cur == nil then
+  return redis.error_reply('fence counter ' .. KEYS[2] .. ' does not hold a number')
+end
+if cur < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl > 0 then
+  redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2], 'PX', pttl)
+end
+return 1
+`)
+
+// extendScript resets the lease on one node only if the lock there still
+// carries our owner token.
+//
+//	KEYS[1] lock; ARGV[1] owner token, ARGV[2] lease in milliseconds
+//	returns 1 when extended, 0 when the lock was not ours
+var extendScript = goredis.NewScript(luaOurs + `
+if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then
+  return 0
+end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+`)
+
+// releaseScript deletes the lock on one node only if it carries our owner
+// token, and then, if asked, tells the node's waiters (PUBLISH on the key's
+// channel).
+//
+//	KEYS[1] lock; ARGV[1] owner token, ARGV[2] the key's channel,
+//	ARGV[3] "1" to publish
+//	returns 1 when deleted, 0 when the lock was not ours
+var releaseScript = goredis.NewScript(luaOurs + `
+if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+if ARGV[3] == '1' then
+  redis.call('PUBLISH', ARGV[2], '1')
+end
+return 1
+`)
+
+// millis renders a lease for PX/PEXPIRE, rounded up: a node may keep the
+// lock a little longer than the holder believes, never shorter.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// grant is one node's answer to an acquire request.
+type grant struct {
+	ok     bool
+	token  int64         // when ok: the node's counter after the grant
+	pttl   time.Duration // when !ok: the holder's remaining lease there; <0 unknown
+	holder string        // when !ok: the holder's owner token
+}
+
+func runAcquire(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration) (grant, error) {
+	v, err := acquireScript.Run(ctx, c, []string{k.lock, k.fence}, owner, millis(ttl)).Slice()
+	if err != nil {
+		return grant{}, err
+	}
+	if len(v) < 2 {
+		return grant{}, fmt.Errorf("acquire script returned %d values, want 2 or 3", len(v))
+	}
+	flag, _ := v[0].(int64)
+	n, ok := v[1].(int64)
+	if !ok {
+		return grant{}, fmt.Errorf("acquire script returned %T, want an integer", v[1])
+	}
+	if flag == 1 {
+		if n <= 0 {
+			return grant{}, fmt.Errorf("fence counter %s returned %d; it must be positive (was it overwritten?)", k.fence, n)
+		}
+		return grant{ok: true, token: n}, nil
+	}
+	g := grant{pttl: -1}
+	if n >= 0 {
+		g.pttl = time.Duration(n) * time.Millisecond
+	}
+	if len(v) > 2 {
+		g.holder, _, _ = strings.Cut(fmt.Sprint(v[2]), ":")
+	}
+	return g, nil
+}
+
+func runWriteback(ctx context.Context, c goredis.UniversalClient, k keys, owner string, token int64) (bool, error) {
+	n, err := writebackScript.Run(ctx, c, []string{k.lock, k.fence}, owner, strconv.FormatInt(token, 10)).Int64()
+	return n == 1, err
+}
+
+func runExtend(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration) (bool, error) {
+	n, err := extendScript.Run(ctx, c, []string{k.lock}, owner, millis(ttl)).Int64()
+	return n == 1, err
+}
+
+// runRelease deletes our lock on one node and wakes the node's waiters.
+func runRelease(ctx context.Context, c goredis.UniversalClient, k keys, owner string) (bool, error) {
+	n, err := releaseScript.Run(ctx, c, []string{k.lock}, owner, k.channel, "1").Int64()
+	return n == 1, err
+}
+
+// runDelete deletes our lock on one node without waking anyone: for the
+// partial grants of a round that failed.
+func runDelete(ctx context.Context, c goredis.UniversalClient, k keys, owner string) (bool, error) {
+	n, err := releaseScript.Run(ctx, c, []string{k.lock}, owner, k.channel, "0").Int64()
+	return n == 1, err
+}
+
+// inspectScript reads the lock on one node: {value or false, PTTL}.
+var inspectScript = goredis.NewScript(`
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
+`)
+
+// lockState is one node's view of a lock.
+type lockState struct {
+	owner string        // "" when free
+	token int64         // 0 when not recorded (yet)
+	pttl  time.Duration // <0 unknown
+}
+
+func runInspect(ctx context.Context, c goredis.UniversalClient, k keys) (lockState, error) {
+	v, err := inspectScript.Run(ctx, c, []string{k.lock}).Slice()
+	if err != nil && err != goredis.Nil {
+		return lockState{}, err
+	}
+	st := lockState{pttl: -1}
+	if len(v) < 2 {
+		return st, nil
+	}
+	if s, ok := v[0].(string); ok {
+		owner, tok, _ := strings.Cut(s, ":")
+		st.owner = owner
+		st.token, _ = strconv.ParseInt(tok, 10, 64)
+	}
+	if n, ok := v[1].(int64); ok && n >= 0 {
+		st.pttl = time.Duration(n) * time.Millisecond
+	}
+	return st, nil
+}

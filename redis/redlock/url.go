@@ -1,0 +1,166 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
+)
+
+// URL schemes registered with locker.Register. They follow the redis
+// package's: "rediss" for TLS, "+" for the deployment kind.
+const (
+	Scheme    = "redlock"
+	SchemeTLS = "rediss+redlock"
+)
+
+const contextTimeoutOption = "context_timeout_enabled"
+
+func init() {
+	locker.Register(Scheme, open)
+	locker.Register(SchemeTLS, open)
+}
+
+// Open returns a Locker for a URL of the form
+//
+//	redlock://[user:password@]host1:6379,host2:6379,host3:6379[/db][?param=value&...]
+//	rediss+redlock://...   (TLS to every node)
+//
+// with one client per node, all with the same user, password, database
+// and client settings. A node whose address cannot be written in the host
+// list (an IPv6 literal) can be given as addr=[::1]:6379, repeated. The
+// parameters are ttl, drift, node_timeout, retry_interval and prefix (see
+// the options of the same names), and any go-redis client parameter of
+// redis:// URLs (dial_timeout, read_timeout, pool_size, ...; for TLS,
+// skip_verify is not one of them: use New with your own tls.Config).
+// context_timeout_enabled defaults to true. Open does not contact the
+// nodes. The Locker owns its clients and closes them in Close.
+func Open(ctx context.Context, rawURL string) (*Locker, error) {
+	u, err := backend.ParseURL("redlock", rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return openURL(ctx, u)
+}
+
+func open(ctx context.Context, u *url.URL) (locker.Locker, error) {
+	l, err := openURL(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func openURL(_ context.Context, u *url.URL) (*Locker, error) {
+	scheme := strings.ToLower(u.Scheme)
+	var base string
+	switch scheme {
+	case Scheme:
+		base = "redis"
+	case SchemeTLS:
+		base = "rediss"
+	default:
+		return nil, fmt.Errorf("%w: redlock: unsupported scheme %q (want %s:// or %s://)", locker.ErrInvalidURL, scheme, Scheme, SchemeTLS)
+	}
+	q, err := backend.ParseQuery(u)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		prefix      = DefaultPrefix
+		ttl         = DefaultTTL
+		drift       time.Duration
+		nodeTimeout time.Duration
+		retry       = DefaultRetryInterval
+	)
+	q.String("prefix", &prefix)
+	q.Duration("ttl", &ttl)
+	q.Duration("drift", &drift)
+	q.Duration("node_timeout", &nodeTimeout)
+	q.Duration("retry_interval", &retry)
+	if err := q.Err(); err != nil {
+		return nil, err
+	}
+	hosts := []string{}
+	if u.Host != "" {
+		hosts = strings.Split(u.Host, ",")
+	}
+	rest := q.Rest()
+	hosts = append(hosts, rest["addr"]...)
+	rest.Del("addr")
+	for _, h := range hosts {
+		if h == "" {
+			return nil, fmt.Errorf("%w: %s: empty node address in the host list", locker.ErrInvalidURL, scheme)
+		}
+	}
+	if len(hosts) < 3 || len(hosts)%2 == 0 {
+		return nil, fmt.Errorf("%w: %s: need an odd number of at least 3 nodes, got %d", locker.ErrInvalidURL, scheme, len(hosts))
+	}
+	opts := []Option{WithPrefix(prefix), WithTTL(ttl), WithRetryInterval(retry)}
+	if drift > 0 {
+		opts = append(opts, WithDrift(drift))
+	}
+	if nodeTimeout > 0 {
+		opts = append(opts, WithNodeTimeout(nodeTimeout))
+	}
+	if _, err := newConfig(opts); err != nil {
+		return nil, fmt.Errorf("%w: %w", locker.ErrInvalidURL, err)
+	}
+	ctxTimeoutGiven := rest.Has(contextTimeoutOption)
+	clients := make([]goredis.UniversalClient, 0, len(hosts))
+	closeAll := func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}
+	for _, h := range hosts {
+		gu := url.URL{Scheme: base, User: u.User, Host: h, Path: u.Path, RawQuery: rest.Encode()}
+		o, err := goredis.ParseURL(gu.String())
+		if err != nil {
+			closeAll()
+			return nil, clientURLError(scheme, u, err)
+		}
+		if !ctxTimeoutGiven {
+			o.ContextTimeoutEnabled = true
+		}
+		clients = append(clients, goredis.NewClient(o))
+	}
+	l := New(clients, opts...)
+	l.ownClients = true
+	if err := l.Err(); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("%w: %w", locker.ErrInvalidURL, err)
+	}
+	return l, nil
+}
+
+// clientURLError wraps an error of go-redis' URL parser with every secret
+// of the URL blanked out. (The same as the redis package's.)
+func clientURLError(scheme string, u *url.URL, err error) error {
+	msg := err.Error()
+	var secrets []string
+	if pw, ok := u.User.Password(); ok {
+		secrets = append(secrets, pw)
+	}
+	for name, vs := range u.Query() {
+		if strings.Contains(strings.ToLower(name), "password") {
+			secrets = append(secrets, vs...)
+		}
+	}
+	for _, s := range secrets {
+		if s == "" {
+			continue
+		}
+		for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s)} {
+			msg = strings.ReplaceAll(msg, form, "xxxxx")
+		}
+	}
+	msg = strings.TrimPrefix(msg, "redis: ")
+	return fmt.Errorf("%w: %s: %s", locker.ErrInvalidURL, scheme, msg)
+}

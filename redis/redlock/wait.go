@@ -1,0 +1,91 @@
+package redlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+// Waiting for a held key.
+//
+// An Acquire whose first round did not get the key subscribes to the key's
+// release channel on every node (see subs), waits until a majority of the
+// nodes confirmed the subscription (at most the node timeout), and tries
+// again, so that a release between its first round and the subscription is
+// not missed. Then it sleeps until a message arrives on any node (a release
+// publishes on every node where it deleted the lock; the first message
+// wakes the waiter) or its back-off ends, and tries again.
+//
+// The back-off of a round that no node granted is capped by the holder's
+// remaining lease on the nodes that block a majority (a crashed holder
+// announces nothing; its lease ending frees the key) and by the retry
+// interval (the safety net for a lost message). After a round that some
+// nodes granted (contenders split the nodes, or the holder has only a bare
+// majority) or that failed without a holder, it starts at a few
+// milliseconds and doubles up to the retry interval, with jitter so that
+// contenders that split the nodes do not meet again: their partial grants
+// look like holders to each other, but are deleted at once, silently. Waiters are not queued: every waiter woken by a
+// release contends, and one wins (no fairness; see the package
+// documentation).
+
+// splitBackoff is the first back-off after a round that failed with no
+// holder of a majority; it doubles up to the retry interval.
+const splitBackoff = 5 * time.Millisecond
+
+// maxUnreachableRounds is how many rounds in a row may fail to reach a
+// majority before Acquire gives up with ErrNoQuorum.
+const maxUnreachableRounds = 3
+
+func (l *Locker) wait(ctx context.Context, key string, k keys, tm timing) (*Handle, error) {
+	h, r, err := l.round(ctx, key, k, tm)
+	if h != nil || err != nil {
+		return h, err
+	}
+	unreachable := 0
+	if r.unreachable() {
+		unreachable++
+	}
+	w := l.subs.watch(k.channel)
+	defer w.leave()
+	if err := w.awaitSubscribed(ctx, l.closing, l.quorum, tm.nodeTimeout); err != nil {
+		return nil, err
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	fails := 0
+	for {
+		h, r, err = l.round(ctx, key, k, tm)
+		if h != nil || err != nil {
+			return h, err
+		}
+		if r.unreachable() {
+			// A majority failed or did not answer: give up after a few
+			// rounds in a row (one slow round is not an outage).
+			if unreachable++; unreachable >= maxUnreachableRounds {
+				return nil, r.err()
+			}
+		} else {
+			unreachable = 0
+		}
+		var d time.Duration
+		if r.held && r.holderLeft > 0 {
+			fails = 0
+			d = min(r.holderLeft+time.Millisecond, l.cfg.retryInterval)
+		} else {
+			d = min(splitBackoff<<min(fails, 10), l.cfg.retryInterval)
+			fails++
+		}
+		d += jitter(min(d/4, 20*time.Millisecond) + time.Millisecond)
+		timer.Reset(d)
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, ctxErr(ctx)
+		case <-l.closing:
+			return nil, locker.ErrClosed
+		}
+		timer.Stop()
+	}
+}
