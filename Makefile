@@ -19,15 +19,21 @@ in_module = cd $(1) && if [ -n "$$($(GO) list -e -f '{{if or .GoFiles .TestGoFil
 in_root = $(call in_module,.,$(1))
 in_integration = $(call in_module,integration,$(1))
 
-.PHONY: soak all test vet lint fmt-check bench cover servers-up servers-down servers-env docker-up docker-down
+.PHONY: readme-check soak all test vet lint fmt-check bench cover servers-up servers-down servers-env docker-up docker-down
 
 all: lint test
 
 ## test: go vet, then every test with the race detector: the root module's unit
 ## tests, then the integration module's against real servers
-test: vet
+test: vet readme-check
 	$(call in_root,$(GO) test -race -count=1 $(PKGS))
 	$(call in_integration,$(WITH_SERVERS) $(GO) test -race -count=1 $(PKGS))
+
+## readme-check: run README's first command exactly as written (no server needed)
+readme-check:
+	@out="$$($(GO) run ./cmd/locker run demo -- echo hello)"; \
+	if [ "$$out" != hello ]; then echo "README's first command printed '$$out', want hello"; exit 1; fi; \
+	echo "readme-check: go run ./cmd/locker run demo -- echo hello: ok"
 
 vet:
 	$(call in_root,$(GO) vet $(PKGS))
