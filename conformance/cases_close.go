@@ -81,7 +81,7 @@ func (s *suite) noGoroutineLeak(t *testing.T, ctx context.Context) {
 	}
 	opts := []goleak.Option{goleak.IgnoreCurrent()}
 	for _, fn := range s.h.IgnoreGoroutines {
-		opts = append(opts, goleak.IgnoreTopFunction(fn))
+		opts = append(opts, goleak.IgnoreAnyFunction(fn))
 	}
 	t.Run("Use", func(t *testing.T) {
 		a, b := s.h.NewLocker(t), s.h.NewLocker(t)

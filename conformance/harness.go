@@ -128,7 +128,10 @@ type Harness struct {
 	// suite fail the run, so a renamed case cannot silently run again.
 	Skip map[string]string
 
-	// IgnoreGoroutines lists top functions of goroutines that the leak check
-	// ignores (see goleak.IgnoreTopFunction), for client libraries' own.
+	// IgnoreGoroutines lists functions whose goroutines the leak check
+	// ignores when the function is anywhere in their stack (see
+	// goleak.IgnoreAnyFunction): for client libraries' own, and for test
+	// infrastructure the harness runs in process, such as a fault proxy
+	// whose connections wind down after the case.
 	IgnoreGoroutines []string
 }

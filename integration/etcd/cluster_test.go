@@ -52,6 +52,7 @@ func TestClusterConformance(t *testing.T) {
 		return v.([]*testserver.Proxy)
 	}
 	conformance.Run(t, conformance.Harness{
+		IgnoreGoroutines: testserver.ProxyGoroutines,
 		NewLocker: func(t *testing.T) locker.Locker {
 			c := newClusterClient(t, ms)
 			reg.Store(c.l, c.pxs)

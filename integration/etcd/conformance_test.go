@@ -15,6 +15,7 @@ func TestConformance(t *testing.T) {
 	admin := newEtcdClient(t, srv.Addr())
 	var reg registry
 	conformance.Run(t, conformance.Harness{
+		IgnoreGoroutines: testserver.ProxyGoroutines,
 		// Each client is another process: its own etcd client, through its
 		// own proxy.
 		NewLocker: func(t *testing.T) locker.Locker {

@@ -34,6 +34,7 @@ func TestConformance(t *testing.T) {
 	}
 	admin := newPool(t, srv.DSN(), 4)
 	conformance.Run(t, conformance.Harness{
+		IgnoreGoroutines: testserver.ProxyGoroutines,
 		NewLocker: func(t *testing.T) locker.Locker {
 			// Each client gets a proxy of its own, so that Crash and Cut act
 			// on exactly that client, and a pool of its own (it is another

@@ -201,6 +201,7 @@ func TestConformanceCluster(t *testing.T) {
 	namer := redis.New(admin) // only for KeyNames: the default prefix, as the harness's Lockers
 	seeds := url.Values{"addr": addrs[1:]}
 	conformance.Run(t, conformance.Harness{
+		IgnoreGoroutines: testserver.ProxyGoroutines,
 		NewLocker: func(t *testing.T) locker.Locker {
 			cp := newClusterProxies(t, addrs)
 			c := goredis.NewClusterClient(&goredis.ClusterOptions{

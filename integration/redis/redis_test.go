@@ -69,6 +69,7 @@ func TestConformance(t *testing.T) {
 				return proxies[l]
 			}
 			conformance.Run(t, conformance.Harness{
+				IgnoreGoroutines: testserver.ProxyGoroutines,
 				// Each Locker is another process: its own client, and its own
 				// connection path through a fault proxy so that Cut can
 				// sever it and Crash can kill it.

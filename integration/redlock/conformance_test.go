@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance"
+	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/redis/redlock"
 )
 
@@ -36,6 +37,7 @@ func TestConformance(t *testing.T) {
 				return c
 			}
 			conformance.Run(t, conformance.Harness{
+				IgnoreGoroutines: testserver.ProxyGoroutines,
 				NewLocker: func(t *testing.T) locker.Locker {
 					c := newLocker(t, addrs)
 					mu.Lock()

@@ -47,6 +47,7 @@ func TestConformance(t *testing.T) {
 			return v.(*faultDB)
 		}
 		conformance.Run(t, conformance.Harness{
+			IgnoreGoroutines: testserver.ProxyGoroutines,
 			NewLocker: func(t *testing.T) locker.Locker {
 				// Another process, as far as the lock table can tell: a
 				// pool of its own on the same file.
@@ -86,6 +87,7 @@ func TestConformance(t *testing.T) {
 				return v.(*testserver.Proxy)
 			}
 			conformance.Run(t, conformance.Harness{
+				IgnoreGoroutines: testserver.ProxyGoroutines,
 				NewLocker: func(t *testing.T) locker.Locker {
 					px := testserver.NewProxy(t, addr)
 					l := open(t, d.url(t, px.Addr(), url.Values{"lock_max_conns": {"20"}}))

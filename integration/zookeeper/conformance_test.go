@@ -15,6 +15,7 @@ func TestConformance(t *testing.T) {
 	admin := adminConn(t, srv.Addr())
 	var reg registry
 	conformance.Run(t, conformance.Harness{
+		IgnoreGoroutines: testserver.ProxyGoroutines,
 		// Each client is another process: its own connection and session,
 		// through its own proxy.
 		NewLocker: func(t *testing.T) locker.Locker {
