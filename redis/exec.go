@@ -179,7 +179,7 @@ func (l *Locker) inline(ctx, life context.Context, call func(context.Context) er
 	switch {
 	case err == nil:
 		return nil, true
-	case ctx.Err() != nil || life.Err() != nil:
+	case ctx.Err() != nil || life.Err() != nil || isTimeout(err) && deadlinePassed(ctx):
 		// Cut short: its effect on the server is unknown.
 		if abandoned != nil {
 			abandoned()
@@ -200,6 +200,13 @@ type boundCtx struct {
 
 func (c boundCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 
+// deadlinePassed reports whether ctx's deadline has passed, even if ctx's
+// timer has not yet ended it.
+func deadlinePassed(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
@@ -217,7 +224,9 @@ type request struct {
 // between its socket operations) leaves its effect unknown, as when the
 // caller gives up first.
 func (r *request) finished(err error, ctx, life, rctx context.Context, cancel context.CancelFunc, abandoned func()) error {
-	cut := err != nil && rctx.Err() != nil
+	// A socket deadline set to ctx's deadline can fire a moment before
+	// ctx's own timer: that timeout is ctx's too.
+	cut := err != nil && (rctx.Err() != nil || isTimeout(err) && deadlinePassed(ctx))
 	cancel()
 	if !cut {
 		return err
@@ -233,6 +242,8 @@ func ended(ctx, life context.Context) error {
 	switch {
 	case ctx.Err() != nil:
 		return ctxErr(ctx)
+	case deadlinePassed(ctx):
+		return context.DeadlineExceeded // its timer has not fired yet
 	case life.Err() != nil:
 		return locker.ErrClosed
 	default:
