@@ -56,7 +56,10 @@ type Locker struct {
 // owning it and must close it after the Locker.
 //
 // Every call returns when its context ends or the Locker closes, whatever
-// the client's settings. A request it abandons that way occupies a
+// the client's settings: at once without ContextTimeoutEnabled (each
+// request runs on a goroutine of its own), within about 150ms with it (a
+// request runs on the caller's goroutine until then; see the package
+// documentation). A request it abandons that way occupies a
 // connection until it ends on its own, at its socket deadline: the client's
 // ReadTimeout, and with ContextTimeoutEnabled also the context's deadline
 // (or 30s when the client has no ReadTimeout). Set ContextTimeoutEnabled:
