@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -57,13 +58,24 @@ type waiter struct {
 	ready <-chan struct{} // closed once the server confirmed the subscription
 	n     *node           // nil: no notifications, timers only
 	ch    string
-	owner string      // the Acquire's owner token: the messages meant for it carry it
-	moved atomic.Bool // the master dropped the subscription: the slot moved
+	owner string // the Acquire's owner token: the messages meant for it carry it
+
+	movedOnce sync.Once
+	moved     chan struct{} // closed when the slot moved (see markMoved)
 }
 
-// hasMoved reports whether the waiter must watch again (see hub.rewatch):
-// its master dropped the subscription because the slot moved.
-func (w *waiter) hasMoved() bool { return w.moved.Load() }
+func newWaiter(channel, owner string) *waiter {
+	return &waiter{wake: make(chan struct{}, 1), ch: channel, owner: owner, moved: make(chan struct{})}
+}
+
+// markMoved records that the waiter's master no longer serves its channel:
+// the master dropped the subscription, or refused it with MOVED, because
+// the channel's slot is now another master's. The waiter must watch again
+// (see hub.rewatch).
+func (w *waiter) markMoved() { w.movedOnce.Do(func() { close(w.moved) }) }
+
+// hasMoved reports whether the waiter must watch again (see markMoved).
+func (w *waiter) hasMoved() bool { return isClosed(w.moved) }
 
 // closedChan is ready at once: used when no subscription can be made.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -72,7 +84,8 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // subscribing if needed. It does not wait for the subscription; see
 // awaitSubscribed.
 func (h *hub) watch(ctx context.Context, channel, owner string) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1), ready: closedChan, ch: channel, owner: owner}
+	w := newWaiter(channel, owner)
+	w.ready = closedChan
 	n := h.node(ctx, channel)
 	if n != nil {
 		n.add(w)
@@ -103,7 +116,8 @@ func (h *hub) join(ctx context.Context, channel, owner string) *waiter {
 	if cs == nil || !cs.sent || cs.pending > 0 || !isClosed(cs.ready) {
 		return nil
 	}
-	w := &waiter{wake: make(chan struct{}, 1), ch: channel, owner: owner, n: n, ready: cs.ready}
+	w := newWaiter(channel, owner)
+	w.n, w.ready = n, cs.ready
 	cs.waiters = append(cs.waiters, w)
 	return w
 }
@@ -117,22 +131,37 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-// rewatch moves a waiter whose master dropped its subscription, the
+// rewatch moves a waiter whose master no longer serves its channel, the
 // channel's slot having moved, to the slot's new master. The client's slot
-// map may name the old master for a moment after the move (dropped has it
-// reloaded): rewatch waits for it to name another, for at most a second.
-func (h *hub) rewatch(ctx context.Context, closing <-chan struct{}, old *waiter) *waiter {
+// map may name the old master for a while after the move: a reload can ask
+// a node that has not heard of the move yet. So rewatch has the map
+// reloaded until it names another master, for at most wait; then it
+// watches wherever the map points. Should that be the old master still, the
+// master refuses the subscription with MOVED and the waiter is marked moved
+// again (see node.refused), so a waiter never stays subscribed where no
+// release will be announced.
+func (h *hub) rewatch(ctx context.Context, closing <-chan struct{}, old *waiter, wait time.Duration) *waiter {
 	old.leave()
-	for deadline := time.Now().Add(time.Second); old.n != nil && time.Now().Before(deadline); {
-		if m, err := h.master(ctx, old.ch); err != nil || m == nil || m.Options().Addr != old.n.addr {
-			break
-		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-ctx.Done():
-			deadline = time.Time{} // the caller returns; watch anyway, for its leave
-		case <-closing:
-			deadline = time.Time{}
+	if old.n != nil {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.NewTimer(wait)
+		defer deadline.Stop()
+	poll:
+		for {
+			if m, err := h.master(ctx, old.ch); err != nil || m == nil || m.Options().Addr != old.n.addr {
+				break
+			}
+			old.n.reload() // debounced by go-redis
+			select {
+			case <-tick.C:
+			case <-deadline.C:
+				break poll
+			case <-ctx.Done():
+				break poll // the caller returns; watch anyway, for its leave
+			case <-closing:
+				break poll
+			}
 		}
 	}
 	return h.watch(ctx, old.ch, old.owner)
@@ -298,6 +327,7 @@ func (w *waiter) awaitSubscribed(ctx context.Context, closing <-chan struct{}, m
 	defer t.Stop()
 	select {
 	case <-w.ready:
+	case <-w.moved: // refused (see node.refused): watch again
 	case <-t.C:
 	case <-ctx.Done():
 		return ctxErr(ctx)
@@ -483,9 +513,14 @@ func (n *node) receive() {
 			n.replace(ps)
 			pinged = false
 		case isServerReply(err):
-			// An error reply to one of our commands (a channel whose slot
-			// moved, a missing permission): its waiters fall back to their
-			// timers; the connection itself is fine.
+			// An error reply to one of our commands; the connection itself
+			// is fine. A subscription refused because its slot is another
+			// master's (a slot map that was stale when the waiter chose
+			// this connection) is moved; for other errors (a missing
+			// permission) the waiters fall back to their timers.
+			if slot, ok := movedSlot(err); ok && n.sharded {
+				n.refused(slot)
+			}
 		default:
 			n.replace(ps)
 			pinged = false
@@ -616,8 +651,44 @@ func (n *node) unsubscribed(ch string) {
 	// waiters watch again (hub.rewatch), on the slot's new master, once the
 	// client's slot map knows it.
 	for _, w := range cs.waiters {
-		w.moved.Store(true)
+		w.markMoved()
 	}
 	delete(n.chans, ch)
 	n.reload()
+}
+
+// refused handles a MOVED reply to a sharded subscribe: the channels of slot
+// are another master's, so their waiters must watch again (hub.rewatch),
+// and the slot map is stale.
+func (n *node) refused(slot int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for ch, cs := range n.chans {
+		if clusterSlot(ch) != slot {
+			continue
+		}
+		cs.wakeAll()
+		for _, w := range cs.waiters {
+			w.markMoved()
+		}
+		delete(n.chans, ch)
+	}
+	n.reload()
+}
+
+// movedSlot returns the slot of a MOVED error reply ("MOVED 3999 host:port").
+func movedSlot(err error) (int, bool) {
+	var re goredis.Error
+	if !errors.As(err, &re) {
+		return 0, false
+	}
+	f := strings.Fields(re.Error())
+	if len(f) != 3 || f[0] != "MOVED" {
+		return 0, false
+	}
+	slot, perr := strconv.Atoi(f[1])
+	if perr != nil || slot < 0 || slot >= 16384 {
+		return 0, false
+	}
+	return slot, true
 }

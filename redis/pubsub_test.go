@@ -22,7 +22,7 @@ func testNode(sharded bool, reload func()) *node {
 // subscribed registers a waiter on ch and plays the writer and the server
 // up to a confirmed subscription.
 func subscribed(n *node, ch string) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1), ch: ch}
+	w := newWaiter(ch, "")
 	n.add(w)
 	cs := n.chans[ch]
 	cs.sent, cs.pending = true, 1
@@ -146,5 +146,52 @@ func TestJoinOnlyConfirmed(t *testing.T) {
 	n.chans["other"] = cs
 	if h.join(ctx, "other", "o") != nil {
 		t.Error("join on an unconfirmed subscription registered a waiter")
+	}
+}
+
+// redisError is an error reply of the server, as go-redis returns one.
+type redisError string
+
+func (e redisError) Error() string { return string(e) }
+func (redisError) RedisError()     {}
+
+// TestRefusedShardSubscription: a MOVED reply to a sharded subscribe (the
+// waiter chose a master from a slot map that was stale) wakes the waiters
+// of that slot's channels and marks them to watch again, and has the slot
+// map reloaded; channels of other slots and
+// other error replies are left alone.
+func TestRefusedShardSubscription(t *testing.T) {
+	reloads := 0
+	n := testNode(true, func() { reloads++ })
+	const a, b = "locker:{foo}:wake:x", "locker:{bar}:wake:x" // slots 12182 and 5061
+	wa, wb := newWaiter(a, ""), newWaiter(b, "")
+	n.add(wa)
+	n.add(wb)
+	wa.ready, wb.ready = make(chan struct{}), make(chan struct{}) // unconfirmed
+
+	for _, err := range []error{redisError("NOPERM this user has no permissions"), redisError("MOVED x 127.0.0.1:1"), nil} {
+		if _, ok := movedSlot(err); ok {
+			t.Errorf("movedSlot(%v) took it for a MOVED reply", err)
+		}
+	}
+	slot, ok := movedSlot(redisError("MOVED 12182 127.0.0.1:7001"))
+	if !ok || slot != 12182 {
+		t.Fatalf("movedSlot = %d, %v; want 12182, true", slot, ok)
+	}
+	n.refused(slot)
+	if !wa.hasMoved() || !woken(wa) {
+		t.Errorf("waiter of the refused channel: moved %v, woken %v; want both", wa.hasMoved(), woken(wa))
+	}
+	if wb.hasMoved() || woken(wb) {
+		t.Error("a waiter of another slot was disturbed")
+	}
+	if _, ok := n.chans[a]; ok {
+		t.Error("the refused channel is still in the node's table")
+	}
+	if _, ok := n.chans[b]; !ok {
+		t.Error("the channel of another slot was dropped")
+	}
+	if reloads != 1 {
+		t.Errorf("slot map reloads = %d, want 1", reloads)
 	}
 }

@@ -120,7 +120,7 @@ func (l *Locker) wait(ctx context.Context, a *attempt) (h *Handle, err error) {
 		if w.hasMoved() {
 			// The key's slot moved to another Cluster master: listen
 			// there, then try again before sleeping, as above.
-			w = l.hub.rewatch(ctx, l.closing, w)
+			w = l.hub.rewatch(ctx, l.closing, w, min(l.recheckEvery(a.ttl), time.Second))
 			if err := w.awaitSubscribed(ctx, l.closing, l.cfg.retryInterval); err != nil {
 				return nil, err
 			}

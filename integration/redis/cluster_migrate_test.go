@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,15 +20,67 @@ import (
 // must subscribe on the new master, and be woken there by the release at
 // once, not by its retry interval.
 func TestClusterSlotMigrationMovesWaiters(t *testing.T) {
+	testSlotMigration(t, nil)
+}
+
+// TestClusterSlotMigrationStaleSlotMap: as above, but the waiter's client
+// keeps naming the old master for the slot for two seconds after the move,
+// as a client does whose slot map was reloaded from a node that had not
+// heard of the move yet (a CI run once failed the test above that way: the
+// waiter went back to the old master, which refused its subscription with
+// MOVED, and it listened nowhere until its Acquire ended). The waiter must
+// end up subscribed on the new master once its map names it.
+func TestClusterSlotMigrationStaleSlotMap(t *testing.T) {
+	var stale atomic.Bool
+	testSlotMigration(t, func(c *goredis.ClusterClient, slot int64, from []goredis.ClusterNode) (*goredis.ClusterClient, func()) {
+		wc := goredis.NewClusterClient(&goredis.ClusterOptions{
+			ContextTimeoutEnabled: true,
+			ClusterSlots: func(ctx context.Context) ([]goredis.ClusterSlot, error) {
+				slots, err := c.ClusterSlots(ctx).Result()
+				if err != nil || !stale.Load() {
+					return slots, err
+				}
+				return withSlotOwner(slots, int(slot), from), nil
+			},
+		})
+		t.Cleanup(func() { _ = wc.Close() })
+		return wc, func() {
+			stale.Store(true)
+			wc.ReloadState(context.Background())
+			time.AfterFunc(2*time.Second, func() { stale.Store(false) })
+		}
+	})
+}
+
+// withSlotOwner returns the slot map slots with slot given to nodes.
+func withSlotOwner(slots []goredis.ClusterSlot, slot int, nodes []goredis.ClusterNode) []goredis.ClusterSlot {
+	var out []goredis.ClusterSlot
+	for _, r := range slots {
+		if slot < r.Start || slot > r.End {
+			out = append(out, r)
+			continue
+		}
+		if r.Start < slot {
+			out = append(out, goredis.ClusterSlot{Start: r.Start, End: slot - 1, Nodes: r.Nodes})
+		}
+		if slot < r.End {
+			out = append(out, goredis.ClusterSlot{Start: slot + 1, End: r.End, Nodes: r.Nodes})
+		}
+	}
+	return append(out, goredis.ClusterSlot{Start: slot, End: slot, Nodes: nodes})
+}
+
+// testSlotMigration moves the slot of a key that a waiter listens on, with
+// the holder's lock on it, and checks that the waiter listens on the new
+// master and is woken there by the release. waiterClient, if not nil, makes
+// the waiter's client; the function it returns runs just before the move.
+func testSlotMigration(t *testing.T, waiterClient func(c *goredis.ClusterClient, slot int64, from []goredis.ClusterNode) (*goredis.ClusterClient, func())) {
 	c := clusterClient(t)
 	ctx := testCtx(t)
 	const retry = time.Minute // only a notification may wake the waiter quickly
 	holder := redis.New(c)
-	waiter := redis.New(c, redis.WithRetryInterval(retry))
-	t.Cleanup(func() { _ = waiter.Close(); _ = holder.Close() })
-
 	key := uniqueKey(t)
-	lock, _, wake := waiter.KeyNames(key)
+	lock, _, _ := holder.KeyNames(key)
 	slot := c.ClusterKeySlot(ctx, lock).Val()
 	from, err := c.MasterForKey(ctx, lock)
 	if err != nil {
@@ -47,6 +100,23 @@ func TestClusterSlotMigrationMovesWaiters(t *testing.T) {
 	}); err != nil || to == nil {
 		t.Fatalf("no second master: %v", err)
 	}
+	wc, beforeMove := c, func() {}
+	if waiterClient != nil {
+		slots, err := c.ClusterSlots(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fromNodes []goredis.ClusterNode
+		for _, r := range slots {
+			if int64(r.Start) <= slot && slot <= int64(r.End) {
+				fromNodes = r.Nodes
+			}
+		}
+		wc, beforeMove = waiterClient(c, slot, fromNodes)
+	}
+	waiter := redis.New(wc, redis.WithRetryInterval(retry))
+	t.Cleanup(func() { _ = waiter.Close(); _ = holder.Close() })
+	_, _, wake := waiter.KeyNames(key) // each Locker has its own channel
 
 	h := mustGet(t, ctx, holder, key, locker.WithTTL(time.Minute))
 	type result struct {
@@ -63,6 +133,7 @@ func TestClusterSlotMigrationMovesWaiters(t *testing.T) {
 	}()
 	waitShardSubscribed(t, ctx, from, []string{wake})
 
+	beforeMove()
 	migrateSlot(t, ctx, c, slot, from, to)
 	t.Logf("slot %d moved from %s to %s", slot, from.Options().Addr, to.Options().Addr)
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
