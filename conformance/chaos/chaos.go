@@ -1,0 +1,163 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+// Harness tells Run how to exercise a backend under faults. As with
+// conformance.Harness, the zero value of every optional field picks a
+// default.
+type Harness struct {
+	// NewLocker returns the Locker of worker w. Without InProcess, Run calls
+	// it in each worker process (the test binary started again, see Run),
+	// whose environment holds the parent's plus what WorkerEnv returned for
+	// that worker; so it must reach the backend from what the environment
+	// says. Required.
+	NewLocker func(t *testing.T, w Worker) locker.Locker
+
+	// WorkerEnv, optional, runs in the test process before worker i starts
+	// and returns environment entries ("NAME=value") for it, such as the
+	// address of the fault proxy between that worker and the server (the
+	// Link faults of a harness cut or slow it).
+	WorkerEnv func(t *testing.T, worker int) []string
+
+	// Faults are the harness's own faults: server pauses, kills and
+	// restarts, partitions of one worker from the server. The nemesis
+	// injects them, and the built-in holder pause (unless InProcess), in a
+	// seeded random order. Optional.
+	Faults []Fault
+
+	// InProcess runs the workers as goroutines of the test process, for
+	// backends that lock within one process (memlock); the holder pause,
+	// which stops a worker's process, is then not among the faults.
+	InProcess bool
+
+	// NoHolderPause leaves the built-in holder pause out of the faults.
+	NoHolderPause bool
+
+	// Workers is the number of workers, Keys the number of keys they
+	// contend for. Zero: 4 workers, 2 keys.
+	Workers, Keys int
+
+	// TTL is the lease the workers ask for (locker.WithTTL). Zero: 2s.
+	TTL time.Duration
+
+	// Duration is how long the workers run; faults are injected during all
+	// but the last Settle of it. Zero: 30s, or LOCKER_CHAOS_DURATION (a Go
+	// duration) when set, for longer soaks.
+	Duration time.Duration
+
+	// Settle is the fault-free time at the end of the run, in which every
+	// key must be taken again (a fault must not leave a key stuck). Zero:
+	// 4 × TTL.
+	Settle time.Duration
+
+	// Seed seeds the nemesis. Zero: LOCKER_CHAOS_SEED when set, else a
+	// random seed. Run logs it; the same seed replays the same faults in
+	// the same order with the same durations (the interleaving of the
+	// workers is up to the machine).
+	Seed uint64
+}
+
+// Worker identifies a worker to Harness.NewLocker.
+type Worker struct {
+	Index int
+	// Env returns the worker's environment variable name: the process's
+	// own in a worker process; for InProcess workers the process's, with
+	// what WorkerEnv returned for the worker on top.
+	Env func(name string) string
+}
+
+// Fault is one kind of fault the nemesis can inject.
+type Fault struct {
+	// Name names the fault in logs and in the report ("server-pause",
+	// "link-blackhole", ...).
+	Name string
+
+	// Inject starts the fault and returns the function that ends it. It
+	// runs in the test process. target is the worker (and the lock it
+	// holds, when it holds one) the nemesis aims at: a link fault should cut
+	// that worker, a steal fault take that lock. Inject may fail t.
+	Inject func(t *testing.T, target Target) (heal func())
+}
+
+// Target is the worker a fault is aimed at.
+type Target struct {
+	Worker int
+	Key    string // the key it holds, "" if it holds none
+	Token  int64
+}
+
+// Environment variables.
+const (
+	// EnvDuration lengthens (or shortens) a run: a Go duration.
+	EnvDuration = "LOCKER_CHAOS_DURATION"
+	// EnvSeed replays a run's faults: the seed a failed run logged.
+	EnvSeed = "LOCKER_CHAOS_SEED"
+)
+
+func (h Harness) withDefaults(t *testing.T) Harness {
+	if h.Workers <= 0 {
+		h.Workers = 4
+	}
+	if h.Keys <= 0 {
+		h.Keys = 2
+	}
+	if h.TTL <= 0 {
+		h.TTL = 2 * time.Second
+	}
+	if h.Duration <= 0 {
+		h.Duration = 30 * time.Second
+		if v := os.Getenv(EnvDuration); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				t.Fatalf("chaos: %s=%q is not a positive Go duration", EnvDuration, v)
+			}
+			h.Duration = d
+		}
+	}
+	if h.Settle <= 0 {
+		h.Settle = 4 * h.TTL
+	}
+	if h.Seed == 0 {
+		if v := os.Getenv(EnvSeed); v != "" {
+			s, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || s == 0 {
+				t.Fatalf("chaos: %s=%q is not a positive integer", EnvSeed, v)
+			}
+			h.Seed = s
+		} else {
+			h.Seed = rand.Uint64() | 1
+		}
+	}
+	return h
+}
+
+// Report is what a run did and found.
+type Report struct {
+	Seed          uint64
+	Duration      time.Duration
+	Workers, Keys int
+	Acquired      int            // acquisitions that succeeded
+	AcquireFailed int            // Acquire calls that returned an error (timeouts under faults, mostly)
+	Writes        int            // fenced writes the register accepted
+	StaleRejected int            // fenced writes the register rejected: a newer token had written
+	WriteErrors   int            // writes that failed (the register was busy)
+	LossReported  int            // handles that reported the loss of their lock
+	Faults        map[string]int // faults injected, by kind
+	Violations    []string       // broken promises: must be none
+	Linearizable  bool           // porcupine's verdict on the register history
+}
+
+// String is the report on one line, for logs and for CHAOS.md.
+func (r *Report) String() string {
+	return fmt.Sprintf("seed=%d duration=%v workers=%d keys=%d acquired=%d acquire-errors=%d writes=%d stale-rejected=%d write-errors=%d losses-reported=%d faults=%v linearizable=%v violations=%d",
+		r.Seed, r.Duration.Round(time.Second), r.Workers, r.Keys, r.Acquired, r.AcquireFailed, r.Writes, r.StaleRejected, r.WriteErrors, r.LossReported, r.Faults, r.Linearizable, len(r.Violations))
+}

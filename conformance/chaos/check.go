@@ -1,0 +1,343 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// history is what the checks look at.
+type history struct {
+	events      []event
+	freezes     map[int][][2]int64 // by worker: when its process was stopped
+	faults      []faultRec
+	ttl         time.Duration
+	keys        []string
+	settleStart int64 // the last fault had ended
+	settle      time.Duration
+}
+
+// observeSlack is how much later than another worker's acquisition a loss
+// may be observed and still count as reported before it. The two instants
+// are taken by different goroutines (or processes) after the fact (when
+// Done's watcher and the Acquire's caller run), and the scheduler may delay
+// either; a backend that reports the loss after the other's grant by less
+// than this passes. Network backends report a loss a drift margin (about a
+// tenth of the TTL or more) before the server can grant again.
+const observeSlack = 100 * time.Millisecond
+
+// holdRec is one successful acquisition and what followed it.
+type holdRec struct {
+	acq     event
+	lostAt  int64 // when its Done closed with an error; 0: never
+	relInv  int64 // 0: never released
+	relLost bool  // Release returned an error wrapping ErrLost
+	rel     *event
+	stale   int // its writes the register rejected
+}
+
+func (h *holdRec) end() int64 {
+	if h.relInv == 0 {
+		return 1<<63 - 1
+	}
+	return h.relInv
+}
+
+func (h *holdRec) reported() bool { return h.lostAt != 0 || h.relLost }
+
+func (h *holdRec) String() string {
+	return fmt.Sprintf("worker %d's hold #%d (token %d, acquired at %s)", h.acq.W, h.acq.Seq, h.acq.Tok, stamp(h.acq.Done))
+}
+
+func stamp(ns int64) string { return time.Unix(0, ns).UTC().Format("15:04:05.000000") }
+
+// check fills r's counts and violations from the history:
+//   - fencing tokens are unique per key and grow with real time: a hold
+//     acquired after another's acquisition completed has the larger token;
+//   - exclusion: while a hold is in use (from its Acquire's return to its
+//     Release call), no other worker acquires its key, unless the hold had
+//     reported the loss by then (give or take observeSlack), or its process
+//     was stopped (SIGSTOP)
+//     within a TTL before the other's acquisition: a frozen process cannot
+//     hear anything, and that is what fencing is for;
+//   - a hold whose lock was taken over, or whose writes the register
+//     rejected, reported the loss (Done closed with ErrLost, or Release
+//     returned it);
+//   - the register accepted no write with a token below one it had accepted
+//     before, and its history is linearizable (porcupine);
+//   - every key was acquired again after the last fault ended.
+func check(r *Report, h history) {
+	type hk struct{ w, seq int }
+	holds := map[hk]*holdRec{}
+	byKey := map[string][]*holdRec{}
+	for _, e := range h.events {
+		switch e.Op {
+		case opAcquire:
+			if !e.OK {
+				r.AcquireFailed++
+				continue
+			}
+			r.Acquired++
+			hr := &holdRec{acq: e}
+			holds[hk{e.W, e.Seq}] = hr
+			byKey[e.Key] = append(byKey[e.Key], hr)
+		}
+	}
+	for _, e := range h.events {
+		hr := holds[hk{e.W, e.Seq}]
+		if hr == nil {
+			continue
+		}
+		switch e.Op {
+		case opLost:
+			hr.lostAt = e.Done
+			r.LossReported++
+		case opRelease:
+			hr.relInv, hr.relLost, hr.rel = e.Inv, e.Lost, &e
+		case opWrite:
+			switch {
+			case e.Err != "":
+				r.WriteErrors++
+			case e.OK:
+				r.Writes++
+			default:
+				r.StaleRejected++
+				hr.stale++
+			}
+		}
+	}
+	for _, hr := range holds {
+		if hr.relLost && hr.lostAt == 0 {
+			r.LossReported++ // told at Release only
+		}
+	}
+	violate := func(format string, args ...any) {
+		r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
+	}
+	frozenNear := func(w int, at int64) bool {
+		for _, f := range h.freezes[w] {
+			if f[0] <= at && f[1] >= at-int64(h.ttl) {
+				return true
+			}
+		}
+		return false
+	}
+
+	for key, hs := range byKey {
+		// Tokens: unique, and ordered as the acquisitions were in real time.
+		seen := map[int64]*holdRec{}
+		for _, a := range hs {
+			if b := seen[a.acq.Tok]; b != nil {
+				violate("key %q: token %d was given twice: to %v and to %v", key, a.acq.Tok, b, a)
+			}
+			seen[a.acq.Tok] = a
+		}
+		byInv := slices.SortedFunc(slices.Values(hs), func(a, b *holdRec) int { return cmp.Compare(a.acq.Inv, b.acq.Inv) })
+		byDone := slices.SortedFunc(slices.Values(hs), func(a, b *holdRec) int { return cmp.Compare(a.acq.Done, b.acq.Done) })
+		var maxDone *holdRec
+		j := 0
+		for _, b := range byInv {
+			for ; j < len(byDone) && byDone[j].acq.Done < b.acq.Inv; j++ {
+				if maxDone == nil || byDone[j].acq.Tok > maxDone.acq.Tok {
+					maxDone = byDone[j]
+				}
+			}
+			if maxDone != nil && b.acq.Tok <= maxDone.acq.Tok {
+				violate("key %q: %v has token %d, not above the token %d of %v, acquired before it was asked for", key, b, b.acq.Tok, maxDone.acq.Tok, maxDone)
+			}
+		}
+
+		// Exclusion and loss reports.
+		for i, a := range byDone {
+			takenOver := false
+			for _, b := range byDone[i+1:] {
+				if b.acq.Done >= a.end() {
+					break
+				}
+				if b.acq.W == a.acq.W {
+					continue // a worker holds one lock at a time: cannot overlap itself
+				}
+				takenOver = true
+				switch {
+				case a.lostAt != 0 && a.lostAt <= b.acq.Done+int64(observeSlack):
+				case frozenNear(a.acq.W, b.acq.Done):
+				default:
+					lost := "never reported the loss"
+					if a.lostAt != 0 {
+						lost = "reported the loss only at " + stamp(a.lostAt)
+					} else if a.relLost {
+						lost = "reported the loss only when it released"
+					}
+					violate("key %q: two holders: %v was acquired while %v was in use (it released at %s) and not frozen; the earlier %s", key, b, a, relStamp(a), lost)
+				}
+			}
+			if (takenOver || a.stale > 0) && !a.reported() && a.relInv != 0 {
+				why := "its lock was taken over"
+				if a.stale > 0 {
+					why = fmt.Sprintf("the register rejected %d of its writes (a newer token had written)", a.stale)
+				}
+				violate("key %q: %v lost its lock (%s) and never reported it: Done did not close with ErrLost and Release returned %v", key, a, why, relErr(a))
+			}
+		}
+	}
+
+	// The register: no accepted write went below an accepted write before it.
+	checkRegister(r, h, violate)
+
+	// Liveness: every key was taken again once the faults had ended.
+	for _, key := range h.keys {
+		if !slices.ContainsFunc(byKey[key], func(hr *holdRec) bool { return hr.acq.Done >= h.settleStart }) {
+			violate("key %q: not acquired again in the %v after the last fault ended", key, h.settle)
+		}
+	}
+}
+
+func relStamp(h *holdRec) string {
+	if h.relInv == 0 {
+		return "never"
+	}
+	return stamp(h.relInv)
+}
+
+func relErr(h *holdRec) string {
+	if h.rel == nil {
+		return "nothing (never called)"
+	}
+	if h.rel.Err == "" {
+		return "nil"
+	}
+	return fmt.Sprintf("%q", h.rel.Err)
+}
+
+// Porcupine model of the register, partitioned by key.
+type regInput struct {
+	write      bool
+	tok, value int64
+}
+
+type regOutput struct {
+	ok           bool // a write was accepted; a read succeeded
+	unknown      bool // the operation failed: it may or may not have happened
+	fence, value int64
+}
+
+type regState struct{ fence, value int64 }
+
+var registerModel = porcupine.NondeterministicModel{
+	Partition: func(ops []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range ops {
+			k := op.Metadata.(string)
+			if by[k] == nil {
+				keys = append(keys, k)
+			}
+			by[k] = append(by[k], op)
+		}
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, by[k])
+		}
+		return out
+	},
+	Init: func() []any { return []any{regState{}} },
+	Step: func(state, input, output any) []any {
+		s, in, out := state.(regState), input.(regInput), output.(regOutput)
+		if !in.write {
+			if out.unknown || s.fence == out.fence && s.value == out.value {
+				return []any{s}
+			}
+			return nil
+		}
+		applies := in.tok >= s.fence
+		next := regState{in.tok, in.value}
+		switch {
+		case out.unknown && applies:
+			return []any{s, next}
+		case out.unknown:
+			return []any{s}
+		case out.ok && applies:
+			return []any{next}
+		case !out.ok && !applies:
+			return []any{s}
+		}
+		return nil
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(regInput), output.(regOutput)
+		if !in.write {
+			if out.unknown {
+				return "read() -> failed"
+			}
+			return fmt.Sprintf("read() -> fence %d, value %x", out.fence, out.value)
+		}
+		verdict := "accepted"
+		switch {
+		case out.unknown:
+			verdict = "failed"
+		case !out.ok:
+			verdict = "rejected"
+		}
+		return fmt.Sprintf("write(token %d, value %x) -> %s", in.tok, in.value, verdict)
+	},
+	DescribeState: func(state any) string {
+		s := state.(regState)
+		return fmt.Sprintf("fence %d, value %x", s.fence, s.value)
+	},
+}
+
+// registerOps turns the history's register operations into porcupine's.
+func registerOps(events []event) []porcupine.Operation {
+	var ops []porcupine.Operation
+	for _, e := range events {
+		if e.Op != opWrite && e.Op != opRead {
+			continue
+		}
+		op := porcupine.Operation{ClientId: e.W, Call: e.Inv, Return: e.Done, Metadata: e.Key}
+		if e.Op == opWrite {
+			op.Input = regInput{write: true, tok: e.Tok, value: e.Val}
+		} else {
+			op.Input = regInput{}
+		}
+		op.Output = regOutput{ok: e.OK, unknown: e.Err != "", fence: e.Fence, value: e.Val}
+		if e.Op == opWrite {
+			op.Output = regOutput{ok: e.OK, unknown: e.Err != ""}
+		}
+		ops = append(ops, op)
+	}
+	return ops
+}
+
+func checkRegister(r *Report, h history, violate func(string, ...any)) {
+	byKey := map[string][]event{}
+	for _, e := range h.events {
+		if e.Op == opWrite && e.OK && e.Err == "" {
+			byKey[e.Key] = append(byKey[e.Key], e)
+		}
+	}
+	for key, ws := range byKey {
+		slices.SortFunc(ws, func(a, b event) int { return cmp.Compare(a.Done, b.Done) })
+		var top *event
+		for i := range ws {
+			w := &ws[i]
+			if top != nil && w.Inv > top.Done && w.Tok < top.Tok {
+				violate("key %q: the register accepted worker %d's write with token %d after it had accepted token %d (worker %d): a stale write got through", key, w.W, w.Tok, top.Tok, top.W)
+			}
+			if top == nil || w.Tok > top.Tok {
+				top = w
+			}
+		}
+	}
+	res := porcupine.CheckOperationsTimeout(registerModel.ToModel(), registerOps(h.events), time.Minute)
+	r.Linearizable = res == porcupine.Ok
+	switch res {
+	case porcupine.Illegal:
+		violate("the register's history is not linearizable (see the visualisation written beside the test's artifacts)")
+	case porcupine.Unknown:
+		// Not a violation: the checker ran out of time. Reported as
+		// Linearizable=false in the report.
+	}
+}

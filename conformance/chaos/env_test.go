@@ -1,0 +1,5 @@
+package chaos
+
+import "os"
+
+func lookupEnv(name string) string { return os.Getenv(name) }

@@ -1,0 +1,402 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Run runs workers against the backend h describes while a nemesis injects
+// faults, then checks the recorded history. It fails t for every violation
+// and returns the report (nil in a worker process). See the package
+// documentation.
+func Run(t *testing.T, h Harness) *Report {
+	t.Helper()
+	if h.NewLocker == nil {
+		t.Fatal("chaos: Harness.NewLocker is required")
+	}
+	r := exercise(t, h)
+	if r == nil {
+		return nil // a worker process
+	}
+	t.Logf("chaos report: %v", r)
+	for _, v := range r.Violations {
+		t.Error(v)
+	}
+	if len(r.Violations) > 0 {
+		t.Errorf("chaos: %d violations; replay the faults with %s=%d", len(r.Violations), EnvSeed, r.Seed)
+	}
+	return r
+}
+
+// faultRec is one injected fault.
+type faultRec struct {
+	name       string
+	target     Target
+	start, end int64
+}
+
+// exercise is Run without failing t for violations, for the package's own
+// tests of the checks. In a worker process it works and returns nil.
+func exercise(t *testing.T, h Harness) *Report {
+	if isWorkerProcess(t) {
+		runWorkerProcess(t, h.withDefaults(t))
+		return nil
+	}
+	return run(t, h.withDefaults(t))
+}
+
+func run(t *testing.T, h Harness) *Report {
+	t.Logf("chaos: seed %d (set %s=%d to replay these faults); %d workers, %d keys, TTL %v, %v",
+		h.Seed, EnvSeed, h.Seed, h.Workers, h.Keys, h.TTL, h.Duration)
+	dir := t.TempDir()
+	regPath := filepath.Join(dir, "register.db")
+	reg, err := openRegister(regPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.close()
+	rng := rand.New(rand.NewPCG(h.Seed, 0))
+	runID := strconv.FormatUint(rng.Uint64()>>16, 36) + strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
+
+	rec := newRecorder(h.Workers)
+	ws := make([]*workerProc, h.Workers)
+	for i := range ws {
+		var env []string
+		if h.WorkerEnv != nil {
+			env = h.WorkerEnv(t, i)
+		}
+		c := workConfig{index: i, run: runID, keys: h.Keys, ttl: h.TTL, seed: rng.Uint64()}
+		if h.InProcess {
+			ws[i] = startInProcess(t, h, c, env, reg, rec)
+		} else {
+			ws[i] = startProcess(t, c, env, regPath, rec)
+		}
+	}
+	t.Cleanup(func() {
+		for _, w := range ws {
+			w.kill()
+		}
+	})
+
+	faults := slices.Clone(h.Faults)
+	if !h.InProcess && !h.NoHolderPause {
+		faults = append(faults, Fault{Name: "holder-pause", Inject: func(t *testing.T, tg Target) func() {
+			return ws[tg.Worker].freeze(rec)
+		}})
+	}
+	start := time.Now()
+	faultEnd := start.Add(h.Duration - h.Settle)
+	var injected []faultRec
+	if len(faults) > 0 {
+		injected = nemesis(t, rng, h, faults, rec, faultEnd)
+	}
+	settleStart := now()
+	if d := time.Until(start.Add(h.Duration)); d > 0 {
+		time.Sleep(d)
+	}
+	stopBy := time.Now().Add(4*h.TTL + 30*time.Second)
+	var hung []string
+	for _, w := range ws {
+		w.stop()
+	}
+	for i, w := range ws {
+		if !w.wait(time.Until(stopBy)) {
+			hung = append(hung, fmt.Sprintf("worker %d did not finish its hold and stop within %v of being asked to (a call that does not return: see its goroutines above)", i, 4*h.TTL+30*time.Second))
+			w.kill()
+		}
+	}
+
+	r := &Report{Seed: h.Seed, Duration: time.Since(start), Workers: h.Workers, Keys: h.Keys, Faults: map[string]int{}}
+	for _, f := range injected {
+		r.Faults[f.name]++
+	}
+	events := rec.all()
+	keys := make([]string, h.Keys)
+	for i := range keys {
+		keys[i] = workConfig{run: runID}.key(i)
+	}
+	check(r, history{events: events, freezes: rec.freezes(), faults: injected, ttl: h.TTL, keys: keys, settleStart: settleStart, settle: h.Settle})
+	r.Violations = append(r.Violations, hung...)
+	for _, e := range rec.errs() {
+		r.Violations = append(r.Violations, e)
+	}
+	if len(r.Violations) > 0 || !r.Linearizable {
+		writeArtifacts(t, events, injected, r)
+	}
+	return r
+}
+
+// nemesis injects faults until end: a quiet spell of 0.5–1.5 TTL, then a
+// fault for 1–3 TTL, aimed at a worker that holds a lock when one does.
+func nemesis(t *testing.T, rng *rand.Rand, h Harness, faults []Fault, rec *recorder, end time.Time) []faultRec {
+	var out []faultRec
+	jitter := func(lo, hi float64) time.Duration {
+		return time.Duration((lo + (hi-lo)*rng.Float64()) * float64(h.TTL))
+	}
+	for {
+		quiet, dur := jitter(0.5, 1.5), jitter(1, 3)
+		f := faults[rng.IntN(len(faults))]
+		pick := rng.Uint64()
+		if time.Now().Add(quiet + dur).After(end) {
+			return out
+		}
+		time.Sleep(quiet)
+		tg := rec.target(pick)
+		fr := faultRec{name: f.Name, target: tg, start: now()}
+		t.Logf("chaos: %s on worker %d (holding %q token %d) for %v", f.Name, tg.Worker, tg.Key, tg.Token, dur.Round(time.Millisecond))
+		heal := f.Inject(t, tg)
+		time.Sleep(dur)
+		if heal != nil {
+			heal()
+		}
+		fr.end = now()
+		out = append(out, fr)
+	}
+}
+
+// recorder collects the workers' events and knows who holds what now.
+type recorder struct {
+	mu      sync.Mutex
+	events  []event
+	holding []*event // by worker: its current hold's acquire event
+	frozen  [][2]int64
+	frozenW []int
+	errList []string
+}
+
+func newRecorder(workers int) *recorder { return &recorder{holding: make([]*event, workers)} }
+
+func (r *recorder) add(e event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+	if e.W < 0 || e.W >= len(r.holding) {
+		r.errList = append(r.errList, fmt.Sprintf("chaos: an event names worker %d, which does not exist", e.W))
+		return
+	}
+	switch {
+	case e.Op == opAcquire && e.OK:
+		r.holding[e.W] = &e
+	case e.Op == opRelease:
+		r.holding[e.W] = nil
+	}
+}
+
+func (r *recorder) addErr(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errList = append(r.errList, s)
+}
+
+// target picks, by pick, a worker that holds a lock, or any worker.
+func (r *recorder) target(pick uint64) Target {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var holders []int
+	for w, e := range r.holding {
+		if e != nil {
+			holders = append(holders, w)
+		}
+	}
+	if len(holders) == 0 {
+		return Target{Worker: int(pick % uint64(len(r.holding)))}
+	}
+	w := holders[pick%uint64(len(holders))]
+	return Target{Worker: w, Key: r.holding[w].Key, Token: r.holding[w].Tok}
+}
+
+func (r *recorder) addFreeze(w int, from, to int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.frozen = append(r.frozen, [2]int64{from, to})
+	r.frozenW = append(r.frozenW, w)
+}
+
+func (r *recorder) freezes() map[int][][2]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := map[int][][2]int64{}
+	for i, w := range r.frozenW {
+		m[w] = append(m[w], r.frozen[i])
+	}
+	return m
+}
+
+func (r *recorder) all() []event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+func (r *recorder) errs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.errList)
+}
+
+// workerProc is a running worker: a process, or goroutines.
+type workerProc struct {
+	index  int
+	cmd    *exec.Cmd
+	stdin  interface{ Close() error }
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+func (w *workerProc) stop() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	if w.stdin != nil {
+		_ = w.stdin.Close()
+	}
+}
+
+func (w *workerProc) wait(d time.Duration) bool {
+	select {
+	case <-w.done:
+		return true
+	case <-time.After(max(d, 0)):
+		return false
+	}
+}
+
+func (w *workerProc) kill() {
+	if w.cmd != nil && w.cmd.Process != nil {
+		_ = w.cmd.Process.Signal(syscall.SIGCONT)
+		_ = w.cmd.Process.Kill()
+		<-w.done
+	}
+}
+
+// freeze stops the worker's process (SIGSTOP), as a long GC pause, swap or
+// a frozen VM would, and returns the function that lets it go on.
+func (w *workerProc) freeze(rec *recorder) func() {
+	from := now()
+	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		rec.addErr(fmt.Sprintf("chaos: SIGSTOP worker %d: %v", w.index, err))
+		return nil
+	}
+	return func() {
+		_ = w.cmd.Process.Signal(syscall.SIGCONT)
+		rec.addFreeze(w.index, from, now())
+	}
+}
+
+func startInProcess(t *testing.T, h Harness, c workConfig, env []string, reg *register, rec *recorder) *workerProc {
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	lookup := func(name string) string {
+		if v, ok := vars[name]; ok {
+			return v
+		}
+		return os.Getenv(name)
+	}
+	l := h.NewLocker(t, Worker{Index: c.index, Env: lookup})
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &workerProc{index: c.index, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		defer l.Close()
+		work(ctx, l, reg, c, rec.add)
+	}()
+	return w
+}
+
+func startProcess(t *testing.T, c workConfig, env []string, regPath string, rec *recorder) *workerProc {
+	var pat []string
+	for _, part := range strings.Split(t.Name(), "/") {
+		pat = append(pat, "^"+regexp.QuoteMeta(part)+"$")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(pat, "/"), "-test.count=1", "-test.timeout=2h")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(cmd.Env,
+		envWorker+"="+strconv.Itoa(c.index),
+		envRun+"="+t.Name(),
+		envRunID+"="+c.run,
+		envRegister+"="+regPath,
+		envKeys+"="+strconv.Itoa(c.keys),
+		envTTL+"="+c.ttl.String(),
+		envSeed+"="+strconv.FormatUint(c.seed, 10),
+	)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("chaos: start worker %d: %v", c.index, err)
+	}
+	w := &workerProc{index: c.index, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	ready := make(chan struct{})
+	go func() {
+		defer close(w.done)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		var other []string
+		isReady := false
+		for sc.Scan() {
+			line := sc.Text()
+			if b, ok := strings.CutPrefix(line, eventPrefix); ok {
+				var e event
+				if err := json.Unmarshal([]byte(b), &e); err != nil {
+					rec.addErr(fmt.Sprintf("chaos: worker %d printed a bad event %q: %v", c.index, b, err))
+					continue
+				}
+				rec.add(e)
+				continue
+			}
+			if line == readyLine && !isReady {
+				isReady = true
+				close(ready)
+				continue
+			}
+			if len(other) < 200 {
+				other = append(other, line)
+			}
+		}
+		err := cmd.Wait()
+		if !isReady {
+			close(ready)
+		}
+		if err != nil || !isReady || slices.ContainsFunc(other, func(s string) bool { return strings.HasPrefix(s, "--- FAIL") }) {
+			if !w.killed() {
+				rec.addErr(fmt.Sprintf("chaos: worker %d ended with %v; its output:\n%s", c.index, err, strings.Join(other, "\n")))
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("chaos: worker %d did not start within 2 minutes", c.index)
+	}
+	return w
+}
+
+// killed reports whether the run killed the worker (a hang already
+// reported); its exit status then says nothing more.
+func (w *workerProc) killed() bool {
+	return w.cmd != nil && w.cmd.ProcessState != nil && !w.cmd.ProcessState.Exited()
+}

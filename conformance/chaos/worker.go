@@ -1,0 +1,230 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+// A worker loops: take a random key of the run, write to the register
+// under it a few times with its fencing token (some holds last longer than
+// the TTL, so renewal is exercised), read it back, release. It records
+// every operation as an event with its invocation and completion times
+// (Unix nanoseconds: the workers share the machine's clock). It writes
+// whatever happens, also after its lock was lost: fencing must reject what
+// the lock no longer covers, and the checks must see it.
+
+// event is one recorded operation.
+type event struct {
+	W     int    `json:"w"`
+	Op    string `json:"op"` // opAcquire, opWrite, opRead, opLost, opRelease
+	Seq   int    `json:"seq"`
+	Key   string `json:"key"`
+	Inv   int64  `json:"inv"`
+	Done  int64  `json:"done"`
+	Tok   int64  `json:"tok,omitempty"`
+	Val   int64  `json:"val,omitempty"`
+	Fence int64  `json:"fence,omitempty"` // what a read returned
+	OK    bool   `json:"ok,omitempty"`    // the operation succeeded (a write: accepted)
+	Err   string `json:"err,omitempty"`
+	Lost  bool   `json:"lost,omitempty"` // the error wraps locker.ErrLost; for a write: the handle had reported the loss when it began
+}
+
+const (
+	opAcquire = "acquire"
+	opWrite   = "write"
+	opRead    = "read"
+	opLost    = "lost"
+	opRelease = "release"
+)
+
+func now() int64 { return time.Now().UnixNano() }
+
+// workConfig is what a worker needs to know of the run.
+type workConfig struct {
+	index int
+	run   string // prefix of the run's keys
+	keys  int
+	ttl   time.Duration
+	seed  uint64
+}
+
+func (c workConfig) key(i int) string { return fmt.Sprintf("chaos/%s/k%d", c.run, i) }
+
+// work runs one worker until ctx ends (then it finishes its hold, releasing
+// the lock, and returns).
+func work(ctx context.Context, l locker.Locker, reg *register, c workConfig, emit func(event)) {
+	rng := rand.New(rand.NewPCG(c.seed, uint64(c.index)+1))
+	for seq := 0; ctx.Err() == nil; seq++ {
+		key := c.key(rng.IntN(c.keys))
+		ev := event{W: c.index, Op: opAcquire, Seq: seq, Key: key, Inv: now()}
+		actx, cancel := context.WithTimeout(ctx, 3*c.ttl+2*time.Second)
+		h, err := l.Acquire(actx, key, locker.WithTTL(c.ttl))
+		cancel()
+		ev.Done = now()
+		if err != nil {
+			ev.Err = err.Error()
+			emit(ev)
+			if ctx.Err() != nil {
+				return
+			}
+			pause(ctx, time.Duration(rng.IntN(50))*time.Millisecond)
+			continue
+		}
+		ev.OK, ev.Tok = true, h.Token()
+		emit(ev)
+		hold(ctx, rng, reg, c, h, seq, emit)
+	}
+}
+
+// hold uses and releases one acquired lock.
+func hold(ctx context.Context, rng *rand.Rand, reg *register, c workConfig, h locker.Handle, seq int, emit func(event)) {
+	key, tok := h.Key(), h.Token()
+	released := make(chan struct{})
+	var watched sync.WaitGroup
+	watched.Add(1)
+	go func() {
+		defer watched.Done()
+		select {
+		case <-h.Done():
+			at := now()
+			// Done also closes when our Release ends the hold (Err then
+			// wraps ErrReleased): only a loss is an event.
+			if err := h.Err(); errors.Is(err, locker.ErrLost) {
+				emit(event{W: c.index, Op: opLost, Seq: seq, Key: key, Tok: tok, Inv: at, Done: at, Err: err.Error(), Lost: true})
+			}
+		case <-released:
+		}
+	}()
+
+	// Mostly short holds; a quarter last one to two TTLs, so that the lock
+	// must be renewed while it is used.
+	d := time.Duration(rng.Int64N(int64(c.ttl / 5)))
+	if rng.IntN(4) == 0 {
+		d = c.ttl + time.Duration(rng.Int64N(int64(c.ttl)))
+	}
+	n := 1 + rng.IntN(3)
+	for i := range n {
+		pause(ctx, d/time.Duration(n))
+		val := int64(c.index)<<40 | int64(seq)<<8 | int64(i)
+		ev := event{W: c.index, Op: opWrite, Seq: seq, Key: key, Tok: tok, Val: val, Lost: h.Err() != nil, Inv: now()}
+		wctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		ok, err := reg.write(wctx, key, tok, val)
+		cancel()
+		ev.Done, ev.OK = now(), ok
+		if err != nil {
+			ev.Err = err.Error()
+		}
+		emit(ev)
+	}
+	ev := event{W: c.index, Op: opRead, Seq: seq, Key: key, Tok: tok, Inv: now()}
+	rctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	fence, val, err := reg.read(rctx, key)
+	cancel()
+	ev.Done, ev.Fence, ev.Val, ev.OK = now(), fence, val, err == nil
+	if err != nil {
+		ev.Err = err.Error()
+	}
+	emit(ev)
+
+	ev = event{W: c.index, Op: opRelease, Seq: seq, Key: key, Tok: tok, Inv: now()}
+	rctx, cancel = context.WithTimeout(context.Background(), 2*c.ttl+5*time.Second)
+	err = h.Release(rctx)
+	cancel()
+	ev.Done, ev.OK = now(), err == nil
+	if err != nil {
+		ev.Err, ev.Lost = err.Error(), errors.Is(err, locker.ErrLost)
+	}
+	close(released)
+	watched.Wait()
+	emit(ev)
+}
+
+// pause sleeps for d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// Worker processes: the test binary run again with -test.run selecting the
+// test that called Run; there Run finds these variables and works instead.
+const (
+	envWorker   = "LOCKER_CHAOS_WORKER"
+	envRun      = "LOCKER_CHAOS_RUN" // the test's name
+	envRunID    = "LOCKER_CHAOS_RUN_ID"
+	envRegister = "LOCKER_CHAOS_REGISTER"
+	envKeys     = "LOCKER_CHAOS_KEYS"
+	envTTL      = "LOCKER_CHAOS_TTL"
+	envSeed     = "LOCKER_CHAOS_WORKER_SEED"
+
+	eventPrefix = "locker-chaos-event "
+	readyLine   = "locker-chaos-ready"
+)
+
+func isWorkerProcess(t *testing.T) bool {
+	return os.Getenv(envWorker) != "" && os.Getenv(envRun) == t.Name()
+}
+
+// runWorkerProcess is Run in a worker process: work until stdin closes,
+// printing events on stdout.
+func runWorkerProcess(t *testing.T, h Harness) {
+	c := workConfig{run: os.Getenv(envRunID)}
+	var err error
+	if c.index, err = strconv.Atoi(os.Getenv(envWorker)); err != nil {
+		t.Fatalf("chaos worker: %s: %v", envWorker, err)
+	}
+	if c.keys, err = strconv.Atoi(os.Getenv(envKeys)); err != nil {
+		t.Fatalf("chaos worker: %s: %v", envKeys, err)
+	}
+	if c.ttl, err = time.ParseDuration(os.Getenv(envTTL)); err != nil {
+		t.Fatalf("chaos worker: %s: %v", envTTL, err)
+	}
+	if c.seed, err = strconv.ParseUint(os.Getenv(envSeed), 10, 64); err != nil {
+		t.Fatalf("chaos worker: %s: %v", envSeed, err)
+	}
+	reg, err := openRegister(os.Getenv(envRegister))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.close()
+	l := h.NewLocker(t, Worker{Index: c.index, Env: os.Getenv})
+	defer l.Close()
+
+	out := bufio.NewWriter(os.Stdout)
+	var mu sync.Mutex
+	emit := func(e event) {
+		b, _ := json.Marshal(e)
+		mu.Lock()
+		defer mu.Unlock()
+		_, _ = out.WriteString(eventPrefix)
+		_, _ = out.Write(b)
+		_ = out.WriteByte('\n')
+		_ = out.Flush()
+	}
+	fmt.Println(readyLine)
+
+	ctx, stop := context.WithCancel(context.Background())
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin) // the parent closes it to stop us
+		stop()
+	}()
+	work(ctx, l, reg, c, emit)
+}
