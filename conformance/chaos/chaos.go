@@ -146,7 +146,8 @@ type Report struct {
 	Duration      time.Duration
 	Workers, Keys int
 	Acquired      int            // acquisitions that succeeded
-	AcquireFailed int            // Acquire calls that returned an error (timeouts under faults, mostly)
+	AcquireFailed int            // Acquire calls that returned an error
+	AcquireErrors map[string]int // those errors by kind: "deadline" (a wait longer than 3 TTL + 2s), "stopped" (the run ended), or the error's text
 	Writes        int            // fenced writes the register accepted
 	StaleRejected int            // fenced writes the register rejected: a newer token had written
 	WriteErrors   int            // writes that failed (the register was busy)
@@ -158,6 +159,13 @@ type Report struct {
 
 // String is the report on one line, for logs and for CHAOS.md.
 func (r *Report) String() string {
-	return fmt.Sprintf("seed=%d duration=%v workers=%d keys=%d acquired=%d acquire-errors=%d writes=%d stale-rejected=%d write-errors=%d losses-reported=%d faults=%v linearizable=%v violations=%d",
-		r.Seed, r.Duration.Round(time.Second), r.Workers, r.Keys, r.Acquired, r.AcquireFailed, r.Writes, r.StaleRejected, r.WriteErrors, r.LossReported, r.Faults, r.Linearizable, len(r.Violations))
+	return fmt.Sprintf("seed=%d duration=%v workers=%d keys=%d acquired=%d acquire-errors=%d%v writes=%d stale-rejected=%d write-errors=%d losses-reported=%d faults=%v linearizable=%v violations=%d",
+		r.Seed, r.Duration.Round(time.Second), r.Workers, r.Keys, r.Acquired, r.AcquireFailed, errKinds(r.AcquireErrors), r.Writes, r.StaleRejected, r.WriteErrors, r.LossReported, r.Faults, r.Linearizable, len(r.Violations))
+}
+
+func errKinds(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	return fmt.Sprint(m)
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -78,6 +79,17 @@ func check(r *Report, h history) {
 		case opAcquire:
 			if !e.OK {
 				r.AcquireFailed++
+				kind, _, _ := strings.Cut(e.Err, ":")
+				if kind != errStopped && kind != errDeadline {
+					kind = e.Err
+					if len(kind) > 120 {
+						kind = kind[:120] + "…"
+					}
+				}
+				if r.AcquireErrors == nil {
+					r.AcquireErrors = map[string]int{}
+				}
+				r.AcquireErrors[kind]++
 				continue
 			}
 			r.Acquired++

@@ -41,6 +41,12 @@ type event struct {
 	Lost  bool   `json:"lost,omitempty"` // the error wraps locker.ErrLost; for a write: the handle had reported the loss when it began
 }
 
+// Prefixes of Acquire errors the report counts by kind.
+const (
+	errStopped  = "stopped"
+	errDeadline = "deadline"
+)
+
 const (
 	opAcquire = "acquire"
 	opWrite   = "write"
@@ -75,6 +81,12 @@ func work(ctx context.Context, l locker.Locker, reg *register, c workConfig, emi
 		ev.Done = now()
 		if err != nil {
 			ev.Err = err.Error()
+			switch {
+			case ctx.Err() != nil:
+				ev.Err = errStopped + ": " + ev.Err
+			case errors.Is(err, context.DeadlineExceeded):
+				ev.Err = errDeadline + ": " + ev.Err
+			}
 			emit(ev)
 			if ctx.Err() != nil {
 				return

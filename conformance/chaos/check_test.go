@@ -1,0 +1,131 @@
+package chaos
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Synthetic histories: each check must flag the flaw it is for, and pass
+// the same history without it.
+
+const ms = int64(time.Millisecond)
+
+func acq(w, seq int, key string, tok, inv, done int64) event {
+	return event{W: w, Op: opAcquire, Seq: seq, Key: key, Tok: tok, Inv: inv * ms, Done: done * ms, OK: true}
+}
+
+func rel(w, seq int, key string, tok, inv, done int64, lost bool) event {
+	e := event{W: w, Op: opRelease, Seq: seq, Key: key, Tok: tok, Inv: inv * ms, Done: done * ms, OK: !lost, Lost: lost}
+	if lost {
+		e.Err = "lost"
+	}
+	return e
+}
+
+func wr(w, seq int, key string, tok, val, inv, done int64, ok bool) event {
+	return event{W: w, Op: opWrite, Seq: seq, Key: key, Tok: tok, Val: val, Inv: inv * ms, Done: done * ms, OK: ok}
+}
+
+func lostAt(w, seq int, key string, tok, at int64) event {
+	return event{W: w, Op: opLost, Seq: seq, Key: key, Tok: tok, Inv: at * ms, Done: at * ms, Lost: true}
+}
+
+func rd(w, seq int, key string, fence, val, inv, done int64) event {
+	return event{W: w, Op: opRead, Seq: seq, Key: key, Fence: fence, Val: val, Inv: inv * ms, Done: done * ms, OK: true}
+}
+
+func runCheck(evs []event, freezes map[int][][2]int64) *Report {
+	r := &Report{Faults: map[string]int{}}
+	check(r, history{events: evs, freezes: freezes, ttl: time.Second, keys: []string{"k"}, settleStart: 0, settle: time.Second})
+	return r
+}
+
+func wantViolation(t *testing.T, r *Report, substr string) {
+	t.Helper()
+	for _, v := range r.Violations {
+		if strings.Contains(v, substr) {
+			return
+		}
+	}
+	t.Errorf("no violation containing %q; got %q", substr, r.Violations)
+}
+
+func wantClean(t *testing.T, r *Report) {
+	t.Helper()
+	if len(r.Violations) > 0 || !r.Linearizable {
+		t.Errorf("violations on a correct history (linearizable %v): %q", r.Linearizable, r.Violations)
+	}
+}
+
+// A clean handover: 0 holds 1..10, then 1 holds 20..30.
+func handover() []event {
+	return []event{
+		acq(0, 0, "k", 5, 0, 1), wr(0, 0, "k", 5, 1, 2, 3, true), rd(0, 0, "k", 5, 1, 4, 5), rel(0, 0, "k", 5, 10, 11, false),
+		acq(1, 0, "k", 7, 9, 20), wr(1, 0, "k", 7, 2, 21, 22, true), rd(1, 0, "k", 7, 2, 23, 24), rel(1, 0, "k", 7, 30, 31, false),
+	}
+}
+
+func TestCheckClean(t *testing.T) { wantClean(t, runCheck(handover(), nil)) }
+
+func TestCheckTokenOrder(t *testing.T) {
+	evs := handover()
+	evs[4].Tok = 3 // the later acquisition got a lower token
+	for i := 5; i < 8; i++ {
+		evs[i].Tok = 3
+	}
+	wantViolation(t, runCheck(evs, nil), "not above the token")
+	evs = handover()
+	evs[4].Tok, evs[5].Tok, evs[7].Tok = 5, 5, 5 // the same token twice
+	wantViolation(t, runCheck(evs, nil), "given twice")
+}
+
+// Two holders: 1 acquires at 20 while 0 (released at 30) holds.
+func overlap() []event {
+	return []event{
+		acq(0, 0, "k", 5, 0, 1), rel(0, 0, "k", 5, 30, 31, true),
+		acq(1, 0, "k", 7, 9, 20), rel(1, 0, "k", 7, 40, 41, false),
+	}
+}
+
+func TestCheckExclusion(t *testing.T) {
+	wantViolation(t, runCheck(overlap(), nil), "two holders")
+	// Told in time: fine.
+	wantClean(t, runCheck(append(overlap(), lostAt(0, 0, "k", 5, 15)), nil))
+	// Told too late (after the other's grant, beyond observeSlack): not.
+	wantViolation(t, runCheck(append(overlap(), lostAt(0, 0, "k", 5, 25+observeSlack.Milliseconds())), nil), "reported the loss only at")
+	// Frozen at the time: fencing's case, excused; the loss was still told at Release.
+	wantClean(t, runCheck(overlap(), map[int][][2]int64{0: {{5 * ms, 22 * ms}}}))
+}
+
+func TestCheckLossReported(t *testing.T) {
+	// 0's lock was taken over while it was frozen, and it never said so.
+	evs := overlap()
+	evs[1] = rel(0, 0, "k", 5, 30, 31, false)
+	wantViolation(t, runCheck(evs, map[int][][2]int64{0: {{5 * ms, 22 * ms}}}), "never reported it")
+	// Told at Release: fine.
+	wantClean(t, runCheck(overlap(), map[int][][2]int64{0: {{5 * ms, 22 * ms}}}))
+}
+
+func TestCheckRegister(t *testing.T) {
+	// A stale write accepted after a newer one.
+	evs := append(handover(), wr(0, 0, "k", 5, 9, 25, 26, true))
+	wantViolation(t, runCheck(evs, nil), "stale write got through")
+	// A read that returns what was never written: not linearizable.
+	evs = handover()
+	evs[6] = rd(1, 0, "k", 7, 99, 23, 24)
+	r := runCheck(evs, nil)
+	wantViolation(t, r, "not linearizable")
+	if r.Linearizable {
+		t.Error("Linearizable true for a history that is not")
+	}
+}
+
+func TestCheckLiveness(t *testing.T) {
+	r := &Report{Faults: map[string]int{}}
+	check(r, history{events: handover(), ttl: time.Second, keys: []string{"k", "other"}, settleStart: 0, settle: time.Second})
+	wantViolation(t, r, `key "other": not acquired again`)
+	r = &Report{Faults: map[string]int{}}
+	check(r, history{events: handover(), ttl: time.Second, keys: []string{"k"}, settleStart: 25 * ms, settle: time.Second})
+	wantViolation(t, r, `key "k": not acquired again`)
+}
