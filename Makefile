@@ -19,15 +19,26 @@ in_module = cd $(1) && if [ -n "$$($(GO) list -e -f '{{if or .GoFiles .TestGoFil
 in_root = $(call in_module,.,$(1))
 in_integration = $(call in_module,integration,$(1))
 
-.PHONY: readme-check soak all test vet lint fmt-check bench cover servers-up servers-down servers-env docker-up docker-down
+.PHONY: readme-check soak chaos all test vet lint fmt-check bench cover servers-up servers-down servers-env docker-up docker-down
 
 all: lint test
 
 ## test: go vet, then every test with the race detector: the root module's unit
-## tests, then the integration module's against real servers
+## tests, then the integration module's against real servers. A failed chaos run
+## leaves its history and porcupine's visualisation under .artifacts/.
+ARTIFACTS := -artifacts -outputdir $(CURDIR)/.artifacts
 test: vet readme-check
-	$(call in_root,$(GO) test -race -count=1 $(PKGS))
-	$(call in_integration,$(WITH_SERVERS) $(GO) test -race -count=1 $(PKGS))
+	mkdir -p .artifacts
+	$(call in_root,$(GO) test -race -count=1 $(ARTIFACTS) $(PKGS))
+	$(call in_integration,$(WITH_SERVERS) $(GO) test -race -count=1 -timeout 20m $(ARTIFACTS) $(PKGS))
+
+## chaos: only the chaos suite (conformance/chaos) on every backend, each run
+## CHAOS_DURATION long: a soak (make test runs it for 30s a backend)
+CHAOS_DURATION ?= 10m
+chaos:
+	mkdir -p .artifacts
+	$(call in_root,LOCKER_CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -timeout 0 $(ARTIFACTS) -run 'TestChaos' $(PKGS))
+	$(call in_integration,LOCKER_CHAOS_DURATION=$(CHAOS_DURATION) $(WITH_SERVERS) $(GO) test -race -count=1 -timeout 0 $(ARTIFACTS) -run 'TestChaos' $(PKGS))
 
 ## readme-check: run README's first command exactly as written (no server needed)
 readme-check:

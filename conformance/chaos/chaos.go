@@ -50,8 +50,8 @@ type Harness struct {
 	TTL time.Duration
 
 	// Duration is how long the workers run; faults are injected during all
-	// but the last Settle of it. Zero: 30s, or LOCKER_CHAOS_DURATION (a Go
-	// duration) when set, for longer soaks.
+	// but the last Settle of it. Zero: 30s. LOCKER_CHAOS_DURATION (a Go
+	// duration), when set, overrides it: a soak lengthens every run.
 	Duration time.Duration
 
 	// Settle is the fault-free time at the end of the run, in which every
@@ -115,13 +115,13 @@ func (h Harness) withDefaults(t *testing.T) Harness {
 	}
 	if h.Duration <= 0 {
 		h.Duration = 30 * time.Second
-		if v := os.Getenv(EnvDuration); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				t.Fatalf("chaos: %s=%q is not a positive Go duration", EnvDuration, v)
-			}
-			h.Duration = d
+	}
+	if v := os.Getenv(EnvDuration); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("chaos: %s=%q is not a positive Go duration", EnvDuration, v)
 		}
+		h.Duration = d
 	}
 	if h.Settle <= 0 {
 		h.Settle = 4 * h.TTL

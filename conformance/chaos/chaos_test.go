@@ -36,8 +36,8 @@ func memlockHarness(wrap func(locker.Locker) locker.Locker) Harness {
 	}
 }
 
-// TestMemlock: memlock keeps every promise while its locks are revoked.
-func TestMemlock(t *testing.T) {
+// TestChaosMemlock: memlock keeps every promise while its locks are revoked.
+func TestChaosMemlock(t *testing.T) {
 	r := Run(t, memlockHarness(func(l locker.Locker) locker.Locker { return l }))
 	if r.Faults["revoke"] == 0 || r.LossReported == 0 || r.Acquired == 0 {
 		t.Errorf("the run exercised too little: %v", r)
@@ -74,9 +74,9 @@ func filepathFromEnv(t *testing.T, env string) string {
 	return filepath.Join(t.TempDir(), "locks.db")
 }
 
-// TestSQLiteHolderPaused: the SQLite lock table across processes, with
+// TestChaosSQLite: the SQLite lock table across processes, with
 // holders stopped past their lease.
-func TestSQLiteHolderPaused(t *testing.T) {
+func TestChaosSQLite(t *testing.T) {
 	r := Run(t, sqliteHarness(t, func(l locker.Locker) locker.Locker { return l }))
 	if r == nil {
 		return // a worker process

@@ -50,7 +50,8 @@
 // with go test -artifacts DIR).
 //
 // A run lasts Harness.Duration (default 30s); LOCKER_CHAOS_DURATION
-// lengthens it for a soak:
+// overrides it, for a soak (make chaos in the repository does this on every
+// backend):
 //
 //	LOCKER_CHAOS_DURATION=10m go test -run Chaos ./...
 package chaos
