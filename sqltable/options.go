@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/lease"
 )
 
 const (
@@ -107,8 +108,8 @@ func WithTTL(ttl time.Duration) Option {
 // the holder's process. It must be below half the TTL of every lock.
 func WithDriftMargin(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: sqltable: drift margin must be positive, got %v", locker.ErrInvalidOption, d)
+		if err := limits.Positive("drift margin", d); err != nil {
+			return err
 		}
 		c.drift = d
 		return nil
@@ -119,8 +120,8 @@ func WithDriftMargin(d time.Duration) Option {
 // no release wakes it (default 1s; see "Waiting").
 func WithRetryInterval(d time.Duration) Option {
 	return func(c *config) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: sqltable: retry interval must be at least 1ms, got %v", locker.ErrInvalidOption, d)
+		if err := limits.AtLeast("retry interval", d, time.Millisecond); err != nil {
+			return err
 		}
 		c.retryInterval = d
 		return nil
@@ -174,38 +175,18 @@ func newConfig(opts []Option) (config, error) {
 	return cfg, nil
 }
 
-func checkTTL(ttl time.Duration) error {
-	if ttl < MinTTL {
-		return fmt.Errorf("%w: sqltable: TTL %v is below the minimum of %v", locker.ErrInvalidOption, ttl, MinTTL)
-	}
-	if ttl > MaxTTL {
-		return fmt.Errorf("%w: sqltable: TTL %v is above the maximum of %v", locker.ErrInvalidOption, ttl, MaxTTL)
-	}
-	return nil
-}
+// limits are the package's lease bounds (see internal/lease).
+var limits = lease.Limits{Backend: "sqltable", Min: MinTTL, Max: MaxTTL}
 
+func checkTTL(ttl time.Duration) error { return limits.Check(ttl) }
+
+// driftFor returns the drift margin for a lock of the given TTL, or an error
+// when the configured margin leaves too little of the lease.
 func (c *config) driftFor(ttl time.Duration) (time.Duration, error) {
-	d := c.drift
-	if d == 0 {
-		d = min(ttl/50+100*time.Millisecond, ttl/4)
-	}
-	if d >= ttl/2 {
-		return 0, fmt.Errorf("%w: sqltable: drift margin %v is not below half the TTL %v", locker.ErrInvalidOption, d, ttl)
-	}
-	return d, nil
+	return limits.Drift("drift margin", c.drift, ttl)
 }
 
+// lockTTL resolves the lease of one call from the per-call options.
 func (c *config) lockTTL(opts []locker.Option) (time.Duration, error) {
-	o, err := locker.ApplyOptions(opts...)
-	if err != nil {
-		return 0, err
-	}
-	ttl := c.ttl
-	if o.TTL != 0 {
-		if err := checkTTL(o.TTL); err != nil {
-			return 0, err
-		}
-		ttl = o.TTL
-	}
-	return ttl, nil
+	return limits.TTL(c.ttl, opts)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/lease"
 )
 
 const (
@@ -94,8 +95,8 @@ func WithTTL(ttl time.Duration) Option {
 // half the TTL of every lock.
 func WithDrift(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: redlock: drift must be positive, got %v", locker.ErrInvalidOption, d)
+		if err := limits.Positive("drift", d); err != nil {
+			return err
 		}
 		c.drift = d
 		return nil
@@ -112,8 +113,8 @@ func WithDrift(d time.Duration) Option {
 // this long.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: redlock: node timeout must be at least 1ms, got %v", locker.ErrInvalidOption, d)
+		if err := limits.AtLeast("node timeout", d, time.Millisecond); err != nil {
+			return err
 		}
 		c.nodeTimeout = d
 		return nil
@@ -124,8 +125,8 @@ func WithNodeTimeout(d time.Duration) Option {
 // notification arrives (default DefaultRetryInterval).
 func WithRetryInterval(d time.Duration) Option {
 	return func(c *config) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: redlock: retry interval must be at least 1ms, got %v", locker.ErrInvalidOption, d)
+		if err := limits.AtLeast("retry interval", d, time.Millisecond); err != nil {
+			return err
 		}
 		c.retryInterval = d
 		return nil
@@ -148,15 +149,10 @@ func newConfig(opts []Option) (config, error) {
 	return cfg, nil
 }
 
-func checkTTL(ttl time.Duration) error {
-	if ttl < MinTTL {
-		return fmt.Errorf("%w: redlock: TTL %v is below the minimum of %v", locker.ErrInvalidOption, ttl, MinTTL)
-	}
-	if ttl > MaxTTL {
-		return fmt.Errorf("%w: redlock: TTL %v is above the maximum of %v", locker.ErrInvalidOption, ttl, MaxTTL)
-	}
-	return nil
-}
+// limits are the package's lease bounds (see internal/lease).
+var limits = lease.Limits{Backend: "redlock", Min: MinTTL, Max: MaxTTL}
+
+func checkTTL(ttl time.Duration) error { return limits.Check(ttl) }
 
 // timing is what one lock of a given TTL runs with.
 type timing struct {
@@ -169,12 +165,9 @@ type timing struct {
 // timing derives the drift, node timeout and minimum validity for ttl, or
 // reports a configured value that does not fit it.
 func (c *config) timing(ttl time.Duration) (timing, error) {
-	d := c.drift
-	if d == 0 {
-		d = min(ttl/50+100*time.Millisecond, ttl/4)
-	}
-	if d >= ttl/2 {
-		return timing{}, fmt.Errorf("%w: redlock: drift %v is not below half the TTL %v", locker.ErrInvalidOption, d, ttl)
+	d, err := limits.Drift("drift", c.drift, ttl)
+	if err != nil {
+		return timing{}, err
 	}
 	nt := c.nodeTimeout
 	if nt == 0 {
@@ -188,16 +181,9 @@ func (c *config) timing(ttl time.Duration) (timing, error) {
 
 // lockTiming resolves the timing of one call from its options.
 func (c *config) lockTiming(opts []locker.Option) (timing, error) {
-	o, err := locker.ApplyOptions(opts...)
+	ttl, err := limits.TTL(c.ttl, opts)
 	if err != nil {
 		return timing{}, err
-	}
-	ttl := c.ttl
-	if o.TTL != 0 {
-		if err := checkTTL(o.TTL); err != nil {
-			return timing{}, err
-		}
-		ttl = o.TTL
 	}
 	return c.timing(ttl)
 }

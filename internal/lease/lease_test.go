@@ -1,0 +1,80 @@
+package lease
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+var limits = Limits{Backend: "test", Min: 100 * time.Millisecond, Max: time.Hour}
+
+func TestCheck(t *testing.T) {
+	for _, c := range []struct {
+		ttl  time.Duration
+		want string
+	}{
+		{100 * time.Millisecond, ""},
+		{time.Hour, ""},
+		{99 * time.Millisecond, "test: TTL 99ms is below the minimum of 100ms"},
+		{time.Hour + 1, "above the maximum of 1h0m0s"},
+	} {
+		err := limits.Check(c.ttl)
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("Check(%v) = %v", c.ttl, err)
+			}
+			continue
+		}
+		if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Check(%v) = %v, want ErrInvalidOption saying %q", c.ttl, err, c.want)
+		}
+	}
+	if err := (Limits{Backend: "x", Min: time.Second}).Check(1000 * time.Hour); err != nil {
+		t.Errorf("no maximum: Check = %v", err)
+	}
+}
+
+func TestTTL(t *testing.T) {
+	if got, err := limits.TTL(time.Minute, nil); err != nil || got != time.Minute {
+		t.Errorf("TTL(default) = %v, %v", got, err)
+	}
+	if got, err := limits.TTL(time.Minute, []locker.Option{locker.WithTTL(time.Second)}); err != nil || got != time.Second {
+		t.Errorf("TTL(WithTTL(1s)) = %v, %v", got, err)
+	}
+	if _, err := limits.TTL(time.Minute, []locker.Option{locker.WithTTL(time.Millisecond)}); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("TTL(WithTTL(1ms)) = %v, want ErrInvalidOption", err)
+	}
+}
+
+func TestDrift(t *testing.T) {
+	for _, c := range []struct{ ttl, want time.Duration }{
+		{30 * time.Second, 700 * time.Millisecond},
+		{time.Second, 120 * time.Millisecond},
+		{200 * time.Millisecond, 50 * time.Millisecond}, // capped at TTL/4
+	} {
+		if got, err := limits.Drift("drift", 0, c.ttl); err != nil || got != c.want {
+			t.Errorf("Drift(0, %v) = %v, %v; want %v", c.ttl, got, err, c.want)
+		}
+	}
+	if got, err := limits.Drift("drift", 300*time.Millisecond, time.Second); err != nil || got != 300*time.Millisecond {
+		t.Errorf("configured drift: %v, %v", got, err)
+	}
+	if _, err := limits.Drift("drift margin", 500*time.Millisecond, time.Second); !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "drift margin 500ms is not below half the TTL 1s") {
+		t.Errorf("drift of half the TTL: %v", err)
+	}
+}
+
+func TestAtLeastPositive(t *testing.T) {
+	if err := limits.AtLeast("retry interval", 0, time.Millisecond); !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "test: retry interval must be at least 1ms, got 0s") {
+		t.Errorf("AtLeast = %v", err)
+	}
+	if err := limits.AtLeast("retry interval", time.Millisecond, time.Millisecond); err != nil {
+		t.Errorf("AtLeast at the floor = %v", err)
+	}
+	if err := limits.Positive("drift", -1); !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "drift must be positive") {
+		t.Errorf("Positive = %v", err)
+	}
+}
