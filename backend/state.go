@@ -1,7 +1,12 @@
 package backend
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"sync"
+
+	"github.com/go-locker/locker"
 )
 
 // State is the end-of-life state of one held lock, the part of a Handle that
@@ -52,4 +57,41 @@ func (s *State) Ended() bool {
 	default:
 		return false
 	}
+}
+
+// ReleaseError is what Release returns on a lock that has ended, or is
+// ending: an error with op "release" and key that wraps the error the lock
+// ended with (locker.ErrReleased for a second Release, locker.ErrLost after
+// a loss, with locker.ErrClosed after Close). The loss's own key and op
+// (recorded as op "hold") are dropped, so the message names the key once.
+// When End has not been called yet (another Release of the same Handle is
+// at work), ReleaseError waits for it as long as ctx allows; if ctx ends
+// first, the error wraps ctx's error (see ContextError).
+func (s *State) ReleaseError(ctx context.Context, key string) error {
+	select {
+	case <-s.done:
+	default:
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return locker.KeyError("release", key, fmt.Errorf("%w (another Release of the lock is in progress)", ContextError(ctx)))
+		}
+	}
+	err := s.Err()
+	var le *locker.Error
+	if errors.As(err, &le) {
+		err = le.Err
+	}
+	return locker.KeyError("release", key, err)
+}
+
+// ContextError is the error of a call that ctx ended: ctx.Err(), and
+// ctx's cause when it has another (context.WithCancelCause,
+// WithDeadlineCause), so that errors.Is finds both.
+func ContextError(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, err) {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }

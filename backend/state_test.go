@@ -1,10 +1,16 @@
 package backend
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
 )
 
 func TestEndOnce(t *testing.T) {
@@ -47,5 +53,46 @@ func TestEndOnce(t *testing.T) {
 	}
 	if s.End(errors.New("late")) || s.Err() != got {
 		t.Fatal("a late End changed the state")
+	}
+}
+
+func TestReleaseError(t *testing.T) {
+	s := NewState()
+	// Not ended, and ctx ends first: another Release is at work.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cause := errors.New("shutting down")
+	cancel(cause)
+	err := s.ReleaseError(ctx, "k")
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) || !strings.Contains(err.Error(), "another Release") {
+		t.Errorf("ReleaseError before End with ctx ended = %v", err)
+	}
+	// Ended by a loss recorded as op "hold": the release error wraps the
+	// loss, names the key once and the op "release".
+	s.End(locker.KeyError("hold", "k", fmt.Errorf("%w: lease ran out", locker.ErrLost)))
+	err = s.ReleaseError(context.Background(), "k")
+	var le *locker.Error
+	if !errors.Is(err, locker.ErrLost) || !errors.As(err, &le) || le.Op != "release" || strings.Count(err.Error(), `"k"`) > 1 {
+		t.Errorf("ReleaseError after a loss = %v", err)
+	}
+	// A second Release of a released lock.
+	r := NewState()
+	r.End(locker.ErrReleased)
+	if err := r.ReleaseError(context.Background(), "k"); !errors.Is(err, locker.ErrReleased) {
+		t.Errorf("ReleaseError after Release = %v", err)
+	}
+}
+
+func TestContextError(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := ContextError(ctx); err != context.Canceled {
+		t.Errorf("ContextError without a cause = %v", err)
+	}
+	cause := errors.New("deadline of the job")
+	dctx, dcancel := context.WithDeadlineCause(context.Background(), time.Now(), cause)
+	defer dcancel()
+	<-dctx.Done()
+	if err := ContextError(dctx); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, cause) {
+		t.Errorf("ContextError with a cause = %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 // A caller waits for a request to Redis only as long as its context and the
@@ -254,13 +255,7 @@ func ended(ctx, life context.Context) error {
 // ctxErr is the error of an ended ctx: it wraps ctx.Err(), so errors.Is
 // with context.Canceled or context.DeadlineExceeded holds, and the cause
 // given to context.WithCancelCause, if any.
-func ctxErr(ctx context.Context) error {
-	err := ctx.Err()
-	if cause := context.Cause(ctx); cause != nil && cause != err {
-		return fmt.Errorf("%w: %w", err, cause)
-	}
-	return err
-}
+func ctxErr(ctx context.Context) error { return backend.ContextError(ctx) }
 
 // enter counts a call that may talk to Redis as active, unless the Locker
 // is closed; exit ends it. Close waits (boundedly, see closeGrace) until

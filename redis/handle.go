@@ -218,20 +218,4 @@ func (h *Handle) closeVerdict(ctx context.Context) error {
 // with op "release" and the key, wrapping locker.ErrReleased (also
 // locker.ErrClosed after Close) or locker.ErrLost. A concurrent Release may
 // still be at work on the lock; endedErr waits for it as long as ctx allows.
-func (h *Handle) endedErr(ctx context.Context) error {
-	select {
-	case <-h.st.Done():
-	default:
-		select {
-		case <-h.st.Done():
-		case <-ctx.Done():
-			return locker.KeyError("release", h.key, fmt.Errorf("%w (another Release of the lock is in progress)", ctxErr(ctx)))
-		}
-	}
-	err := h.st.Err()
-	var le *locker.Error
-	if errors.As(err, &le) {
-		err = le.Err // a loss, recorded as op "hold": the cause without the key
-	}
-	return locker.KeyError("release", h.key, err)
-}
+func (h *Handle) endedErr(ctx context.Context) error { return h.st.ReleaseError(ctx, h.key) }

@@ -413,13 +413,7 @@ func (l *Locker) why(ctx context.Context, err error) error {
 }
 
 // ctxErr is the error of an ended ctx: it wraps ctx.Err() and the cause.
-func ctxErr(ctx context.Context) error {
-	err := ctx.Err()
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, err) {
-		return fmt.Errorf("%w: %w", err, cause)
-	}
-	return err
-}
+func ctxErr(ctx context.Context) error { return backend.ContextError(ctx) }
 
 // Close releases every lock the Locker holds (their Handles report
 // locker.ErrReleasedByClose), ends its waiting Acquires and calls in

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 // Every round sends one request to each node it concerns, each on a
@@ -154,13 +154,7 @@ func (o outcome[T]) ok(i int) bool { return o.answered[i] && o.err[i] == nil }
 
 // ctxErr is the error of an ended ctx: it wraps ctx.Err() and the cause, if
 // another.
-func ctxErr(ctx context.Context) error {
-	err := ctx.Err()
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, err) {
-		return fmt.Errorf("%w: %w", err, cause)
-	}
-	return err
-}
+func ctxErr(ctx context.Context) error { return backend.ContextError(ctx) }
 
 // tracker counts active calls and goroutines; wait returns once none is.
 // Unlike sync.WaitGroup it allows add while someone waits. (The same as the

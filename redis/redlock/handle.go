@@ -284,20 +284,4 @@ func (h *Handle) closeVerdict(ctx context.Context) error {
 }
 
 // endedErr is Release's error on an ended (or ending) lock.
-func (h *Handle) endedErr(ctx context.Context) error {
-	select {
-	case <-h.st.Done():
-	default:
-		select {
-		case <-h.st.Done():
-		case <-ctx.Done():
-			return locker.KeyError("release", h.key, fmt.Errorf("%w (another Release of the lock is in progress)", ctxErr(ctx)))
-		}
-	}
-	err := h.st.Err()
-	var le *locker.Error
-	if errors.As(err, &le) {
-		err = le.Err
-	}
-	return locker.KeyError("release", h.key, err)
-}
+func (h *Handle) endedErr(ctx context.Context) error { return h.st.ReleaseError(ctx, h.key) }
