@@ -101,9 +101,9 @@ func (l *Locker) detach(ctx, life context.Context, call func(context.Context) er
 		rctx, cancel = context.WithTimeout(ctx, requestTimeout)
 	}
 	r := &request{done: make(chan error, 1)}
-	l.active.add()
+	l.active.Add()
 	go func() {
-		defer l.active.done()
+		defer l.active.Done()
 		err := call(rctx)
 		r.mu.Lock()
 		if !r.gone {
@@ -266,11 +266,11 @@ func (l *Locker) enter() bool {
 	if l.closed {
 		return false
 	}
-	l.active.add()
+	l.active.Add()
 	return true
 }
 
-func (l *Locker) exit() { l.active.done() }
+func (l *Locker) exit() { l.active.Done() }
 
 // run runs f as an active call, unless the Locker is closed (then f does
 // not run and run returns false: Close ends the handles itself). It is the
@@ -282,56 +282,4 @@ func (l *Locker) run(f func()) bool {
 	defer l.exit()
 	f()
 	return true
-}
-
-// tracker counts active calls and goroutines; wait returns once none is.
-// Unlike sync.WaitGroup it allows add while someone waits, which happens
-// when an active goroutine starts another.
-type tracker struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{} // closed when n drops to 0 while someone waits
-}
-
-func (t *tracker) add() {
-	t.mu.Lock()
-	t.n++
-	t.mu.Unlock()
-}
-
-func (t *tracker) done() {
-	t.mu.Lock()
-	t.n--
-	if t.n == 0 && t.idle != nil {
-		close(t.idle)
-		t.idle = nil
-	}
-	t.mu.Unlock()
-}
-
-// wait waits until nothing is active, or at most d (forever when d < 0). It
-// reports whether nothing is active.
-func (t *tracker) wait(d time.Duration) bool {
-	t.mu.Lock()
-	if t.n == 0 {
-		t.mu.Unlock()
-		return true
-	}
-	if t.idle == nil {
-		t.idle = make(chan struct{})
-	}
-	idle := t.idle
-	t.mu.Unlock()
-	if d < 0 {
-		<-idle
-		return true
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-idle:
-		return true
-	case <-timer.C:
-		return false
-	}
 }

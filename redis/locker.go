@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/tracker"
 )
 
 var _ locker.Locker = (*Locker)(nil)
@@ -47,7 +48,7 @@ type Locker struct {
 
 	// active counts calls in progress and goroutines that may still talk to
 	// Redis (watchdogs, requests, clean-ups); Close waits for them, boundedly.
-	active tracker
+	active tracker.Tracker
 }
 
 // New returns a Locker that takes locks through client, which may be a
@@ -323,9 +324,9 @@ const cleanupTimeout = 5 * time.Second
 // Close (which waits for it, boundedly): an abandoned acquire that went
 // through must not leave a lock behind for its whole TTL.
 func (l *Locker) cleanup(k keys, owner string) {
-	l.active.add()
+	l.active.Add()
 	go func() {
-		defer l.active.done()
+		defer l.active.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
 		_, _ = l.runRelease(ctx, k, owner)
@@ -370,12 +371,12 @@ func (l *Locker) Close() error {
 	l.stop() // every call in progress returns ErrClosed now
 	err := l.releaseAll(held)
 	l.hub.close()
-	l.active.wait(closeGrace)
+	l.active.Wait(closeGrace)
 	if l.ownClient {
 		// Closing the client ends whatever request is still stuck, so that
 		// no goroutine of ours outlives Close.
 		err = errors.Join(err, l.client.Close())
-		l.active.wait(-1)
+		l.active.Wait(-1)
 	}
 	return err
 }

@@ -147,9 +147,9 @@ func (l *Locker) wait(ctx context.Context, a *attempt) (h *Handle, err error) {
 // must run inside an active call or goroutine; Close waits for it, boundedly.
 // When it fails the entry goes at its deadline.
 func (l *Locker) leave(k keys, owner string) {
-	l.active.add()
+	l.active.Add()
 	go func() {
-		defer l.active.done()
+		defer l.active.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
 		_ = l.runLeave(ctx, k, owner)

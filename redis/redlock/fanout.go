@@ -73,9 +73,9 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 		t := timeout + l.dialAllowance(i)
 		wait4 = max(wait4, t)
 		out.err[i] = noAnswerError{t}
-		l.active.add()
+		l.active.Add()
 		go func() {
-			defer l.active.done()
+			defer l.active.Done()
 			rctx, cancel := context.WithTimeout(base, t)
 			v, err := call(rctx, l.clients[i])
 			cancel()
@@ -155,54 +155,3 @@ func (o outcome[T]) ok(i int) bool { return o.answered[i] && o.err[i] == nil }
 // ctxErr is the error of an ended ctx: it wraps ctx.Err() and the cause, if
 // another.
 func ctxErr(ctx context.Context) error { return backend.ContextError(ctx) }
-
-// tracker counts active calls and goroutines; wait returns once none is.
-// Unlike sync.WaitGroup it allows add while someone waits. (The same as the
-// redis package's.)
-type tracker struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{}
-}
-
-func (t *tracker) add() {
-	t.mu.Lock()
-	t.n++
-	t.mu.Unlock()
-}
-
-func (t *tracker) done() {
-	t.mu.Lock()
-	t.n--
-	if t.n == 0 && t.idle != nil {
-		close(t.idle)
-		t.idle = nil
-	}
-	t.mu.Unlock()
-}
-
-// wait waits until nothing is active, or at most d (forever when d < 0).
-func (t *tracker) wait(d time.Duration) bool {
-	t.mu.Lock()
-	if t.n == 0 {
-		t.mu.Unlock()
-		return true
-	}
-	if t.idle == nil {
-		t.idle = make(chan struct{})
-	}
-	idle := t.idle
-	t.mu.Unlock()
-	if d < 0 {
-		<-idle
-		return true
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-idle:
-		return true
-	case <-timer.C:
-		return false
-	}
-}

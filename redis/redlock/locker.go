@@ -16,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/tracker"
 )
 
 var _ locker.Locker = (*Locker)(nil)
@@ -52,7 +53,7 @@ type Locker struct {
 	closed  bool
 	handles map[*Handle]struct{}
 
-	active tracker
+	active tracker.Tracker
 }
 
 // New returns a Locker over clients, one per independent Redis node: N ≥ 3
@@ -486,11 +487,11 @@ func (l *Locker) enter() bool {
 	if l.closed {
 		return false
 	}
-	l.active.add()
+	l.active.Add()
 	return true
 }
 
-func (l *Locker) exit() { l.active.done() }
+func (l *Locker) exit() { l.active.Done() }
 
 // run runs f as an active goroutine's work unless the Locker is closing
 // (for internal/renew's Go).
@@ -571,14 +572,14 @@ func (l *Locker) Close() error {
 		}
 	}
 	l.subs.close()
-	l.active.wait(closeGrace)
+	l.active.Wait(closeGrace)
 	if l.ownClients {
 		for _, c := range l.clients {
 			if c != nil {
 				errs = append(errs, c.Close())
 			}
 		}
-		l.active.wait(-1)
+		l.active.Wait(-1)
 	}
 	return errors.Join(errs...)
 }

@@ -153,10 +153,10 @@ func signal(c chan struct{}) {
 func (s *subs) start(c goredis.UniversalClient) *nodeSub {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &nodeSub{s: s, ps: c.Subscribe(ctx), ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), chans: map[string]*chanState{}}
-	s.l.active.add()
-	s.l.active.add()
-	go func() { defer s.l.active.done(); n.writer() }()
-	go func() { defer s.l.active.done(); n.reader() }()
+	s.l.active.Add()
+	s.l.active.Add()
+	go func() { defer s.l.active.Done(); n.writer() }()
+	go func() { defer s.l.active.Done(); n.reader() }()
 	return n
 }
 
