@@ -51,3 +51,51 @@ func redactPassword(msg, rawURL string) string {
 	}
 	return msg
 }
+
+// Redact returns msg with every secret of u blanked out ("xxxxx"): its
+// password and the values of query parameters whose name contains
+// "password", each as written, query-escaped and path-escaped (a client
+// library's error may quote any of them). For the errors of an Opener that
+// passes the URL, or parts of it, to a client library.
+func Redact(msg string, u *url.URL) string {
+	var secrets []string
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			secrets = append(secrets, pw)
+		}
+	}
+	for name, vs := range u.Query() {
+		if strings.Contains(strings.ToLower(name), "password") {
+			secrets = append(secrets, vs...)
+		}
+	}
+	return RedactSecrets(msg, secrets...)
+}
+
+// RedactSecrets returns msg with each secret, as written, query-escaped
+// and path-escaped, replaced by "xxxxx". Empty secrets are ignored.
+func RedactSecrets(msg string, secrets ...string) string {
+	for _, s := range secrets {
+		if s == "" {
+			continue
+		}
+		for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s)} {
+			msg = strings.ReplaceAll(msg, form, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// RedactedError returns an error whose message is msg (already redacted)
+// and which wraps err, so that errors.Is and errors.As still find what err
+// wraps (a context's error, a network error) while its text, which may
+// quote a password, is never shown.
+func RedactedError(msg string, err error) error { return redactedError{msg, err} }
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }

@@ -1,7 +1,10 @@
 package backend
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -35,5 +38,30 @@ func TestParseURLHidesPassword(t *testing.T) {
 	}
 	if u, err := ParseURL("x", "x://user:"+secret+"@host:1/p"); err != nil || u.Host != "host:1" {
 		t.Errorf("ParseURL of a good URL = %v, %v", u, err)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	u, err := url.Parse("redis://user:p%40ss%2Fw@host:6379/0?sentinel_password=s3cret&x=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := "dial user:p@ss/w and p%40ss%2Fw and p%40ss/w and s3cret; x=1"
+	got := Redact(msg, u)
+	for _, leak := range []string{"p@ss", "s3cret"} {
+		if strings.Contains(got, leak) {
+			t.Errorf("Redact left %q in %q", leak, got)
+		}
+	}
+	if !strings.Contains(got, "x=1") || !strings.Contains(got, "user") {
+		t.Errorf("Redact removed more than the secrets: %q", got)
+	}
+	if got := RedactSecrets("a  b", ""); got != "a  b" {
+		t.Errorf("an empty secret changed the message: %q", got)
+	}
+	cause := context.DeadlineExceeded
+	re := RedactedError("etcd: connecting: xxxxx", fmt.Errorf("dial with secret: %w", cause))
+	if re.Error() != "etcd: connecting: xxxxx" || !errors.Is(re, context.DeadlineExceeded) {
+		t.Errorf("RedactedError = %q, Is(DeadlineExceeded) %v", re, errors.Is(re, context.DeadlineExceeded))
 	}
 }

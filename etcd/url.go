@@ -178,11 +178,8 @@ func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
 		}
 	}
 	redact := func(err error) error {
-		msg := err.Error()
-		if cfg.password != "" {
-			msg = strings.ReplaceAll(msg, cfg.password, "xxxxx")
-		}
-		return redactedError{"etcd: connecting to " + strings.Join(cfg.endpoints, ",") + ": " + msg, err}
+		msg := backend.RedactSecrets(err.Error(), cfg.password)
+		return backend.RedactedError("etcd: connecting to "+strings.Join(cfg.endpoints, ",")+": "+msg, err)
 	}
 	// The client connects in the background, as the redis and postgres
 	// Openers' pools do: Open contacts no server, and an unreachable one
@@ -196,12 +193,3 @@ func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
 	l.owns = true
 	return l, nil
 }
-
-// redactedError shows a redacted message but keeps the cause for errors.Is.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e redactedError) Error() string { return e.msg }
-func (e redactedError) Unwrap() error { return e.err }

@@ -150,25 +150,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 // clientURLError wraps an error of go-redis' URL parsers, with every secret
 // of the URL blanked out in case the parser quoted it.
 func clientURLError(scheme string, u *url.URL, err error) error {
-	msg := err.Error()
-	var secrets []string
-	if pw, ok := u.User.Password(); ok {
-		secrets = append(secrets, pw)
-	}
-	for name, vs := range u.Query() {
-		if strings.Contains(strings.ToLower(name), "password") {
-			secrets = append(secrets, vs...)
-		}
-	}
-	for _, s := range secrets {
-		if s == "" {
-			continue
-		}
-		for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s)} {
-			msg = strings.ReplaceAll(msg, form, "xxxxx")
-		}
-	}
 	// go-redis prefixes its own errors with "redis: "; the scheme says it.
-	msg = strings.TrimPrefix(msg, "redis: ")
+	msg := strings.TrimPrefix(backend.Redact(err.Error(), u), "redis: ")
 	return fmt.Errorf("%w: %s: %s", locker.ErrInvalidURL, scheme, msg)
 }

@@ -382,13 +382,4 @@ func withoutOurs(raw string) string {
 }
 
 // redact returns err's message without the password.
-func redact(err error, password string) string {
-	msg := err.Error()
-	if password != "" {
-		msg = strings.ReplaceAll(msg, password, "xxxxx")
-		if esc := url.QueryEscape(password); esc != password {
-			msg = strings.ReplaceAll(msg, esc, "xxxxx")
-		}
-	}
-	return msg
-}
+func redact(err error, password string) string { return backend.RedactSecrets(err.Error(), password) }

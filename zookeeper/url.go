@@ -134,21 +134,7 @@ func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
 	}
 	l, err := Connect(ctx, cfg.servers, cfg.opts...)
 	if err != nil {
-		password, _ := u.User.Password()
-		msg := err.Error()
-		if password != "" {
-			msg = strings.ReplaceAll(msg, password, "xxxxx")
-		}
-		return nil, redactedError{msg, err}
+		return nil, backend.RedactedError(backend.Redact(err.Error(), u), err)
 	}
 	return l, nil
 }
-
-// redactedError shows a redacted message but keeps the cause for errors.Is.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e redactedError) Error() string { return e.msg }
-func (e redactedError) Unwrap() error { return e.err }

@@ -143,24 +143,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 // clientURLError wraps an error of go-redis' URL parser with every secret
 // of the URL blanked out. (The same as the redis package's.)
 func clientURLError(scheme string, u *url.URL, err error) error {
-	msg := err.Error()
-	var secrets []string
-	if pw, ok := u.User.Password(); ok {
-		secrets = append(secrets, pw)
-	}
-	for name, vs := range u.Query() {
-		if strings.Contains(strings.ToLower(name), "password") {
-			secrets = append(secrets, vs...)
-		}
-	}
-	for _, s := range secrets {
-		if s == "" {
-			continue
-		}
-		for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s)} {
-			msg = strings.ReplaceAll(msg, form, "xxxxx")
-		}
-	}
-	msg = strings.TrimPrefix(msg, "redis: ")
+	// go-redis prefixes its own errors with "redis: "; the scheme says it.
+	msg := strings.TrimPrefix(backend.Redact(err.Error(), u), "redis: ")
 	return fmt.Errorf("%w: %s: %s", locker.ErrInvalidURL, scheme, msg)
 }
