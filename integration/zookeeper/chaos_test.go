@@ -1,0 +1,99 @@
+package zookeeper_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/conformance/chaos"
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/zookeeper"
+)
+
+// envChaosAddr hands a chaos worker process the address of its own fault
+// proxy to the server.
+const envChaosAddr = "LOCKER_CHAOS_ZOOKEEPER_ADDR"
+
+// chaosTTL is both the session timeout of the workers' Lockers and the TTL
+// they ask for: a ZooKeeper lock's lease is its session (the test server,
+// tickTime 500ms, grants 1s to 10s as asked).
+const chaosTTL = 2 * time.Second
+
+// TestChaos runs the chaos suite on a private ZooKeeper server: worker
+// processes, each on its own session through a fault proxy of its own,
+// while the nemesis stops holder processes past their session (built in),
+// pauses the server, kills it and starts it again with its data directory
+// kept (sessions and their nodes survive a restart the client outlasts;
+// with a 2s session they usually do not, and the holders report the loss),
+// and cuts, blackholes or slows the link of one worker.
+func TestChaos(t *testing.T) {
+	var (
+		srv *testserver.Server
+		pxs = map[int]*testserver.Proxy{}
+	)
+	proxy := func(t *testing.T, w int) *testserver.Proxy {
+		px, ok := pxs[w]
+		if !ok {
+			t.Fatalf("no proxy for worker %d", w)
+		}
+		return px
+	}
+	r := chaos.Run(t, chaos.Harness{
+		TTL: chaosTTL,
+		// WorkerEnv runs in the test process only: the server is started
+		// there, once, and each worker gets a proxy to it.
+		WorkerEnv: func(t *testing.T, w int) []string {
+			if srv == nil {
+				srv = testserver.NewZooKeeper(t)
+				if !srv.CanControl() {
+					t.Skip("the server comes from the environment: the chaos test needs one it can pause and kill")
+				}
+			}
+			px := testserver.NewProxy(t, srv.Addr())
+			pxs[w] = px
+			return []string{envChaosAddr + "=" + px.Addr()}
+		},
+		NewLocker: func(t *testing.T, w chaos.Worker) locker.Locker {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l, err := zookeeper.Connect(ctx, []string{w.Env(envChaosAddr)},
+				zookeeper.WithSessionTimeout(chaosTTL), zookeeper.WithLogger(quiet{}))
+			if err != nil {
+				t.Fatalf("zookeeper.Connect: %v", err)
+			}
+			return l
+		},
+		Faults: []chaos.Fault{
+			{Name: "server-pause", Inject: func(t *testing.T, _ chaos.Target) func() {
+				srv.Pause(t)
+				return func() { srv.Resume(t) }
+			}},
+			{Name: "server-restart", Inject: func(t *testing.T, _ chaos.Target) func() {
+				srv.Kill(t)
+				return func() { srv.Start(t) }
+			}},
+			{Name: "link-partition", Inject: func(t *testing.T, tg chaos.Target) func() {
+				px := proxy(t, tg.Worker)
+				px.Partition(t)
+				return func() { px.Heal(t) }
+			}},
+			{Name: "link-blackhole", Inject: func(t *testing.T, tg chaos.Target) func() {
+				px := proxy(t, tg.Worker)
+				px.Blackhole(t)
+				return func() { px.Heal(t) }
+			}},
+			{Name: "link-latency", Inject: func(t *testing.T, tg chaos.Target) func() {
+				px := proxy(t, tg.Worker)
+				px.Latency(t, 300*time.Millisecond)
+				return func() { px.Heal(t) }
+			}},
+		},
+	})
+	if r == nil {
+		return // a worker process
+	}
+	if r.Acquired == 0 || len(r.Faults) == 0 {
+		t.Errorf("the run exercised too little: %v", r)
+	}
+}
