@@ -147,7 +147,8 @@ type Report struct {
 	Workers, Keys int
 	Acquired      int            // acquisitions that succeeded
 	AcquireFailed int            // Acquire calls that returned an error
-	AcquireErrors map[string]int // those errors by kind: "deadline" (a wait longer than 3 TTL + 2s), "stopped" (the run ended), or the error's text
+	AcquireErrors map[string]int // those errors by kind: "deadline" (a wait longer than 3 TTL + 2s), "stopped" (the run ended), "closed", "backend" (the backend failed the call: a server down, a link cut)
+	ErrorSamples  []string       // the first few distinct "backend" errors, for the log
 	Writes        int            // fenced writes the register accepted
 	StaleRejected int            // fenced writes the register rejected: a newer token had written
 	WriteErrors   int            // writes that failed (the register was busy)

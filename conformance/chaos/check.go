@@ -79,17 +79,14 @@ func check(r *Report, h history) {
 		case opAcquire:
 			if !e.OK {
 				r.AcquireFailed++
-				kind, _, _ := strings.Cut(e.Err, ":")
-				if kind != errStopped && kind != errDeadline {
-					kind = e.Err
-					if len(kind) > 120 {
-						kind = kind[:120] + "…"
-					}
-				}
+				kind, msg, _ := strings.Cut(e.Err, ": ")
 				if r.AcquireErrors == nil {
 					r.AcquireErrors = map[string]int{}
 				}
 				r.AcquireErrors[kind]++
+				if kind == errBackend && len(r.ErrorSamples) < 5 && !slices.Contains(r.ErrorSamples, msg) {
+					r.ErrorSamples = append(r.ErrorSamples, msg)
+				}
 				continue
 			}
 			r.Acquired++

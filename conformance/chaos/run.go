@@ -33,6 +33,9 @@ func Run(t *testing.T, h Harness) *Report {
 		return nil // a worker process
 	}
 	t.Logf("chaos report: %v", r)
+	for _, e := range r.ErrorSamples {
+		t.Logf("chaos: an Acquire error under the faults: %s", e)
+	}
 	for _, v := range r.Violations {
 		t.Error(v)
 	}

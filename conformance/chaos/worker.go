@@ -41,10 +41,12 @@ type event struct {
 	Lost  bool   `json:"lost,omitempty"` // the error wraps locker.ErrLost; for a write: the handle had reported the loss when it began
 }
 
-// Prefixes of Acquire errors the report counts by kind.
+// Prefixes of Acquire errors, by which the report counts them.
 const (
-	errStopped  = "stopped"
-	errDeadline = "deadline"
+	errStopped  = "stopped"  // the run ended the wait
+	errDeadline = "deadline" // the worker's own bound: 3 TTL + 2s
+	errClosed   = "closed"   // the Locker was closed under the call
+	errBackend  = "backend"  // any other: the backend failed the call (unreachable, ...)
 )
 
 const (
@@ -86,6 +88,10 @@ func work(ctx context.Context, l locker.Locker, reg *register, c workConfig, emi
 				ev.Err = errStopped + ": " + ev.Err
 			case errors.Is(err, context.DeadlineExceeded):
 				ev.Err = errDeadline + ": " + ev.Err
+			case errors.Is(err, locker.ErrClosed):
+				ev.Err = errClosed + ": " + ev.Err
+			default:
+				ev.Err = errBackend + ": " + ev.Err
 			}
 			emit(ev)
 			if ctx.Err() != nil {
