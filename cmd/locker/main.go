@@ -72,7 +72,7 @@ func run(args []string) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.msg != "" {
-			fmt.Fprintln(os.Stderr, "locker: "+strings.TrimPrefix(ee.msg, "locker: "))
+			fmt.Fprintln(os.Stderr, "locker: "+oneLine(strings.TrimPrefix(ee.msg, "locker: ")))
 		}
 		return ee.code
 	}
@@ -80,6 +80,24 @@ func run(args []string) int {
 	fmt.Fprintln(os.Stderr, "locker: "+err.Error())
 	fmt.Fprintln(os.Stderr, "Run 'locker --help' for usage.")
 	return exitFailure
+}
+
+// oneLine joins the lines of a message that a client library spread over
+// several (pgx lists each address it tried on a line of its own).
+func oneLine(msg string) string {
+	var b strings.Builder
+	for i, l := range strings.Split(strings.TrimSpace(msg), "\n") {
+		l = strings.TrimSpace(l)
+		if i > 0 {
+			if strings.HasSuffix(b.String(), ":") {
+				b.WriteString(" ")
+			} else {
+				b.WriteString("; ")
+			}
+		}
+		b.WriteString(l)
+	}
+	return b.String()
 }
 
 func newRootCmd() *cobra.Command {
@@ -94,6 +112,6 @@ cache directory: they exclude the processes of one host, with no server.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newStatusCmd())
+	root.AddCommand(newRunCmd(), newStatusCmd(), newBenchCmd())
 	return root
 }

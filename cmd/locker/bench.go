@@ -1,0 +1,702 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/benchstats"
+)
+
+type benchOpts struct {
+	url      string
+	ops      int
+	handoffs int
+	waiters  []int
+	clients  int
+	duration time.Duration
+	ttl      time.Duration
+	timeout  time.Duration
+	prefix   string
+	plot     string
+}
+
+// Limits on the flags, so that a typo does not open a thousand connections.
+const (
+	maxBenchClients = 1024
+	maxBenchOps     = 10_000_000
+)
+
+func newBenchCmd() *cobra.Command {
+	o := benchOpts{}
+	cmd := &cobra.Command{
+		Use:   "bench [--url URL] [flags]",
+		Short: "Measure lock latency, handoff and fairness on your own backend",
+		Long: `Bench measures the backend named by --url through the library's public API,
+the calls every program that uses locker makes (locker.Open, Acquire,
+Release, Close), each client on a Locker of its own as if it were another
+process. It runs these cases, one after another, on keys of its own:
+
+  uncontended   one client takes and releases a free key --ops times;
+                latency is Acquire plus Release.
+  handoff/W     W+1 clients on one key (one for each --waiters value): the
+                holder waits until the W others are inside Acquire, then
+                releases; latency is from the start of its Release to the
+                return of the next holder's Acquire, --handoffs times. The
+                client that released waits for the next holder before it
+                asks again, so every handoff goes to another client.
+  contended     --clients clients take and release one key as fast as they
+                can for --duration; latency is the wait in Acquire, ops/s
+                the acquisitions per second, share each client's part of
+                them (min and max; with N clients a fair backend gives each
+                1/N).
+
+Progress goes to stderr (a bar on a terminal, plain lines otherwise), the
+table of latency percentiles, ops/s and shares to stdout, and with --plot a
+picture of the latency distributions to a PNG or SVG file: for each case
+the share of operations that took at most x (the body), and on a log scale
+the share that took at least x (the tail).
+
+Keys are under --prefix followed by a random run id (printed on stderr), so
+the run never touches anyone else's keys; every lock is released and every
+Locker closed at the end, also on error or interrupt. Backends that keep a
+released key's record for its fencing token (the SQL lock table) keep one
+row per case, freed by their usual pruning.
+
+Exit status: 0 when every case ran; 125 on bad flags, a bad or unreachable
+URL, or a backend error during the run; 128+N when signal N interrupted it.
+
+Without --url and $LOCKER_URL, the backend is ` + strings.TrimSuffix(defaultURLHelp(), ",") + ".",
+		Example: `  # The local default (an SQLite file in your cache directory).
+  locker bench
+
+  # Your Redis, longer runs, with a plot of the latency distributions.
+  locker bench --url redis://redis:6379 --ops 5000 --duration 30s --plot redis.png
+
+  # Fairness across 32 clients only: no handoff cases, one uncontended op.
+  locker bench --url etcd://etcd:2379 --ops 1 --waiters '' --clients 32`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runBench(cmd.Context(), o, os.Stdout, os.Stderr)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.url, "url", "", "backend URL (default $LOCKER_URL, else the SQLite database of locker run)")
+	f.IntVar(&o.ops, "ops", 1000, "uncontended Acquire+Release pairs")
+	f.IntVar(&o.handoffs, "handoffs", 200, "handoffs measured for each --waiters value")
+	o.waiters = []int{1, 8, 64}
+	f.Var((*intList)(&o.waiters), "waiters", "waiter counts of the handoff cases, comma-separated ('' for none)")
+	f.IntVar(&o.clients, "clients", 8, "clients of the contended case (0 to skip it)")
+	f.DurationVar(&o.duration, "duration", 5*time.Second, "how long the contended case runs")
+	f.DurationVar(&o.ttl, "ttl", 0, "lease of the locks (default: the backend's)")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on each call to a free key, each Release and each handoff; past it the run fails")
+	f.StringVar(&o.prefix, "prefix", "locker-bench/", "prefix of the keys; a random run id and the case name follow it")
+	f.StringVar(&o.plot, "plot", "", "write the latency distributions to this .png or .svg file")
+	return cmd
+}
+
+func (o *benchOpts) validate() error {
+	switch {
+	case o.ops < 1 || o.ops > maxBenchOps:
+		return fmt.Errorf("--ops %d: want 1 to %d", o.ops, maxBenchOps)
+	case o.handoffs < 1 || o.handoffs > maxBenchOps:
+		return fmt.Errorf("--handoffs %d: want 1 to %d", o.handoffs, maxBenchOps)
+	case o.clients < 0 || o.clients == 1 || o.clients > maxBenchClients:
+		return fmt.Errorf("--clients %d: want 2 to %d, or 0 to skip the contended case", o.clients, maxBenchClients)
+	case o.duration <= 0:
+		return fmt.Errorf("--duration %v: want a positive duration", o.duration)
+	case o.ttl < 0:
+		return fmt.Errorf("--ttl %v is negative", o.ttl)
+	case o.timeout <= 0:
+		return fmt.Errorf("--timeout %v: want a positive duration", o.timeout)
+	case o.prefix == "":
+		return errors.New("--prefix is empty: the run's keys need a prefix of their own")
+	}
+	for _, w := range o.waiters {
+		if w < 1 || w >= maxBenchClients {
+			return fmt.Errorf("--waiters %d: want 1 to %d", w, maxBenchClients-1)
+		}
+	}
+	if o.plot != "" {
+		if _, err := plotFormat(o.plot); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// intList is a flag of comma-separated integers; the empty string is none.
+type intList []int
+
+func (l *intList) String() string {
+	s := make([]string, len(*l))
+	for i, n := range *l {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intList) Set(v string) error {
+	var ns []int
+	for f := range strings.SplitSeq(v, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return fmt.Errorf("%q is not a comma-separated list of integers", v)
+		}
+		ns = append(ns, n)
+	}
+	*l = ns
+	return nil
+}
+
+func (l *intList) Type() string { return "ints" }
+
+// signalError is the cause of a run ended by a signal.
+type signalError struct{ s syscall.Signal }
+
+func (e signalError) Error() string { return "interrupted by " + e.s.String() }
+
+// caseResult is what one case measured.
+type caseResult struct {
+	name    string
+	what    string // what its latency is, for the plot's legend
+	clients int
+	lat     []time.Duration // sorted
+	elapsed time.Duration
+	ops     int   // operations counted for ops/s
+	share   []int // acquisitions per client, where fairness means something
+}
+
+// opsPerSec is the case's operations per second of its running time.
+func (r *caseResult) opsPerSec() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.ops) / r.elapsed.Seconds()
+}
+
+// shares is the least and greatest share of the acquisitions a client had.
+func (r *caseResult) shares() (lo, hi float64, ok bool) {
+	total := 0
+	for _, n := range r.share {
+		total += n
+	}
+	if len(r.share) == 0 || total == 0 {
+		return 0, 0, false
+	}
+	return float64(slices.Min(r.share)) / float64(total), float64(slices.Max(r.share)) / float64(total), true
+}
+
+// bencher runs the cases against one backend.
+type bencher struct {
+	o      benchOpts
+	url    string // the URL to open
+	shown  string // the URL with its password hidden
+	prefix string // o.prefix + run id + "/"
+	opts   []locker.Option
+	prog   *progress
+
+	announced bool // the run's first line has been printed
+}
+
+func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) (err error) {
+	if err := o.validate(); err != nil {
+		return fail(exitFailure, "%v", err)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	u, err := backendURL(o.url)
+	if err != nil {
+		return fail(exitFailure, "%v", err)
+	}
+	// The picture goes to a temporary file beside --plot, created first so
+	// that a bad path fails before the run rather than after it, and renamed
+	// when complete: a failed run leaves no file, nor harms an older one.
+	var plotFile *os.File
+	if o.plot != "" {
+		plotFile, err = os.CreateTemp(filepath.Dir(o.plot), ".locker-bench-*"+filepath.Ext(o.plot))
+		if err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return fail(exitFailure, "--plot %s: cannot write in %s: %v", o.plot, filepath.Dir(o.plot), err)
+		}
+		defer func() {
+			plotFile.Close()
+			os.Remove(plotFile.Name()) // fails once renamed
+		}()
+	}
+	// A signal ends the run; the cases release their locks and close their
+	// Lockers on the way out.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(signalError{s.(syscall.Signal)})
+		case <-ctx.Done():
+		}
+	}()
+
+	id := make([]byte, 4)
+	_, _ = rand.Read(id)
+	b := &bencher{o: o, url: u, shown: redactURL(u), prefix: o.prefix + hex.EncodeToString(id) + "/", prog: newProgress(stderr)}
+	if o.ttl > 0 {
+		b.opts = append(b.opts, locker.WithTTL(o.ttl))
+	}
+
+	results, err := b.run(ctx)
+	if err != nil {
+		var sig signalError
+		if errors.As(context.Cause(ctx), &sig) {
+			return &exitError{code: 128 + int(sig.s), msg: fmt.Sprintf("bench interrupted by %v; its locks were released", sig.s)}
+		}
+		return fail(exitFailure, "%v", err)
+	}
+	if err := printBench(stdout, results); err != nil {
+		return fail(exitFailure, "writing the table: %v", err)
+	}
+	if plotFile != nil {
+		if err := writePlot(plotFile, o.plot, "locker bench: "+b.shown, results); err != nil {
+			return fail(exitFailure, "--plot: %v", err)
+		}
+		if err := plotFile.Close(); err != nil {
+			return fail(exitFailure, "--plot: %v", err)
+		}
+		if err := os.Chmod(plotFile.Name(), 0o644); err != nil {
+			return fail(exitFailure, "--plot: %v", err)
+		}
+		if err := os.Rename(plotFile.Name(), o.plot); err != nil {
+			return fail(exitFailure, "--plot: %v", err)
+		}
+		b.prog.say("latency distributions written to %s", o.plot)
+	}
+	return nil
+}
+
+// run runs every case in turn.
+func (b *bencher) run(ctx context.Context) ([]*caseResult, error) {
+	var results []*caseResult
+	r, err := b.uncontended(ctx)
+	if err != nil {
+		return nil, err
+	}
+	results = append(results, r)
+	for _, w := range b.o.waiters {
+		r, err := b.handoff(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, r)
+	}
+	if b.o.clients > 0 {
+		r, err := b.contended(ctx, b.o.clients)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// open opens n Lockers, each taking and releasing key once so that its
+// connections and the backend's schema are ready before the measuring
+// starts. On error it closes what it opened.
+func (b *bencher) open(ctx context.Context, n int, key string) (ls []locker.Locker, err error) {
+	defer func() {
+		if err != nil {
+			closeAll(ls)
+			ls = nil
+		}
+	}()
+	for range n {
+		l, err := locker.Open(ctx, b.url)
+		if err != nil {
+			return ls, err
+		}
+		ls = append(ls, l)
+		if err := b.acquireRelease(ctx, l, key); err != nil {
+			return ls, fmt.Errorf("%s: %w", b.shown, err)
+		}
+		if !b.announced {
+			// Said once the backend has answered, so that a bad URL
+			// gets one line of its own.
+			b.announced = true
+			b.prog.say("benchmarking %s; keys under %q", b.shown, b.prefix)
+		}
+	}
+	return ls, nil
+}
+
+// acquireRelease takes key and releases it, each call bounded by --timeout.
+func (b *bencher) acquireRelease(ctx context.Context, l locker.Locker, key string) error {
+	actx, cancel := context.WithTimeoutCause(ctx, b.o.timeout, errBenchTimeout)
+	h, err := l.Acquire(actx, key, b.opts...)
+	timedOut := errors.Is(context.Cause(actx), errBenchTimeout)
+	cancel()
+	if err != nil {
+		if timedOut && !strings.Contains(err.Error(), errBenchTimeout.Error()) {
+			err = fmt.Errorf("%w (%v %v: is the backend reachable?)", err, errBenchTimeout, b.o.timeout)
+		}
+		return err
+	}
+	return b.release(h)
+}
+
+var errBenchTimeout = errors.New("no answer within --timeout")
+
+// release releases h within --timeout, whatever became of the run's ctx.
+func (b *bencher) release(h locker.Handle) error {
+	ctx, cancel := context.WithTimeout(context.Background(), b.o.timeout)
+	defer cancel()
+	return h.Release(ctx)
+}
+
+func closeAll(ls []locker.Locker) error {
+	var errs []error
+	for _, l := range ls {
+		errs = append(errs, l.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// closeLockers closes ls and, when the case had no error of its own,
+// returns the first Close error.
+func closeLockers(ls []locker.Locker, err *error) {
+	if cerr := closeAll(ls); cerr != nil && *err == nil {
+		*err = fmt.Errorf("closing the Lockers: %w", cerr)
+	}
+}
+
+func (b *bencher) uncontended(ctx context.Context) (_ *caseResult, err error) {
+	key := b.prefix + "uncontended"
+	ls, err := b.open(ctx, 1, key)
+	if err != nil {
+		return nil, err
+	}
+	defer closeLockers(ls, &err)
+	l := ls[0]
+	r := &caseResult{name: "uncontended", what: "Acquire+Release, free key", clients: 1, ops: b.o.ops}
+	r.lat = make([]time.Duration, 0, b.o.ops)
+	task := b.prog.count("uncontended", int64(b.o.ops), "ops")
+	defer task.end()
+	start := time.Now()
+	for range b.o.ops {
+		t0 := time.Now()
+		if err := b.acquireRelease(ctx, l, key); err != nil {
+			return nil, err
+		}
+		r.lat = append(r.lat, time.Since(t0))
+		task.add(1)
+	}
+	r.elapsed = time.Since(start)
+	slices.Sort(r.lat)
+	task.done(fmt.Sprintf("%d ops in %v", b.o.ops, r.elapsed.Round(time.Millisecond)))
+	return r, nil
+}
+
+// handoffState is shared by the clients of one handoff case.
+type handoffState struct {
+	mu        sync.Mutex
+	cond      *sync.Cond
+	waiters   int       // W
+	target    int       // handoffs to measure
+	inAcquire int       // clients inside Acquire
+	gen       int       // acquisitions so far
+	released  time.Time // start of the last Release; zero before the first
+	lat       []time.Duration
+	share     []int
+	done      bool
+	err       error
+}
+
+func (s *handoffState) fail(err error) {
+	if !s.done {
+		s.done, s.err = true, err
+	}
+	s.cond.Broadcast()
+}
+
+func (b *bencher) handoff(ctx context.Context, w int) (_ *caseResult, err error) {
+	name := fmt.Sprintf("handoff/%d", w)
+	key := b.prefix + fmt.Sprintf("handoff-%d", w)
+	ls, err := b.open(ctx, w+1, key)
+	if err != nil {
+		return nil, err
+	}
+	defer closeLockers(ls, &err)
+	task := b.prog.count(name, int64(b.o.handoffs), "handoffs")
+	defer task.end()
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s := &handoffState{waiters: w, target: b.o.handoffs, share: make([]int, w+1)}
+	s.cond = sync.NewCond(&s.mu)
+	s.lat = make([]time.Duration, 0, s.target)
+	// Every client's wait ends with the case.
+	stopCancel := context.AfterFunc(cctx, func() {
+		s.mu.Lock()
+		s.fail(context.Cause(cctx))
+		s.mu.Unlock()
+	})
+	defer stopCancel()
+
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, l := range ls {
+		wg.Go(func() {
+			if err := b.handoffClient(cctx, cancel, s, i, l, key, task); err != nil {
+				s.mu.Lock()
+				s.fail(err)
+				s.mu.Unlock()
+				cancel()
+			}
+		})
+	}
+	// A watchdog: some client must take the lock within --timeout of the
+	// last acquisition, or the case fails instead of hanging.
+	stall := make(chan struct{})
+	go func() {
+		t := time.NewTicker(b.o.timeout)
+		defer t.Stop()
+		last := -1
+		for {
+			select {
+			case <-stall:
+				return
+			case <-t.C:
+			}
+			s.mu.Lock()
+			if s.gen == last && !s.done {
+				s.fail(fmt.Errorf("%s: no client took %q within --timeout %v of the last handoff (%d waiting)", name, key, b.o.timeout, s.inAcquire))
+				cancel()
+			}
+			last = s.gen
+			s.mu.Unlock()
+		}
+	}()
+	wg.Wait()
+	close(stall)
+	elapsed := time.Since(start)
+	if s.err != nil && !errors.Is(s.err, errHandoffsDone) {
+		return nil, s.err
+	}
+	slices.Sort(s.lat)
+	task.done(fmt.Sprintf("%d handoffs in %v", len(s.lat), elapsed.Round(time.Millisecond)))
+	return &caseResult{name: name, what: fmt.Sprintf("Release to next Acquire, %d waiting", w), clients: w + 1,
+		lat: s.lat, elapsed: elapsed, ops: len(s.lat), share: s.share}, nil
+}
+
+var errHandoffsDone = errors.New("all handoffs measured")
+
+// handoffClient is one client of a handoff case: it waits for the lock;
+// as holder it records the handoff, waits until the W others are inside
+// Acquire and releases; then it waits for the next holder before asking
+// again.
+func (b *bencher) handoffClient(ctx context.Context, cancel context.CancelFunc, s *handoffState, i int, l locker.Locker, key string, task *task) error {
+	for {
+		s.mu.Lock()
+		if s.done {
+			s.mu.Unlock()
+			return nil
+		}
+		s.inAcquire++
+		s.cond.Broadcast()
+		s.mu.Unlock()
+
+		h, err := l.Acquire(ctx, key, b.opts...)
+		now := time.Now()
+
+		s.mu.Lock()
+		s.inAcquire--
+		if err != nil {
+			s.mu.Unlock()
+			if ctx.Err() != nil {
+				return nil // the case ended
+			}
+			return fmt.Errorf("handoff/%d: %w", s.waiters, err)
+		}
+		if s.done {
+			s.mu.Unlock()
+			return b.release(h)
+		}
+		if !s.released.IsZero() {
+			s.lat = append(s.lat, now.Sub(s.released))
+			s.share[i]++
+			task.add(1)
+		}
+		s.gen++
+		gen := s.gen
+		s.cond.Broadcast()
+		if len(s.lat) >= s.target {
+			s.fail(errHandoffsDone)
+			s.mu.Unlock()
+			cancel()
+			return b.release(h)
+		}
+		for s.inAcquire < s.waiters && !s.done {
+			s.cond.Wait()
+		}
+		if s.done {
+			s.mu.Unlock()
+			return b.release(h)
+		}
+		s.released = time.Now()
+		s.mu.Unlock()
+		if err := b.release(h); err != nil {
+			return fmt.Errorf("handoff/%d: %w", s.waiters, err)
+		}
+		s.mu.Lock()
+		for s.gen == gen && !s.done {
+			s.cond.Wait()
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (b *bencher) contended(ctx context.Context, n int) (_ *caseResult, err error) {
+	name := "contended"
+	key := b.prefix + "contended"
+	ls, err := b.open(ctx, n, key)
+	if err != nil {
+		return nil, err
+	}
+	defer closeLockers(ls, &err)
+	task := b.prog.timed(name, b.o.duration)
+	defer task.end()
+
+	start := time.Now()
+	end := start.Add(b.o.duration)
+	cctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	lats := make([][]time.Duration, n)
+	share := make([]int, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Go(func() {
+			for {
+				t0 := time.Now()
+				if !t0.Before(end) {
+					return
+				}
+				h, err := l.Acquire(cctx, key, b.opts...)
+				if err != nil {
+					if cctx.Err() == nil || ctx.Err() != nil {
+						errs[i] = fmt.Errorf("%s: %w", name, err)
+						cancel()
+					}
+					return
+				}
+				lats[i] = append(lats[i], time.Since(t0))
+				share[i]++
+				task.add(1)
+				if err := b.release(h); err != nil {
+					errs[i] = fmt.Errorf("%s: %w", name, err)
+					cancel()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	r := &caseResult{name: fmt.Sprintf("%s/%d", name, n), what: fmt.Sprintf("wait in Acquire, %d clients", n), clients: n, elapsed: elapsed, share: share}
+	for _, l := range lats {
+		r.lat = append(r.lat, l...)
+		r.ops += len(l)
+	}
+	slices.Sort(r.lat)
+	task.done(fmt.Sprintf("%d acquisitions in %v", r.ops, elapsed.Round(time.Millisecond)))
+	return r, nil
+}
+
+// printBench writes the table of results.
+func printBench(w io.Writer, results []*caseResult) error {
+	// Numbers align right; the case names, padded here, left.
+	width := len("CASE")
+	for _, r := range results {
+		width = max(width, len(r.name))
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\tCLIENTS\tOPS\tP50\tP90\tP99\tMAX\tOPS/S\tSHARE MIN\tSHARE MAX\t\n", width, "CASE")
+	for _, r := range results {
+		p := func(q float64) string { return fmtLatency(benchstats.Percentile(r.lat, q)) }
+		lo, hi := "-", "-"
+		if a, b, ok := r.shares(); ok {
+			lo, hi = fmt.Sprintf("%.1f%%", 100*a), fmt.Sprintf("%.1f%%", 100*b)
+		}
+		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t\n", width, r.name, r.clients, len(r.lat),
+			p(0.5), p(0.9), p(0.99), p(1), r.opsPerSec(), lo, hi)
+	}
+	return tw.Flush()
+}
+
+// fmtLatency prints d with three significant digits or so.
+func fmtLatency(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	case d < time.Second:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	}
+}
+
+// redactURL is u with its password, and query parameters named like one,
+// blanked out.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		// Say no more than the scheme: the rest may hold a password.
+		if i := strings.Index(u, ":"); i > 0 {
+			return u[:i] + ":..."
+		}
+		return "the backend"
+	}
+	return backend.Redact(p.Redacted(), p)
+}
+
+// plotFormat is the image format --plot's file name asks for.
+func plotFormat(name string) (string, error) {
+	switch ext := strings.ToLower(filepath.Ext(name)); ext {
+	case ".png", ".svg":
+		return ext[1:], nil
+	default:
+		return "", fmt.Errorf("--plot %q: want a file name ending in .png or .svg", name)
+	}
+}
