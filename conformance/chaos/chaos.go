@@ -168,5 +168,5 @@ func errKinds(m map[string]int) string {
 	if len(m) == 0 {
 		return ""
 	}
-	return fmt.Sprint(m)
+	return " " + fmt.Sprint(m)
 }

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance/chaos"
@@ -26,60 +25,6 @@ func chaosLocker(t *testing.T, w chaos.Worker) locker.Locker {
 	return etcd.New(newEtcdClient(t, addrs...))
 }
 
-// linkFaults cut (partition, blackhole) or slow every link of the target
-// worker to the server, through the proxies of that worker.
-func linkFaults(proxies func(t *testing.T, worker int) []*testserver.Proxy) []chaos.Fault {
-	fault := func(name string, inject func(t *testing.T, px *testserver.Proxy)) chaos.Fault {
-		return chaos.Fault{Name: name, Inject: func(t *testing.T, tg chaos.Target) func() {
-			pxs := proxies(t, tg.Worker)
-			for _, px := range pxs {
-				inject(t, px)
-			}
-			return func() {
-				for _, px := range pxs {
-					px.Heal(t)
-				}
-			}
-		}}
-	}
-	return []chaos.Fault{
-		fault("link-partition", func(t *testing.T, px *testserver.Proxy) { px.Partition(t) }),
-		fault("link-blackhole", func(t *testing.T, px *testserver.Proxy) { px.Blackhole(t) }),
-		fault("link-latency", func(t *testing.T, px *testserver.Proxy) { px.Latency(t, 300*time.Millisecond) }),
-	}
-}
-
-// workerProxies records the proxies made for each worker, in the test
-// process.
-type workerProxies struct {
-	mu sync.Mutex
-	m  map[int][]*testserver.Proxy
-}
-
-func (w *workerProxies) add(worker int, pxs []*testserver.Proxy) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.m == nil {
-		w.m = map[int][]*testserver.Proxy{}
-	}
-	w.m[worker] = pxs
-	addrs := make([]string, len(pxs))
-	for i, px := range pxs {
-		addrs[i] = px.Addr()
-	}
-	return envChaosAddrs + "=" + strings.Join(addrs, ",")
-}
-
-func (w *workerProxies) get(t *testing.T, worker int) []*testserver.Proxy {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	pxs, ok := w.m[worker]
-	if !ok {
-		t.Fatalf("no proxies for worker %d", worker)
-	}
-	return pxs
-}
-
 // TestChaos runs the chaos suite on a private single-member etcd: worker
 // processes, each on its own client through a fault proxy of its own,
 // while the nemesis stops holder processes past their lease (built in),
@@ -88,19 +33,10 @@ func (w *workerProxies) get(t *testing.T, worker int) []*testserver.Proxy {
 // clock), and cuts, blackholes or slows the link of one worker.
 func TestChaos(t *testing.T) {
 	var (
-		srv *testserver.Server
-		pxs workerProxies
+		srv   *testserver.Server
+		links testserver.ChaosLinks
 	)
-	faults := []chaos.Fault{
-		{Name: "server-pause", Inject: func(t *testing.T, _ chaos.Target) func() {
-			srv.Pause(t)
-			return func() { srv.Resume(t) }
-		}},
-		{Name: "server-restart", Inject: func(t *testing.T, _ chaos.Target) func() {
-			srv.Kill(t)
-			return func() { srv.Start(t) }
-		}},
-	}
+	faults := testserver.ServerFaults(func() *testserver.Server { return srv }, nil)
 	r := chaos.Run(t, chaos.Harness{
 		TTL: ttl,
 		// WorkerEnv runs in the test process only: the server is started
@@ -112,10 +48,10 @@ func TestChaos(t *testing.T) {
 					t.Skip("the server comes from the environment: the chaos test needs one it can pause and kill")
 				}
 			}
-			return []string{pxs.add(w, []*testserver.Proxy{testserver.NewProxy(t, srv.Addr())})}
+			return []string{envChaosAddrs + "=" + links.Add(t, w, srv.Addr())[0]}
 		},
 		NewLocker: chaosLocker,
-		Faults:    append(faults, linkFaults(pxs.get)...),
+		Faults:    append(faults, links.Faults()...),
 	})
 	if r == nil {
 		return // a worker process
@@ -137,7 +73,7 @@ func TestChaos(t *testing.T) {
 func TestChaosCluster(t *testing.T) {
 	var (
 		ms     []*testserver.Server
-		pxs    workerProxies
+		links  testserver.ChaosLinks
 		mu     sync.Mutex
 		paused *testserver.Server
 	)
@@ -190,14 +126,14 @@ func TestChaosCluster(t *testing.T) {
 			if w >= 2 {
 				dial = ms[(w-2)%len(ms) : (w-2)%len(ms)+1]
 			}
-			var wp []*testserver.Proxy
+			var ups []string
 			for _, m := range dial {
-				wp = append(wp, testserver.NewProxy(t, m.Addr()))
+				ups = append(ups, m.Addr())
 			}
-			return []string{pxs.add(w, wp)}
+			return []string{envChaosAddrs + "=" + strings.Join(links.Add(t, w, ups...), ",")}
 		},
 		NewLocker: chaosLocker,
-		Faults:    append(faults, linkFaults(pxs.get)...),
+		Faults:    append(faults, links.Faults()...),
 	})
 	if r == nil {
 		return // a worker process

@@ -31,9 +31,9 @@ const chaosInterval = time.Second
 // the first WorkerEnv call: the worker processes run the test function too,
 // and must not start servers of their own.
 type chaosBed struct {
-	mu      sync.Mutex
-	srv     *testserver.Server
-	proxies map[int]*testserver.Proxy
+	mu    sync.Mutex
+	srv   *testserver.Server
+	links testserver.ChaosLinks
 }
 
 func (b *chaosBed) server(t *testing.T) *testserver.Server {
@@ -46,15 +46,14 @@ func (b *chaosBed) server(t *testing.T) *testserver.Server {
 		}
 		makeDurable(t, srv)
 		b.srv = srv
-		b.proxies = map[int]*testserver.Proxy{}
 	}
 	return b.srv
 }
 
-func (b *chaosBed) proxy(w int) *testserver.Proxy {
+func (b *chaosBed) current() *testserver.Server {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.proxies[w]
+	return b.srv
 }
 
 // makeDurable turns synchronous_commit back on for the locker database: the
@@ -135,11 +134,8 @@ func TestChaos(t *testing.T) {
 		TTL: 2 * chaosInterval,
 		WorkerEnv: func(t *testing.T, w int) []string {
 			srv := bed.server(t)
-			px := testserver.NewProxy(t, srv.Addr())
-			bed.mu.Lock()
-			bed.proxies[w] = px
-			bed.mu.Unlock()
-			return []string{chaosURLEnv + "=" + withHost(t, srv.DSN(), px.Addr(), url.Values{
+			pxAddr := bed.links.Add(t, w, srv.Addr())[0]
+			return []string{chaosURLEnv + "=" + withHost(t, srv.DSN(), pxAddr, url.Values{
 				"lock_health_interval": {chaosInterval.String()},
 			})}
 		},
@@ -156,31 +152,7 @@ func TestChaos(t *testing.T) {
 			}
 			return l
 		},
-		Faults: []chaos.Fault{
-			{Name: "server-pause", Inject: func(t *testing.T, _ chaos.Target) func() {
-				bed.srv.Pause(t)
-				return func() { bed.srv.Resume(t) }
-			}},
-			{Name: "server-restart", Inject: func(t *testing.T, _ chaos.Target) func() {
-				bed.srv.Kill(t)
-				return func() { bed.srv.Start(t) }
-			}},
-			{Name: "link-partition", Inject: func(t *testing.T, tg chaos.Target) func() {
-				px := bed.proxy(tg.Worker)
-				px.Partition(t)
-				return func() { px.Heal(t) }
-			}},
-			{Name: "link-latency", Inject: func(t *testing.T, tg chaos.Target) func() {
-				px := bed.proxy(tg.Worker)
-				px.Latency(t, 300*time.Millisecond)
-				return func() { px.Heal(t) }
-			}},
-			{Name: "link-blackhole", Inject: func(t *testing.T, tg chaos.Target) func() {
-				px := bed.proxy(tg.Worker)
-				px.Blackhole(t)
-				return func() { px.Heal(t) }
-			}},
-		},
+		Faults: append(testserver.ServerFaults(bed.current, nil), bed.links.Faults()...),
 	})
 	if r == nil {
 		return // a worker process

@@ -17,11 +17,6 @@ import (
 // proxy to the test's server.
 const envChaosAddr = "LOCKER_CHAOS_REDIS_ADDR"
 
-// chaosLatency is the delay of the link-latency fault: several round trips
-// of it fit in a renewal interval (TTL/3), one does not fit in the drift
-// margin.
-const chaosLatency = 300 * time.Millisecond
-
 // TestChaos runs the single-node backend under the chaos suite: worker
 // processes, each reaching a private Redis through a fault proxy of its
 // own, while a nemesis stops holders past their lease (built in), pauses
@@ -40,16 +35,7 @@ func TestChaos(t *testing.T) {
 	}
 	h := chaosHarness(srv)
 	if srv != nil && srv.CanControl() {
-		h.Faults = append(h.Faults,
-			chaos.Fault{Name: "server-pause", Inject: func(t *testing.T, _ chaos.Target) func() {
-				srv.Pause(t)
-				return func() { srv.Resume(t) }
-			}},
-			chaos.Fault{Name: "server-restart", Inject: func(t *testing.T, _ chaos.Target) func() {
-				srv.Kill(t)
-				return func() { srv.Start(t) }
-			}},
-		)
+		h.Faults = append(h.Faults, testserver.ServerFaults(func() *testserver.Server { return srv }, nil)...)
 	}
 	r := chaos.Run(t, h)
 	if r == nil {
@@ -63,28 +49,15 @@ func TestChaos(t *testing.T) {
 // chaosHarness is the harness of the single-node tests: its link faults
 // act on the target worker's proxy to srv (nil in a worker process).
 func chaosHarness(srv *testserver.Server) chaos.Harness {
-	proxies := map[int]*testserver.Proxy{}
-	link := func(name string, cut func(t *testing.T, px *testserver.Proxy)) chaos.Fault {
-		return chaos.Fault{Name: name, Inject: func(t *testing.T, tg chaos.Target) func() {
-			px := proxies[tg.Worker]
-			cut(t, px)
-			return func() { px.Heal(t) }
-		}}
-	}
+	var links testserver.ChaosLinks
 	return chaos.Harness{
 		WorkerEnv: func(t *testing.T, worker int) []string {
-			px := testserver.NewProxy(t, srv.Addr())
-			proxies[worker] = px
-			return []string{envChaosAddr + "=" + px.Addr()}
+			return []string{envChaosAddr + "=" + links.Add(t, worker, srv.Addr())[0]}
 		},
 		NewLocker: func(t *testing.T, w chaos.Worker) locker.Locker {
 			return redis.New(chaosClient(t, w.Env(envChaosAddr)))
 		},
-		Faults: []chaos.Fault{
-			link("link-partition", func(t *testing.T, px *testserver.Proxy) { px.Partition(t) }),
-			link("link-blackhole", func(t *testing.T, px *testserver.Proxy) { px.Blackhole(t) }),
-			link("link-latency", func(t *testing.T, px *testserver.Proxy) { px.Latency(t, chaosLatency) }),
-		},
+		Faults: links.Faults(),
 	}
 }
 

@@ -133,10 +133,10 @@ func mysqlDurable(t testing.TB, srv *testserver.Server) {
 // the first WorkerEnv call: the worker processes run the test function too,
 // and must not start servers of their own.
 type chaosBed struct {
-	d       chaosDialect
-	mu      sync.Mutex
-	srv     *testserver.Server
-	proxies map[int]*testserver.Proxy
+	d     chaosDialect
+	mu    sync.Mutex
+	srv   *testserver.Server
+	links testserver.ChaosLinks
 }
 
 func (b *chaosBed) server(t *testing.T) *testserver.Server {
@@ -149,15 +149,14 @@ func (b *chaosBed) server(t *testing.T) *testserver.Server {
 		}
 		b.d.durable(t, srv)
 		b.srv = srv
-		b.proxies = map[int]*testserver.Proxy{}
 	}
 	return b.srv
 }
 
-func (b *chaosBed) proxy(w int) *testserver.Proxy {
+func (b *chaosBed) current() *testserver.Server {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.proxies[w]
+	return b.srv
 }
 
 // TestChaos runs the lock table on PostgreSQL and MariaDB under the chaos
@@ -182,11 +181,8 @@ func TestChaos(t *testing.T) {
 				TTL: chaosTTL,
 				WorkerEnv: func(t *testing.T, w int) []string {
 					srv := bed.server(t)
-					px := testserver.NewProxy(t, srv.Addr())
-					bed.mu.Lock()
-					bed.proxies[w] = px
-					bed.mu.Unlock()
-					return []string{chaosURLEnv + "=" + d.url(t, srv, px.Addr())}
+					pxAddr := bed.links.Add(t, w, srv.Addr())[0]
+					return []string{chaosURLEnv + "=" + d.url(t, srv, pxAddr)}
 				},
 				NewLocker: func(t *testing.T, w chaos.Worker) locker.Locker {
 					// The MySQL driver logs every connection the faults
@@ -204,37 +200,7 @@ func TestChaos(t *testing.T) {
 					}
 					return l
 				},
-				Faults: []chaos.Fault{
-					{Name: "server-pause", Inject: func(t *testing.T, _ chaos.Target) func() {
-						bed.srv.Pause(t)
-						return func() { bed.srv.Resume(t) }
-					}},
-					{Name: "server-restart", Inject: func(t *testing.T, _ chaos.Target) func() {
-						bed.srv.Kill(t)
-						return func() {
-							bed.srv.Start(t)
-							d.durable(t, bed.srv)
-						}
-					}},
-					{Name: "link-partition", Inject: func(t *testing.T, tg chaos.Target) func() {
-						px := bed.proxy(tg.Worker)
-						px.Partition(t)
-						return func() { px.Heal(t) }
-					}},
-					{Name: "link-latency", Inject: func(t *testing.T, tg chaos.Target) func() {
-						px := bed.proxy(tg.Worker)
-						px.Latency(t, 300*time.Millisecond)
-						return func() { px.Heal(t) }
-					}},
-					// A cut that ends with every connection of the worker
-					// reset (a Blackhole healed): rows are leases, not
-					// sessions, so the reset frees nothing by itself.
-					{Name: "link-blackhole", Inject: func(t *testing.T, tg chaos.Target) func() {
-						px := bed.proxy(tg.Worker)
-						px.Blackhole(t)
-						return func() { px.Heal(t) }
-					}},
-				},
+				Faults: append(testserver.ServerFaults(bed.current, func(t *testing.T, s *testserver.Server) { d.durable(t, s) }), bed.links.Faults()...),
 			})
 			if r == nil {
 				return // a worker process

@@ -29,16 +29,9 @@ const chaosTTL = 2 * time.Second
 // and cuts, blackholes or slows the link of one worker.
 func TestChaos(t *testing.T) {
 	var (
-		srv *testserver.Server
-		pxs = map[int]*testserver.Proxy{}
+		srv   *testserver.Server
+		links testserver.ChaosLinks
 	)
-	proxy := func(t *testing.T, w int) *testserver.Proxy {
-		px, ok := pxs[w]
-		if !ok {
-			t.Fatalf("no proxy for worker %d", w)
-		}
-		return px
-	}
 	r := chaos.Run(t, chaos.Harness{
 		TTL: chaosTTL,
 		// WorkerEnv runs in the test process only: the server is started
@@ -50,9 +43,7 @@ func TestChaos(t *testing.T) {
 					t.Skip("the server comes from the environment: the chaos test needs one it can pause and kill")
 				}
 			}
-			px := testserver.NewProxy(t, srv.Addr())
-			pxs[w] = px
-			return []string{envChaosAddr + "=" + px.Addr()}
+			return []string{envChaosAddr + "=" + links.Add(t, w, srv.Addr())[0]}
 		},
 		NewLocker: func(t *testing.T, w chaos.Worker) locker.Locker {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -64,31 +55,7 @@ func TestChaos(t *testing.T) {
 			}
 			return l
 		},
-		Faults: []chaos.Fault{
-			{Name: "server-pause", Inject: func(t *testing.T, _ chaos.Target) func() {
-				srv.Pause(t)
-				return func() { srv.Resume(t) }
-			}},
-			{Name: "server-restart", Inject: func(t *testing.T, _ chaos.Target) func() {
-				srv.Kill(t)
-				return func() { srv.Start(t) }
-			}},
-			{Name: "link-partition", Inject: func(t *testing.T, tg chaos.Target) func() {
-				px := proxy(t, tg.Worker)
-				px.Partition(t)
-				return func() { px.Heal(t) }
-			}},
-			{Name: "link-blackhole", Inject: func(t *testing.T, tg chaos.Target) func() {
-				px := proxy(t, tg.Worker)
-				px.Blackhole(t)
-				return func() { px.Heal(t) }
-			}},
-			{Name: "link-latency", Inject: func(t *testing.T, tg chaos.Target) func() {
-				px := proxy(t, tg.Worker)
-				px.Latency(t, 300*time.Millisecond)
-				return func() { px.Heal(t) }
-			}},
-		},
+		Faults: append(testserver.ServerFaults(func() *testserver.Server { return srv }, nil), links.Faults()...),
 	})
 	if r == nil {
 		return // a worker process
