@@ -155,6 +155,18 @@
 //   - Close while etcd is down: the revocations are given closeWait (3s);
 //     then Close returns, saying which locks it could not release. Their
 //     lease is no longer renewed, so the server frees them one TTL later.
+//   - A leader paused for longer than a TTL, then resumed: the other
+//     members elect a new leader, which keeps the leases alive, and the
+//     holders' renewals go on through it. But the resumed old leader may,
+//     in the moment before it learns it was deposed, revoke the leases it
+//     believes expired, and that revocation can commit (etcd issue #15247;
+//     our tests see it on 3.4.23 and on 3.5.17 alike). The locks on such a
+//     lease end at once: each holder learns it from the watch on its key,
+//     in the same moment as the next waiter learns the key is free, so the
+//     "loss reported before anyone else acquires" promise holds only up to
+//     that race of a few milliseconds. Fence your writes with the token;
+//     keep members from being paused (a frozen VM, a stopped container)
+//     rather than cut off, which etcd handles cleanly.
 //   - Clock rates: the holder measures the TTL on its own clock and the
 //     leader on its own; the drift margin covers a rate difference of up
 //     to a tenth. A holder paused longer than the TTL (GC, a stopped VM)

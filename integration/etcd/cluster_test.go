@@ -144,13 +144,21 @@ func TestClusterLeaderPaused(t *testing.T) {
 				resume()
 				// The resumed old leader may take a request it can no
 				// longer commit ("request timed out"): the lock is then
-				// given up all the same, and its key deleted later.
+				// given up all the same, and its key deleted later. Or
+				// it may revoke A's lease, which A kept alive through the
+				// new leader all along (etcd issue #15247, seen on 3.5.17
+				// too, see the package documentation): A's watch then
+				// reports the loss, and Release says so.
+				releasing := time.Since(paused)
 				err := h.Release(ctx)
-				t.Logf("A's Release %v after the pause: %v (A's lock ended %v after the pause)", time.Since(paused), err, time.Duration(aEnded.Load()))
-				if err != nil {
-					if !errors.Is(h.Err(), locker.ErrReleased) {
-						t.Fatalf("A's lock after a failed Release: %v, want ErrReleased", h.Err())
-					}
+				ended := time.Duration(aEnded.Load())
+				t.Logf("A's Release %v after the pause: %v (A's lock ended %v after the pause)", time.Since(paused), err, ended)
+				switch {
+				case err == nil:
+				case errors.Is(err, locker.ErrLost):
+					t.Logf("A's lease was revoked when the old leader resumed (A's lock ended %v after the pause, Release began %v after it)", ended, releasing)
+				case !errors.Is(h.Err(), locker.ErrReleased):
+					t.Fatalf("A's lock after a failed Release: %v, want ErrReleased", h.Err())
 				}
 			}
 			released = true
