@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -237,7 +238,9 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 		fmt.Fprintf(os.Stderr, "locker: acquiring the lock on %q (wait: %v)\n", key, &o.wait)
 	}
 	start := time.Now()
+	stopNotice := waitNotice(wctx, os.Stderr, l, key, o)
 	h, err := acquire(wctx, l, key, o, opts)
+	stopNotice()
 	if o.verbose && err == nil {
 		fmt.Fprintf(os.Stderr, "locker: holding the lock on %q after %v, token %d\n", key, time.Since(start).Round(time.Millisecond), h.Token())
 	}
@@ -306,6 +309,56 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 		fmt.Fprintf(os.Stderr, "locker: releasing the lock on %q: %v\n", key, rerr)
 	}
 	return childStatus(child)
+}
+
+// waitNoticeAfter is how long a waiting run stays silent before it says
+// what it waits for.
+var waitNoticeAfter = 10 * time.Second
+
+// waitNotice says once on w (stderr), when the lock has not come within
+// waitNoticeAfter, why locker is still waiting: who holds the lock, when the
+// backend can tell (locker.Inspector), or that the backend does not answer
+// (some clients, etcd's among them, wait for an unreachable server instead
+// of failing). Not with --quiet, nor for a single try. The returned
+// function stops it.
+func waitNotice(ctx context.Context, w io.Writer, l locker.Locker, key string, o runOpts) (stop func()) {
+	if o.quiet || (!o.wait.forever && o.wait.d <= waitNoticeAfter) {
+		return func() {}
+	}
+	nctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	t := time.AfterFunc(waitNoticeAfter, func() {
+		defer close(done)
+		msg := fmt.Sprintf("locker: still waiting for the lock on %q after %v", key, waitNoticeAfter)
+		if in, ok := l.(locker.Inspector); ok {
+			ictx, icancel := context.WithTimeout(nctx, 2*time.Second)
+			info, err := in.Inspect(ictx, key)
+			icancel()
+			switch {
+			case nctx.Err() != nil:
+				return // the wait ended meanwhile
+			case err != nil:
+				msg += fmt.Sprintf(": the backend does not answer (%v)", err)
+			case info.Held:
+				msg += fmt.Sprintf(": held by another holder (token %d", info.Token)
+				if info.TTL > 0 {
+					msg += fmt.Sprintf(", lease %v left", info.TTL.Round(time.Millisecond))
+				}
+				msg += ")"
+			}
+		} else {
+			msg += ": another holder has it, or the backend does not answer"
+		}
+		if nctx.Err() == nil {
+			fmt.Fprintln(w, msg)
+		}
+	})
+	return func() {
+		cancel()
+		if !t.Stop() {
+			<-done
+		}
+	}
 }
 
 // acquire takes the lock as --wait says.
