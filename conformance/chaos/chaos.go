@@ -156,6 +156,35 @@ type Report struct {
 	Faults        map[string]int // faults injected, by kind
 	Violations    []string       // broken promises: must be none
 	Linearizable  bool           // porcupine's verdict on the register history
+
+	// Holds and Injected are the run's history, for checks of a harness's
+	// own (what a backend promises beyond the contract under a fault of
+	// its test bed): every successful acquisition, and every fault with
+	// the time it was in place.
+	Holds    []Hold
+	Injected []Injected
+}
+
+// Hold is one successful acquisition of a run, with what became of it.
+// Times are when the worker observed them.
+type Hold struct {
+	Worker   int
+	Key      string
+	Token    int64
+	Invoked  time.Time // Acquire was called
+	Acquired time.Time // Acquire returned the lock
+	Lost     time.Time // Done closed with an error wrapping ErrLost; zero: never
+	Released time.Time // Release was called; zero: never
+	// ReleaseErr is Release's error ("" when it returned nil).
+	ReleaseErr string
+}
+
+// Injected is one fault of a run: in place from Start (Inject returned)
+// to End (its heal was called).
+type Injected struct {
+	Name       string
+	Target     Target
+	Start, End time.Time
 }
 
 // String is the report on one line, for logs and for CHAOS.md.

@@ -123,6 +123,20 @@ func check(r *Report, h history) {
 			r.LossReported++ // told at Release only
 		}
 	}
+	r.Holds = make([]Hold, 0, len(holds))
+	for _, hs := range byKey {
+		for _, hr := range hs {
+			hd := Hold{Worker: hr.acq.W, Key: hr.acq.Key, Token: hr.acq.Tok, Invoked: time.Unix(0, hr.acq.Inv), Acquired: time.Unix(0, hr.acq.Done)}
+			if hr.lostAt != 0 {
+				hd.Lost = time.Unix(0, hr.lostAt)
+			}
+			if hr.rel != nil {
+				hd.Released, hd.ReleaseErr = time.Unix(0, hr.rel.Inv), hr.rel.Err
+			}
+			r.Holds = append(r.Holds, hd)
+		}
+	}
+	slices.SortFunc(r.Holds, func(a, b Hold) int { return a.Acquired.Compare(b.Acquired) })
 	violate := func(format string, args ...any) {
 		r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
 	}

@@ -129,3 +129,18 @@ func TestCheckLiveness(t *testing.T) {
 	check(r, history{events: handover(), ttl: time.Second, keys: []string{"k"}, settleStart: 25 * ms, settle: time.Second})
 	wantViolation(t, r, `key "k": not acquired again`)
 }
+
+// TestReportHolds: the report hands the holds to a harness's own checks.
+func TestReportHolds(t *testing.T) {
+	r := runCheck(append(overlap(), lostAt(0, 0, "k", 5, 15)), nil)
+	if len(r.Holds) != 2 {
+		t.Fatalf("Holds = %+v, want 2", r.Holds)
+	}
+	a, b := r.Holds[0], r.Holds[1]
+	if a.Worker != 0 || a.Token != 5 || a.Acquired.UnixNano() != 1*ms || a.Lost.UnixNano() != 15*ms || a.Released.UnixNano() != 30*ms || a.ReleaseErr != "lost" {
+		t.Errorf("first hold = %+v", a)
+	}
+	if b.Worker != 1 || b.Token != 7 || !b.Lost.IsZero() || b.ReleaseErr != "" {
+		t.Errorf("second hold = %+v", b)
+	}
+}

@@ -45,7 +45,7 @@ func Run(t *testing.T, h Harness) *Report {
 	return r
 }
 
-// faultRec is one injected fault.
+// faultRec is one injected fault, in place from start to end.
 type faultRec struct {
 	name       string
 	target     Target
@@ -126,6 +126,7 @@ func run(t *testing.T, h Harness) *Report {
 	r := &Report{Seed: h.Seed, Duration: time.Since(start), Workers: h.Workers, Keys: h.Keys, Faults: map[string]int{}}
 	for _, f := range injected {
 		r.Faults[f.name]++
+		r.Injected = append(r.Injected, Injected{Name: f.name, Target: f.target, Start: time.Unix(0, f.start), End: time.Unix(0, f.end)})
 	}
 	events := rec.all()
 	keys := make([]string, h.Keys)
@@ -159,14 +160,14 @@ func nemesis(t *testing.T, rng *rand.Rand, h Harness, faults []Fault, rec *recor
 		}
 		time.Sleep(quiet)
 		tg := rec.target(pick)
-		fr := faultRec{name: f.Name, target: tg, start: now()}
 		t.Logf("chaos: %s on worker %d (holding %q token %d) for %v", f.Name, tg.Worker, tg.Key, tg.Token, dur.Round(time.Millisecond))
 		heal := f.Inject(t, tg)
+		fr := faultRec{name: f.Name, target: tg, start: now()}
 		time.Sleep(dur)
+		fr.end = now()
 		if heal != nil {
 			heal()
 		}
-		fr.end = now()
 		out = append(out, fr)
 	}
 }

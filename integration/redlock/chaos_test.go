@@ -1,13 +1,8 @@
 package redlock_test
 
 import (
-	"bufio"
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -22,13 +17,9 @@ import (
 	"github.com/go-locker/locker/redis/redlock"
 )
 
-// Chaos worker processes learn from these variables the addresses of their
-// own proxies to the nodes (comma-separated, in node order) and the file
-// where they log their acquisitions for the checks of the majority fault.
-const (
-	envChaosAddrs = "LOCKER_CHAOS_REDLOCK_ADDRS"
-	envChaosLog   = "LOCKER_CHAOS_REDLOCK_LOG"
-)
+// envChaosAddrs hands a chaos worker process the addresses of its own
+// proxies to the nodes (comma-separated, in node order).
+const envChaosAddrs = "LOCKER_CHAOS_REDLOCK_ADDRS"
 
 const (
 	chaosNodes = 3
@@ -85,20 +76,19 @@ func TestChaos(t *testing.T) {
 		// lasts longer than the longest hold (2 TTL) plus a hand-off sees
 		// an acquisition complete (a round sent after the node went down:
 		// rounds end within the node timeout, 200ms).
-		acqs, _ := c.readLogs(t)
 		during, long, starved := 0, 0, 0
-		for _, w := range c.windows {
-			if !strings.HasPrefix(w.name, "minority-node-") {
+		for _, w := range r.Injected {
+			if !strings.HasPrefix(w.Name, "minority-node-") {
 				continue
 			}
 			n := 0
-			for _, a := range acqs {
-				if a.Done >= w.start+int64(300*time.Millisecond) && a.Done <= w.end {
+			for _, a := range r.Holds {
+				if !a.Acquired.Before(w.Start.Add(300*time.Millisecond)) && !a.Acquired.After(w.End) {
 					n++
 				}
 			}
 			during += n
-			if w.end-w.start >= int64(5*chaosTTL/2) {
+			if w.End.Sub(w.Start) >= 5*chaosTTL/2 {
 				long++
 				if n == 0 {
 					starved++
@@ -110,7 +100,7 @@ func TestChaos(t *testing.T) {
 			t.Errorf("the run exercised too little: %v", r)
 		}
 		if starved > 0 {
-			c.dumpLogs(t)
+			dumpHistory(t, r)
 			t.Errorf("%d faults on one node lasted %v or more without any acquisition: Redlock must keep locking on the majority", starved, 5*chaosTTL/2)
 		}
 	})
@@ -127,27 +117,18 @@ func TestChaos(t *testing.T) {
 		if r == nil {
 			return // a worker process
 		}
-		c.checkMajority(t, r)
+		checkMajority(t, r)
 	})
 }
 
-// chaosBed is one run's nodes, proxies and fault windows (in the test
-// process; in a worker process only its harness's NewLocker is used).
+// chaosBed is one run's nodes and proxies (in the test process; in a
+// worker process only its harness's NewLocker is used).
 type chaosBed struct {
-	nodes  []*testserver.Server // nil in a worker process
-	logDir string
-	next   int // the node (or first of two) the next node fault hits
+	nodes []*testserver.Server // nil in a worker process
+	next  int                  // the node (or first of two) the next node fault hits
 
 	mu      sync.Mutex
 	proxies map[int][]*testserver.Proxy // by worker, in node order
-	windows []faultWindow
-}
-
-// faultWindow is when a fault of the harness was fully in place: from the
-// end of its injection to the start of its heal (Unix nanoseconds).
-type faultWindow struct {
-	name       string
-	start, end int64
 }
 
 func newChaosBed(t *testing.T) *chaosBed {
@@ -161,7 +142,6 @@ func newChaosBed(t *testing.T) *chaosBed {
 			t.Skipf("the nodes come from %s: the chaos test needs nodes it can pause and kill", testserver.EnvRedisNodes)
 		}
 	}
-	c.logDir = t.TempDir()
 	return c
 }
 
@@ -179,17 +159,14 @@ func (c *chaosBed) harness() chaos.Harness {
 			c.mu.Lock()
 			c.proxies[worker] = pxs
 			c.mu.Unlock()
-			return []string{
-				envChaosAddrs + "=" + strings.Join(addrs, ","),
-				envChaosLog + "=" + filepath.Join(c.logDir, fmt.Sprintf("worker-%d.jsonl", worker)),
-			}
+			return []string{envChaosAddrs + "=" + strings.Join(addrs, ",")}
 		},
 		NewLocker: newChaosLocker,
 	}
 }
 
 // newChaosLocker runs in a worker process: a Redlock on the worker's
-// proxies, whose acquisitions, losses and releases it logs.
+// proxies.
 func newChaosLocker(t *testing.T, w chaos.Worker) locker.Locker {
 	addrs := strings.Split(w.Env(envChaosAddrs), ",")
 	if len(addrs) != chaosNodes {
@@ -211,12 +188,7 @@ func newChaosLocker(t *testing.T, w chaos.Worker) locker.Locker {
 	if err := l.Err(); err != nil {
 		t.Fatalf("redlock.New: %v", err)
 	}
-	f, err := os.OpenFile(w.Env(envChaosLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatalf("chaos worker: %v", err)
-	}
-	t.Cleanup(func() { _ = f.Close() })
-	return &loggingLocker{Locker: l, log: &chaosLog{w: w.Index, f: f}}
+	return l
 }
 
 // nodeFault hits one node, a different one each time.
@@ -224,8 +196,7 @@ func (c *chaosBed) nodeFault(name string, inject func(t *testing.T, s *testserve
 	return chaos.Fault{Name: name, Inject: func(t *testing.T, _ chaos.Target) func() {
 		s := c.nodes[c.next%chaosNodes]
 		c.next++
-		heal := inject(t, s)
-		return c.window(name, heal)
+		return inject(t, s)
 	}}
 }
 
@@ -237,10 +208,10 @@ func (c *chaosBed) majorityPause() chaos.Fault {
 		c.next++
 		a.Pause(t)
 		b.Pause(t)
-		return c.window(name, func() {
+		return func() {
 			b.Resume(t)
 			a.Resume(t)
-		})
+		}
 	}}
 }
 
@@ -258,76 +229,55 @@ func (c *chaosBed) linkFault(name string, all bool, cut func(t *testing.T, px *t
 		for _, px := range pxs {
 			cut(t, px)
 		}
-		return c.window(name, func() {
+		return func() {
 			for _, px := range pxs {
 				px.Heal(t)
 			}
-		})
+		}
 	}}
 }
 
-// window records that the fault name is in place from now until heal is
-// called.
-func (c *chaosBed) window(name string, heal func()) func() {
-	start := time.Now().UnixNano()
-	return func() {
-		end := time.Now().UnixNano()
-		c.mu.Lock()
-		c.windows = append(c.windows, faultWindow{name, start, end})
-		c.mu.Unlock()
-		heal()
-	}
-}
-
-// checkMajority checks the acquisitions the workers logged against the
-// majority pauses: none completed within one, and every lock held when one
-// began was reported lost within a TTL of it, unless released before.
-func (c *chaosBed) checkMajority(t *testing.T, r *chaos.Report) {
-	acqs, losses := c.readLogs(t)
-	type hk struct {
-		w   int
-		key string
-		tok int64
-	}
-	lost := map[hk]int64{}
-	for _, l := range losses {
-		lost[hk{l.W, l.Key, l.Tok}] = l.At
-	}
-	attempted, held, lateOK := 0, 0, 0
+// checkMajority checks the run's holds against the majority pauses: none
+// completed within one, and every lock held when one began was reported
+// lost within a TTL of it, unless released before.
+func checkMajority(t *testing.T, r *chaos.Report) {
+	attempted, held, lateOK, within := 0, 0, 0, 0
 	minMargin := time.Duration(1<<63 - 1) // the least time between a loss reported and its due time
-	for _, w := range c.windows {
-		for _, a := range acqs {
-			if a.Inv >= w.start && a.Done <= w.end {
-				t.Errorf("worker %d acquired %q (token %d) in %v while two of the three nodes were paused (%v to %v): no majority could grant it",
-					a.W, a.Key, a.Tok, time.Duration(a.Done-a.Inv), stamp(w.start), stamp(w.end))
-			}
-			if a.Inv < w.start || a.Inv > w.end {
-				continue
-			}
-			attempted++
+	for _, w := range r.Injected {
+		if w.Name != "majority-pause" {
+			continue
 		}
-		due := w.start + int64(chaosTTL)
-		if w.end < due+int64(chaosSlack) {
+		for _, a := range r.Holds {
+			if !a.Invoked.Before(w.Start) && !a.Acquired.After(w.End) {
+				within++
+				t.Errorf("worker %d acquired %q (token %d) in %v while two of the three nodes were paused (%v to %v): no majority could grant it",
+					a.Worker, a.Key, a.Token, a.Acquired.Sub(a.Invoked), stamp(w.Start), stamp(w.End))
+			}
+			if !a.Invoked.Before(w.Start) && !a.Invoked.After(w.End) {
+				attempted++
+			}
+		}
+		due := w.Start.Add(chaosTTL)
+		if w.End.Before(due.Add(chaosSlack)) {
 			continue // too short for the lease to run out during it
 		}
-		for _, a := range acqs {
+		for _, a := range r.Holds {
 			// Acquired before the pause (its round sent before it), still in
 			// use a TTL later.
-			if a.Inv >= w.start || a.Done > w.end || (a.RelInv != 0 && a.RelInv <= due) {
+			if !a.Invoked.Before(w.Start) || a.Acquired.After(w.End) || (!a.Released.IsZero() && !a.Released.After(due)) {
 				continue
 			}
 			held++
-			at, ok := lost[hk{a.W, a.Key, a.Tok}]
 			switch {
-			case !ok:
+			case a.Lost.IsZero():
 				t.Errorf("worker %d's lock of %q (token %d, acquired at %s) was never reported lost though two of three nodes were paused from %s to %s, longer than its TTL",
-					a.W, a.Key, a.Tok, stamp(a.Done), stamp(w.start), stamp(w.end))
-			case at > due+int64(chaosSlack):
+					a.Worker, a.Key, a.Token, stamp(a.Acquired), stamp(w.Start), stamp(w.End))
+			case a.Lost.After(due.Add(chaosSlack)):
 				t.Errorf("worker %d's lock of %q (token %d) was reported lost at %s, %v after the majority froze (%s): later than its TTL, when a node may have expired it",
-					a.W, a.Key, a.Tok, stamp(at), time.Duration(at-w.start), stamp(w.start))
+					a.Worker, a.Key, a.Token, stamp(a.Lost), a.Lost.Sub(w.Start), stamp(w.Start))
 			default:
 				lateOK++
-				minMargin = min(minMargin, time.Duration(due-at))
+				minMargin = min(minMargin, due.Sub(a.Lost))
 			}
 		}
 	}
@@ -335,176 +285,38 @@ func (c *chaosBed) checkMajority(t *testing.T, r *chaos.Report) {
 	if lateOK > 0 {
 		margin = minMargin.Round(time.Millisecond).String()
 	}
-	t.Logf("majority pauses: %d; acquisitions begun during one that succeeded: %d (%d of them completed within it: must be 0); locks held a TTL into one: %d, reported lost in time: %d (the latest %v before a TTL after the freeze)",
-		r.Faults["majority-pause"], attempted, countWithin(acqs, c.windows), held, lateOK, margin)
+	t.Logf("majority pauses: %d; acquisitions begun during one: %d (completed within it: %d, must be 0); locks held a TTL into one: %d, reported lost in time: %d (the latest %v before a TTL after the freeze)",
+		r.Faults["majority-pause"], attempted, within, held, lateOK, margin)
 	if r.Faults["majority-pause"] == 0 || r.Acquired == 0 {
 		t.Errorf("the run exercised too little: %v", r)
 	}
-}
-
-func countWithin(acqs []chaosAcq, ws []faultWindow) int {
-	n := 0
-	for _, w := range ws {
-		for _, a := range acqs {
-			if a.Inv >= w.start && a.Done <= w.end {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-func stamp(ns int64) string { return time.Unix(0, ns).UTC().Format("15:04:05.000") }
-
-// chaosAcq is a successful acquisition a worker logged, with when its
-// Release was called (0: never).
-type chaosAcq struct {
-	W         int
-	Key       string
-	Tok       int64
-	Inv, Done int64
-	RelInv    int64
-}
-
-// chaosLoss is a loss a worker's Handle reported.
-type chaosLoss struct {
-	W   int
-	Key string
-	Tok int64
-	At  int64
-}
-
-// readLogs reads what the workers logged.
-func (c *chaosBed) readLogs(t *testing.T) ([]chaosAcq, []chaosLoss) {
-	var acqs []chaosAcq
-	var losses []chaosLoss
-	files, err := filepath.Glob(filepath.Join(c.logDir, "worker-*.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range files {
-		f, err := os.Open(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		open := map[string]int{} // key/token -> index in acqs
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var e chaosEntry
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				t.Fatalf("%s: %q: %v", name, sc.Text(), err)
-			}
-			id := fmt.Sprintf("%s/%d", e.Key, e.Tok)
-			switch e.Op {
-			case "acquire":
-				open[id] = len(acqs)
-				acqs = append(acqs, chaosAcq{W: e.W, Key: e.Key, Tok: e.Tok, Inv: e.Inv, Done: e.Done})
-			case "release":
-				if i, ok := open[id]; ok {
-					acqs[i].RelInv = e.Inv
-				}
-			case "lost":
-				losses = append(losses, chaosLoss{W: e.W, Key: e.Key, Tok: e.Tok, At: e.Inv})
-			}
-		}
-		_ = f.Close()
-		if err := sc.Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return acqs, losses
-}
-
-// chaosEntry is one line of a worker's log.
-type chaosEntry struct {
-	W    int    `json:"w"`
-	Op   string `json:"op"` // acquire (successful), release (called), lost (Done closed with ErrLost)
-	Key  string `json:"key"`
-	Tok  int64  `json:"tok"`
-	Inv  int64  `json:"inv"`
-	Done int64  `json:"done,omitempty"`
-	Err  string `json:"err,omitempty"`
-}
-
-// chaosLog appends entries to a worker's log, one write per line.
-type chaosLog struct {
-	w  int
-	mu sync.Mutex
-	f  *os.File
-}
-
-func (l *chaosLog) add(e chaosEntry) {
-	e.W = l.w
-	b, _ := json.Marshal(e)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, _ = l.f.Write(append(b, '\n'))
-}
-
-// loggingLocker logs its successful acquisitions, and its Handles their
-// losses and Release calls.
-type loggingLocker struct {
-	locker.Locker
-	log *chaosLog
-}
-
-func (l *loggingLocker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	return l.logged(time.Now().UnixNano(), key)(l.Locker.Acquire(ctx, key, opts...))
-}
-
-func (l *loggingLocker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	return l.logged(time.Now().UnixNano(), key)(l.Locker.TryAcquire(ctx, key, opts...))
-}
-
-func (l *loggingLocker) logged(inv int64, key string) func(locker.Handle, error) (locker.Handle, error) {
-	return func(h locker.Handle, err error) (locker.Handle, error) {
-		if err != nil {
-			l.log.add(chaosEntry{Op: "acquire-failed", Key: key, Inv: inv, Done: time.Now().UnixNano(), Err: err.Error()})
-			return nil, err
-		}
-		l.log.add(chaosEntry{Op: "acquire", Key: key, Tok: h.Token(), Inv: inv, Done: time.Now().UnixNano()})
-		go func() {
-			<-h.Done()
-			at := time.Now().UnixNano()
-			if errors.Is(h.Err(), locker.ErrLost) {
-				l.log.add(chaosEntry{Op: "lost", Key: key, Tok: h.Token(), Inv: at})
-			}
-		}()
-		return &loggingHandle{Handle: h, log: l.log}, nil
+	if t.Failed() {
+		dumpHistory(t, r)
 	}
 }
 
-type loggingHandle struct {
-	locker.Handle
-	log *chaosLog
-}
+func stamp(at time.Time) string { return at.UTC().Format("15:04:05.000") }
 
-func (h *loggingHandle) Release(ctx context.Context) error {
-	h.log.add(chaosEntry{Op: "release", Key: h.Key(), Tok: h.Token(), Inv: time.Now().UnixNano()})
-	return h.Handle.Release(ctx)
-}
-
-// dumpLogs logs every worker's entries and the fault windows in time order.
-func (c *chaosBed) dumpLogs(t *testing.T) {
+// dumpHistory logs the run's holds and faults in time order.
+func dumpHistory(t *testing.T, r *chaos.Report) {
 	type line struct {
-		at int64
+		at time.Time
 		s  string
 	}
 	var ls []line
-	files, _ := filepath.Glob(filepath.Join(c.logDir, "worker-*.jsonl"))
-	for _, name := range files {
-		b, _ := os.ReadFile(name)
-		for _, raw := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			var e chaosEntry
-			if json.Unmarshal([]byte(raw), &e) == nil {
-				ls = append(ls, line{e.Inv, fmt.Sprintf("w%d %s %s tok=%d took=%v %s", e.W, e.Op, e.Key, e.Tok, time.Duration(max(e.Done-e.Inv, 0)).Round(time.Millisecond), e.Err)})
-			}
+	for _, a := range r.Holds {
+		ls = append(ls, line{a.Acquired, fmt.Sprintf("w%d acquired %s token %d (asked %v before)", a.Worker, a.Key, a.Token, a.Acquired.Sub(a.Invoked).Round(time.Millisecond))})
+		if !a.Lost.IsZero() {
+			ls = append(ls, line{a.Lost, fmt.Sprintf("w%d lost %s token %d", a.Worker, a.Key, a.Token)})
+		}
+		if !a.Released.IsZero() {
+			ls = append(ls, line{a.Released, fmt.Sprintf("w%d releases %s token %d: %s", a.Worker, a.Key, a.Token, a.ReleaseErr)})
 		}
 	}
-	for _, w := range c.windows {
-		ls = append(ls, line{w.start, "FAULT " + w.name + " begins"}, line{w.end, "FAULT " + w.name + " ends"})
+	for _, w := range r.Injected {
+		ls = append(ls, line{w.Start, "FAULT " + w.Name + " begins"}, line{w.End, "FAULT " + w.Name + " ends"})
 	}
-	sort.Slice(ls, func(i, j int) bool { return ls[i].at < ls[j].at })
+	sort.Slice(ls, func(i, j int) bool { return ls[i].at.Before(ls[j].at) })
 	for _, l := range ls {
 		t.Logf("%s %s", stamp(l.at), l.s)
 	}
