@@ -33,12 +33,15 @@ test: vet readme-check
 	$(call in_integration,$(WITH_SERVERS) $(GO) test -race -count=1 -timeout 20m $(ARTIFACTS) $(PKGS))
 
 ## chaos: only the chaos suite (conformance/chaos) on every backend, each run
-## CHAOS_DURATION long: a soak (make test runs it for 30s a backend)
+## CHAOS_DURATION long: a soak (make test runs it for 30s a backend). The full
+## log goes to .artifacts/chaos.log; the report line of every run is printed at
+## the end.
 CHAOS_DURATION ?= 10m
 chaos:
 	mkdir -p .artifacts
-	$(call in_root,LOCKER_CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -timeout 0 $(ARTIFACTS) -run 'TestChaos' $(PKGS))
-	$(call in_integration,LOCKER_CHAOS_DURATION=$(CHAOS_DURATION) $(WITH_SERVERS) $(GO) test -race -count=1 -timeout 0 $(ARTIFACTS) -run 'TestChaos' $(PKGS))
+	set -o pipefail; { $(call in_root,LOCKER_CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -v -race -count=1 -timeout 0 $(ARTIFACTS) -run 'TestChaos' $(PKGS)) && \
+	$(call in_integration,LOCKER_CHAOS_DURATION=$(CHAOS_DURATION) $(WITH_SERVERS) $(GO) test -v -race -count=1 -timeout 0 $(ARTIFACTS) -run 'TestChaos' $(PKGS)); } 2>&1 | \
+	tee .artifacts/chaos.log | grep -E '^(ok|FAIL|--- FAIL|panic)|chaos report|violations'
 
 ## readme-check: run README's first command exactly as written (no server needed)
 readme-check:
