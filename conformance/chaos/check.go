@@ -106,6 +106,9 @@ func check(r *Report, h history) {
 			r.LossReported++
 		case opRelease:
 			hr.relInv, hr.relLost, hr.rel = e.Inv, e.Lost, &e
+			if e.Stuck {
+				r.Violations = append(r.Violations, fmt.Sprintf("key %q: %v: Done was still open 10s after Release returned (%s)", e.Key, hr, e.Err))
+			}
 		case opWrite:
 			switch {
 			case e.Err != "":
@@ -140,9 +143,20 @@ func check(r *Report, h history) {
 	violate := func(format string, args ...any) {
 		r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
 	}
-	frozenNear := func(w int, at int64) bool {
+	// frozenNear: hold a's process was stopped at some time within a TTL
+	// before at, and during the hold (not before it began).
+	frozenNear := func(a *holdRec, at int64) bool {
+		for _, f := range h.freezes[a.acq.W] {
+			if f[0] <= at && f[1] >= max(at-int64(h.ttl), a.acq.Inv) {
+				return true
+			}
+		}
+		return false
+	}
+	// frozenDuring: w's process was stopped at some time in [from, to].
+	frozenDuring := func(w int, from, to int64) bool {
 		for _, f := range h.freezes[w] {
-			if f[0] <= at && f[1] >= at-int64(h.ttl) {
+			if f[0] <= to && f[1] >= from {
 				return true
 			}
 		}
@@ -175,7 +189,7 @@ func check(r *Report, h history) {
 
 		// Exclusion and loss reports.
 		for i, a := range byDone {
-			takenOver := false
+			takenOver, reported := false, false
 			for _, b := range byDone[i+1:] {
 				if b.acq.Done >= a.end() {
 					break
@@ -183,11 +197,21 @@ func check(r *Report, h history) {
 				if b.acq.W == a.acq.W {
 					continue // a worker holds one lock at a time: cannot overlap itself
 				}
+				if frozenDuring(b.acq.W, b.acq.Inv, b.acq.Done) {
+					// b's process was stopped during its Acquire: it may
+					// have been granted before a and recorded the return
+					// only when it went on, so the two cannot be ordered.
+					continue
+				}
 				takenOver = true
 				switch {
 				case a.lostAt != 0 && a.lostAt <= b.acq.Done+int64(observeSlack):
-				case frozenNear(a.acq.W, b.acq.Done):
+				case frozenNear(a, b.acq.Done):
+				case reported:
+					// One violation per hold: a hold that never ended
+					// (its worker hung) would otherwise flood the report.
 				default:
+					reported = true
 					lost := "never reported the loss"
 					if a.lostAt != 0 {
 						lost = "reported the loss only at " + stamp(a.lostAt)

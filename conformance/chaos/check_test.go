@@ -144,3 +144,27 @@ func TestReportHolds(t *testing.T) {
 		t.Errorf("second hold = %+v", b)
 	}
 }
+
+// TestCheckFreezeMustTouchTheHold: a freeze of the holder's process that
+// ended before its hold began excuses nothing.
+func TestCheckFreezeMustTouchTheHold(t *testing.T) {
+	evs := []event{
+		acq(0, 1, "k", 5, 6100, 6200), rel(0, 1, "k", 5, 10000, 10001, false),
+		acq(1, 0, "k", 7, 6500, 7000), rel(1, 0, "k", 7, 11000, 11001, false),
+	}
+	wantViolation(t, runCheck(evs, map[int][][2]int64{0: {{0, 6000 * ms}}}), "two holders")
+}
+
+// TestCheckFrozenAcquirer: a worker stopped during its own Acquire records
+// the return late, after another worker's acquisition that came later in
+// truth: the pair cannot be ordered, and nobody is blamed.
+func TestCheckFrozenAcquirer(t *testing.T) {
+	evs := []event{
+		acq(0, 0, "k", 5, 0, 51), lostAt(0, 0, "k", 5, 52), rel(0, 0, "k", 5, 55, 56, true),
+		acq(1, 0, "k", 7, 20, 30), rel(1, 0, "k", 7, 60, 61, false),
+	}
+	wantClean(t, runCheck(evs, map[int][][2]int64{0: {{2 * ms, 50 * ms}}}))
+	// Not frozen: the same history is a violation (1 was acquired while 0
+	// held, by the records).
+	wantViolation(t, runCheck(evs[:len(evs)], nil), "two holders")
+}

@@ -22,8 +22,11 @@
 // cutting or slowing one worker's link through a fault proxy. The nemesis
 // draws from a seed that Run logs; LOCKER_CHAOS_SEED replays the same faults
 // in the same order and for the same durations (which lock a fault hits
-// depends on how the workers interleave). The last Settle of the run is
-// fault-free.
+// depends on how the workers interleave). The last Settle of the run, at
+// least, is fault-free: it starts when the last fault's heal returned.
+//
+// Timestamps are the machine's wall clock, which every process shares; a
+// clock step during a run (an NTP correction) would skew the checks.
 //
 // The checks on the history:
 //   - fencing tokens are unique per key, and a hold acquired after another
@@ -39,9 +42,11 @@
 //     it;
 //   - the register never accepted a write with a token below one it had
 //     accepted before, and its history is linearizable (checked with
-//     github.com/anishathalye/porcupine);
+//     github.com/anishathalye/porcupine; a verdict porcupine does not reach
+//     within a minute, possible on long soaks, is logged, not failed);
 //   - every key was acquired again after the last fault ended;
-//   - every worker finished its hold and stopped when asked: no call hung.
+//   - every worker finished its hold and stopped when asked, and Done closed
+//     by the time Release returned: no call hung.
 //
 // Run fails the test for every violation, logs a report (operations,
 // faults by kind, stale writes rejected, losses reported) and, on failure,

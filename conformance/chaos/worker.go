@@ -38,7 +38,8 @@ type event struct {
 	Fence int64  `json:"fence,omitempty"` // what a read returned
 	OK    bool   `json:"ok,omitempty"`    // the operation succeeded (a write: accepted)
 	Err   string `json:"err,omitempty"`
-	Lost  bool   `json:"lost,omitempty"` // the error wraps locker.ErrLost; for a write: the handle had reported the loss when it began
+	Lost  bool   `json:"lost,omitempty"`  // the error wraps locker.ErrLost; for a write: the handle had reported the loss when it began
+	Stuck bool   `json:"stuck,omitempty"` // a release after which Done did not close
 }
 
 // Prefixes of Acquire errors, by which the report counts them.
@@ -109,20 +110,17 @@ func work(ctx context.Context, l locker.Locker, reg *register, c workConfig, emi
 // hold uses and releases one acquired lock.
 func hold(ctx context.Context, rng *rand.Rand, reg *register, c workConfig, h locker.Handle, seq int, emit func(event)) {
 	key, tok := h.Key(), h.Token()
-	released := make(chan struct{})
-	var watched sync.WaitGroup
-	watched.Add(1)
+	// Done closes on a loss, and at the latest when Release returns (the
+	// contract: Release ends the hold whatever happens).
+	watched := make(chan struct{})
 	go func() {
-		defer watched.Done()
-		select {
-		case <-h.Done():
-			at := now()
-			// Done also closes when our Release ends the hold (Err then
-			// wraps ErrReleased): only a loss is an event.
-			if err := h.Err(); errors.Is(err, locker.ErrLost) {
-				emit(event{W: c.index, Op: opLost, Seq: seq, Key: key, Tok: tok, Inv: at, Done: at, Err: err.Error(), Lost: true})
-			}
-		case <-released:
+		defer close(watched)
+		<-h.Done()
+		at := now()
+		// Done also closes when our Release ends the hold (Err then wraps
+		// ErrReleased): only a loss is an event.
+		if err := h.Err(); errors.Is(err, locker.ErrLost) {
+			emit(event{W: c.index, Op: opLost, Seq: seq, Key: key, Tok: tok, Inv: at, Done: at, Err: err.Error(), Lost: true})
 		}
 	}()
 
@@ -164,8 +162,14 @@ func hold(ctx context.Context, rng *rand.Rand, reg *register, c workConfig, h lo
 	if err != nil {
 		ev.Err, ev.Lost = err.Error(), errors.Is(err, locker.ErrLost)
 	}
-	close(released)
-	watched.Wait()
+	t := time.NewTimer(10 * time.Second)
+	select {
+	case <-watched:
+		t.Stop()
+	case <-t.C:
+		ev.Err += " (and Done was still open 10s after Release returned)"
+		ev.Stuck = true
+	}
 	emit(ev)
 }
 
