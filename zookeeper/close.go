@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -84,6 +85,21 @@ func (l *Locker) Close() error {
 		// The connection is closed: every call still running has ended or
 		// ends at once.
 		l.calls.Wait()
+	} else {
+		// On the caller's connection, which stays open, a call ends when
+		// the server answers or go-zookeeper drops the connection: wait
+		// for that, but not longer than closeWait.
+		done := make(chan struct{})
+		go func() {
+			l.calls.Wait()
+			close(done)
+		}()
+		t := time.NewTimer(closeWait)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	return errors.Join(errs...)
 }

@@ -42,7 +42,8 @@
 //   - New uses a connection you made with zk.Connect and keep using (Close
 //     leaves it open). Pass the event channel zk.Connect returned: the
 //     Locker becomes its only reader (a program that wants the events too
-//     registers zk.WithEventCallback, which sees them independently). Pass
+//     registers zk.WithEventCallback, which sees them independently; a nil
+//     channel is an error wrapping locker.ErrInvalidOption). Pass
 //     WithSessionTimeout with the timeout you gave zk.Connect, and keep the
 //     server's maxSessionTimeout at or above it: go-zookeeper does not say
 //     what the server granted. Without the view below go-zookeeper, New
@@ -146,13 +147,31 @@
 //     the server has deleted the session's nodes; every lock of the
 //     session is lost at once.
 //   - Disconnected: the server may expire the session one session timeout
-//     after it last heard from the client. The Locker gives every lock of
-//     the session up at (the moment bytes last came from the server) +
-//     (negotiated session timeout) − (drift margin, WithDriftMargin,
-//     default a tenth of the timeout), unless the client reconnects in the
-//     same session first; then the locks stand, and the Locker checks that
-//     each node still exists. Nodes of locks given up this way are deleted
-//     if the session comes back after all.
+//     after it last heard from the client. With Connect the Locker knows
+//     when that was at the latest: the send time of the last request (a
+//     ping, an operation) whose reply came, since the server got it; bytes
+//     merely read (a watch notification, a reply read late) do not count.
+//     It gives every lock of the session up at that moment + (negotiated
+//     session timeout) − (drift margin, WithDriftMargin, default a tenth of
+//     the timeout, kept below half of it), unless the client reconnects in
+//     the same session first; then the locks stand, and the Locker checks
+//     that each node still exists. Nodes of locks given up this way are
+//     deleted if the session comes back after all. Deadlines run on the
+//     monotonic clock: a step of the wall clock does not move them.
+//   - Cut off one way (the server stops hearing the client, the client
+//     still hears the server): go-zookeeper keeps the connection up as long
+//     as notifications arrive, but no request is answered. A Connect Locker
+//     gives the locks up by the same deadline as for a disconnect, while
+//     still connected, and deletes their nodes once requests are answered
+//     again. New has no view below go-zookeeper and relies on its receive
+//     timeout.
+//   - A create whose answer is lost (the connection broke in between): the
+//     Acquire lists the directory for its GUID and adopts the node. If it
+//     gives up first (its context ends, the Locker closes), the Locker
+//     still looks for that node once the session answers again, and
+//     deletes it, so that no node of a live session is left to block the
+//     key. Should the Locker be closed before it could, the node goes with
+//     the session (for New, the caller's, which may live on).
 //   - A node deleted from outside (an operator's deleteall, a test):
 //     the holder's watch on its own node fires and the lock is lost (for
 //     a lock whose watch was not set while it waited, at the latest when

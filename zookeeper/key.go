@@ -156,17 +156,24 @@ func parseNode(name string) (lockNode, bool) {
 	if !ok {
 		return lockNode{}, false
 	}
-	seq, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || seq < 0 {
+	// The server's counter is a signed 32-bit number ("%010d"), negative
+	// once it has wrapped.
+	seq, err := strconv.ParseInt(digits, 10, 32)
+	if err != nil {
 		return lockNode{}, false
 	}
 	return lockNode{name: name, guid: guid, seq: seq}, true
 }
 
 // sortNodes parses children and returns ours in sequence order. The server
-// appends a signed 32-bit counter; a directory that has seen 2^31 creates
-// would wrap, which a lock directory (recreated empty by container
-// cleanup) does not reach in practice.
+// appends the directory's signed 32-bit child counter, which goes up with
+// every create and delete in it; a directory that never empties (a key
+// always contended, or persistent directories: WithoutContainers) wraps it
+// after about a billion acquisitions, from 2147483647 to -2147483648. So
+// sequences are compared as serial numbers (RFC 1982): a before b when
+// b − a, in 32-bit arithmetic, is positive. That is the order of creation
+// for any nodes created less than 2^31 counter steps apart, which the
+// nodes present at one time always are.
 func sortNodes(children []string) []lockNode {
 	out := make([]lockNode, 0, len(children))
 	for _, c := range children {
@@ -175,13 +182,23 @@ func sortNodes(children []string) []lockNode {
 		}
 	}
 	slices.SortFunc(out, func(a, b lockNode) int {
-		switch {
-		case a.seq < b.seq:
-			return -1
-		case a.seq > b.seq:
-			return 1
+		if d := seqDiff(a.seq, b.seq); d != 0 {
+			return d
 		}
 		return strings.Compare(a.name, b.name)
 	})
 	return out
+}
+
+// seqDiff compares two sequences as 32-bit serial numbers: -1 when a comes
+// before b, 1 after, 0 equal.
+func seqDiff(a, b int64) int {
+	d := int32(uint32(a) - uint32(b))
+	switch {
+	case d < 0:
+		return -1
+	case d > 0:
+		return 1
+	}
+	return 0
 }

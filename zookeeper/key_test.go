@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -110,5 +111,30 @@ func TestParseAndSortNodes(t *testing.T) {
 	got := sortNodes(kids)
 	if len(got) != 3 || got[0].seq != 2 || got[1].seq != 10 || got[2].seq != 11 || got[1].guid != g2 {
 		t.Errorf("sortNodes = %+v", got)
+	}
+}
+
+// The server's counter wraps from 2147483647 to -2147483648 in a directory
+// that never empties: nodes made after the wrap still come after the ones
+// made before it.
+func TestSortNodesAcrossCounterWrap(t *testing.T) {
+	g := strings.Repeat("c", 32)
+	kids := []string{
+		nodeName(g) + "-2147483647", // made third after the wrap
+		nodeName(g) + "2147483646",  // the holder, made before it
+		nodeName(g) + "-2147483648", // made second
+		nodeName(g) + "2147483647",  // made first after the holder
+	}
+	got := sortNodes(kids)
+	var seqs []int64
+	for _, n := range got {
+		seqs = append(seqs, n.seq)
+	}
+	want := []int64{2147483646, 2147483647, -2147483648, -2147483647}
+	if !slices.Equal(seqs, want) {
+		t.Fatalf("order across the wrap: %v, want %v", seqs, want)
+	}
+	if _, ok := parseNode(nodeName(g) + "-000000001"); !ok {
+		t.Fatal("a wrapped (negative) sequence is not parsed")
 	}
 }

@@ -50,14 +50,15 @@ type Locker struct {
 	mu         sync.Mutex
 	closed     bool
 	held       map[*Handle]struct{}
-	sessID     int64         // the session the Locker knows of; 0 before the first
-	connected  bool          // sessID is live and connected
-	lostSess   int64         // a session whose locks were given up while disconnected
-	timeout    time.Duration // granted (Connect) or declared (New) session timeout
-	deadline   time.Time     // while disconnected: when the locks are given up
-	discAt     time.Time     // when the connection was last lost
-	sessCh     chan struct{} // closed and replaced at every change of the above
-	orphans    map[string]int64
+	sessID     int64            // the session the Locker knows of; 0 before the first
+	connected  bool             // sessID is live and connected
+	lostSess   int64            // a session whose locks were given up while disconnected
+	timeout    time.Duration    // granted (Connect) or declared (New) session timeout
+	deadline   time.Time        // while disconnected: when the locks are given up
+	discAt     time.Time        // when the connection was last lost
+	sessCh     chan struct{}    // closed and replaced at every change of the above
+	orphans    map[string]int64 // nodes to delete once the session answers again
+	ghosts     map[ghost]int64  // creates of unknown outcome to look for, likewise
 	containers bool
 
 	noMulti atomic.Bool // the server refused the create's multi: plain creates
@@ -76,6 +77,7 @@ func newLocker(cfg config) *Locker {
 		held:       make(map[*Handle]struct{}),
 		sessCh:     make(chan struct{}),
 		orphans:    make(map[string]int64),
+		ghosts:     make(map[ghost]int64),
 		containers: cfg.containers,
 		timeout:    cfg.sessionTimeout,
 	}
@@ -109,7 +111,7 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Locker, er
 	}
 	l := newLocker(cfg)
 	l.owns = true
-	l.link = &link{requested: cfg.sessionTimeout, hosts: &hostList{}}
+	l.link = newLink(cfg.sessionTimeout)
 	conn, _, err := zk.Connect(addrs, cfg.sessionTimeout,
 		zk.WithDialer(l.link.dial),
 		zk.WithHostProvider(l.link.hosts),
@@ -155,8 +157,13 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) *Locker {
 	if conn != nil && conn.State() == zk.StateHasSession {
 		l.sessID, l.connected = conn.SessionID(), true
 	}
-	if conn == nil && cfg.err == nil {
+	if conn == nil && l.cfg.err == nil {
 		l.cfg.err = fmt.Errorf("zookeeper: New: %w: nil connection", locker.ErrInvalidOption)
+	}
+	if events == nil && l.cfg.err == nil {
+		// Without session events a disconnect goes unseen (no loss is
+		// reported) and an expiry leaves the Locker on the old session.
+		l.cfg.err = fmt.Errorf("zookeeper: New: %w: nil events channel (pass the channel zk.Connect returned; the Locker must see every session event)", locker.ErrInvalidOption)
 	}
 	l.bg.Add(1)
 	go l.supervise(events)
@@ -172,6 +179,13 @@ func withPort(s string) (string, error) {
 			return "", fmt.Errorf("bad server address %q (want host:port, port 1-65535)", s)
 		}
 		return s, nil
+	}
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		// A bracketed IPv6 address without a port.
+		if ip := net.ParseIP(s[1 : len(s)-1]); ip != nil && strings.Contains(s, ":") {
+			return net.JoinHostPort(ip.String(), "2181"), nil
+		}
+		return "", fmt.Errorf("bad server address %q", s)
 	}
 	if strings.Contains(s, "]") || strings.Count(s, ":") > 1 && !strings.HasPrefix(s, "[") {
 		// A bare IPv6 address without brackets is ambiguous.
@@ -355,6 +369,7 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 	for tries := 0; ; tries++ {
 		var c createdNode
 		multi := !l.noMulti.Load()
+		sid := l.conn.SessionID()
 		err := l.call(ctx, func() error {
 			if !multi {
 				p, err := l.conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, l.cfg.acl)
@@ -365,7 +380,12 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 				&zk.CreateRequest{Path: prefix, Flags: zk.FlagEphemeral | zk.FlagSequence, Acl: l.cfg.acl},
 				&zk.SetDataRequest{Path: dir, Version: -1})
 			if err == nil && len(r) == 2 && r[1].Stat != nil {
-				c = createdNode{node: r[0].String, dir: r[1].Stat, sid: l.conn.SessionID()}
+				c = createdNode{node: r[0].String, dir: r[1].Stat, sid: sid}
+				if now := l.conn.SessionID(); now != sid {
+					// The session changed around the request: which one
+					// owns the node is not known here; contend reads it.
+					c.dir, c.sid = nil, 0
+				}
 				return nil
 			}
 			if err != nil && len(r) == 2 && r[0].Error == nil && r[1].Error != nil && !isConnErr(err) {
@@ -380,15 +400,18 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 		}, func(err error) {
 			// Abandoned, and created all the same: a node nobody
 			// contends with would block everyone after it.
-			if err == nil {
+			switch {
+			case err == nil:
 				l.deleteDetached(c.node)
+			case isConnErr(err):
+				l.dropCreate(dir, guid, sid)
 			}
 		})
 		var refused errMultiRefused
 		switch {
 		case err == nil:
 			return c, nil
-		case errors.As(err, &refused) || errors.Is(err, zk.ErrUnknown) || errors.Is(err, zk.ErrAPIError):
+		case errors.As(err, &refused) || errors.Is(err, zk.ErrUnknown) || errors.Is(err, zk.ErrAPIError) || isUnimplemented(err):
 			// Nothing was applied: go on with plain creates.
 			l.logf("zookeeper: creating lock nodes without the directory write from now on: %v", err)
 			l.noMulti.Store(true)
@@ -402,12 +425,18 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 			// the first node behind as a ghost of our own).
 			found, err := l.findOwnRetrying(ctx, dir, guid)
 			if err != nil {
+				l.dropCreate(dir, guid, sid)
 				return createdNode{}, err
 			}
 			if found != "" {
 				return createdNode{node: found}, nil
 			}
 		default:
+			if isConnErr(err) {
+				// Given up with the create's outcome unknown: should it
+				// have been applied, the node must not stay behind.
+				l.dropCreate(dir, guid, sid)
+			}
 			return createdNode{}, err
 		}
 	}
@@ -484,7 +513,7 @@ func (l *Locker) createDir(p string) error {
 	l.mu.Unlock()
 	if containers {
 		_, err := l.conn.CreateContainer(p, nil, zk.FlagContainer, l.cfg.acl)
-		if !errors.Is(err, zk.ErrUnknown) && !errors.Is(err, zk.ErrAPIError) {
+		if !errors.Is(err, zk.ErrUnknown) && !errors.Is(err, zk.ErrAPIError) && !isUnimplemented(err) {
 			return err
 		}
 		// A server before 3.5.3 does not know container nodes.
@@ -713,6 +742,11 @@ func (l *Locker) hold(key, node string, czxid, owner int64, own <-chan zk.Event)
 	case owner != l.sessID || l.lostSess == l.sessID:
 		// The session changed, or its locks were given up while we
 		// waited for the answer.
+		l.mu.Unlock()
+		return nil, errNodeGone
+	case l.leaseStaleLocked(time.Now()):
+		// No request of late was answered: the session may expire
+		// before this lock could be reported lost.
 		l.mu.Unlock()
 		return nil, errNodeGone
 	}

@@ -51,14 +51,19 @@ func newConfig(opts []Option) config {
 			opt(&c)
 		}
 	}
+	if c.drift > 0 && c.sessionTimeout > 0 && c.drift >= c.sessionTimeout/2 {
+		c.fail(fmt.Errorf("zookeeper: WithDriftMargin: %w: %v is not below half the session timeout %v (every short disconnect would lose every lock)", locker.ErrInvalidOption, c.drift, c.sessionTimeout))
+	}
 	return c
 }
 
 // driftMargin is how long before the earliest possible server-side expiry
 // of a silent session the Locker gives its locks up.
+// A margin set with WithDriftMargin is kept below half the timeout the
+// server granted, should it have granted less than was asked.
 func (c *config) driftMargin(timeout time.Duration) time.Duration {
 	if c.drift > 0 {
-		return c.drift
+		return min(c.drift, timeout/2)
 	}
 	return max(timeout/10, MinDriftMargin)
 }

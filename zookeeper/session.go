@@ -2,7 +2,9 @@ package zookeeper
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -40,6 +42,14 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	// lease checks, while connected, that some request was answered
+	// recently enough (Connect only: see checkLease).
+	lease := time.NewTimer(time.Hour)
+	lease.Stop()
+	defer lease.Stop()
+	if l.link != nil {
+		lease.Reset(l.cfg.sessionTimeout / 3)
+	}
 	for {
 		select {
 		case <-l.bgCtx.Done():
@@ -62,13 +72,19 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 			}
 		case <-timer.C:
 			l.mu.Lock()
-			if !l.connected && !l.deadline.IsZero() && !time.Now().Before(l.deadline) {
-				l.loseSessionLocked(l.sessID, fmt.Sprintf("disconnected from ZooKeeper for %v; the server may expire the session (timeout %v) any moment now",
-					time.Since(l.discAt).Round(time.Millisecond), l.timeout))
-				l.deadline = time.Time{}
-				l.broadcastLocked()
+			if !l.connected && !l.deadline.IsZero() {
+				if now := time.Now(); now.Before(l.deadline) {
+					timer.Reset(l.deadline.Sub(now)) // early: wait on
+				} else {
+					l.loseSessionLocked(l.sessID, fmt.Sprintf("disconnected from ZooKeeper for %v; the server may expire the session (timeout %v) any moment now",
+						time.Since(l.discAt).Round(time.Millisecond), l.timeout))
+					l.deadline = time.Time{}
+					l.broadcastLocked()
+				}
 			}
 			l.mu.Unlock()
+		case <-lease.C:
+			l.checkLease(lease)
 		}
 		if events != nil {
 			// Events nobody read may have been dropped by go-zookeeper:
@@ -116,22 +132,12 @@ func (l *Locker) onSession(state zk.State, timer *time.Timer) {
 				go h.verify()
 			}
 		}
-		for n, sid := range l.orphans {
-			if sid == id {
-				delete(l.orphans, n)
-				l.calls.Add(1)
-				go func() {
-					defer l.calls.Done()
-					if err := l.conn.Delete(n, -1); isConnErr(err) {
-						l.mu.Lock()
-						if l.sessID == id && !l.closed {
-							l.orphans[n] = id
-						}
-						l.mu.Unlock()
-					}
-				}()
+		for g, sid := range l.ghosts {
+			if sid != id {
+				delete(l.ghosts, g) // its session is gone, and its node with it
 			}
 		}
+		l.sweepLocked(id)
 	case zk.StateExpired:
 		l.loseSessionLocked(l.sessID, "the session expired: the server deleted the lock nodes")
 		l.connected, l.deadline = false, time.Time{}
@@ -205,6 +211,161 @@ func (l *Locker) awaitSession(ctx context.Context) (int64, time.Duration, error)
 			return 0, 0, ctx.Err()
 		case <-l.bgCtx.Done():
 			return 0, 0, locker.ErrClosed
+		}
+	}
+}
+
+// sweepLocked deletes, in the background, the nodes of session id that the
+// Locker gave up while it could not reach the server (orphans), and looks
+// for the nodes of creates whose outcome it never learnt (ghosts).
+func (l *Locker) sweepLocked(id int64) {
+	if l.closed {
+		return
+	}
+	for n, sid := range l.orphans {
+		if sid == id {
+			delete(l.orphans, n)
+			l.calls.Add(1)
+			go func() {
+				defer l.calls.Done()
+				if err := l.conn.Delete(n, -1); isConnErr(err) {
+					l.mu.Lock()
+					if l.sessID == id && !l.closed {
+						l.orphans[n] = id
+					}
+					l.mu.Unlock()
+				}
+			}()
+		}
+	}
+	for g, sid := range l.ghosts {
+		if sid == id {
+			delete(l.ghosts, g)
+			l.calls.Add(1)
+			go l.sweepGhost(g, id)
+		}
+	}
+}
+
+// ghost is a create whose answer was lost and that nobody waits for any
+// more: the node, if the server applied the create, is the one in dir
+// whose name carries guid.
+type ghost struct{ dir, guid string }
+
+// dropCreate makes sure the node of a create whose outcome is unknown, sent
+// in session sid, does not stay behind once its Acquire gave up: an
+// ephemeral node nobody contends with would block the key for as long as
+// the session lives. It is looked for (and deleted) now if the session is
+// connected, else once it is back; a new session means the node, if any,
+// is gone with the old one.
+func (l *Locker) dropCreate(dir, guid string, sid int64) {
+	if sid == 0 {
+		return
+	}
+	g := ghost{dir, guid}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || sid != l.sessID {
+		return
+	}
+	if !l.connected {
+		l.ghosts[g] = sid
+		return
+	}
+	l.calls.Add(1)
+	go l.sweepGhost(g, sid)
+}
+
+// sweepGhost lists g's directory for its GUID and deletes the node found.
+// If the server cannot be asked, the ghost waits for the session to be
+// back (see sweepLocked).
+func (l *Locker) sweepGhost(g ghost, sid int64) {
+	defer l.calls.Done()
+	ctx, cancel := context.WithTimeout(l.bgCtx, cleanupWait)
+	defer cancel()
+	found, err := l.findOwn(ctx, g.dir, g.guid)
+	if err == nil && found != "" {
+		err = l.conn.Delete(found, -1)
+		if errors.Is(err, zk.ErrNoNode) {
+			err = nil
+		}
+	}
+	if err == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sessID == sid && !l.closed {
+		l.ghosts[g] = sid
+	}
+}
+
+// isUnimplemented reports the answer of a server that does not know the
+// operation (ZooKeeper's UNIMPLEMENTED, -6), which go-zookeeper has no
+// error value for: a server before 3.5.3 asked for a container node.
+func isUnimplemented(err error) bool {
+	return err != nil && strings.HasSuffix(err.Error(), "unknown error: -6")
+}
+
+// leaseStaleLocked reports that no request sent within the last session
+// timeout less the drift margin has been answered, on a Connect Locker
+// (New has no such view): the server may expire the session any moment,
+// even though go-zookeeper still counts the connection as up (watch
+// notifications keep coming on a link that drops what the client sends).
+func (l *Locker) leaseStaleLocked(now time.Time) bool {
+	if l.link == nil {
+		return false
+	}
+	h := l.link.heard()
+	return !h.IsZero() && !now.Before(l.leaseEnd(h))
+}
+
+// leaseEnd is when the locks of a session last heard of at h are given up.
+func (l *Locker) leaseEnd(h time.Time) time.Time {
+	return h.Add(l.timeout - l.cfg.driftMargin(l.timeout))
+}
+
+// checkLease gives the locks of the session up when, while connected, no
+// request has been answered for a session timeout less the drift margin:
+// go-zookeeper pings every third of the timeout, so that means the server
+// has stopped hearing from us (or answering us), and may expire the
+// session before it can say so. The check runs again when the deadline of
+// the latest answer comes.
+func (l *Locker) checkLease(t *time.Timer) {
+	l.mu.Lock()
+	var nodes []string
+	defer func() {
+		l.mu.Unlock()
+		for _, n := range nodes {
+			l.deleteDetached(n)
+		}
+	}()
+	next := l.timeout / 3
+	defer func() { t.Reset(next) }()
+	if l.closed || !l.connected || l.sessID == 0 {
+		return // the disconnect deadline (or nothing) applies
+	}
+	h := l.link.heard()
+	if h.IsZero() {
+		return
+	}
+	now := time.Now()
+	if end := l.leaseEnd(h); now.Before(end) {
+		next = end.Sub(now)
+		return
+	}
+	why := fmt.Sprintf("no answer from ZooKeeper to any request sent in the last %v, though connected; the server may expire the session (timeout %v) any moment now",
+		now.Sub(h).Round(time.Millisecond), l.timeout)
+	for hd := range l.held {
+		if hd.sid != l.sessID {
+			continue
+		}
+		delete(l.held, hd)
+		if hd.state.End(hd.lostErr(why)) {
+			// The session may well be alive: delete the node once the
+			// server answers (deleteNode keeps it for the next
+			// reconnect if the connection breaks first).
+			nodes = append(nodes, hd.node)
 		}
 	}
 }

@@ -73,6 +73,10 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		}
 		cfg.servers = append(cfg.servers, a)
 	}
+	if strings.Contains(strings.ToLower(u.EscapedPath()), "%2f") {
+		// Decoded, it would name a different, deeper root.
+		return bad("path (the lock root) %q has an escaped '/' (%%2F); a ZooKeeper path component cannot contain '/'", u.EscapedPath())
+	}
 	if p := u.Path; p != "" && p != "/" {
 		if err := checkRoot(p); err != nil {
 			return bad("path (the lock root): %v", err)

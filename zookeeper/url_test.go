@@ -54,6 +54,22 @@ func TestParseURLDefaults(t *testing.T) {
 	}
 }
 
+func TestParseURLBracketedIPv6(t *testing.T) {
+	for raw, want := range map[string]string{
+		"zookeeper://[::1]":      "[::1]:2181",
+		"zookeeper://[::1]:2182": "[::1]:2182",
+	} {
+		u, _ := url.Parse(raw)
+		cfg, err := parseURL(u)
+		if err != nil {
+			t.Fatalf("parseURL(%s): %v", raw, err)
+		}
+		if len(cfg.servers) != 1 || cfg.servers[0] != want {
+			t.Errorf("parseURL(%s): servers %v, want [%s]", raw, cfg.servers, want)
+		}
+	}
+}
+
 func TestParseURLRejects(t *testing.T) {
 	for _, raw := range []string{
 		"zookeeper://h1:2181?unknown=1",
@@ -71,6 +87,7 @@ func TestParseURLRejects(t *testing.T) {
 		"zookeeper:opaque",
 		"zookeeper://h1:99999999",
 		"zookeeper://h1:0,h2:2181",
+		"zookeeper://h1:2181/a%2Fb",
 	} {
 		u, err := url.Parse(raw)
 		if err != nil {

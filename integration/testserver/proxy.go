@@ -26,8 +26,14 @@ func (*holdToxic) Pipe(stub *toxics.ToxicStub) {
 	for {
 		select {
 		case <-stub.Interrupt:
+			// Flush what was held, unless nobody reads it any more: the
+			// far end closed its connection meanwhile (a server that
+			// expired the session), so the link's writer has gone, and
+			// waiting for it would hang the heal.
 			for _, c := range held {
-				stub.Output <- c
+				if stub.WriteOutput(c, holdFlushWait) != nil {
+					break
+				}
 			}
 			return
 		case c := <-stub.Input:
@@ -41,6 +47,10 @@ func (*holdToxic) Pipe(stub *toxics.ToxicStub) {
 }
 
 const holdToxicType = "locker_hold"
+
+// holdFlushWait bounds the wait for the link's writer to take each chunk a
+// healed hold toxic lets through.
+const holdFlushWait = time.Second
 
 func init() { toxics.Register(holdToxicType, new(holdToxic)) }
 
@@ -134,6 +144,24 @@ func (p *Proxy) Partition(t testing.TB) {
 			if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
 				t.Fatalf("testserver: proxy %s: partition %s: %v", p.addr, dir, err)
 			}
+		}
+	}
+}
+
+// CutUpstream holds everything the client sends, as Partition does, while
+// the server's bytes still reach the client: a one-way partition (a
+// firewall rule on one direction, an asymmetric route). The server stops
+// hearing from the client, yet the client keeps reading what the server
+// sends on its own (watch notifications, Pub/Sub messages), which can keep
+// a client library's idea of a live connection going. Heal undoes it.
+func (p *Proxy) CutUpstream(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.p.Toxics.GetToxic("partition_upstream") == nil {
+		js := fmt.Sprintf(`{"name":"partition_upstream","type":%q,"stream":"upstream","toxicity":1}`, holdToxicType)
+		if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+			t.Fatalf("testserver: proxy %s: cut upstream: %v", p.addr, err)
 		}
 	}
 }

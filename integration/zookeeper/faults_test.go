@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -300,6 +301,170 @@ func TestGhostNodeAdoption(t *testing.T) {
 		if kids := lockNodes(t, admin, k); len(kids) != 0 {
 			t.Fatalf("round %d: after release the directory holds %v", round, kids)
 		}
+	}
+}
+
+// An Acquire that gives up while the answer to its create is lost (held in
+// the proxy, then the connection reset) leaves no node behind: once the
+// session is back, the Locker looks for the node by its GUID and deletes
+// it. Without that the node, ephemeral but of a session that lives on,
+// would block every other client for as long as this Locker stays open.
+func TestGhostNodeAbandoned(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	a := newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	// Make the directory first, so that the create is the first request.
+	h0 := mustAcquire(t, ctx, a.l, k)
+	if err := h0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.px.Latency(t, time.Second) // answers are held in the proxy
+	actx, cancel := context.WithCancel(ctx)
+	ch := make(chan error, 1)
+	go func() {
+		_, err := a.l.Acquire(actx, k)
+		ch <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(lockNodes(t, admin, k)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(lockNodes(t, admin, k)) == 0 {
+		t.Fatal("the create never reached the server")
+	}
+	// The caller gives up with the answer still in the proxy; then the
+	// connection breaks, so the answer never comes.
+	cancel()
+	if err := <-ch; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire cancelled while its create's answer was held: %v, want context.Canceled", err)
+	}
+	a.px.ResetAll(t)
+	a.px.Heal(t)
+	deadline = time.Now().Add(15 * time.Second)
+	for len(lockNodes(t, admin, k)) != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if kids := lockNodes(t, admin, k); len(kids) != 0 {
+		t.Fatalf("15s after the abandoned Acquire the directory still holds %v: a ghost node of a live session", kids)
+	}
+	// And the key is free for another client.
+	b := newClient(t, srv.Addr())
+	tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer tcancel()
+	h, err := b.l.TryAcquire(tctx, k)
+	if err != nil {
+		t.Fatalf("TryAcquire after the ghost was removed: %v", err)
+	}
+	_ = h.Release(ctx)
+}
+
+// A one-way partition: the server stops hearing from the holder (its pings
+// are held), yet watch notifications keep reaching the holder, so
+// go-zookeeper never times the connection out. The loss must still be
+// reported before the server expires the session and another client gets
+// the key: the Locker measures the lease from the send time of the last
+// request the server answered, not from the last byte it read.
+func TestOneWayPartition(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	a, b, c := newClient(t, srv.Addr()), newClient(t, srv.Addr()), newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	hA := mustAcquire(t, ctx, a.l, k)
+
+	// b holds keys that a waits for: each release b makes sends a watch
+	// notification down a's connection.
+	const notifiers = 14
+	wctx, wcancel := context.WithCancel(ctx)
+	var waiters sync.WaitGroup
+	t.Cleanup(func() { wcancel(); waiters.Wait() })
+	var held []*zookeeper.Handle
+	for i := range notifiers {
+		wk := fmt.Sprintf("%s/w%d", k, i)
+		held = append(held, mustAcquire(t, ctx, b.l, wk))
+		waiters.Add(1)
+		go func() {
+			defer waiters.Done()
+			if h, err := a.l.Acquire(wctx, wk); err == nil {
+				_ = h.Release(context.Background())
+			}
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for len(lockNodes(t, admin, wk)) < 2 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if len(lockNodes(t, admin, wk)) < 2 {
+			t.Fatalf("a's waiter on %s never queued", wk)
+		}
+	}
+	// Give a's waiters time to set their watches (the node is listed
+	// before the watch goes out).
+	time.Sleep(200 * time.Millisecond)
+
+	type at struct {
+		t   time.Time
+		err error
+	}
+	cGot := make(chan at, 1)
+	go func() {
+		h, err := c.l.Acquire(ctx, k)
+		cGot <- at{time.Now(), err}
+		if err == nil {
+			_ = h.Release(context.Background())
+		}
+	}()
+
+	lost := make(chan time.Time, 1)
+	go func() {
+		<-hA.Done()
+		lost <- time.Now()
+	}()
+	// A request answered just before the cut: the server last hears from
+	// a about now, so it cannot expire the session before cut+timeout.
+	if h, err := a.l.TryAcquire(ctx, k+"/sync"); err != nil {
+		t.Fatal(err)
+	} else if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	a.px.CutUpstream(t)
+	defer a.px.Heal(t)
+	// Notifications for two thirds of the session timeout and more, the
+	// receive timeout go-zookeeper would otherwise disconnect at...
+	for i, h := range held {
+		if err := h.Release(ctx); err != nil {
+			t.Fatalf("b's release of key %d: %v", i, err)
+		}
+		time.Sleep(sessionTimeout * 3 / 4 / notifiers)
+	}
+	// ...then nothing passes either way, so that a cannot learn of the
+	// expiry from the server (the deletion of its node): only its own
+	// clock can tell it in time.
+	a.px.Partition(t)
+	var got at
+	select {
+	case got = <-cGot:
+	case <-time.After(20 * time.Second):
+		t.Fatal("c never got the key: a's session did not expire")
+	}
+	if got.err != nil {
+		t.Fatalf("c's Acquire: %v", got.err)
+	}
+	var lostAt time.Time
+	select {
+	case lostAt = <-lost:
+	default:
+		t.Fatalf("c holds the key since +%v after the cut, and a's handle has not reported the loss", got.t.Sub(cut).Round(time.Millisecond))
+	}
+	if !errors.Is(hA.Err(), locker.ErrLost) {
+		t.Fatalf("a's Err() = %v, want ErrLost", hA.Err())
+	}
+	t.Logf("after the one-way cut: a reported the loss at +%v (%v), c got the key at +%v",
+		lostAt.Sub(cut).Round(time.Millisecond), hA.Err(), got.t.Sub(cut).Round(time.Millisecond))
+	if !lostAt.Before(got.t) {
+		t.Fatalf("a reported the loss at +%v, after c got the key at +%v", lostAt.Sub(cut), got.t.Sub(cut))
 	}
 }
 
