@@ -139,15 +139,25 @@ type statements struct {
 	release string
 	// drop frees key when owner holds it, whatever the token or lease: the
 	// clean-up of an acquire whose outcome is unknown.
+	//
+	// Release and drop set owner to '' and expires_us to the database's
+	// now (never 0): the row keeps the time it was last in use, which Prune
+	// goes by; acquire takes a row with an empty owner whatever its
+	// expires_us says.
 	drop string
-	// remaining returns the microseconds left of key's lease (negative when
-	// it has run out), no row when key has no row.
+	// remaining returns the microseconds left of key's lease (0 or negative
+	// when it has run out or the row was released), no row when key has no
+	// row.
 	remaining string
 	// inspect returns the token and the microseconds left of key's lease
-	// (negative when it has run out), no row when key has no row.
+	// (0 or negative when it has run out or the row was released), no row
+	// when key has no row.
 	inspect string
-	// prune deletes the rows whose lease ran out more than the given
-	// microseconds ago.
+	// prune deletes the rows whose lease ran out (or that were released)
+	// more than the given microseconds ago and whose token is below the
+	// database's now minus the same microseconds, so that a new row's first
+	// token (the database's now) is above every pruned one. MySQL takes the
+	// microseconds twice.
 	prune string
 	// version reads the schema version from the meta table.
 	version string
@@ -187,18 +197,18 @@ func newStatements(d Dialect, t tableName) statements {
 VALUES ($1, $2, %[2]s, %[2]s + $3)
 ON CONFLICT (lock_key) DO UPDATE
 SET owner = excluded.owner, token = GREATEST(l.token + 1, excluded.token), expires_us = excluded.expires_us
-WHERE l.expires_us <= excluded.token
+WHERE l.expires_us <= excluded.token OR l.owner = ''
 RETURNING l.token`, tbl, now)
 		s.renew = fmt.Sprintf(`UPDATE %[1]s SET expires_us = %[2]s + $1
 WHERE lock_key = $2 AND owner = $3 AND token = $4 AND expires_us > %[2]s`, tbl, now)
-		s.release = fmt.Sprintf(`WITH r AS (UPDATE %[1]s SET owner = '', expires_us = 0
+		s.release = fmt.Sprintf(`WITH r AS (UPDATE %[1]s SET owner = '', expires_us = %[2]s
 WHERE lock_key = $1 AND owner = $2 AND token = $3 AND expires_us > %[2]s RETURNING lock_key)
 SELECT pg_notify('%[3]s', $2 || ':' || lock_key) FROM r`, tbl, now, t.channel())
-		s.drop = fmt.Sprintf(`WITH r AS (UPDATE %[1]s SET owner = '', expires_us = 0 WHERE lock_key = $1 AND owner = $2 RETURNING lock_key)
-SELECT pg_notify('%[2]s', $2 || ':' || lock_key) FROM r`, tbl, t.channel())
-		s.remaining = fmt.Sprintf(`SELECT expires_us - %[2]s FROM %[1]s WHERE lock_key = $1`, tbl, now)
-		s.inspect = fmt.Sprintf(`SELECT token, expires_us - %[2]s FROM %[1]s WHERE lock_key = $1`, tbl, now)
-		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE expires_us < %[2]s - $1`, tbl, now)
+		s.drop = fmt.Sprintf(`WITH r AS (UPDATE %[1]s SET owner = '', expires_us = %[3]s WHERE lock_key = $1 AND owner = $2 RETURNING lock_key)
+SELECT pg_notify('%[2]s', $2 || ':' || lock_key) FROM r`, tbl, t.channel(), now)
+		s.remaining = fmt.Sprintf(`SELECT CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = $1`, tbl, now)
+		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = $1`, tbl, now)
+		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE expires_us < %[2]s - $1 AND token < %[2]s - $1`, tbl, now)
 		s.version = fmt.Sprintf(`SELECT value FROM %s WHERE name = 'schema_version'`, meta)
 		s.ddl = []string{
 			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
@@ -223,17 +233,17 @@ SELECT pg_notify('%[2]s', $2 || ':' || lock_key) FROM r`, tbl, t.channel())
 		s.acquire = fmt.Sprintf(`INSERT INTO %[1]s (lock_key, owner, token, expires_us)
 VALUES (?, ?, LAST_INSERT_ID(%[2]s), %[2]s + ?)
 ON DUPLICATE KEY UPDATE
-owner = IF(expires_us <= %[2]s, VALUES(owner), owner),
+owner = IF(expires_us <= %[2]s OR owner = '', VALUES(owner), owner),
 token = IF(owner = VALUES(owner), LAST_INSERT_ID(GREATEST(token + 1, VALUES(token))), token),
 expires_us = IF(owner = VALUES(owner), VALUES(expires_us), expires_us)`, tbl, now)
 		s.renew = fmt.Sprintf(`UPDATE %[1]s SET expires_us = %[2]s + ?
 WHERE lock_key = ? AND owner = ? AND token = ? AND expires_us > %[2]s`, tbl, now)
-		s.release = fmt.Sprintf(`UPDATE %[1]s SET owner = '', expires_us = 0
+		s.release = fmt.Sprintf(`UPDATE %[1]s SET owner = '', expires_us = %[2]s
 WHERE lock_key = ? AND owner = ? AND token = ? AND expires_us > %[2]s`, tbl, now)
-		s.drop = fmt.Sprintf("UPDATE %[1]s SET owner = '', expires_us = 0 WHERE lock_key = ? AND owner = ?", tbl)
-		s.remaining = fmt.Sprintf(`SELECT expires_us - %[2]s FROM %[1]s WHERE lock_key = ?`, tbl, now)
-		s.inspect = fmt.Sprintf(`SELECT token, expires_us - %[2]s FROM %[1]s WHERE lock_key = ?`, tbl, now)
-		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE expires_us < %[2]s - ?`, tbl, now)
+		s.drop = fmt.Sprintf("UPDATE %[1]s SET owner = '', expires_us = %[2]s WHERE lock_key = ? AND owner = ?", tbl, now)
+		s.remaining = fmt.Sprintf(`SELECT CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?`, tbl, now)
+		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?`, tbl, now)
+		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE expires_us < %[2]s - ? AND token < %[2]s - ?`, tbl, now)
 		s.version = fmt.Sprintf("SELECT value FROM %s WHERE name = 'schema_version'", meta)
 		s.ddl = []string{
 			fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (\n"+
@@ -250,16 +260,16 @@ WHERE lock_key = ? AND owner = ? AND token = ? AND expires_us > %[2]s`, tbl, now
 VALUES (?1, ?2, %[2]s, %[2]s + ?3)
 ON CONFLICT (lock_key) DO UPDATE
 SET owner = excluded.owner, token = max(l.token + 1, excluded.token), expires_us = excluded.expires_us
-WHERE l.expires_us <= excluded.token
+WHERE l.expires_us <= excluded.token OR l.owner = ''
 RETURNING token`, tbl, now)
 		s.renew = fmt.Sprintf(`UPDATE %[1]s SET expires_us = %[2]s + ?1
 WHERE lock_key = ?2 AND owner = ?3 AND token = ?4 AND expires_us > %[2]s`, tbl, now)
-		s.release = fmt.Sprintf(`UPDATE %[1]s SET owner = '', expires_us = 0
+		s.release = fmt.Sprintf(`UPDATE %[1]s SET owner = '', expires_us = %[2]s
 WHERE lock_key = ?1 AND owner = ?2 AND token = ?3 AND expires_us > %[2]s`, tbl, now)
-		s.drop = fmt.Sprintf(`UPDATE %[1]s SET owner = '', expires_us = 0 WHERE lock_key = ?1 AND owner = ?2`, tbl)
-		s.remaining = fmt.Sprintf(`SELECT expires_us - %[2]s FROM %[1]s WHERE lock_key = ?1`, tbl, now)
-		s.inspect = fmt.Sprintf(`SELECT token, expires_us - %[2]s FROM %[1]s WHERE lock_key = ?1`, tbl, now)
-		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE expires_us < %[2]s - ?1`, tbl, now)
+		s.drop = fmt.Sprintf(`UPDATE %[1]s SET owner = '', expires_us = %[2]s WHERE lock_key = ?1 AND owner = ?2`, tbl, now)
+		s.remaining = fmt.Sprintf(`SELECT CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?1`, tbl, now)
+		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?1`, tbl, now)
+		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE expires_us < %[2]s - ?1 AND token < %[2]s - ?1`, tbl, now)
 		s.version = fmt.Sprintf(`SELECT value FROM %s WHERE name = 'schema_version'`, meta)
 		s.ddl = []string{
 			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (

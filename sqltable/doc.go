@@ -91,9 +91,9 @@
 //	CREATE TABLE IF NOT EXISTS "locker_locks_meta" (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 //	INSERT OR IGNORE INTO "locker_locks_meta" (name, value) VALUES ('schema_version', '1');
 //
-// A row stays after its lock is released (owner empty, expires_us 0), so
-// that the key's next token follows on from its last one; Prune deletes
-// the rows of keys unused for a long time.
+// A row stays after its lock is released (owner empty, expires_us the
+// database's time of the release), so that the key's next token follows on
+// from its last one; Prune deletes the rows of keys unused for a long time.
 //
 // # Time
 //
@@ -109,6 +109,13 @@
 // that moment + TTL. (SQLite's clock is the host's: processes sharing one
 // file share one clock anyway.)
 //
+// So the database's clock must not jump. A jump forward shortens every
+// lease it passes over: acquirers see those leases over at once, while
+// their holders still count them as theirs until their own deadlines (a
+// loss they learn at their next renewal); until then only the fencing
+// tokens keep their writes apart. A jump back lengthens leases of crashed
+// holders by as much (a released row is free whatever its expiry says).
+//
 // # Statements
 //
 // Acquire is one statement, one round trip. PostgreSQL and SQLite:
@@ -117,34 +124,42 @@
 //	ON CONFLICT (lock_key) DO UPDATE
 //	SET owner = excluded.owner, token = GREATEST(l.token + 1, excluded.token), expires_us = excluded.expires_us
 //	WHERE l.expires_us <= excluded.token   -- the lease has run out (excluded.token is NOW_US)
+//	   OR l.owner = ''                     -- or the row was released
 //	RETURNING l.token
 //
 // MySQL has no RETURNING and no WHERE on ON DUPLICATE KEY UPDATE, and
 // evaluates the assignments left to right, each seeing the columns already
 // assigned. So owner is assigned first, and changes only if the lease has
-// run out; after it, owner = VALUES(owner) holds exactly when this statement
+// run out or the row was released; after it, owner = VALUES(owner) holds exactly when this statement
 // took the key (owners are random and never reused), and token and expiry
 // follow it; LAST_INSERT_ID(token) hands the new token back in the reply:
 //
 //	INSERT INTO t VALUES (?, ?, LAST_INSERT_ID(NOW_US), NOW_US + ?)
 //	ON DUPLICATE KEY UPDATE
-//	owner = IF(expires_us <= NOW_US, VALUES(owner), owner),
+//	owner = IF(expires_us <= NOW_US OR owner = '', VALUES(owner), owner),
 //	token = IF(owner = VALUES(owner), LAST_INSERT_ID(GREATEST(token + 1, VALUES(token))), token),
 //	expires_us = IF(owner = VALUES(owner), VALUES(expires_us), expires_us)
 //
 // 1 or 2 rows affected means taken, 0 means held: so the connection must
 // report changed rows, the driver's default (a Locker refuses a DSN with
-// clientFoundRows=true). A try that finds the key held writes nothing on any
-// dialect: PostgreSQL's ON CONFLICT ... WHERE false makes no new row
-// version, InnoDB skips a row whose values do not change, SQLite's upsert
-// does not update. Waiters do not amplify writes.
+// clientFoundRows=true). A try that finds the key held makes no new row
+// version on any dialect: InnoDB skips a row whose values do not change,
+// SQLite's upsert does not update, and PostgreSQL's ON CONFLICT ... WHERE
+// false updates nothing, but it is not free there: ON CONFLICT DO UPDATE
+// locks the conflicting row even when its WHERE is false, which marks the
+// row's header on its page (and logs the lock in the WAL) and queues the try
+// behind other writers of the row. Waiters do not rewrite the row; on
+// PostgreSQL each failed try costs a row lock, which is why waiters wait
+// for a wake-up instead of polling (see "Waiting").
 //
 // Renewal (every TTL/3 by a watchdog, internal/renew) and Release are
 // guarded by key, owner and token and by the lease not having run out on the
 // database; zero rows means the lock is gone: the renewal reports the loss,
-// and Release returns an error wrapping locker.ErrLost. A row changed or
-// deleted from outside (an operator expiring it, a restore) is therefore
-// noticed at the next renewal, within TTL/3 plus a round trip.
+// and Release returns an error wrapping locker.ErrLost. Release sets owner
+// to the empty string and expires_us to the database's now (NOW_US), the
+// row's last use, which Prune goes by. A row changed or deleted from
+// outside (an operator expiring it, a restore) is therefore noticed at the
+// next renewal, within TTL/3 plus a round trip.
 //
 // Locker.Inspect (locker.Inspector) reads a key's row: held, with token
 // and remaining lease, while the lease has not run out by the database's
@@ -156,22 +171,35 @@
 // each acquisition sets token = max(previous token + 1, database time in
 // microseconds). So tokens strictly increase per key across holders, and
 // they are large numbers (about 1.8e15 in 2026) that fit an int64 and a JSON
-// number. Prune deletes only rows whose lease ran out at least MinPruneAge
-// (a minute) ago; when such a key is taken again its first token is the
-// database clock in microseconds, which has passed the deleted row's last
-// token by then — unless the database's clock was set back by more than
-// the prune age, the one assumption the tokens rest on (it is NTP's job to
-// slew, not step, a clock).
+// number. Prune(ctx, olderThan), olderThan at least MinPruneAge (a
+// minute), deletes only rows whose lease ran out, or that were released,
+// more than olderThan ago by the database's clock (a release records the
+// database's time in expires_us, so a row released a moment ago stays) and
+// whose token is below the database's now minus olderThan:
+//
+//	DELETE FROM t WHERE expires_us < NOW_US - $olderThan AND token < NOW_US - $olderThan
+//
+// When a pruned key is taken again its first token is the database's now
+// in microseconds, more than olderThan above the deleted row's last token —
+// unless the database's clock was set back by more than olderThan since,
+// the one assumption the tokens rest on (it is NTP's job to slew, not
+// step, a clock).
 //
 // # Waiting
 //
 // Acquire tries once; when the key is held it waits for a wake-up, then
 // tries again, until it holds the key or ctx ends:
 //
-//   - In-process: a release by any Locker of the process on a table of the
-//     same name (and dialect) wakes that key's longest-waiting waiter at
-//     once, on every dialect. One waiter, not all: the others would only
-//     fail their tries; a waiter that gives up passes its wake-up on.
+//   - In-process: a release by any Locker of the process on the same table
+//     of the same database, whatever its *sql.DB, wakes that key's
+//     longest-waiting waiter at once, on every dialect. The database is
+//     told by what it says of itself when a Locker first uses it (SQLite:
+//     the file; PostgreSQL: the server's address, port and start time, the
+//     database and the current schema; MySQL: the server's host name and
+//     port and the database), or by the *sql.DB when it cannot say. One
+//     waiter, not all: the others would only fail their tries; a waiter
+//     that leaves without the lock (its context ended, a statement failed)
+//     before acting on a wake-up passes it on.
 //   - PostgreSQL: each release notifies the table's channel (pg_notify with
 //     the released owner and the key, in the release statement), and each
 //     Locker keeps one connection of its pool listening (LISTEN) from its
@@ -221,8 +249,8 @@
 //     (never locker.ErrNotAcquired); renewals are retried until the lease's
 //     deadline, then the holder is told of the loss. Release that cannot
 //     reach the database gives the lock up anyway, says so, and frees the
-//     row in the background if the database comes back within 5s; else the
-//     lease ends it.
+//     row in the background if the database comes back within min(TTL, 5s)
+//     and the Locker is not closed meanwhile; else the lease ends it.
 //   - The database restarts: held rows survive (they are in a table); a
 //     holder keeps its lock if a renewal succeeds before its deadline.
 //   - A row is changed or deleted from outside: the holder learns at its
@@ -234,13 +262,27 @@
 //     deadlock.
 //   - An Acquire whose statement failed or was cancelled after it may have
 //     reached the database frees the row in the background (guarded by the
-//     attempt's own owner) if it took it.
+//     attempt's own owner) if it took it. On PostgreSQL and MySQL the
+//     cancelled statement may still run on the server (cancellation is
+//     asynchronous: an upsert waiting for a lock can commit after its
+//     caller gave up), so the guarded drop is repeated, with a pause growing
+//     from 10ms to 1s, until it frees the row or min(TTL, 5s) has passed;
+//     on SQLite the statement is over when its call returns and one drop
+//     does. Close stops the repeats; a row taken after them (a statement
+//     held up longer on the server) frees at the end of its lease.
+//   - Close begins while an Acquire is taking its lock: the Acquire returns
+//     an error wrapping locker.ErrClosed, never a Handle, and Close
+//     releases the row (once).
 //   - Another writer holds SQLite's write lock: statements wait for it
 //     within the caller's context (TryAcquire too: a busy database is not a
 //     held key); they never fail with "database is locked".
-//   - Close releases held locks (each with its own guarded statement,
-//     within locker.ReleaseTimeout), ends waits with locker.ErrClosed, stops
-//     the listener and every goroutine, and closes the *sql.DB only if Open
+//   - Close releases held locks (each with its own guarded statement),
+//     waits for Releases already in flight, all within
+//     locker.ReleaseTimeout from its start, after which it cancels their
+//     statements (such a Release returns an error wrapping
+//     locker.ErrClosed; its lock frees at the end of its lease); it ends
+//     waits with locker.ErrClosed, stops background clean-ups, the
+//     listener and every goroutine, and closes the *sql.DB only if Open
 //     made it.
 //
 // # Drivers and imports

@@ -97,7 +97,7 @@ func (h *Handle) lost(cause error) {
 	// The row may still be ours (a renewal that succeeded too late, or a
 	// database that was merely slow): free it so that it does not block
 	// others for the rest of its lease.
-	h.l.cleanup(h.key, h.owner)
+	h.l.cleanup(h.key, h.owner, h.ttl)
 }
 
 func (h *Handle) lostErr(why string) error {
@@ -132,22 +132,35 @@ func (h *Handle) stop() {
 // locker.ErrReleased. When the database cannot be reached the lock is given
 // up all the same (renewal stops, Err reports ErrReleased) and frees at the
 // end of its lease, or earlier when a background retry reaches the
-// database; the error says so.
+// database within min(TTL, 5s); the error says which. A Close that begins
+// meanwhile waits for this Release at most locker.ReleaseTimeout, then cuts
+// it short (the error then wraps locker.ErrClosed).
 func (h *Handle) Release(ctx context.Context) error {
-	if !h.claim() {
+	ok, counted := h.l.claimRelease(h)
+	if !ok {
 		return h.endedErr(ctx)
+	}
+	if counted {
+		defer h.l.wg.Done()
 	}
 	h.stop()
 	// Close, if it has begun, left this lock to us (we claimed it first);
-	// the release is bounded by ctx, not by Close.
-	ok, err := h.l.release(ctx, h)
+	// the release is bounded by ctx and by Close's own bound.
+	rctx, cancel := h.l.endCallCtx(ctx)
+	defer cancel()
+	freed, err := h.l.release(rctx, h)
 	h.l.unregister(h)
 	switch {
 	case err != nil:
 		h.st.End(locker.ErrReleased)
-		h.l.cleanup(h.key, h.owner)
-		return locker.KeyError("release", h.key, fmt.Errorf("%w (the lock was given up; it is freed in the background if the database answers, else at the end of its lease of %v)", err, h.ttl))
-	case ok:
+		if ctx.Err() == nil && h.l.endCtx.Err() != nil {
+			return locker.KeyError("release", h.key, fmt.Errorf("%w: Close cut the release short after %v (%w); the lock was given up and frees at the end of its lease of %v", locker.ErrClosed, locker.ReleaseTimeout, err, h.ttl))
+		}
+		if h.l.cleanup(h.key, h.owner, h.ttl) {
+			return locker.KeyError("release", h.key, fmt.Errorf("%w (the lock was given up; a background retry frees it if the database answers within %v, else it frees at the end of its lease of %v)", err, min(h.ttl, cleanupTimeout), h.ttl))
+		}
+		return locker.KeyError("release", h.key, fmt.Errorf("%w (the lock was given up; it frees at the end of its lease of %v)", err, h.ttl))
+	case freed:
 		h.st.End(locker.ErrReleased)
 		return nil
 	default:

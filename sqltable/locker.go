@@ -33,6 +33,11 @@ type Locker struct {
 	// ctx ends when Close begins: calls in progress return ErrClosed.
 	ctx  context.Context
 	stop context.CancelFunc
+	// endCtx ends locker.ReleaseTimeout after Close began (or when it
+	// returns): it bounds the releases Close waits for, its own and those
+	// of Releases already in flight.
+	endCtx  context.Context
+	endStop context.CancelFunc
 
 	initSem chan struct{} // one schema check at a time
 	inited  bool          // guarded by initSem
@@ -42,8 +47,12 @@ type Locker struct {
 	closed   bool
 	draining bool // Close waits for goroutines: no new ones
 	handles  map[*Handle]struct{}
-	wg       sync.WaitGroup
+	wg       sync.WaitGroup // goroutines, Releases and clean-ups in flight
 }
+
+// testHookKeep, when set (by tests), runs in acquire between the
+// registration of a new Handle and the check that Close has not begun.
+var testHookKeep func(*Handle)
 
 // New returns a Locker that keeps its locks in a table of db. The dialect
 // is detected from db's driver (pgx's stdlib, go-sql-driver/mysql or
@@ -53,12 +62,15 @@ type Locker struct {
 func New(db *sql.DB, opts ...Option) *Locker {
 	cfg, cfgErr := newConfig(opts)
 	ctx, stop := context.WithCancel(context.Background())
+	endCtx, endStop := context.WithCancel(context.Background())
 	l := &Locker{
 		db:      db,
 		cfg:     cfg,
 		cfgErr:  cfgErr,
 		ctx:     ctx,
 		stop:    stop,
+		endCtx:  endCtx,
+		endStop: endStop,
 		initSem: make(chan struct{}, 1),
 		handles: map[*Handle]struct{}{},
 	}
@@ -74,7 +86,7 @@ func New(db *sql.DB, opts ...Option) *Locker {
 	if l.cfgErr == nil {
 		l.table, _ = parseTable(cfg.table) // checked by WithTable
 		l.st = newStatements(l.dialect, l.table)
-		l.hubKey = l.dialect.String() + ":" + l.table.String()
+		l.hubKey = l.dialect.String() + ":" + fmt.Sprintf("%p", db) + ":" + l.table.String() // refined by init
 		l.listen = newListener(l)
 	}
 	return l
@@ -141,7 +153,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 
 	h, err := l.try(cctx, key, ttl, drift)
 	if err != nil || h != nil {
-		return h, locker.KeyError(op, key, l.why(ctx, err))
+		return l.keep(ctx, op, key, h, err)
 	}
 	if !wait {
 		return nil, locker.KeyError(op, key, locker.ErrNotAcquired)
@@ -150,7 +162,8 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	// Register for wake-ups, then try again before sleeping: a release
 	// between the first try and the registration would go unheard.
 	w := procHub.watch(l.hubKey, key)
-	defer procHub.leave(w)
+	var acquired bool
+	defer func() { procHub.leave(w, !acquired) }()
 	notified := l.listen.ensure(cctx)
 	back := newBackoff(l.cfg.retryInterval)
 	timer := time.NewTimer(time.Hour)
@@ -158,8 +171,10 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	for {
 		h, err := l.try(cctx, key, ttl, drift)
 		if err != nil || h != nil {
-			return h, locker.KeyError(op, key, l.why(ctx, err))
+			acquired = h != nil
+			return l.keep(ctx, op, key, h, err)
 		}
+		w.acted() // the key is held: a wake-up taken so far was acted on
 		rem, err := l.remaining(cctx, key)
 		if err != nil {
 			return nil, locker.KeyError(op, key, l.why(ctx, err))
@@ -182,6 +197,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 		timer.Reset(d)
 		select {
 		case <-w.c:
+			w.woken()
 		case <-timer.C:
 		case <-cctx.Done():
 			return nil, locker.KeyError(op, key, l.why(ctx, cctx.Err()))
@@ -207,7 +223,7 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 		// short (ctx ended, the connection broke after sending it): give
 		// it back, so that a failed Acquire leaves nothing behind. The
 		// drop is guarded by this attempt's owner, which nobody else has.
-		l.cleanup(key, owner)
+		l.cleanup(key, owner, ttl)
 		return nil, err
 	}
 	if !ok {
@@ -215,11 +231,45 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 	}
 	h := &Handle{l: l, key: key, owner: owner, token: token, ttl: ttl, st: backend.NewState()}
 	if !l.register(h) {
-		l.cleanup(key, owner)
+		// Close has begun and will not release h: free the row now,
+		// within Close's bound (Close waits for it).
+		l.dropClosing(key, owner)
 		return nil, locker.ErrClosed
 	}
 	h.start(sent, drift)
 	return h, nil
+}
+
+// keep is what acquire returns for try's outcome: h, unless Close began
+// after try registered it, in which case Close has taken h over (it
+// releases it; nothing here does it twice) and the caller gets an error
+// wrapping locker.ErrClosed instead of a Handle that is already ending.
+func (l *Locker) keep(ctx context.Context, op, key string, h *Handle, err error) (*Handle, error) {
+	if err != nil || h == nil {
+		return nil, locker.KeyError(op, key, l.why(ctx, err))
+	}
+	if testHookKeep != nil {
+		testHookKeep(h)
+	}
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		h.stop() // Close may have stopped the lease before try started it
+		return nil, locker.KeyError(op, key, locker.ErrClosed)
+	}
+	return h, nil
+}
+
+// dropClosing frees key's row if it still carries owner, on the calling
+// goroutine, within Close's bound: for an attempt that took the row just
+// as Close began.
+func (l *Locker) dropClosing(key, owner string) {
+	if !l.enter() {
+		return // Close no longer waits: the lease ends it
+	}
+	defer l.wg.Done()
+	l.dropOnce(l.endCtx, key, owner)
 }
 
 // runAcquire runs the acquire statement.
@@ -299,34 +349,70 @@ func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 	return ok, err
 }
 
-// cleanupTimeout bounds the background frees of rows nobody holds any more.
+// cleanupTimeout bounds the background frees of rows nobody holds any more
+// (with the lease, whichever is shorter).
 const cleanupTimeout = 5 * time.Second
 
-// cleanup frees key's row if it still carries owner, in the background.
-func (l *Locker) cleanup(key, owner string) {
-	l.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+// cleanup frees key's row if it still carries owner, in the background: the
+// clean-up of a statement whose outcome is unknown (an acquire or a release
+// cut short, a renewal too late). It reports whether it started.
+//
+// On PostgreSQL and MySQL a statement cut short by its context may still be
+// running on the server (the cancellation is asynchronous; an INSERT
+// waiting for a row lock commits when it gets it), so the guarded drop is
+// repeated with a growing pause until it frees a row or min(TTL, 5s) has
+// passed: an acquire committed after the first drop does not block the key
+// for a whole lease. On SQLite a statement is over when its call returns,
+// and one drop that runs is enough. Close stops the repeats.
+func (l *Locker) cleanup(key, owner string, ttl time.Duration) bool {
+	if l.isClosing() {
+		return false
+	}
+	return l.spawn(func() {
+		ctx, cancel := context.WithTimeout(l.ctx, min(ttl, cleanupTimeout))
 		defer cancel()
-		var n int64
-		_ = l.retry(ctx, func(ctx context.Context) error {
-			res, err := l.ps.drop.ExecContext(ctx, key, owner)
-			if err != nil {
-				return err
+		wait := 10 * time.Millisecond
+		for {
+			n, err := l.dropOnce(ctx, key, owner)
+			if n > 0 || (err == nil && l.dialect == SQLite) {
+				return
 			}
-			n, _ = res.RowsAffected()
-			return nil
-		})
-		if n > 0 {
-			procHub.wake(l.hubKey, key, owner)
+			t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+			wait = min(wait*2, time.Second)
 		}
 	})
 }
 
-// Prune deletes the rows of keys whose last lease ran out more than
-// olderThan ago (at least MinPruneAge), so that a table of many short-lived
-// keys does not grow without bound, and returns how many it deleted. Tokens
-// of a pruned key keep increasing when it is taken again (see "Fencing
-// tokens"). Prune never touches a held lock.
+// dropOnce runs the guarded drop of key's row for owner and wakes a waiter
+// of the key when it freed the row.
+func (l *Locker) dropOnce(ctx context.Context, key, owner string) (int64, error) {
+	var n int64
+	err := l.retry(ctx, func(ctx context.Context) error {
+		res, err := l.ps.drop.ExecContext(ctx, key, owner)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if n > 0 {
+		procHub.wake(l.hubKey, key, owner)
+	}
+	return n, err
+}
+
+// Prune deletes the rows of keys whose last lease ran out, or that were
+// released, more than olderThan ago (at least MinPruneAge) and whose token
+// is below the database's clock minus olderThan, so that a table of many
+// short-lived keys does not grow without bound, and returns how many it
+// deleted. Tokens of a pruned key keep increasing when it is taken again
+// (see "Fencing tokens"). Prune never touches a held lock.
 func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if l.cfgErr != nil {
 		return 0, l.cfgErr
@@ -344,7 +430,11 @@ func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, err
 	}
 	var n int64
 	err := l.retry(cctx, func(ctx context.Context) error {
-		res, err := l.db.ExecContext(ctx, l.st.prune, olderThan.Microseconds())
+		args := []any{olderThan.Microseconds()}
+		if l.dialect == MySQL {
+			args = append(args, olderThan.Microseconds())
+		}
+		res, err := l.db.ExecContext(ctx, l.st.prune, args...)
 		if err != nil {
 			return err
 		}
@@ -362,6 +452,41 @@ func (l *Locker) register(h *Handle) bool {
 	}
 	l.handles[h] = struct{}{}
 	return true
+}
+
+// claimRelease claims h for its Release and counts the Release as in
+// flight, for Close to wait for; false when h was already claimed or ended.
+func (l *Locker) claimRelease(h *Handle) (ok, counted bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !h.claim() {
+		return false, false
+	}
+	if !l.draining {
+		l.wg.Add(1)
+		counted = true
+	}
+	return true, counted
+}
+
+// enter counts a call that Close must wait for; false once Close has begun
+// waiting. The caller calls l.wg.Done when enter returned true.
+func (l *Locker) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.draining {
+		return false
+	}
+	l.wg.Add(1)
+	return true
+}
+
+// endCallCtx is ctx, also cancelled when Close's bound
+// (locker.ReleaseTimeout after it began) runs out.
+func (l *Locker) endCallCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(l.endCtx, cancel)
+	return cctx, func() { stop(); cancel() }
 }
 
 func (l *Locker) unregister(h *Handle) {
@@ -417,9 +542,13 @@ func ctxErr(ctx context.Context) error { return backend.ContextError(ctx) }
 
 // Close releases every lock the Locker holds (their Handles report
 // locker.ErrReleasedByClose), ends its waiting Acquires and calls in
-// progress with locker.ErrClosed, stops its renewals and its listening
-// connection, and closes the *sql.DB when the Locker opened it (Open). It
-// waits for the releases at most locker.ReleaseTimeout. A second Close
+// progress with locker.ErrClosed, stops its renewals, background clean-ups
+// and its listening connection, and closes the *sql.DB when the Locker
+// opened it (Open). It waits for its releases, and for Releases already in
+// flight on its Handles, at most locker.ReleaseTimeout, then cancels them:
+// a lock whose release was cut short frees at the end of its lease. An
+// Acquire that took its lock as Close began returns an error wrapping
+// locker.ErrClosed, and Close releases that lock too. A second Close
 // returns nil.
 func (l *Locker) Close() error {
 	l.mu.Lock()
@@ -437,6 +566,11 @@ func (l *Locker) Close() error {
 	clear(l.handles)
 	l.mu.Unlock()
 
+	// Releases already in flight and Close's own get locker.ReleaseTimeout
+	// from now; then their statements are cancelled.
+	bound := time.AfterFunc(locker.ReleaseTimeout, l.endStop)
+	defer bound.Stop()
+	defer l.endStop()
 	l.stop()
 	err := l.releaseAll(held)
 	l.mu.Lock()
@@ -445,7 +579,7 @@ func (l *Locker) Close() error {
 	if l.listen != nil {
 		l.listen.close()
 	}
-	l.wg.Wait()
+	l.wg.Wait()             // goroutines, Releases in flight, drops of a racing acquire
 	l.initSem <- struct{}{} // no init in progress; none starts (closing)
 	err = errors.Join(err, l.ps.close())
 	if l.ownDB && l.db != nil {
@@ -462,11 +596,9 @@ func (l *Locker) releaseAll(held []*Handle) error {
 	for _, h := range held {
 		h.stop()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
-	defer cancel()
 	var errs []error
 	for _, h := range held {
-		ok, err := l.release(ctx, h)
+		ok, err := l.release(l.endCtx, h)
 		switch {
 		case err != nil:
 			h.st.End(locker.KeyError("hold", h.key, fmt.Errorf("%w: Close could not release it (%v); it frees at the end of its lease (%w)", locker.ErrLost, err, locker.ErrClosed)))

@@ -70,8 +70,35 @@ func (l *Locker) init(ctx context.Context) error {
 	if err := l.ps.prepare(ctx, l); err != nil {
 		return err
 	}
+	if id, err := l.dbIdentity(ctx); err == nil && id != "" {
+		l.hubKey = l.dialect.String() + ":" + id + ":" + l.table.String()
+	} // else New's key, by the *sql.DB, stays
 	l.inited = true
 	return nil
+}
+
+// dbIdentity names the database the Locker's pool reaches, for the
+// process-wide wake-up hub: Lockers of one process on one database (each
+// with a pool of its own, or sharing one) wake each other's waiters, and a
+// release on another database with a table of the same name wakes none.
+// SQLite: the main database's file; PostgreSQL: the server's address, port
+// and start time, the database and the schema unqualified names resolve
+// to; MySQL: the server's host name and port and the database.
+func (l *Locker) dbIdentity(ctx context.Context) (string, error) {
+	var q string
+	switch l.dialect {
+	case SQLite:
+		q = "SELECT file FROM pragma_database_list WHERE name = 'main'"
+	case PostgreSQL:
+		q = "SELECT concat_ws('/', host(inet_server_addr()), inet_server_port(), pg_postmaster_start_time(), current_database(), current_schema())"
+	case MySQL:
+		q = "SELECT CONCAT_WS('/', @@hostname, @@port, DATABASE())"
+	}
+	var id sql.NullString
+	err := l.retry(ctx, func(ctx context.Context) error {
+		return l.db.QueryRowContext(ctx, q).Scan(&id)
+	})
+	return id.String, err
 }
 
 // walMode puts an SQLite database into WAL mode (persistent, per file), in

@@ -101,6 +101,7 @@ func Open(ctx context.Context, rawURL string) (*Locker, error) {
 type urlOptions struct {
 	opts     []Option
 	maxConns int
+	err      error // a parameter of ours that no Option checks
 }
 
 func readCommon(q *backend.Query, scheme string, maxConns int) urlOptions {
@@ -110,7 +111,12 @@ func readCommon(q *backend.Query, scheme string, maxConns int) urlOptions {
 		ttl, drift, r time.Duration
 		ddl, watchdog = true, true
 	)
-	q.String(paramTable, &table)
+	if v, ok := q.Take(paramTable); ok {
+		if v == "" {
+			uo.err = fmt.Errorf("%w: %s: parameter %q is empty: name a table, or leave the parameter out for %q", locker.ErrInvalidURL, scheme, paramTable, DefaultTable)
+		}
+		table = v
+	}
 	q.Duration(paramTTL, &ttl)
 	q.Duration(paramDrift, &drift)
 	q.Duration(paramRetry, &r)
@@ -214,6 +220,9 @@ func finish(q *backend.Query, uo urlOptions) error {
 }
 
 func checkOptions(scheme string, uo urlOptions) error {
+	if uo.err != nil {
+		return uo.err
+	}
 	if _, err := newConfig(uo.opts); err != nil {
 		return fmt.Errorf("%w: %s: %w", locker.ErrInvalidURL, scheme, err)
 	}

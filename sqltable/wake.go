@@ -17,9 +17,11 @@ import (
 // procHub wakes the waiters of this process when a lock they wait for is
 // released: by a Locker of this process (at once), or, on PostgreSQL, in
 // any process (through a Locker's listener). Waiters are keyed by dialect,
-// table name and key, so a release through any Locker on a table of that
-// name wakes them; a release on another database with a table of the same
-// name wakes one for nothing: it tries once more and sleeps again.
+// database, table name and key (Locker.hubKey), so a release through any
+// Locker of the process on the same table wakes them, whatever *sql.DB it
+// uses, and a release on another database with a table of the same name
+// wakes nobody there. The database is told by what it says of itself (see
+// dbIdentity), or, when it cannot say, by the *sql.DB.
 //
 // A release wakes one waiter of the key, the longest waiting, not all of
 // them: the others would only fail their tries (and on PostgreSQL queue on
@@ -39,7 +41,18 @@ type hub struct {
 type waiter struct {
 	id string
 	c  chan struct{} // buffered: a wake-up never blocks the waker
+	// pending: the waiter took a wake-up from c and has not yet acted on
+	// it (tried and found the key held). Used by the waiter's goroutine
+	// only.
+	pending bool
 }
+
+// woken records that the waiter took a wake-up from c.
+func (w *waiter) woken() { w.pending = true }
+
+// acted records that the waiter acted on its wake-ups: it tried the key
+// and found it held, so the wake-up has nothing left to pass on.
+func (w *waiter) acted() { w.pending = false }
 
 func hubID(table, key string) string { return table + "\x00" + key }
 
@@ -51,7 +64,10 @@ func (h *hub) watch(table, key string) *waiter {
 	return w
 }
 
-func (h *hub) leave(w *waiter) {
+// leave removes w. unacted says w leaves without the lock (its context
+// ended, or a statement failed): a wake-up it took or holds and did not
+// act on goes to the next waiter, so that a release is never lost.
+func (h *hub) leave(w *waiter, unacted bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	q := h.keys[w.id]
@@ -63,7 +79,7 @@ func (h *hub) leave(w *waiter) {
 		return
 	}
 	h.keys[w.id] = q
-	if len(w.c) > 0 {
+	if unacted && (w.pending || len(w.c) > 0) {
 		h.wakeOneLocked(w.id) // pass on the wake-up w did not act on
 	}
 }

@@ -104,8 +104,10 @@ func TestRowDeletedWhileHeld(t *testing.T) {
 	})
 }
 
-// TestPruneKeepsTokensRising: Prune deletes released rows; a pruned key
-// taken again gets a higher token.
+// TestPruneKeepsTokensRising: Prune spares a row released a moment ago
+// (release records the database's time, not 0) and a row whose lease ran
+// out long ago but whose token is recent; it deletes a row old on both
+// counts, never a held one; a pruned key taken again gets a higher token.
 func TestPruneKeepsTokensRising(t *testing.T) {
 	forEach(t, func(t *testing.T, d dialect) {
 		ctx := testCtx(t)
@@ -122,12 +124,37 @@ func TestPruneKeepsTokensRising(t *testing.T) {
 			mustRelease(t, ctx, h)
 		}
 		hh := mustAcquire(t, ctx, l, held)
+		owner, _, expires, ok := rowOf(t, d, admin, k)
+		if !ok || owner != "" || expires <= 0 {
+			t.Fatalf("row after Release: owner %q, expires_us %d, present %v; want an empty owner and the release's time", owner, expires, ok)
+		}
+		if _, err := l.Prune(ctx, sqltable.MinPruneAge); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, ok := rowOf(t, d, admin, k); !ok {
+			t.Fatal("Prune deleted a row released a moment ago")
+		}
+		// The lease long over, the token recent: spared.
+		if _, err := admin.ExecContext(ctx, "UPDATE "+d.table("")+" SET expires_us = 0 WHERE lock_key = "+d.ph(1), k); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Prune(ctx, sqltable.MinPruneAge); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, ok := rowOf(t, d, admin, k); !ok {
+			t.Fatal("Prune deleted a row whose token is recent")
+		}
+		// Old on both counts: deleted.
+		if _, err := admin.ExecContext(ctx, "UPDATE "+d.table("")+" SET token = token - 120000000 WHERE lock_key = "+d.ph(1), k); err != nil {
+			t.Fatal(err)
+		}
+		_, last, _, _ = rowOf(t, d, admin, k)
 		n, err := l.Prune(ctx, sqltable.MinPruneAge)
 		if err != nil || n < 1 {
-			t.Fatalf("Prune = %d, %v; want at least the released row", n, err)
+			t.Fatalf("Prune = %d, %v; want at least the aged row", n, err)
 		}
 		if _, _, _, ok := rowOf(t, d, admin, k); ok {
-			t.Fatal("the released row is still there after Prune")
+			t.Fatal("the aged row is still there after Prune")
 		}
 		if _, _, _, ok := rowOf(t, d, admin, held); !ok || hh.Err() != nil {
 			t.Fatal("Prune touched a held lock")
