@@ -207,7 +207,11 @@
 //     of the key wakes within a round trip (a release heard twice, from its
 //     own process and from a listener, wakes one). The listener is off with
 //     WithNotify(false), and on a pool limited to fewer than four
-//     connections, which it would starve.
+//     connections, which it would starve. The check is per Locker, when it
+//     is made: several Lockers on one *sql.DB each keep a listening
+//     connection, so give the pool at least one connection per Locker on
+//     top of what the locks and the rest of the program use (or share one
+//     Locker; a listener shared per *sql.DB is not built yet).
 //   - Otherwise (MySQL and SQLite across processes, or PostgreSQL while the
 //     listener is down): a jittered exponential back-off from 2ms up to
 //     the retry interval (WithRetryInterval, default 1s).
