@@ -72,14 +72,16 @@ func Redact(msg string, u *url.URL) string {
 	return RedactSecrets(msg, secrets...)
 }
 
-// RedactSecrets returns msg with each secret, as written, query-escaped
-// and path-escaped, replaced by "xxxxx". Empty secrets are ignored.
+// RedactSecrets returns msg with each secret, as written, query-escaped,
+// path-escaped and escaped as a URL's userinfo (as url.URL.String writes a
+// password), replaced by "xxxxx". Empty secrets are ignored.
 func RedactSecrets(msg string, secrets ...string) string {
 	for _, s := range secrets {
 		if s == "" {
 			continue
 		}
-		for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s)} {
+		userinfo := strings.TrimPrefix(url.UserPassword("", s).String(), ":")
+		for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s), userinfo} {
 			msg = strings.ReplaceAll(msg, form, "xxxxx")
 		}
 	}

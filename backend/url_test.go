@@ -56,6 +56,12 @@ func TestRedact(t *testing.T) {
 	if !strings.Contains(got, "x=1") || !strings.Contains(got, "user") {
 		t.Errorf("Redact removed more than the secrets: %q", got)
 	}
+	// url.URL.String escapes a password in userinfo its own way: "s3+cr@t"
+	// becomes "s3+cr%40t", which neither query nor path escaping gives.
+	pu := &url.URL{Scheme: "redis", User: url.UserPassword("u", "s3+cr@t;x"), Host: "h1:abc"}
+	if got := Redact(`parse "`+pu.String()+`": invalid port`, pu); strings.Contains(got, "s3+cr") {
+		t.Errorf("Redact left the userinfo-escaped password in %q", got)
+	}
 	if got := RedactSecrets("a  b", ""); got != "a  b" {
 		t.Errorf("an empty secret changed the message: %q", got)
 	}
