@@ -189,6 +189,13 @@ func unusualKeys(base string) []string {
 var bareKeys = []string{"/", "..", ".", " ", "*", "🔒", "zookeeper", "\\"}
 
 // unusualKeys: every legal key works, and distinct keys never share a lock.
+//
+// One Locker takes every key and holds them all at once: as locks are not
+// reentrant (Acquire/NotReentrant), two distinct keys that shared a lock
+// would make the second attempt fail. Then another Locker is shut out of
+// each, and gets each once they are released. That checks every pair in
+// a number of operations linear in the keys (a pairwise loop costs
+// thousands of writes, each fsynced on some servers).
 func (s *suite) unusualKeys(t *testing.T, ctx context.Context) {
 	a, b := s.newLocker(t), s.newLocker(t)
 	keys := unusualKeys(key(t, ""))
@@ -197,93 +204,62 @@ func (s *suite) unusualKeys(t *testing.T, ctx context.Context) {
 			t.Fatalf("suite bug: %q is not a legal key: %v", truncate(k), err)
 		}
 	}
-	// The bare keys first, each held with Acquire (another run may hold it
-	// for a moment) while the run's own keys are tried against it.
-	for _, bk := range bareKeys {
+	all := append(keys[:len(keys):len(keys)], bareKeys...)
+	// take takes k for l: the bare keys with Acquire, since another run of
+	// the suite on the same server may hold one for a moment.
+	take := func(l locker.Locker, k string) (locker.Handle, error) {
+		if !slices.Contains(bareKeys, k) {
+			return l.TryAcquire(ctx, k)
+		}
 		wctx, cancel := context.WithTimeout(ctx, s.h.ExpiryBound+prompt)
-		h, err := a.Acquire(wctx, bk)
-		cancel()
+		defer cancel()
+		return l.Acquire(wctx, k)
+	}
+	held := make([]locker.Handle, len(all))
+	var shared []string
+	for i, k := range all {
+		h, err := take(a, k)
 		if err != nil {
-			t.Errorf("Acquire(%q): %v", bk, err)
+			shared = append(shared, fmt.Sprintf("%q (%v)", truncate(k), err))
 			continue
 		}
-		if h.Key() != bk {
-			t.Errorf("Key() = %q, want %q: keys must not be altered", h.Key(), bk)
+		held[i] = h
+		if h.Key() != k {
+			t.Errorf("Key() = %q, want %q: keys must not be altered", truncate(h.Key()), truncate(k))
 		}
-		var shared []string
-		for _, kj := range append(keys[:len(keys):len(keys)], bareKeys...) {
-			if kj == bk {
-				continue
-			}
-			if slices.Contains(bareKeys, kj) {
-				wctx, cancel := context.WithTimeout(ctx, s.h.ExpiryBound+prompt)
-				hb, err := b.Acquire(wctx, kj)
-				cancel()
-				if err != nil {
-					shared = append(shared, fmt.Sprintf("%q (%v)", truncate(kj), err))
-					continue
-				}
-				_ = hb.Release(ctx)
-				continue
-			}
-			hb, err := b.TryAcquire(ctx, kj)
-			if err != nil {
-				shared = append(shared, fmt.Sprintf("%q (%v)", truncate(kj), err))
-				continue
-			}
-			_ = hb.Release(ctx)
+	}
+	if len(shared) > 0 {
+		const show = 3
+		more := ""
+		if len(shared) > show {
+			more = fmt.Sprintf(" and %d more", len(shared)-show)
+			shared = shared[:show]
 		}
-		reportShared(t, bk, shared)
+		t.Errorf("one Locker holding the unusual keys before them could not take: %s%s (distinct keys share a lock, or the key does not work)", strings.Join(shared, ", "), more)
+	}
+	for i, k := range all {
+		if held[i] != nil {
+			mustNotTry(t, ctx, b, k, "another client holds the same unusual key")
+		}
+	}
+	for i, h := range held {
+		if h == nil {
+			continue
+		}
 		if err := h.Release(ctx); err != nil {
-			t.Errorf("Release(%q): %v", bk, err)
+			t.Errorf("Release(%q): %v", truncate(all[i]), err)
 		}
 	}
-	for i, ki := range keys {
-		ha, err := a.TryAcquire(ctx, ki)
+	for _, k := range all {
+		hb, err := take(b, k)
 		if err != nil {
-			t.Errorf("TryAcquire(%q): %v", truncate(ki), err)
+			t.Errorf("TryAcquire(%q) after its holder released it: %v", truncate(k), err)
 			continue
 		}
-		if ha.Key() != ki {
-			t.Errorf("Key() = %q, want %q: keys must not be altered", truncate(ha.Key()), truncate(ki))
-		}
-		mustNotTry(t, ctx, b, ki, "another client holds the same unusual key")
-		var shared []string
-		for j, kj := range keys {
-			if i == j {
-				continue
-			}
-			hb, err := b.TryAcquire(ctx, kj)
-			if err != nil {
-				shared = append(shared, fmt.Sprintf("%q (%v)", truncate(kj), err))
-				continue
-			}
-			if err := hb.Release(ctx); err != nil {
-				t.Errorf("Release(%q): %v", truncate(kj), err)
-			}
-		}
-		reportShared(t, ki, shared)
-		if err := ha.Release(ctx); err != nil {
-			t.Errorf("Release(%q): %v", truncate(ki), err)
+		if err := hb.Release(ctx); err != nil {
+			t.Errorf("Release(%q): %v", truncate(k), err)
 		}
 	}
-}
-
-// reportShared fails t for the keys that could not be taken while k was
-// held, naming the first few: an encoding bug makes hundreds of pairs
-// collide, and a thousand lines hide the pattern.
-func reportShared(t *testing.T, k string, shared []string) {
-	t.Helper()
-	if len(shared) == 0 {
-		return
-	}
-	const show = 3
-	more := ""
-	if len(shared) > show {
-		more = fmt.Sprintf(" and %d more", len(shared)-show)
-		shared = shared[:show]
-	}
-	t.Errorf("while %q was held, other keys could not be taken (distinct keys share a lock, or the key does not work): %s%s", truncate(k), strings.Join(shared, ", "), more)
 }
 
 // invalidKeys: illegal keys fail at once with ErrInvalidKey, on both calls.
