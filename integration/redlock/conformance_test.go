@@ -76,6 +76,17 @@ func TestConformance(t *testing.T) {
 				URL:    "redlock://" + strings.Join(addrs, ","),
 				TTL:    2 * time.Second,
 				MinTTL: redlock.MinTTL,
+				// Keys/ManyHeld with the suite's 2000 keys and this short
+				// TTL renews 2000 × n nodes × 3/TTL = 15,000 requests a
+				// second on 5 nodes, at about 50µs of client CPU each under
+				// -race (BenchmarkManyHeld): most of a core of this 2-core
+				// machine, so with other suites running beside it the
+				// renewals queued past the node timeout ("no answer within
+				// the node timeout of 3s"): the case failed once in an
+				// earlier session and once in the 13th run of a soak at
+				// load average 8. A thousand keys still hold many at once,
+				// at half that load.
+				ManyKeys: 1000,
 			})
 		})
 	}

@@ -73,7 +73,10 @@
 // deleted. It succeeds when a majority deleted; when nodes failed it gives
 // the lock up all the same and says on how many nodes it remains until its
 // TTL ends; when every node answered and fewer than a majority held it, the
-// error wraps locker.ErrLost.
+// error wraps locker.ErrLost. Each node remembers a release for 15 seconds
+// (the owner token under the key's ":last-release" name), so that a release
+// whose reply was lost and which go-redis sends again is counted as done,
+// not as a lock that had expired.
 //
 // # Fencing tokens
 //
@@ -154,8 +157,10 @@
 //	redlock://[user:password@]host1:6379,host2:6379,host3:6379[/db][?ttl=30s&drift=700ms&node_timeout=200ms&retry_interval=1s&prefix=locker:redlock:]
 //	rediss+redlock://...    (TLS to every node)
 //
-// plus go-redis' client parameters (see Open). Unknown parameters are
-// rejected; the password appears in no error.
+// plus go-redis' client parameters (see Open), except skip_verify, which is
+// refused (build the clients with a tls.Config and call New instead).
+// Unknown parameters and malformed node addresses are rejected; the
+// password appears in no error.
 //
 // # Failure modes
 //
@@ -174,9 +179,29 @@
 //   - A node that forgot its counter: see "Fencing tokens".
 //
 // Each round's requests run on goroutines of their own; the caller stops
-// waiting at the node timeout, at its context's end or at Close. Close
-// waits for requests still in flight at most 250ms (a request to a node
-// that stopped answering ends at its node timeout, on the socket when the
-// client has ContextTimeoutEnabled); with clients of its own (Open) it
-// closes them, which ends them at once.
+// waiting at the node timeout, at its context's end or at Close. An error
+// that wraps context.DeadlineExceeded or context.Canceled means the
+// caller's context ended; a node's own timeout is reported as "no answer
+// within the node timeout". Close waits for requests still in flight, and
+// for the Pub/Sub connections to close, at most 250ms (a request to a node
+// that stopped answering ends at its node timeout, a Pub/Sub command or
+// reconnect at the node timeout plus up to 1s for dialling, on the socket
+// when the client has ContextTimeoutEnabled): with clients the caller owns
+// (New), that work may outlive Close until then. With clients of its own
+// (Open) Close closes them and their connections, which ends it at once.
+//
+// # Known limits
+//
+//   - A Pub/Sub reconnect signals "subscribed" when go-redis has re-sent the
+//     subscriptions, a little before the node confirms them; a release in
+//     between can go unheard, and the waiter then wakes by its back-off
+//     (at most the retry interval). Safety does not depend on it.
+//   - The proof assumes no acquire request of holder A is still on its way
+//     once A read the grant's reply. go-redis may send a request again on a
+//     new connection when the first one's reply is lost; if the first copy
+//     is held in the network (a partition) and reaches its node much later,
+//     after A's lock there ended early and a later holder B acquired and
+//     released, it grants A's owner token there again. A fenced resource
+//     still rejects A's token, which is lower than B's; but a renewal of A
+//     would count that node as holding A's lock.
 package redlock

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -23,15 +24,39 @@ import (
 // is handed to the round's late function, so that a grant that arrived too
 // late is deleted again.
 
-// errNoAnswer is the error of a node that did not answer within the node
+// noAnswerError is the error of a node that did not answer within the node
 // timeout. It wraps os.ErrDeadlineExceeded, as a go-redis socket timeout
 // does.
-type noAnswerError struct{ timeout time.Duration }
+// detail, if set, is the text of the request's own error (kept as text
+// only: see nodeErr).
+type noAnswerError struct {
+	timeout time.Duration
+	detail  string
+}
 
 func (e noAnswerError) Error() string {
+	if e.detail != "" {
+		return fmt.Sprintf("no answer within the node timeout of %v (%s)", e.timeout, e.detail)
+	}
 	return fmt.Sprintf("no answer within the node timeout of %v", e.timeout)
 }
 func (e noAnswerError) Unwrap() error { return os.ErrDeadlineExceeded }
+
+// nodeErr turns a context error of one node's request into noAnswerError
+// while base (the caller's context, or none) has not ended: the request's
+// own deadline (the node timeout) or a go-redis internal timeout ran out,
+// not the caller's context, and errors.Is(err, context.DeadlineExceeded)
+// must hold only when the caller's context ended (a caller tells "my
+// deadline passed" from "the nodes failed" by it).
+func nodeErr(err error, base context.Context, timeout time.Duration) error {
+	if err == nil || base.Err() != nil {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return noAnswerError{timeout, err.Error()}
+	}
+	return err
+}
 
 // answer is one node's reply in a round.
 type answer[T any] struct {
@@ -53,7 +78,8 @@ type outcome[T any] struct {
 // all came, the node timeout passed, wait ended (an error wrapping its
 // ctx.Err()) or life ended (locker.ErrClosed). late, if not nil, is given
 // every answer that came after the round stopped waiting for it, on that
-// request's goroutine (which the Locker counts as active).
+// request's goroutine (which the Locker counts as active), with the
+// request's own error (see nodeErr for what the round's outcome gets).
 //
 // decided, if not nil, is asked after each answer whether the round's
 // outcome is settled (a majority renewed, say); fanout then stops waiting
@@ -72,7 +98,7 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 	for _, i := range nodes {
 		t := timeout + l.dialAllowance(i)
 		wait4 = max(wait4, t)
-		out.err[i] = noAnswerError{t}
+		out.err[i] = noAnswerError{timeout: t}
 		l.active.Add()
 		go func() {
 			defer l.active.Done()
@@ -82,7 +108,7 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 			mu.Lock()
 			s := stopped
 			if !s {
-				ch <- answer[T]{i, v, err}
+				ch <- answer[T]{i, v, nodeErr(err, base, t)}
 			}
 			mu.Unlock()
 			if s && late != nil {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -39,7 +41,8 @@ type Locker struct {
 	addrs      []string // for error messages
 	all        []int    // 0..N-1
 	quorum     int
-	ownClients bool // opened from a URL: Close closes them too
+	ownClients bool     // opened from a URL: Close closes them too
+	conns      *connSet // of the clients Open made; nil with New
 	cfg        config
 	cfgErr     error
 	subs       *subs
@@ -105,15 +108,24 @@ func (l *Locker) checkClients() error {
 	seen := map[string]int{}
 	for i, c := range l.clients {
 		l.addrs[i] = fmt.Sprintf("node %d", i+1)
-		switch c := c.(type) {
-		case nil:
+		if isNil(c) {
 			errs = append(errs, fmt.Errorf("redlock: node %d: nil client", i+1))
+			continue
+		}
+		switch c := c.(type) {
 		case *goredis.ClusterClient:
 			errs = append(errs, fmt.Errorf("redlock: node %d: a *goredis.ClusterClient is not an independent node (use the redis package's Locker for a Cluster)", i+1))
 		case *goredis.Ring:
 			errs = append(errs, fmt.Errorf("redlock: node %d: a *goredis.Ring is not an independent node (it remaps keys to other shards when one fails)", i+1))
 		case *goredis.Client:
 			addr := c.Options().Addr
+			if addr == failoverAddr {
+				// go-redis's placeholder for every NewFailoverClient: the
+				// master's address is known only once the Sentinels tell.
+				// Clients of different masters are different servers.
+				l.addrs[i] = fmt.Sprintf("node %d (Sentinel failover)", i+1)
+				continue
+			}
 			l.addrs[i] = fmt.Sprintf("node %d (%s)", i+1, addr)
 			if j, dup := seen[addr]; dup && addr != "" {
 				errs = append(errs, fmt.Errorf("redlock: nodes %d and %d are the same server %s: a majority must be of distinct servers", j+1, i+1, addr))
@@ -125,6 +137,24 @@ func (l *Locker) checkClients() error {
 		return fmt.Errorf("%w: %w", locker.ErrInvalidOption, errors.Join(errs...))
 	}
 	return nil
+}
+
+// failoverAddr is the Addr that go-redis gives the Options of every client
+// made by NewFailoverClient, whatever its master.
+const failoverAddr = "FailoverClient"
+
+// isNil reports a nil client, including a typed nil pointer in the
+// interface (a (*goredis.Client)(nil)), whose methods would panic.
+func isNil(c goredis.UniversalClient) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
 }
 
 // Err reports what New found wrong with the clients or the options (an
@@ -140,20 +170,25 @@ type keys struct {
 	lock    string // the holder's owner token; expires with the lease
 	fence   string // the node's counter for the key; never expires
 	channel string // Pub/Sub channel on which releases are announced
+	// lastRelease is the owner token of the last release, for
+	// releaseMemory (see releaseScript).
+	lastRelease string
 }
 
 // keysFor encodes a user key injectively, as the redis package does:
 // base64url of its bytes (no braces, no ':') inside braces after the prefix.
 func (l *Locker) keysFor(key string) keys {
 	base := l.cfg.prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
-	return keys{lock: base + ":lock", fence: base + ":fence", channel: base + ":released"}
+	return keys{lock: base + ":lock", fence: base + ":fence", channel: base + ":released", lastRelease: base + ":last-release"}
 }
 
 // KeyNames returns the names under which the Locker keeps key on every
 // node: the lock (a string holding the holder's owner token, expiring with
 // the lease), the node's fencing counter (an integer that never expires)
-// and the Pub/Sub channel on which releases are announced. It is for
-// operators and tests. Never delete or lower a fencing counter: tokens
+// and the Pub/Sub channel on which releases are announced. (A fourth key,
+// the name of lock with ":lock" replaced by ":last-release", holds the owner
+// token of the last release for 15 seconds, so that a release retried by
+// go-redis is recognised.) It is for operators and tests. Never delete or lower a fencing counter: tokens
 // could go back (see "Fencing tokens" in the package documentation).
 func (l *Locker) KeyNames(key string) (lock, fence, channel string) {
 	k := l.keysFor(key)
@@ -262,6 +297,7 @@ type roundResult struct {
 	failed          int
 	firstErr        error // of a failed node, with its name
 	held            bool  // one other owner holds the lock on a majority
+	maxHolder       int   // the most nodes that one other owner holds it on
 	holderLeft      time.Duration
 	why             string // set when a majority granted but the round failed later
 }
@@ -271,9 +307,13 @@ type roundResult struct {
 func (r roundResult) unreachable() bool { return r.n-r.failed < r.quorum }
 
 // split reports a round that lost only to other contenders' partial grants:
-// nobody holds a majority, and a retry after a jittered pause may win.
+// nobody holds a majority, and a retry after a jittered pause may win. A
+// round with nodes that failed is not a split when one other owner, with
+// the nodes that did not answer, may hold a majority: retrying cannot win
+// until the failed nodes answer again.
 func (r roundResult) split() bool {
-	return !r.held && r.why == "" && r.denied > 0 && r.n-r.failed >= r.quorum
+	return !r.held && r.why == "" && r.denied > 0 && r.n-r.failed >= r.quorum &&
+		r.maxHolder+r.failed < r.quorum
 }
 
 // notAcquired reports whether other holders have the key on a majority:
@@ -283,7 +323,13 @@ func (r roundResult) notAcquired() bool { return r.held || r.denied >= r.n-r.quo
 func (r roundResult) err() error {
 	counts := fmt.Sprintf("%d of %d nodes granted, %d held by another client, %d failed or did not answer (need %d)",
 		r.granted, r.n, r.denied, r.failed, r.quorum)
-	if !r.held && r.denied > 0 {
+	switch {
+	case r.held:
+	case r.failed > 0 && r.n-r.failed < r.quorum:
+		counts += "; too few nodes answered for a majority (unreachable or failing)"
+	case r.failed > 0 && r.denied > 0:
+		counts += "; no other client holds a majority of the nodes that answered, and the rest were unreachable or failing"
+	case r.denied > 0:
 		counts += "; contenders split the nodes, none holds a majority"
 	}
 	switch {
@@ -315,9 +361,15 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Han
 			return runAcquire(ctx, c, k, owner, tm.ttl)
 		},
 		func(i int, g grant, err error) {
-			if err == nil && g.ok {
-				// A grant that came too late: nobody counts it.
-				l.releaseOn(i, k, owner)
+			// A grant that came too late: nobody counts it. A late error
+			// may be a request that ran on the node but whose reply was
+			// lost, perhaps after the round's clean-up there: delete
+			// again (owner-checked, so harmless if nothing is there).
+			switch {
+			case err == nil && g.ok:
+				l.releaseOn(i, k, owner, MaxNodeTimeout)
+			case err != nil && maySent(err):
+				l.releaseOn(i, k, owner, tm.nodeTimeout)
 			}
 		},
 		func(o outcome[grant]) bool { // a majority is out of reach
@@ -354,6 +406,7 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Han
 	}
 	r.granted = len(granted)
 	for _, pttls := range byHolder {
+		r.maxHolder = max(r.maxHolder, len(pttls))
 		if len(pttls) >= l.quorum {
 			r.held = true
 			r.holderLeft = holderLeft(pttls, l.quorum)
@@ -460,12 +513,23 @@ func (l *Locker) cleanup(ctx context.Context, k keys, owner string, nodes []int,
 	return nil
 }
 
-// releaseOn deletes our lock on node i, on the calling goroutine, which
-// must be active.
-func (l *Locker) releaseOn(i int, k keys, owner string) {
-	ctx, cancel := context.WithTimeout(context.Background(), MaxNodeTimeout)
+// releaseOn deletes our lock on node i, waiting at most timeout, on the
+// calling goroutine, which must be active.
+func (l *Locker) releaseOn(i int, k keys, owner string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	_, _ = runDelete(ctx, l.clients[i], k, owner)
+}
+
+// maySent reports whether a request that failed with err may have reached
+// the node: not when it failed to dial or to get a connection.
+func maySent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return !errors.Is(err, goredis.ErrPoolTimeout) && !errors.Is(err, goredis.ErrClosed) &&
+		!errors.Is(err, goredis.ErrPoolExhausted)
 }
 
 // jitter returns a uniform random duration in [0, d).
@@ -578,6 +642,9 @@ func (l *Locker) Close() error {
 			if c != nil {
 				errs = append(errs, c.Close())
 			}
+		}
+		if l.conns != nil {
+			l.conns.closeAll() // also those in a handshake
 		}
 		l.active.Wait(-1)
 	}

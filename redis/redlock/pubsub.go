@@ -28,13 +28,25 @@ import (
 const quietPing = 5 * time.Second
 
 type subs struct {
-	l      *Locker
+	l *Locker
+	// opTimeout bounds each Pub/Sub command, and (with quietPing) each
+	// read, including the dial and handshake of a reconnect, so that
+	// nothing of a node that stopped answering outlives Close for long
+	// (the deadline reaches the socket with ContextTimeoutEnabled).
+	opTimeout time.Duration
+
 	mu     sync.Mutex
 	closed bool
 	nodes  []*nodeSub // nil until the first wait
 }
 
-func newSubs(l *Locker) *subs { return &subs{l: l} }
+func newSubs(l *Locker) *subs {
+	nt := MaxNodeTimeout
+	if tm, err := l.cfg.timing(l.cfg.ttl); err == nil {
+		nt = tm.nodeTimeout
+	}
+	return &subs{l: l, opTimeout: nt + maxDialAllowance}
+}
 
 // chanState is one channel's subscription on one node.
 type chanState struct {
@@ -185,12 +197,14 @@ func (n *nodeSub) writer() {
 		n.mu.Unlock()
 		// go-redis records the channels even when the command fails, and
 		// subscribes to them again when it reconnects.
+		ctx, cancel := context.WithTimeout(n.ctx, n.s.opTimeout)
 		if len(add) > 0 {
-			_ = n.ps.Subscribe(n.ctx, add...)
+			_ = n.ps.Subscribe(ctx, add...)
 		}
 		if len(drop) > 0 {
-			_ = n.ps.Unsubscribe(n.ctx, drop...)
+			_ = n.ps.Unsubscribe(ctx, drop...)
 		}
+		cancel()
 	}
 }
 
@@ -199,14 +213,18 @@ func (n *nodeSub) reader() {
 	backoff := 50 * time.Millisecond
 	healthy := true
 	for {
-		msg, err := n.ps.ReceiveTimeout(n.ctx, quietPing)
+		ctx, cancel := context.WithTimeout(n.ctx, quietPing+n.s.opTimeout)
+		msg, err := n.ps.ReceiveTimeout(ctx, quietPing)
+		cancel()
 		if n.ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				_ = n.ps.Ping(n.ctx)
+				ctx, cancel := context.WithTimeout(n.ctx, n.s.opTimeout)
+				_ = n.ps.Ping(ctx)
+				cancel()
 				continue
 			}
 			if healthy {
@@ -270,8 +288,12 @@ func (n *nodeSub) lostConnection() {
 	}
 }
 
-// close ends every node's Pub/Sub connection and goroutines (Close waits
-// for them through the Locker's active count).
+// close ends every node's Pub/Sub connection and goroutines, without
+// waiting: Close waits for them through the Locker's active count, at most
+// closeGrace (or, with clients of its own, until closing their connections
+// ended them). go-redis' PubSub.Close waits for a (re)connect in progress,
+// which a node that accepts and never answers makes last until its
+// deadline, so each node's is closed on a goroutine of its own.
 func (s *subs) close() {
 	s.mu.Lock()
 	s.closed = true
@@ -279,6 +301,10 @@ func (s *subs) close() {
 	s.mu.Unlock()
 	for _, n := range nodes {
 		n.cancel()
-		_ = n.ps.Close()
+		s.l.active.Add()
+		go func() {
+			defer s.l.active.Done()
+			_ = n.ps.Close()
+		}()
 	}
 }

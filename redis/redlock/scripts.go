@@ -98,19 +98,44 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 // token, and then, if asked, tells the node's waiters (PUBLISH on the key's
 // channel).
 //
-//	KEYS[1] lock; ARGV[1] owner token, ARGV[2] the key's channel,
-//	ARGV[3] "1" to publish
-//	returns 1 when deleted, 0 when the lock was not ours
+//	KEYS[1] lock, KEYS[2] last release
+//	ARGV[1] owner token, ARGV[2] the key's channel, ARGV[3] "1" to publish,
+//	ARGV[4] how long to remember the release, in milliseconds ("0": not)
+//	returns 1 when deleted (now, or by an earlier attempt of the same
+//	release), 0 when the lock was not ours
+//
+// The release is remembered (our owner token under KEYS[2], for ARGV[4]
+// milliseconds), as the redis package's release is, because go-redis
+// retries a request whose reply was lost (a connection reset): the retry
+// finds the lock gone, and without the record a Release that worked on a
+// majority would report a lost lock. One record per key, overwritten by the
+// next release. It is written under pcall, after the DEL: on a full server
+// (maxmemory with noeviction) the release must still happen. The clean-up
+// of a failed round does not need it, and writes none.
 var releaseScript = goredis.NewScript(luaOurs + `
 if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then
+  if ARGV[4] ~= '0' and redis.call('GET', KEYS[2]) == ARGV[1] then
+    return 1
+  end
   return 0
 end
 redis.call('DEL', KEYS[1])
+if ARGV[4] ~= '0' then
+  redis.pcall('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
+end
 if ARGV[3] == '1' then
   redis.call('PUBLISH', ARGV[2], '1')
 end
 return 1
 `)
+
+// releaseMemory is how long the release script remembers a release, so that
+// a retry of it by go-redis is recognised (see releaseScript). go-redis
+// retries at most MaxRetries times (3 by default) within the request's
+// context (the node timeout, at most MaxNodeTimeout) or, without
+// ContextTimeoutEnabled, its ReadTimeout (3s) each, with a backoff of at
+// most 512ms.
+const releaseMemory = 15 * time.Second
 
 // millis renders a lease for PX/PEXPIRE, rounded up: a node may keep the
 // lock a little longer than the holder believes, never shorter.
@@ -165,16 +190,17 @@ func runExtend(ctx context.Context, c goredis.UniversalClient, k keys, owner str
 	return n == 1, err
 }
 
-// runRelease deletes our lock on one node and wakes the node's waiters.
+// runRelease deletes our lock on one node, remembers the release, and
+// wakes the node's waiters.
 func runRelease(ctx context.Context, c goredis.UniversalClient, k keys, owner string) (bool, error) {
-	n, err := releaseScript.Run(ctx, c, []string{k.lock}, owner, k.channel, "1").Int64()
+	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.lastRelease}, owner, k.channel, "1", millis(releaseMemory)).Int64()
 	return n == 1, err
 }
 
-// runDelete deletes our lock on one node without waking anyone: for the
-// partial grants of a round that failed.
+// runDelete deletes our lock on one node without waking anyone or
+// remembering it: for the partial grants of a round that failed.
 func runDelete(ctx context.Context, c goredis.UniversalClient, k keys, owner string) (bool, error) {
-	n, err := releaseScript.Run(ctx, c, []string{k.lock}, owner, k.channel, "0").Int64()
+	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.lastRelease}, owner, k.channel, "0", "0").Int64()
 	return n == 1, err
 }
 

@@ -2,8 +2,11 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,8 +40,12 @@ func init() {
 // list (an IPv6 literal) can be given as addr=[::1]:6379, repeated. The
 // parameters are ttl, drift, node_timeout, retry_interval and prefix (see
 // the options of the same names), and any go-redis client parameter of
-// redis:// URLs (dial_timeout, read_timeout, pool_size, ...; for TLS,
-// skip_verify is not one of them: use New with your own tls.Config).
+// redis:// URLs (dial_timeout, read_timeout, pool_size, ...), except
+// skip_verify, which is refused with an error (it would turn certificate
+// verification off for every node): for a private CA, build the clients
+// with your own tls.Config and call New. A node address must be host,
+// host:port or [ipv6]:port; a malformed one is named in the error, the
+// password never.
 // context_timeout_enabled defaults to true. Open does not contact the
 // nodes. The Locker owns its clients and closes them in Close.
 func Open(ctx context.Context, rawURL string) (*Locker, error) {
@@ -94,9 +101,9 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	rest := q.Rest()
 	hosts = append(hosts, rest["addr"]...)
 	rest.Del("addr")
-	for _, h := range hosts {
-		if h == "" {
-			return nil, fmt.Errorf("%w: %s: empty node address in the host list", locker.ErrInvalidURL, scheme)
+	for i, h := range hosts {
+		if err := checkHost(h); err != nil {
+			return nil, fmt.Errorf("%w: %s: node %d: %w", locker.ErrInvalidURL, scheme, i+1, err)
 		}
 	}
 	if len(hosts) < 3 || len(hosts)%2 == 0 {
@@ -112,8 +119,13 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	if _, err := newConfig(opts); err != nil {
 		return nil, fmt.Errorf("%w: %w", locker.ErrInvalidURL, err)
 	}
+	if rest.Has("skip_verify") {
+		// go-redis would turn certificate verification off for every node.
+		return nil, fmt.Errorf("%w: %s: skip_verify is not supported: build the clients with your own tls.Config (RootCAs for a private CA) and call redlock.New", locker.ErrInvalidURL, scheme)
+	}
 	ctxTimeoutGiven := rest.Has(contextTimeoutOption)
 	clients := make([]goredis.UniversalClient, 0, len(hosts))
+	conns := newConnSet()
 	closeAll := func() {
 		for _, c := range clients {
 			_ = c.Close()
@@ -129,15 +141,42 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		if !ctxTimeoutGiven {
 			o.ContextTimeoutEnabled = true
 		}
+		o.Dialer = conns.dialer(goredis.NewDialer(o))
 		clients = append(clients, goredis.NewClient(o))
 	}
 	l := New(clients, opts...)
 	l.ownClients = true
+	l.conns = conns
 	if err := l.Err(); err != nil {
 		_ = l.Close()
 		return nil, fmt.Errorf("%w: %w", locker.ErrInvalidURL, err)
 	}
 	return l, nil
+}
+
+// checkHost reports a node address that is not host, host:port,
+// [ipv6] or [ipv6]:port with a port in 1..65535, before it is put into a
+// URL of its own with the user and password (go-redis' parser would quote
+// that whole URL in its error). The address is quoted only when it cannot
+// carry userinfo.
+func checkHost(h string) error {
+	if h == "" {
+		return errors.New("empty node address in the host list")
+	}
+	if strings.ContainsAny(h, "@/?#") {
+		return errors.New("a node address may not contain '@', '/', '?' or '#' (want host:port)")
+	}
+	if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") || !strings.Contains(h, ":") {
+		return nil // no port: go-redis uses 6379
+	}
+	_, port, err := net.SplitHostPort(h)
+	if err != nil {
+		return fmt.Errorf("node address %q is not host:port: %w", h, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("node address %q: invalid port %q", h, port)
+	}
+	return nil
 }
 
 // clientURLError wraps an error of go-redis' URL parser with every secret
