@@ -71,7 +71,11 @@
 // A key's lock directory is <prefix>/<EncodeKey(key)>/, default prefix
 // "/locker". EncodeKey percent-escapes '%' and '/', so the directory name
 // has no '/' and no directory is a prefix of another ("a" and "a/b" stay
-// apart), and distinct keys get distinct directories.
+// apart), and distinct keys get distinct directories. Prefixes must not
+// nest: Lockers with the prefixes "/locker" and "/locker/x" can see each
+// other's keys as lock directories (the key "x/…" of the first is under
+// the second's prefix), so give unrelated users disjoint prefixes
+// ("/app1/locks", "/app2/locks").
 //
 // Acquire sends one transaction that puts its waiter key
 // <dir><lease id>-<locker nonce>-<slot> attached to the lease, if no key of
@@ -93,33 +97,55 @@
 // compacted, and the owner read walks them all, so a fresh name per
 // acquisition made each acquisition slower than the last (1.1ms to 1.9ms
 // over 3000 of them on one member). A slot is free again only once its key
-// is known to be gone. Should a key of the name still exist (a put that
-// reached the server after the attempt that sent it had given up and
-// deleted the name), the new attempt takes it over, ordered by its create
-// revision, rather than leave it to block every later contender.
+// is known to be gone. Should a key of the name exist all the same, the
+// new attempt takes it over, ordered by its create revision, rather than
+// leave it to block every later contender.
 //
 // TryAcquire puts its key only if the directory is empty (a compare over
 // the whole directory: create revision 0 for every key in it), in one
 // round trip, and so writes nothing when the key is held or waited for.
 //
 // An Acquire whose context ends, or that fails, deletes its waiter key
-// with deadlines of its own (2s per attempt) rather than the caller's ended
-// context; it waits for that at most 300ms before it returns, and the
-// deletion goes on in the background until the server answers, the lease is lost
-// (its keys then end with it) or the Locker closes (Close revokes it). A
-// waiter key left behind would block every later contender, since the
-// lease it is on is still renewed.
+// (guarded by its create revision) with deadlines of its own (2s per
+// attempt) rather than the caller's ended context; it waits for that at
+// most 300ms before it returns, and the deletion goes on in the background
+// until the server answers, the lease is lost (its keys then end with it)
+// or the Locker closes (Close revokes it). A waiter key left behind would
+// block every later contender, since the lease it is on is still renewed.
+//
+// When the create transaction itself got no answer, its put may still be
+// applied later (a request held by a slow or paused member), after the
+// clean-up found nothing. The Locker then keeps that name reserved (no
+// contender of its own uses it again) and watches it, from the revision of
+// the clean-up's read, for as long as the lease lives: a creation of it is
+// deleted (guarded by its create revision) and the name freed. A Locker
+// watches at most 64 such names at once; beyond that a name stays reserved
+// unwatched, and a put of it that lands lasts until the lease ends (Close,
+// or a loss).
+//
+// Every call an Acquire makes (the lease grant, the create, the waiter's
+// reads) is bounded per attempt by a third of the TTL (at least 1s, at
+// most 5s) and retried while its context lasts, so a member that stops
+// answering while the lease stays alive costs one attempt: the client
+// sends the next to another member. A create that timed out is treated as
+// above (its name guarded) and made again under another name, which puts
+// the contender at the back of the queue. Release retries the same way.
 //
 // While a lock is held, the Locker watches the holder's key (from the
 // revision after its creation, starting 100ms after the acquisition from a
 // runtime timer, so a short critical section costs no goroutine and no
 // watch, and no event is missed): its deletion by anyone but Release (an
-// operator, a revoked lease) reports the lock lost at once.
+// operator, a revoked lease) reports the lock lost at once. The watch
+// requires a leader (WithRequireLeader): a member cut off from its peers
+// cancels it (after about three election timeouts) instead of keeping it
+// open while the majority deletes the key; the Locker then reads the key
+// (a linearizable read) and watches again, and reports a loss only when
+// the key is gone.
 //
 // Release sends If(CreateRevision(key) == token) Then(Delete(key)): never a
 // delete by name alone, so a stale Release after the key went to another
 // holder deletes nothing. Close revokes the Locker's leases, which deletes
-// every key on them at once.
+// every key on them at once; a Release in flight ends with it.
 //
 // Inspect (locker.Inspector) reads the directory's oldest key and its
 // lease's remaining time (TimeToLive): two reads, no writes.
@@ -144,8 +170,17 @@
 //     reports it too.
 //   - Holder's key deleted from outside: the watch fires, the lock is lost
 //     (within about 100ms plus a round trip).
+//   - Lease declared lost by the client's clock while the server may still
+//     keep it (renewals that reached the server but whose answers did not
+//     come in time, a partition that heals): the Locker revokes the lease
+//     in the background (attempts for at most one TTL), and the first
+//     Release after the loss still sends its guarded deletion, so others
+//     need not wait for the server to expire the lease.
 //   - Waiter's key deleted, or its lease lost, while waiting: the Acquire
-//     fails with an error; it never returns a lock it does not hold.
+//     fails with an error; it never returns a lock it does not hold. A
+//     waiter whose own key is deleted while its predecessor still exists
+//     notices only when the predecessor goes (it then reads its own key
+//     and fails); until then it waits, harmlessly.
 //   - Compaction during a wait: the watch fails with ErrCompacted; the
 //     waiter reads again and watches anew.
 //   - A Release that cannot reach the server before its context ends gives
@@ -180,16 +215,25 @@
 //
 //	etcd://[user:password@]host1:2379,host2:2379[/prefix]?ttl=10s
 //
-// The port defaults to 2379. The path is the key prefix (WithPrefix;
-// default /locker). A user and password log in with etcd's auth; no error
-// shows the password. Parameters:
+// The port defaults to 2379, except on the last host of a list: url.Parse
+// reads what follows the last ':' of the whole list as one port, so the
+// last host must carry one (etcd://h1,h2:2379 works, etcd://h1:2379,h2
+// does not, and Open says so). An IPv6 address is bracketed ([::1] or
+// [::1]:2379) and, for the same reason, can only be the one host. The
+// path is the key prefix (WithPrefix; default /locker). A user and
+// password log in with etcd's auth; a user without a password (or with an
+// empty one) is an error, since etcd's client would then connect without
+// authentication; no error shows the password. Parameters:
 //
 //	ttl=10s            WithDefaultTTL
 //	drift_margin=1s    WithDriftMargin
 //	dial_timeout=5s    how long the etcd client waits to log in (with user:password)
 //
 // Unknown, repeated or malformed parameters are errors wrapping
-// locker.ErrInvalidURL. The Locker owns its client: Close closes it.
+// locker.ErrInvalidURL. The Locker owns its client: Close closes it. The
+// client sends gRPC keepalives (every 10s, 5s to answer), so a connection
+// to a member that stopped answering is dropped and calls go to the
+// others.
 //
 // Open contacts no server, as the redis and postgres Openers do not: the
 // client connects in the background, and an unreachable cluster shows in

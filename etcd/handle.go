@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,8 @@ type Handle struct {
 
 	mu        sync.Mutex  // serialises Release
 	releasing atomic.Bool // our own deletion is on its way: its event is no loss
+	keyGone   atomic.Bool // the key is known to be gone from the server
+	swept     bool        // Release after a loss has sent its guarded delete (under mu)
 }
 
 var _ locker.Handle = (*Handle)(nil)
@@ -81,41 +84,88 @@ func (l *Locker) forget(h *Handle) {
 // Release after a loss touches nothing), and so wakes the next waiter. A
 // key already gone (deleted from outside, or the lease expired) makes it
 // fail with an error wrapping locker.ErrLost. When the server cannot be
-// reached before ctx ends, the lock is given up all the same: the deletion
-// goes on in the background, and the key ends with the lease otherwise.
+// reached before ctx ends (or before Close of the Locker is done), the
+// lock is given up all the same: the deletion goes on in the background,
+// and the key ends with the lease otherwise.
+//
+// After a loss the client's clock declared, the server may still have the
+// key (a partition that healed before the server expired the lease): the
+// first Release after it still sends the guarded deletion, in the
+// background, and returns the loss.
 func (h *Handle) Release(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	l := h.l
 	if err := h.state.Err(); err != nil {
+		if errors.Is(err, locker.ErrLost) && !h.swept && !h.keyGone.Load() {
+			h.swept = true
+			l.deleteDetached(h.name, h.rev, false)
+		}
 		return locker.KeyError("release", h.key, err)
 	}
-	l := h.l
 	h.releasing.Store(true)
-	resp, err := l.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", h.rev)).
-		Then(clientv3.OpDelete(h.ekey)).
-		Commit()
+	// The call ends with ctx, or once Close is done with the server (it
+	// revoked the lease, deleting the key, or gave up on it): a Release
+	// with context.Background on a client whose server is unreachable
+	// must not outlive the Locker.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(l.bgCtx, cancel)
+	defer stop()
+	// Each attempt is bounded (attemptWait) and retried while ctx lasts:
+	// a member that stops answering costs one attempt. The deletion is
+	// guarded, so an earlier attempt applied late touches nobody else.
+	var (
+		resp  *clientv3.TxnResponse
+		err   error
+		tries int
+	)
+	for {
+		tries++
+		actx, acancel := context.WithTimeout(ctx, attemptWait(h.ls.ttl))
+		resp, err = l.cli.Txn(actx).
+			If(clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", h.rev)).
+			Then(clientv3.OpDelete(h.ekey)).
+			Commit()
+		acancel()
+		if err == nil || ctx.Err() != nil || !retryable(err) || !pause(ctx, backoff(tries)/2) {
+			break
+		}
+	}
 	l.forget(h)
+	if err == nil && !resp.Succeeded && tries > 1 && !leaseLost(h.ls) {
+		// The key is gone, after an attempt whose answer we did not get:
+		// most likely that attempt deleted it. (The lease is not lost,
+		// so it did not expire; a deletion from outside in the same
+		// moment is not told apart.)
+		resp.Succeeded = true
+	}
 	switch {
 	case err == nil && resp.Succeeded:
+		h.keyGone.Store(true)
 		h.name.free()
 		h.state.End(locker.ErrReleased)
 		return nil
 	case err == nil:
+		h.keyGone.Store(true)
 		h.name.free()
 		h.state.End(h.lostErr("the lock key was gone: deleted on the server, or its lease expired"))
 		return locker.KeyError("release", h.key, h.state.Err())
 	}
-	h.state.End(locker.ErrReleased)
-	l.deleteDetached(h.name, h.rev)
+	if !h.state.End(locker.ErrReleased) {
+		// Close (or a loss) ended the lock while the deletion was on its
+		// way: its error says what became of the key.
+		return locker.KeyError("release", h.key, h.state.Err())
+	}
+	l.deleteDetached(h.name, h.rev, true)
 	return locker.KeyError("release", h.key, fmt.Errorf("etcd: the server did not confirm the deletion of the lock key (the lock is given up; the key is deleted when the server answers, or ends with the lease): %w", err))
 }
 
 // deleteDetached deletes the key of name if its create revision is still
 // rev, in the background, until the server answers, the lease is given up
-// or the Locker closes.
-func (l *Locker) deleteDetached(name *waiterName, rev int64) {
-	ls, ekey := name.ls, name.key
+// or the Locker closes (Close revokes the lease). With retry false (after
+// the lease was given up) it makes one attempt, bounded by cleanupWait.
+func (l *Locker) deleteDetached(name *waiterName, rev int64, retry bool) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -125,27 +175,21 @@ func (l *Locker) deleteDetached(name *waiterName, rev int64) {
 	l.mu.Unlock()
 	go func() {
 		defer l.bg.Done()
-		for attempt := 1; ; attempt++ {
+		if !retry {
 			ctx, cancel := context.WithTimeout(l.bgCtx, cleanupWait)
-			_, err := l.cli.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(ekey), "=", rev)).
-				Then(clientv3.OpDelete(ekey)).
+			defer cancel()
+			_, _ = l.cli.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(name.key), "=", rev)).
+				Then(clientv3.OpDelete(name.key)).
 				Commit()
-			cancel()
-			if err == nil {
-				name.free()
-				return
-			}
-			t := time.NewTimer(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second))
-			select {
-			case <-t.C:
-			case <-ls.lost:
-				t.Stop()
-				return
-			case <-l.bgCtx.Done():
-				t.Stop()
-				return
-			}
+			return
+		}
+		ctx, cancel := context.WithCancel(l.bgCtx)
+		defer cancel()
+		stop := context.AfterFunc(name.ls.lostCtx, cancel)
+		defer stop()
+		if l.deleteGuarded(ctx, name.key, rev) == nil {
+			name.free()
 		}
 	}()
 }
@@ -177,14 +221,23 @@ func (h *Handle) monitor() {
 	stop := context.AfterFunc(ctxOf(h.state.Done()), cancel)
 	defer stop()
 	from := h.rev + 1
-	for {
-		wch := l.cli.Watch(ctx, h.ekey, clientv3.WithRev(from), clientv3.WithFilterPut())
+	// The watch requires a leader: a member cut off from its peers would
+	// otherwise keep the watch open and never tell us that the majority
+	// deleted our key (an operator, an old leader revoking the lease:
+	// etcd #15247). It then cancels the watch (ErrNoLeader), and we read
+	// the key (a linearizable read, which another member can answer) and
+	// watch again, rather than report a loss we do not know of.
+	wctx := clientv3.WithRequireLeader(ctx)
+	for attempt := 1; ; {
+		started := time.Now()
+		wch := l.cli.Watch(wctx, h.ekey, clientv3.WithRev(from), clientv3.WithFilterPut())
 		for wr := range wch {
 			if wr.Err() != nil || wr.Canceled {
 				break
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
+					h.keyGone.Store(true)
 					if !h.releasing.Load() {
 						h.name.free() // our key is gone
 						h.lose("the lock key was deleted on the server")
@@ -194,8 +247,17 @@ func (h *Handle) monitor() {
 			}
 		}
 		// The watch ended: the lock ended, the Locker is closing, or the
-		// server cancelled it (compaction): look at the key and watch
-		// again.
+		// server cancelled it (compaction, no leader): look at the key
+		// and watch again; not at once after a watch that ended at once
+		// (a member without a leader cancels each new one).
+		if time.Since(started) < time.Second {
+			if !pause(ctx, backoff(attempt)) {
+				return
+			}
+			attempt++
+		} else {
+			attempt = 1
+		}
 		for {
 			if ctx.Err() != nil || h.state.Ended() {
 				return
@@ -205,6 +267,7 @@ func (h *Handle) monitor() {
 			rcancel()
 			if err == nil {
 				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
+					h.keyGone.Store(true)
 					if !h.releasing.Load() {
 						h.name.free() // our key is gone
 						h.lose("the lock key was deleted on the server")
@@ -243,3 +306,13 @@ func (c doneCtx) Err() error {
 	}
 }
 func (doneCtx) Value(any) any { return nil }
+
+// leaseLost reports whether the lease was given up.
+func leaseLost(ls *lease) bool {
+	select {
+	case <-ls.lost:
+		return true
+	default:
+		return false
+	}
+}

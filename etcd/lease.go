@@ -83,8 +83,25 @@ func (l *Locker) leaseFor(ctx context.Context, ttl time.Duration) (*lease, error
 // grant asks the server for the lease and starts renewing it.
 func (ls *lease) grant(ctx context.Context) {
 	l := ls.l
-	sent := time.Now()
-	resp, err := l.cli.Grant(ctx, leaseSeconds(ls.ttl))
+	var (
+		sent time.Time
+		resp *clientv3.LeaseGrantResponse
+		err  error
+	)
+	// Each attempt is bounded (attemptWait), retried while ctx lasts: a
+	// member that stops answering must not hold this Acquire, and the
+	// concurrent ones waiting for the grant, for as long as ctx lasts.
+	// A grant that timed out may have been made all the same; that lease
+	// has no key and expires unrenewed.
+	for attempt := 1; ; attempt++ {
+		sent = time.Now()
+		actx, cancel := context.WithTimeout(ctx, attemptWait(ls.ttl))
+		resp, err = l.cli.Grant(actx, leaseSeconds(ls.ttl))
+		cancel()
+		if err == nil || ctx.Err() != nil || !retryable(err) || !pause(ctx, backoff(attempt)/2) {
+			break
+		}
+	}
 	if err == nil && resp.TTL <= 0 {
 		err = fmt.Errorf("etcd: the server granted a lease of TTL %ds", resp.TTL)
 	}
@@ -159,6 +176,36 @@ func (ls *lease) expired(cause error) {
 		return
 	}
 	ls.end("the lease was not renewed in time (" + cause.Error() + ")")
+	// The server may still keep the lease (renewals that arrived but
+	// whose answers did not, a partition that heals): revoke it, so that
+	// its keys do not block others until it expires there.
+	ls.l.revokeLost(ls)
+}
+
+// revokeLost revokes a lease given up by the client's clock, in the
+// background: attempts bounded by attemptWait, for at most the granted
+// TTL (the server expires it by then anyway), ended by Close.
+func (l *Locker) revokeLost(ls *lease) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.bg.Add(1)
+	l.mu.Unlock()
+	go func() {
+		defer l.bg.Done()
+		ctx, cancel := context.WithTimeout(l.bgCtx, ls.granted)
+		defer cancel()
+		for attempt := 1; ; attempt++ {
+			actx, acancel := context.WithTimeout(ctx, attemptWait(ls.ttl))
+			_, err := l.cli.Revoke(actx, ls.id)
+			acancel()
+			if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || !pause(ctx, backoff(attempt)) {
+				return
+			}
+		}
+	}()
 }
 
 // goBG runs f as a background task of the Locker (Close waits for it),

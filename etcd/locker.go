@@ -52,10 +52,12 @@ type Locker struct {
 	bgCtx     context.Context // ended when Close is done with the server
 	bgCancel  context.CancelFunc
 
-	mu     sync.Mutex
-	closed bool
-	leases map[time.Duration]*lease
-	held   map[*Handle]struct{}
+	mu        sync.Mutex
+	closed    bool
+	closeDone chan struct{} // closed when the first Close returns
+	leases    map[time.Duration]*lease
+	held      map[*Handle]struct{}
+	guards    int // names of unknown fate being watched (see resolve)
 
 	ops   sync.WaitGroup // Acquire and TryAcquire calls in progress
 	bg    sync.WaitGroup // keep-alive loops, handle monitors, background deletions
@@ -75,11 +77,12 @@ func New(cli *clientv3.Client, opts ...Option) *Locker {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	l := &Locker{
-		cli:    cli,
-		cfg:    cfg,
-		nonce:  hex.EncodeToString(b[:]),
-		leases: map[time.Duration]*lease{},
-		held:   map[*Handle]struct{}{},
+		cli:       cli,
+		cfg:       cfg,
+		nonce:     hex.EncodeToString(b[:]),
+		closeDone: make(chan struct{}),
+		leases:    map[time.Duration]*lease{},
+		held:      map[*Handle]struct{}{},
 	}
 	l.opsCtx, l.opsCancel = context.WithCancel(context.Background())
 	l.bgCtx, l.bgCancel = context.WithCancel(context.Background())
@@ -167,13 +170,26 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		return err
 	}
 
-	for attempt := 0; ; attempt++ {
+	gone, unknown := 0, 0
+	for {
 		h, err := l.attempt(cctx, key, ttl, wait)
 		if err == nil {
 			return h, nil
 		}
-		if errors.Is(err, errLeaseGone) && attempt < 3 && cctx.Err() == nil {
-			continue // the lease was revoked under us: a fresh one
+		if cctx.Err() == nil {
+			switch {
+			case errors.Is(err, errLeaseGone) && gone < 3:
+				gone++
+				continue // the lease was revoked under us: a fresh one
+			case errors.Is(err, errUnknownOutcome):
+				// No answer in time (a member that hangs, a broken
+				// connection): the name is guarded; try again with
+				// another while ctx lasts.
+				unknown++
+				if pause(cctx, backoff(unknown)) {
+					continue
+				}
+			}
 		}
 		return nil, locker.KeyError(op, key, ctxErr(err))
 	}
@@ -192,12 +208,21 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 	name := l.newName(ls, dir)
 	me := name.key
 	put := clientv3.OpPut(me, "", clientv3.WithLease(ls.id))
+	// Each create is bounded by attemptWait: a member that stops
+	// answering must not hold the Acquire for as long as ctx lasts.
+	tctx, tcancel := context.WithTimeout(ctx, attemptWait(ls.ttl))
+	defer tcancel()
 	txnErr := func(err error) error {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			ls.lose(errLeaseGone.Error())
 			return errLeaseGone
 		}
-		l.cleanup(name)
+		// The put may have been applied, or may still be (a request
+		// held by a slow member): its outcome is unknown.
+		l.cleanup(name, 0)
+		if ctx.Err() == nil && retryable(err) {
+			return fmt.Errorf("%w: %w", errUnknownOutcome, err)
+		}
 		return fmt.Errorf("etcd: %w", err)
 	}
 
@@ -207,7 +232,7 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 		// the whole range: every key in it must have create revision 0,
 		// which holds only when there is none). When it is not, nothing is
 		// written, so nothing needs deleting.
-		resp, err := l.cli.Txn(ctx).
+		resp, err := l.cli.Txn(tctx).
 			If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
 			Then(put).
 			Commit()
@@ -222,13 +247,13 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 	} else {
 		// One round trip: create our waiter key and read the owner (the
 		// key of smallest create revision in the directory). The name is
-		// free unless a put of an attempt that gave up reached the server
-		// after that attempt's cleanup had deleted the name; such a key is
-		// on our lease and named for this Locker, so we take it over (its
-		// create revision then orders us) rather than leave it to block
-		// every later contender.
+		// known to be free (a name whose put may still land stays
+		// reserved: see resolve); should a key of it exist all the same,
+		// it is on our lease and named for this Locker, so we take it
+		// over (its create revision then orders us) rather than leave it
+		// to block every later contender.
 		getOwner := clientv3.OpGet(dir, clientv3.WithFirstCreate()...)
-		resp, err := l.cli.Txn(ctx).
+		resp, err := l.cli.Txn(tctx).
 			If(clientv3.Compare(clientv3.CreateRevision(me), "=", 0)).
 			Then(put, getOwner).
 			Else(clientv3.OpGet(me), getOwner).
@@ -240,7 +265,7 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 		if !resp.Succeeded {
 			own := resp.Responses[0].GetResponseRange().GetKvs()
 			if len(own) == 0 {
-				l.cleanup(name)
+				l.cleanup(name, 0)
 				return nil, fmt.Errorf("etcd: the server reported the waiter key %q both absent and present", me)
 			}
 			rev = own[0].CreateRevision
@@ -248,14 +273,14 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 		owner := resp.Responses[1].GetResponseRange().GetKvs()
 		if len(owner) == 0 || owner[0].CreateRevision != rev {
 			if err := l.waitTurn(ctx, ls, dir, me, rev); err != nil {
-				l.cleanup(name)
+				l.cleanup(name, rev)
 				return nil, err
 			}
 		}
 	}
 	h, err := l.hold(ls, key, name, rev)
 	if err != nil {
-		l.cleanup(name)
+		l.cleanup(name, rev)
 		return nil, err
 	}
 	return h, nil
@@ -280,10 +305,14 @@ func (l *Locker) waitTurn(ctx context.Context, ls *lease, dir, me string, rev in
 			return fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
 		default:
 		}
-		resp, err := l.cli.Txn(ctx).Then(
+		// Each read is bounded (attemptWait): a member that stops
+		// answering costs one attempt, the next goes to another.
+		rctx, rcancel := context.WithTimeout(ctx, attemptWait(ls.ttl))
+		resp, err := l.cli.Txn(rctx).Then(
 			clientv3.OpGet(me),
 			clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...),
 		).Commit()
+		rcancel()
 		if err != nil {
 			if callerCtx.Err() != nil {
 				return callerCtx.Err()
@@ -391,41 +420,40 @@ func (l *Locker) hold(ls *lease, key string, name *waiterName, rev int64) (*Hand
 	return h, nil
 }
 
-// cleanup deletes the waiter key of an Acquire that gave up (or whose
-// answer was lost), waiting at most cleanupReturn, with contexts of its own
-// (the caller's may have ended). If the server does not answer in time the
-// deletion goes on in the background until it does, the lease is given up
-// (the key then ends with the lease) or the Locker closes (Close revokes
-// the lease). No other contender uses the name until the deletion is
-// confirmed (its slot is held until then), so deleting it by name touches
-// nobody else.
-func (l *Locker) cleanup(name *waiterName) {
-	ls, me := name.ls, name.key
+// cleanup deletes the waiter key of an Acquire that gave up, waiting at
+// most cleanupReturn, with contexts of its own (the caller's may have
+// ended). rev is the key's create revision, or 0 when the put's outcome is
+// unknown (its transaction got no answer): resolve then finds the key or
+// guards its name against a put applied later. The deletion is guarded by
+// the create revision, and the name stays reserved (no other contender of
+// the Locker uses it) until the key is known to be gone. If the server
+// does not answer in time, this goes on in the background until it does,
+// the lease is given up (the key then ends with the lease) or the Locker
+// closes (Close revokes the lease).
+func (l *Locker) cleanup(name *waiterName, rev int64) {
 	done := make(chan struct{})
+	var once sync.Once
+	first := func() { once.Do(func() { close(done) }) }
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return // Close revokes the lease, and the key with it
+	}
 	l.bg.Add(1)
 	l.mu.Unlock()
 	go func() {
 		defer l.bg.Done()
-		defer close(done)
-		for attempt := 0; ; attempt++ {
-			ctx, cancel := context.WithTimeout(l.bgCtx, cleanupWait)
-			_, err := l.cli.Delete(ctx, me)
-			cancel()
-			if err == nil {
-				name.free()
-				return
-			}
-			t := time.NewTimer(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
-			select {
-			case <-t.C:
-			case <-ls.lost:
-				t.Stop()
-				return
-			case <-l.bgCtx.Done():
-				t.Stop()
-				return
-			}
+		ctx, cancel := context.WithCancel(l.bgCtx)
+		defer cancel()
+		stop := context.AfterFunc(name.ls.lostCtx, cancel) // the key ends with the lease
+		defer stop()
+		if rev == 0 {
+			l.resolve(ctx, name, first)
+			return
+		}
+		defer first()
+		if l.deleteGuarded(ctx, name.key, rev) == nil {
+			name.free()
 		}
 	}()
 	t := time.NewTimer(cleanupReturn)
@@ -447,14 +475,18 @@ func (l *Locker) cleanup(name *waiterName) {
 // locker.ReleaseTimeout). A lease it could not revoke (the server
 // unreachable) is no longer renewed, so the server frees its keys one TTL
 // later; Close then says so, and those handles end with an error wrapping
-// locker.ErrLost and locker.ErrClosed.
+// locker.ErrLost and locker.ErrClosed. A Release in flight ends with it.
+// A second Close, concurrent with the first, returns nil once the first
+// has returned.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
+		<-l.closeDone // a concurrent Close returns once the first is done
 		return nil
 	}
 	l.closed = true
+	defer close(l.closeDone)
 	held := l.held
 	l.held = map[*Handle]struct{}{}
 	leases := make([]*lease, 0, len(l.leases))

@@ -53,9 +53,46 @@ func init() {
 func Open(ctx context.Context, rawURL string) (*Locker, error) {
 	u, err := backend.ParseURL("etcd", rawURL)
 	if err != nil {
+		if herr := hostListError(rawURL); herr != nil {
+			return nil, herr
+		}
 		return nil, err
 	}
 	return openURL(ctx, u)
+}
+
+// hostListError says what is wrong with a host list that url.Parse
+// rejected, or returns nil when the list is not the problem. url.Parse
+// takes the text after the last ':' of the whole list as the port, so the
+// last host must carry one, and a bad port anywhere makes the URL fail to
+// parse (with a hint about percent-encoding passwords that does not apply).
+// Nothing of the URL is quoted: a password with an unescaped '/' would
+// shift the split.
+func hostListError(raw string) error {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	if !strings.Contains(rest, ",") {
+		return nil
+	}
+	hosts := strings.Split(rest, ",")
+	last := hosts[len(hosts)-1]
+	if _, _, err := net.SplitHostPort(last); err != nil {
+		return fmt.Errorf("%w: etcd: the last host of a host list has no port: it must carry one (etcd://h1:2379,h2:2379; the others default to 2379), because url.Parse reads what follows the last ':' of the whole list as one port", locker.ErrInvalidURL)
+	}
+	for _, h := range hosts {
+		if _, err := withPort(h); err != nil {
+			return fmt.Errorf("%w: etcd: a host of the host list has a bad port (want host[:port], port 1-65535, and a port on the last host)", locker.ErrInvalidURL)
+		}
+	}
+	return nil
 }
 
 // urlConfig is a URL, parsed.
@@ -122,8 +159,13 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	if u.User != nil {
 		cfg.user = u.User.Username()
 		cfg.password, _ = u.User.Password()
-		if cfg.user == "" {
+		switch {
+		case cfg.user == "":
 			return bad("user information without a user name")
+		case cfg.password == "":
+			// clientv3 logs in only when both are set: the client would
+			// connect without authentication, silently.
+			return bad("user %q has no password (etcd's client would connect without authentication); write user:password@", cfg.user)
 		}
 	}
 	if c := newConfig(cfg.opts); c.err != nil {
@@ -143,10 +185,16 @@ func withPort(s string) (string, error) {
 		return s, nil
 	}
 	if strings.ContainsAny(s, "[]") || strings.Count(s, ":") > 1 {
-		if ip := net.ParseIP(s); ip != nil {
-			return net.JoinHostPort(s, "2379"), nil
+		// An IPv6 address without a port, bracketed ("[::1]") as a URL
+		// writes it, or bare.
+		ip := s
+		if strings.HasPrefix(ip, "[") && strings.HasSuffix(ip, "]") {
+			ip = ip[1 : len(ip)-1]
 		}
-		return "", fmt.Errorf("bad server address %q", s)
+		if net.ParseIP(ip) != nil && !strings.ContainsAny(ip, "[]") {
+			return net.JoinHostPort(ip, "2379"), nil
+		}
+		return "", fmt.Errorf("bad server address %q (want host:port, [IPv6]:port or [IPv6])", s)
 	}
 	if strings.Contains(s, ":") {
 		return "", fmt.Errorf("bad server address %q (want host:port, port 1-65535)", s)
@@ -159,24 +207,7 @@ func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := clientv3.Config{
-		Endpoints:   cfg.endpoints,
-		DialTimeout: cfg.dialTimeout,
-		Username:    cfg.user,
-		Password:    cfg.password,
-		Context:     context.WithoutCancel(ctx),
-		Logger:      quietLogger(),
-	}
-	if cfg.tls {
-		cc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	for i, e := range cc.Endpoints {
-		if cfg.tls {
-			cc.Endpoints[i] = "https://" + e
-		} else {
-			cc.Endpoints[i] = "http://" + e
-		}
-	}
+	cc := clientConfig(ctx, cfg)
 	redact := func(err error) error {
 		msg := backend.RedactSecrets(err.Error(), cfg.password)
 		return backend.RedactedError("etcd: connecting to "+strings.Join(cfg.endpoints, ",")+": "+msg, err)
@@ -192,4 +223,39 @@ func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
 	l := New(cli, cfg.opts...)
 	l.owns = true
 	return l, nil
+}
+
+// Keepalive of the gRPC connections of a client Open makes: a connection
+// to a member that stopped answering (hung, paused, cut off) is dropped
+// after about keepAliveTime+keepAliveTimeout, and the client's calls go to
+// the other members. etcd refuses pings more often than every 5s
+// (--grpc-keepalive-min-time).
+const (
+	keepAliveTime    = 10 * time.Second
+	keepAliveTimeout = 5 * time.Second
+)
+
+// clientConfig is the etcd client configuration of a parsed URL.
+func clientConfig(ctx context.Context, cfg urlConfig) clientv3.Config {
+	cc := clientv3.Config{
+		Endpoints:            make([]string, len(cfg.endpoints)),
+		DialTimeout:          cfg.dialTimeout,
+		DialKeepAliveTime:    keepAliveTime,
+		DialKeepAliveTimeout: keepAliveTimeout,
+		Username:             cfg.user,
+		Password:             cfg.password,
+		Context:              context.WithoutCancel(ctx),
+		Logger:               quietLogger(),
+	}
+	if cfg.tls {
+		cc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	for i, e := range cfg.endpoints {
+		if cfg.tls {
+			cc.Endpoints[i] = "https://" + e
+		} else {
+			cc.Endpoints[i] = "http://" + e
+		}
+	}
+	return cc
 }
