@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"slices"
 	"strconv"
@@ -62,6 +63,7 @@ type Locker struct {
 	containers bool
 
 	noMulti atomic.Bool // the server refused the create's multi: plain creates
+	hot     hotKeys     // directories found contended lately: plain creates
 
 	ops   sync.WaitGroup // Acquire and TryAcquire calls in progress
 	bg    sync.WaitGroup // supervisor and handle monitors
@@ -317,6 +319,9 @@ func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, e
 	if err != nil {
 		return nil, err
 	}
+	if c.dir != nil && c.dir.NumChildren > 1 {
+		l.hot.mark(dir)
+	}
 	if c.dir != nil && c.dir.NumChildren == 1 {
 		// The directory held nothing but our node right after its
 		// create (one transaction): the lock is ours, with no read.
@@ -368,7 +373,7 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 	prefix := dir + "/" + nodeName(guid)
 	for tries := 0; ; tries++ {
 		var c createdNode
-		multi := !l.noMulti.Load()
+		multi := !l.noMulti.Load() && !l.hot.recent(dir)
 		sid := l.conn.SessionID()
 		err := l.call(ctx, func() error {
 			if !multi {
@@ -626,6 +631,9 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 				}
 			}
 			lower, listed, fresh = nodes[:idx], true, true
+			if len(lower) > 0 {
+				l.hot.mark(dir)
+			}
 		}
 		if len(lower) == 0 {
 			if own != nil {
@@ -860,4 +868,32 @@ func (l *Locker) call(ctx context.Context, fn func() error, late func(error)) er
 	}
 	abandoned = true
 	return err
+}
+
+// hotKeys remembers, roughly, which lock directories were found contended
+// in the last hotWindow. The create of a contender's node goes out in a
+// multi with a write to the directory (see createNode), which saves the
+// listing when the key is free: one request for an uncontended
+// acquisition. On a contended key the listing is needed anyway, and the
+// bigger transaction only slows the queue: measured interleaved against
+// go-zookeeper's Lock, handoffs at 8 waiters took 4-17% longer with the
+// multi and the same without it. So a directory found contended gets plain
+// creates for a while. The table is a fixed array of slots by hash: two
+// directories that share a slot only cost each other a listing.
+type hotKeys struct{ slots [256]atomic.Int64 }
+
+// hotWindow is how long a directory found contended gets plain creates.
+const hotWindow = 10 * time.Second
+
+func hotSlot(dir string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(dir))
+	return int(h.Sum32() % 256)
+}
+
+func (k *hotKeys) mark(dir string) { k.slots[hotSlot(dir)].Store(time.Now().UnixNano()) }
+
+func (k *hotKeys) recent(dir string) bool {
+	t := k.slots[hotSlot(dir)].Load()
+	return t != 0 && time.Since(time.Unix(0, t)) < hotWindow
 }
