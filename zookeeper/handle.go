@@ -75,6 +75,17 @@ func (h *Handle) Release(ctx context.Context) error {
 	l := h.l
 	h.releasing.Store(true)
 	h.stopWatch()
+	if why := l.expiredBy(time.Now()); why != "" {
+		// The session may have expired already, and the key gone to
+		// someone else: the supervisor has not said so yet (the process
+		// was paused, say, and this ran first when it resumed). The lock
+		// was lost, not released; its node is deleted all the same, in
+		// case the session lives.
+		h.state.End(h.lostErr(why))
+		l.forget(h)
+		l.deleteDetached(h.node)
+		return locker.KeyError("release", h.key, h.state.Err())
+	}
 	err := l.call(ctx, func() error { return l.conn.Delete(h.node, -1) }, func(err error) {
 		if isConnErr(err) && !errors.Is(err, zk.ErrClosing) {
 			l.deleteDetached(h.node)

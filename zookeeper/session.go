@@ -369,3 +369,19 @@ func (l *Locker) checkLease(t *time.Timer) {
 		}
 	}
 }
+
+// expiredBy says why the locks of the current session must count as lost
+// at now although the supervisor may not have ended them yet: the
+// disconnect deadline or the lease of the last answered request (Connect)
+// has passed. "" when neither has.
+func (l *Locker) expiredBy(now time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.connected && !l.deadline.IsZero() && !now.Before(l.deadline) {
+		return fmt.Sprintf("disconnected from ZooKeeper for %v; the server may have expired the session (timeout %v)", now.Sub(l.discAt).Round(time.Millisecond), l.timeout)
+	}
+	if l.leaseStaleLocked(now) {
+		return fmt.Sprintf("no answer from ZooKeeper to any request sent in the last %v; the server may have expired the session (timeout %v)", now.Sub(l.link.heard()).Round(time.Millisecond), l.timeout)
+	}
+	return ""
+}

@@ -1,0 +1,59 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/go-locker/locker"
+)
+
+// A Release that runs before the supervisor has given the session's locks
+// up, though their deadline has passed (a process paused past the session
+// timeout runs its Release first when it resumes), reports the loss: the
+// session may have expired and the key gone to another holder.
+func TestReleaseAfterDeadlineReportsLoss(t *testing.T) {
+	const timeout = 3 * time.Second
+	// A connection to nowhere: the node's deletion, sent in the
+	// background, waits until Close.
+	conn, _, err := zk.Connect([]string{"127.0.0.1:1"}, timeout, zk.WithLogger(quietLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, tc := range []struct {
+		name  string
+		setup func(l *Locker)
+	}{
+		{"disconnected past the deadline", func(l *Locker) {
+			l.connected = false
+			l.discAt = time.Now().Add(-timeout)
+			l.deadline = time.Now().Add(-time.Millisecond)
+		}},
+		{"connected, no answer for a session timeout", func(l *Locker) {
+			l.connected = true
+			l.link = newLink(timeout)
+			l.link.base = time.Now().Add(-time.Minute) // a link made a minute ago
+			l.link.heardSince(time.Now().Add(-timeout))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLocker(newConfig([]Option{WithSessionTimeout(timeout)}))
+			l.conn, l.sessID, l.timeout = conn, 42, timeout
+			tc.setup(l)
+			h := newHandle(l, "k", "/locker/kk/_c_x-lock-0000000001", 7, 42)
+			l.held[h] = struct{}{}
+			err := h.Release(context.Background())
+			if !errors.Is(err, locker.ErrLost) {
+				t.Fatalf("Release after the deadline: %v, want an error wrapping locker.ErrLost", err)
+			}
+			if !errors.Is(h.Err(), locker.ErrLost) {
+				t.Fatalf("Err() = %v, want ErrLost", h.Err())
+			}
+			l.bgCancel()
+		})
+	}
+}
