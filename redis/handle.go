@@ -162,6 +162,7 @@ func (h *Handle) Release(ctx context.Context) error {
 		return h.closeVerdict(ctx)
 	}
 	defer h.l.exit()
+	expired := h.lease != nil && h.lease.Expired(time.Now())
 	h.stopRenewal()
 	var released bool
 	err := h.l.exec(ctx, func(ctx context.Context) error {
@@ -176,6 +177,13 @@ func (h *Handle) Release(ctx context.Context) error {
 	}
 	h.l.unregister(h)
 	switch {
+	case err != nil && expired:
+		// The lease had run out before Release came (the holder was
+		// paused past it?): the lock may have gone to another holder, and
+		// the failed request cannot say otherwise.
+		h.l.cleanup(h.k, h.owner)
+		h.end(h.lostErr(fmt.Sprintf("its lease had run out before Release came, and the release failed: %v", err)))
+		return h.endedErr(ctx)
 	case err != nil:
 		if !h.end(locker.ErrReleased) {
 			return h.endedErr(ctx)

@@ -143,6 +143,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	if counted {
 		defer h.l.wg.Done()
 	}
+	expired := h.lease != nil && h.lease.Expired(time.Now())
 	h.stop()
 	// Close, if it has begun, left this lock to us (we claimed it first);
 	// the release is bounded by ctx and by Close's own bound.
@@ -151,6 +152,13 @@ func (h *Handle) Release(ctx context.Context) error {
 	freed, err := h.l.release(rctx, h)
 	h.l.unregister(h)
 	switch {
+	case err != nil && expired:
+		// The lease had run out before Release came (the holder was
+		// paused past it?): the lock may have gone to another holder, and
+		// the failed statement cannot say otherwise.
+		h.l.cleanup(h.key, h.owner, h.ttl)
+		h.st.End(h.lostErr(fmt.Sprintf("its lease had run out before Release came, and the release failed: %v", err)))
+		return h.endedErr(ctx)
 	case err != nil:
 		h.st.End(locker.ErrReleased)
 		if ctx.Err() == nil && h.l.endCtx.Err() != nil {

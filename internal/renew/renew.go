@@ -122,6 +122,16 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadline
 }
 
+// Expired reports whether the deadline has passed at now: the lock may be
+// gone on the server even if Lost has not been called yet (the process was
+// paused past it, say, and its caller ran first when it resumed). A
+// Release whose request then fails must report the loss, not a release.
+func (l *Lease) Expired(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !now.Before(l.deadline)
+}
+
 // Extended records a renewal that succeeded and whose request was sent at
 // sent: the server reset the lease no earlier than that. It is for renewals
 // made outside Renew (etcd's keep-alive), and does nothing once the Lease

@@ -254,3 +254,19 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		}()
 	}
 }
+
+// Expired goes by the deadline alone, whether or not Lost has run yet.
+func TestExpired(t *testing.T) {
+	sent := time.Now()
+	l := Start(sent, Config{TTL: time.Hour, Drift: time.Minute, Lost: func(error) {}})
+	defer l.Stop()
+	if l.Expired(sent) {
+		t.Fatal("Expired at the send time of the acquisition")
+	}
+	if !l.Expired(sent.Add(time.Hour - time.Minute)) {
+		t.Fatal("not Expired at sent + TTL - Drift")
+	}
+	if l.Expired(sent.Add(time.Hour - time.Minute - time.Millisecond)) {
+		t.Fatal("Expired before the deadline")
+	}
+}
