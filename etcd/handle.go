@@ -104,6 +104,10 @@ func (h *Handle) Release(ctx context.Context) error {
 		return locker.KeyError("release", h.key, err)
 	}
 	h.releasing.Store(true)
+	// The lease's deadline may have passed without the loss reported yet
+	// (the process was paused past it, and this ran first on resuming):
+	// then a failed deletion must report the loss, not a release.
+	expired := h.ls.keeper != nil && h.ls.keeper.Expired(time.Now())
 	// The call ends with ctx, or once Close is done with the server (it
 	// revoked the lease, deleting the key, or gave up on it): a Release
 	// with context.Background on a client whose server is unreachable
@@ -133,7 +137,7 @@ func (h *Handle) Release(ctx context.Context) error {
 		}
 	}
 	l.forget(h)
-	if err == nil && !resp.Succeeded && tries > 1 && !leaseLost(h.ls) {
+	if err == nil && !resp.Succeeded && tries > 1 && !leaseLost(h.ls) && !expired {
 		// The key is gone, after an attempt whose answer we did not get:
 		// most likely that attempt deleted it. (The lease is not lost,
 		// so it did not expire; a deletion from outside in the same
@@ -150,6 +154,11 @@ func (h *Handle) Release(ctx context.Context) error {
 		h.keyGone.Store(true)
 		h.name.free()
 		h.state.End(h.lostErr("the lock key was gone: deleted on the server, or its lease expired"))
+		return locker.KeyError("release", h.key, h.state.Err())
+	}
+	if expired {
+		l.deleteDetached(h.name, h.rev, true)
+		h.state.End(h.lostErr(fmt.Sprintf("its lease had run out before Release came, and the deletion failed: %v", err)))
 		return locker.KeyError("release", h.key, h.state.Err())
 	}
 	if !h.state.End(locker.ErrReleased) {

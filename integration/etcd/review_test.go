@@ -171,8 +171,8 @@ func TestReleaseAndSecondCloseEndWithClose(t *testing.T) {
 
 // A holder whose renewals reach the server but whose answers come too late
 // reports the loss by its own clock while the server still keeps the
-// lease; the Locker then revokes that lease, so the next contender gets
-// the key at once instead of a TTL later.
+// lease; the Locker then revokes that lease, a drift margin later, so the
+// next contender gets the key that soon instead of a TTL later.
 func TestLossRevokesLease(t *testing.T) {
 	const ttl = 3 * time.Second
 	srv := testserver.Etcd(t)
@@ -203,6 +203,10 @@ func TestLossRevokesLease(t *testing.T) {
 		t.Logf("B acquired %v after A reported the loss", r.at.Sub(lostAt))
 		if d := r.at.Sub(lostAt); d > ttl/2 {
 			t.Errorf("B acquired %v after A's loss: the lost lease was not revoked (the server expired it)", d)
+		} else if d < ttl/10/2 {
+			// The revoke waits the drift margin (TTL/10): A's process
+			// keeps the reaction time the server's expiry would give it.
+			t.Errorf("B acquired %v after A's loss: the lease was revoked without leaving A the drift margin (%v)", d, ttl/10)
 		}
 		_ = r.h.Release(ctx)
 	case <-time.After(3 * ttl):
