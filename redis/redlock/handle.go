@@ -220,6 +220,12 @@ func (h *Handle) Release(ctx context.Context) error {
 	}
 	defer h.l.exit()
 	h.l.unregister(h)
+	// The validity may have ended without the loss reported yet (the
+	// process was paused past it, and this ran first on resuming): then a
+	// release that reaches no majority must report the loss.
+	h.mu.Lock()
+	expired := h.lease != nil && h.lease.Expired(time.Now())
+	h.mu.Unlock()
 	h.stopRenewal()
 	deleted, notOurs, failed, err := h.releaseCounts(ctx)
 	n, q := len(h.l.clients), h.l.quorum
@@ -229,6 +235,13 @@ func (h *Handle) Release(ctx context.Context) error {
 			return h.endedErr(ctx)
 		}
 		return nil
+	case expired && (err != nil || len(failed) > 0):
+		cause := err
+		if cause == nil {
+			cause = errors.Join(failed...)
+		}
+		h.end(h.lostErr(fmt.Sprintf("its validity had ended before Release came, and the release reached only %d of %d nodes: %v", deleted, n, cause)))
+		return h.endedErr(ctx)
 	case err != nil || len(failed) > 0:
 		if !h.end(locker.ErrReleased) {
 			return h.endedErr(ctx)
