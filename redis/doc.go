@@ -195,6 +195,11 @@
 //   - Holder cut off from Redis, or Redis paused: renewals fail, and the
 //     holder's Handle reports ErrLost a drift margin before the lease ends
 //     on the server. Other clients get the key after the TTL.
+//   - Holder paused past its lease (GC, a stopped VM): its writes carry the
+//     old token, which a fenced resource rejects. A Release it makes on
+//     resuming, before the loss timer has fired, reports ErrLost if the
+//     lease had run out and the release request fails; a release that
+//     finds the lock gone reports ErrLost too.
 //   - Server restarts: without persistence the lock and the fence counter
 //     are gone. Another client can take the key at once, before the holder's
 //     next renewal finds the lock missing and reports ErrLost, and tokens
