@@ -190,12 +190,15 @@ var bareKeys = []string{"/", "..", ".", " ", "*", "🔒", "zookeeper", "\\"}
 
 // unusualKeys: every legal key works, and distinct keys never share a lock.
 //
-// One Locker takes every key and holds them all at once: as locks are not
-// reentrant (Acquire/NotReentrant), two distinct keys that shared a lock
-// would make the second attempt fail. Then another Locker is shut out of
-// each, and gets each once they are released. That checks every pair in
-// a number of operations linear in the keys (a pairwise loop costs
-// thousands of writes, each fsynced on some servers).
+// One Locker takes a batch of keys and holds them all at once: as locks
+// are not reentrant (Acquire/NotReentrant), two distinct keys of the batch
+// that shared a lock would make the second take fail. The batches are
+// pairs of chunks of at most Harness.ManyKeys keys in all (a backend may
+// pin a connection per lock), so every pair of keys is held together in
+// some batch. Another Locker is shut out of each key while it is held,
+// and gets each once released. That checks every pair in a few hundred
+// operations (a pairwise loop costs thousands of writes, each fsynced on
+// some servers).
 func (s *suite) unusualKeys(t *testing.T, ctx context.Context) {
 	a, b := s.newLocker(t), s.newLocker(t)
 	keys := unusualKeys(key(t, ""))
@@ -215,17 +218,36 @@ func (s *suite) unusualKeys(t *testing.T, ctx context.Context) {
 		defer cancel()
 		return l.Acquire(wctx, k)
 	}
-	held := make([]locker.Handle, len(all))
 	var shared []string
-	for i, k := range all {
-		h, err := take(a, k)
-		if err != nil {
-			shared = append(shared, fmt.Sprintf("%q (%v)", truncate(k), err))
-			continue
+	shutOut := make([]bool, len(all))
+	for _, batch := range keyBatches(len(all), s.h.ManyKeys) {
+		held := make(map[int]locker.Handle, len(batch))
+		for _, i := range batch {
+			h, err := take(a, all[i])
+			if err != nil {
+				shared = append(shared, fmt.Sprintf("%q (%v)", truncate(all[i]), err))
+				continue
+			}
+			held[i] = h
+			if h.Key() != all[i] {
+				t.Errorf("Key() = %q, want %q: keys must not be altered", truncate(h.Key()), truncate(all[i]))
+			}
 		}
-		held[i] = h
-		if h.Key() != k {
-			t.Errorf("Key() = %q, want %q: keys must not be altered", truncate(h.Key()), truncate(k))
+		for _, i := range batch {
+			if held[i] != nil && !shutOut[i] {
+				shutOut[i] = true
+				mustNotTry(t, ctx, b, all[i], "another client holds the same unusual key")
+			}
+		}
+		for _, i := range batch {
+			if h := held[i]; h != nil {
+				if err := h.Release(ctx); err != nil {
+					t.Errorf("Release(%q): %v", truncate(all[i]), err)
+				}
+			}
+		}
+		if len(shared) > 0 {
+			break
 		}
 	}
 	if len(shared) > 0 {
@@ -235,20 +257,7 @@ func (s *suite) unusualKeys(t *testing.T, ctx context.Context) {
 			more = fmt.Sprintf(" and %d more", len(shared)-show)
 			shared = shared[:show]
 		}
-		t.Errorf("one Locker holding the unusual keys before them could not take: %s%s (distinct keys share a lock, or the key does not work)", strings.Join(shared, ", "), more)
-	}
-	for i, k := range all {
-		if held[i] != nil {
-			mustNotTry(t, ctx, b, k, "another client holds the same unusual key")
-		}
-	}
-	for i, h := range held {
-		if h == nil {
-			continue
-		}
-		if err := h.Release(ctx); err != nil {
-			t.Errorf("Release(%q): %v", truncate(all[i]), err)
-		}
+		t.Errorf("one Locker holding other unusual keys at once could not take: %s%s (distinct keys share a lock, or the key does not work)", strings.Join(shared, ", "), more)
 	}
 	for _, k := range all {
 		hb, err := take(b, k)
@@ -260,6 +269,36 @@ func (s *suite) unusualKeys(t *testing.T, ctx context.Context) {
 			t.Errorf("Release(%q): %v", truncate(k), err)
 		}
 	}
+}
+
+// keyBatches returns batches of indices 0..n-1, each of at most limit
+// indices, such that every pair of indices is in some batch: all of them
+// when they fit, else every pair of chunks of limit/2.
+func keyBatches(n, limit int) [][]int {
+	if n <= limit {
+		return [][]int{seq(0, n)}
+	}
+	c := max(1, limit/2)
+	var chunks [][]int
+	for lo := 0; lo < n; lo += c {
+		chunks = append(chunks, seq(lo, min(lo+c, n)))
+	}
+	var out [][]int
+	for i := range chunks {
+		for j := i + 1; j < len(chunks); j++ {
+			out = append(out, append(slices.Clone(chunks[i]), chunks[j]...))
+		}
+	}
+	return out
+}
+
+// seq returns lo, lo+1, ..., hi-1.
+func seq(lo, hi int) []int {
+	out := make([]int, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		out = append(out, i)
+	}
+	return out
 }
 
 // invalidKeys: illegal keys fail at once with ErrInvalidKey, on both calls.
