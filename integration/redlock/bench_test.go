@@ -153,11 +153,16 @@ type group struct {
 	acquired int64
 	elapsed  time.Duration
 	holders  atomic.Int32
+
+	lastRelease atomic.Int64 // unix ns of the start of the last release in this phase; 0 none
+	mu          sync.Mutex
+	handoffs    []time.Duration // from the start of a release to the next acquisition returning
 }
 
 func (g *group) run(b *testing.B, ctx context.Context, n int64) {
 	var total atomic.Int64
 	var wg sync.WaitGroup
+	g.lastRelease.Store(0)
 	start := time.Now()
 	for i, c := range g.cs {
 		wg.Add(1)
@@ -172,9 +177,16 @@ func (g *group) run(b *testing.B, ctx context.Context, n int64) {
 				if g.holders.Add(1) != 1 {
 					b.Error("two holders at once")
 				}
+				if r := g.lastRelease.Load(); r != 0 {
+					d := time.Since(time.Unix(0, r))
+					g.mu.Lock()
+					g.handoffs = append(g.handoffs, d)
+					g.mu.Unlock()
+				}
 				total.Add(1)
 				atomic.AddInt64(&g.counts[i], 1)
 				g.holders.Add(-1)
+				g.lastRelease.Store(time.Now().UnixNano())
 				if err := unlock(); err != nil {
 					b.Error(err)
 					return
@@ -192,6 +204,11 @@ func (g *group) report(b *testing.B, name string) {
 	b.ReportMetric(float64(g.acquired)/g.elapsed.Seconds(), name+"-acq/s")
 	if hi > 0 {
 		b.ReportMetric(float64(lo)/float64(hi), name+"-share")
+	}
+	if len(g.handoffs) > 0 {
+		slices.Sort(g.handoffs)
+		b.ReportMetric(benchstats.Micros(benchstats.Percentile(g.handoffs, 0.5)), name+"-handoff-p50-µs")
+		b.ReportMetric(benchstats.Micros(benchstats.Percentile(g.handoffs, 0.99)), name+"-handoff-p99-µs")
 	}
 }
 

@@ -136,6 +136,11 @@ func newChaosBed(t *testing.T) *chaosBed {
 	if os.Getenv(envChaosAddrs) != "" {
 		return c // a worker process
 	}
+	if nodesPublished {
+		// Set by this process for the conformance suite's children (with
+		// -count, an earlier run of it): not nodes from the environment.
+		t.Setenv(testserver.EnvRedisNodes, "")
+	}
 	c.nodes = testserver.NewRedisDurableNodes(t, chaosNodes)
 	for _, n := range c.nodes {
 		if !n.CanControl() {

@@ -30,6 +30,10 @@ const maxNodes = 5
 var (
 	nodesOnce  sync.Once
 	nodesAddrs []string
+	// nodesPublished: this process set LOCKER_TEST_REDIS_NODES itself
+	// (for its child processes), so the nodes it names are ours to
+	// control, not the environment's.
+	nodesPublished bool
 )
 
 // nodeAddrs returns the addresses of n independent Redis servers. The
@@ -44,6 +48,7 @@ func nodeAddrs(t testing.TB, n int) []string {
 		}
 		if os.Getenv(testserver.EnvRedisNodes) == "" {
 			_ = os.Setenv(testserver.EnvRedisNodes, strings.Join(nodesAddrs, ","))
+			nodesPublished = true
 		}
 	})
 	if len(nodesAddrs) < n {
