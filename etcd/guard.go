@@ -54,6 +54,29 @@ func backoff(attempt int) time.Duration {
 	return min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)
 }
 
+// rewatch paces a watch that the server may keep cancelling (compaction,
+// a member without a leader cancels each new watch at once): after a watch
+// that ended within a second of starting, the next one waits a growing
+// pause; one that lasted longer resets the count.
+type rewatch struct {
+	attempt int
+	started time.Time
+}
+
+// start marks the moment a watch is opened.
+func (r *rewatch) start() { r.started = time.Now() }
+
+// wait pauses before the next watch as described above, and reports false
+// if ctx ended first.
+func (r *rewatch) wait(ctx context.Context) bool {
+	if time.Since(r.started) >= time.Second {
+		r.attempt = 0
+		return true
+	}
+	r.attempt++
+	return pause(ctx, backoff(r.attempt))
+}
+
 // maxGuards bounds how many waiter names of unknown fate (see guard) a
 // Locker watches at once. Beyond it a name stays reserved but unwatched:
 // should its put land, the key lasts until the lease ends (Close, or a
@@ -135,9 +158,10 @@ func (l *Locker) resolve(ctx context.Context, name *waiterName, first func()) {
 		l.guards--
 		l.mu.Unlock()
 	}()
-	for attempt := 1; ctx.Err() == nil; {
+	var rw rewatch
+	for ctx.Err() == nil {
 		var created int64
-		started := time.Now()
+		rw.start()
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := l.cli.Watch(wctx, name.key, clientv3.WithRev(from), clientv3.WithFilterDelete())
 	recv:
@@ -154,13 +178,8 @@ func (l *Locker) resolve(ctx context.Context, name *waiterName, first func()) {
 		}
 		wcancel()
 		if created == 0 {
-			if time.Since(started) < time.Second {
-				if !pause(ctx, backoff(attempt)) {
-					return
-				}
-				attempt++
-			} else {
-				attempt = 1
+			if !rw.wait(ctx) {
+				return
 			}
 			actx, cancel := context.WithTimeout(ctx, attemptWait(ls.ttl))
 			resp, err := l.cli.Get(actx, name.key)

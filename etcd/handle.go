@@ -237,8 +237,9 @@ func (h *Handle) monitor() {
 	// the key (a linearizable read, which another member can answer) and
 	// watch again, rather than report a loss we do not know of.
 	wctx := clientv3.WithRequireLeader(ctx)
-	for attempt := 1; ; {
-		started := time.Now()
+	var rw rewatch
+	for {
+		rw.start()
 		wch := l.cli.Watch(wctx, h.ekey, clientv3.WithRev(from), clientv3.WithFilterPut())
 		for wr := range wch {
 			if wr.Err() != nil || wr.Canceled {
@@ -259,13 +260,8 @@ func (h *Handle) monitor() {
 		// server cancelled it (compaction, no leader): look at the key
 		// and watch again; not at once after a watch that ended at once
 		// (a member without a leader cancels each new one).
-		if time.Since(started) < time.Second {
-			if !pause(ctx, backoff(attempt)) {
-				return
-			}
-			attempt++
-		} else {
-			attempt = 1
+		if !rw.wait(ctx) {
+			return
 		}
 		for {
 			if ctx.Err() != nil || h.state.Ended() {
@@ -287,11 +283,7 @@ func (h *Handle) monitor() {
 				break
 			}
 			// Not answered: the lease deadline decides; try again.
-			t := time.NewTimer(200 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
+			if !pause(ctx, backoff(1)) {
 				return
 			}
 		}
