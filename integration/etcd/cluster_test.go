@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,29 +42,22 @@ func TestClusterConformance(t *testing.T) {
 		addrs = append(addrs, m.Addr())
 	}
 	admin := newEtcdClient(t, addrs...)
-	var reg sync.Map // locker.Locker → []*testserver.Proxy
-	proxies := func(t *testing.T, l locker.Locker) []*testserver.Proxy {
-		v, ok := reg.Load(l)
-		if !ok {
-			t.Fatal("the Locker was not made by NewLocker")
-		}
-		return v.([]*testserver.Proxy)
-	}
+	var reg testserver.Registry[[]*testserver.Proxy]
 	conformance.Run(t, conformance.Harness{
 		IgnoreGoroutines: testserver.ProxyGoroutines,
 		NewLocker: func(t *testing.T) locker.Locker {
 			c := newClusterClient(t, ms)
-			reg.Store(c.l, c.pxs)
+			reg.Put(c.l, c.pxs)
 			return c.l
 		},
 		Crash: func(t *testing.T, l locker.Locker) {
-			for _, px := range proxies(t, l) {
+			for _, px := range reg.Get(t, l, "Crash") {
 				px.Crash(t)
 			}
 		},
 		// Cut puts the partition between the client and every member.
 		Cut: func(t *testing.T, l locker.Locker) func() {
-			pxs := proxies(t, l)
+			pxs := reg.Get(t, l, "Cut")
 			for _, px := range pxs {
 				px.Partition(t)
 			}

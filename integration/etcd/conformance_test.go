@@ -13,23 +13,23 @@ import (
 func TestConformance(t *testing.T) {
 	srv := testserver.Etcd(t)
 	admin := newEtcdClient(t, srv.Addr())
-	var reg registry
+	var reg testserver.Registry[*testserver.Proxy]
 	conformance.Run(t, conformance.Harness{
 		IgnoreGoroutines: testserver.ProxyGoroutines,
 		// Each client is another process: its own etcd client, through its
 		// own proxy.
 		NewLocker: func(t *testing.T) locker.Locker {
 			c := newClient(t, srv.Addr())
-			reg.put(c.l, c.px)
+			reg.Put(c.l, c.px)
 			return c.l
 		},
 		// A killed process: its connections close and it never renews its
 		// lease again; the server expires the lease one TTL after the last
 		// renewal and deletes its keys.
-		Crash: func(t *testing.T, l locker.Locker) { reg.proxy(t, l, "Crash").Crash(t) },
+		Crash: func(t *testing.T, l locker.Locker) { reg.Get(t, l, "Crash").Crash(t) },
 		// A partition: nothing passes either way until it heals.
 		Cut: func(t *testing.T, l locker.Locker) func() {
-			px := reg.proxy(t, l, "Cut")
+			px := reg.Get(t, l, "Cut")
 			px.Partition(t)
 			return func() { px.Heal(t) }
 		},

@@ -8,14 +8,12 @@ package etcd_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/etcd"
 	"github.com/go-locker/locker/integration/testserver"
 )
@@ -66,19 +64,6 @@ func newClient(t testing.TB, addr string, opts ...etcd.Option) client {
 }
 
 // registry maps the Lockers the harness made to their proxies.
-type registry struct{ m sync.Map }
-
-func (r *registry) put(l locker.Locker, px *testserver.Proxy) { r.m.Store(l, px) }
-
-func (r *registry) proxy(t *testing.T, l locker.Locker, hook string) *testserver.Proxy {
-	t.Helper()
-	v, ok := r.m.Load(l)
-	if !ok {
-		t.Fatalf("%s: the Locker was not made by NewLocker", hook)
-	}
-	return v.(*testserver.Proxy)
-}
-
 func testCtx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)

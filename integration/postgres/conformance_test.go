@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,15 +22,7 @@ const suiteInterval = time.Second
 
 func TestConformance(t *testing.T) {
 	srv := testserver.Postgres(t)
-	var proxies sync.Map // locker.Locker → *testserver.Proxy
-	proxyOf := func(t *testing.T, l locker.Locker, hook string) *testserver.Proxy {
-		t.Helper()
-		v, ok := proxies.Load(l)
-		if !ok {
-			t.Fatalf("%s: the Locker was not made by NewLocker", hook)
-		}
-		return v.(*testserver.Proxy)
-	}
+	var proxies testserver.Registry[*testserver.Proxy]
 	admin := newPool(t, srv.DSN(), 4)
 	conformance.Run(t, conformance.Harness{
 		IgnoreGoroutines: testserver.ProxyGoroutines,
@@ -51,7 +42,7 @@ func TestConformance(t *testing.T) {
 			if err != nil {
 				t.Fatalf("locker.Open: %v", err)
 			}
-			proxies.Store(l, px)
+			proxies.Put(l, px)
 			t.Cleanup(func() { l.Close() })
 			return l
 		},
@@ -59,7 +50,7 @@ func TestConformance(t *testing.T) {
 		// the kernel does for a killed process: the server ends those
 		// sessions and so frees their locks, and the client can no longer
 		// reach the server.
-		Crash: func(t *testing.T, l locker.Locker) { proxyOf(t, l, "Crash").Crash(t) },
+		Crash: func(t *testing.T, l locker.Locker) { proxies.Get(t, l, "Crash").Crash(t) },
 		// Cut partitions the client's proxy: its connections stay open but
 		// nothing passes, as in a partition, and what was sent meanwhile
 		// arrives when it heals (Proxy.Partition; a Blackhole's heal would
@@ -72,7 +63,7 @@ func TestConformance(t *testing.T) {
 		// other way round — the server frees the lock first, and the holder
 		// learns a moment later — which TestTerminatedBackend covers.
 		Cut: func(t *testing.T, l locker.Locker) func() {
-			px := proxyOf(t, l, "Cut")
+			px := proxies.Get(t, l, "Cut")
 			px.Partition(t)
 			return func() { px.Heal(t) }
 		},

@@ -11,7 +11,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,15 +58,7 @@ func TestConformance(t *testing.T) {
 			if testing.Short() && tc.name != "ContextTimeout" {
 				t.Skip("-short: one flavour is enough")
 			}
-			var (
-				mu      sync.Mutex
-				proxies = map[locker.Locker]*testserver.Proxy{}
-			)
-			proxyOf := func(l locker.Locker) *testserver.Proxy {
-				mu.Lock()
-				defer mu.Unlock()
-				return proxies[l]
-			}
+			var proxies testserver.Registry[*testserver.Proxy]
 			conformance.Run(t, conformance.Harness{
 				IgnoreGoroutines: testserver.ProxyGoroutines,
 				// Each Locker is another process: its own client, and its own
@@ -77,17 +68,15 @@ func TestConformance(t *testing.T) {
 					px := testserver.NewProxy(t, srv.Addr())
 					l := redis.New(testClient(t, px.Addr(), tc.ctxAware), tc.opts...)
 					t.Cleanup(func() { _ = l.Close() }) // before the client closes
-					mu.Lock()
-					proxies[l] = px
-					mu.Unlock()
+					proxies.Put(l, px)
 					return l
 				},
 				// A killed process: its connections end and it never speaks
 				// to the server again, so nothing is released or renewed and
 				// its locks stay until their lease runs out.
-				Crash: func(t *testing.T, l locker.Locker) { proxyOf(l).Crash(t) },
+				Crash: func(t *testing.T, l locker.Locker) { proxies.Get(t, l, "Crash").Crash(t) },
 				Cut: func(t *testing.T, l locker.Locker) func() {
-					px := proxyOf(l)
+					px := proxies.Get(t, l, "Cut")
 					px.Blackhole(t)
 					return func() { px.Heal(t) }
 				},

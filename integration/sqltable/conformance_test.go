@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,14 +37,7 @@ func TestConformance(t *testing.T) {
 		d := dialects[0]
 		file := sqliteFile(t)
 		admin := d.admin(t)
-		var faults sync.Map // locker.Locker → *faultDB
-		fault := func(t *testing.T, l locker.Locker) *faultDB {
-			v, ok := faults.Load(l)
-			if !ok {
-				t.Fatal("the Locker was not made by NewLocker")
-			}
-			return v.(*faultDB)
-		}
+		var faults testserver.Registry[*faultDB]
 		conformance.Run(t, conformance.Harness{
 			IgnoreGoroutines: testserver.ProxyGoroutines,
 			NewLocker: func(t *testing.T) locker.Locker {
@@ -54,15 +46,15 @@ func TestConformance(t *testing.T) {
 				db, f := openFaultDB(t, file+"?_pragma=busy_timeout(50)")
 				db.SetMaxOpenConns(4)
 				l := sqltable.New(db, sqltable.WithDialect(sqltable.SQLite))
-				faults.Store(l, f)
+				faults.Put(l, f)
 				t.Cleanup(func() { l.Close() })
 				return l
 			},
 			// Crash: every later statement of the client fails at once; its
 			// rows stay until their lease runs out.
-			Crash: func(t *testing.T, l locker.Locker) { fault(t, l).Crash() },
+			Crash: func(t *testing.T, l locker.Locker) { faults.Get(t, l, "Crash").Crash() },
 			// Cut: every statement of the client hangs until heal.
-			Cut:       func(t *testing.T, l locker.Locker) func() { return fault(t, l).Cut() },
+			Cut:       func(t *testing.T, l locker.Locker) func() { return faults.Get(t, l, "Cut").Cut() },
 			Steal:     func(t *testing.T, h locker.Handle) { steal(t, d, admin, h.Key()) },
 			LossBound: suiteTTL/3 + time.Second,
 			URL:       sqliteURL(t),
@@ -78,27 +70,20 @@ func TestConformance(t *testing.T) {
 		t.Run(d.name, func(t *testing.T) {
 			addr := d.addr(t)
 			admin := d.admin(t)
-			var proxies sync.Map
-			proxyOf := func(t *testing.T, l locker.Locker) *testserver.Proxy {
-				v, ok := proxies.Load(l)
-				if !ok {
-					t.Fatal("the Locker was not made by NewLocker")
-				}
-				return v.(*testserver.Proxy)
-			}
+			var proxies testserver.Registry[*testserver.Proxy]
 			conformance.Run(t, conformance.Harness{
 				IgnoreGoroutines: testserver.ProxyGoroutines,
 				NewLocker: func(t *testing.T) locker.Locker {
 					px := testserver.NewProxy(t, addr)
 					l := open(t, d.url(t, px.Addr(), url.Values{"lock_max_conns": {"20"}}))
-					proxies.Store(locker.Locker(l), px)
+					proxies.Put(l, px)
 					return l
 				},
 				// Crash closes every connection of the client and refuses
 				// new ones: its rows stay until their lease runs out.
-				Crash: func(t *testing.T, l locker.Locker) { proxyOf(t, l).Crash(t) },
+				Crash: func(t *testing.T, l locker.Locker) { proxies.Get(t, l, "Crash").Crash(t) },
 				Cut: func(t *testing.T, l locker.Locker) func() {
-					px := proxyOf(t, l)
+					px := proxies.Get(t, l, "Cut")
 					px.Partition(t)
 					return func() { px.Heal(t) }
 				},

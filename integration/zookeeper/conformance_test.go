@@ -13,25 +13,25 @@ import (
 func TestConformance(t *testing.T) {
 	srv := testserver.ZooKeeper(t)
 	admin := adminConn(t, srv.Addr())
-	var reg registry
+	var reg testserver.Registry[*testserver.Proxy]
 	conformance.Run(t, conformance.Harness{
 		IgnoreGoroutines: testserver.ProxyGoroutines,
 		// Each client is another process: its own connection and session,
 		// through its own proxy.
 		NewLocker: func(t *testing.T) locker.Locker {
 			c := newClient(t, srv.Addr())
-			reg.put(c.l, c.px)
+			reg.Put(c.l, c.px)
 			return c.l
 		},
 		// A killed process: its TCP connection closes without a
 		// closeSession, so the server keeps the session (and the lock)
 		// until the session timeout, as for a real crash.
-		Crash: func(t *testing.T, l locker.Locker) { reg.proxy(t, l, "Crash").Crash(t) },
+		Crash: func(t *testing.T, l locker.Locker) { reg.Get(t, l, "Crash").Crash(t) },
 		// A partition: nothing passes either way. The server keeps the
 		// session until it has heard nothing for the session timeout; the
 		// holder gives its locks up a drift margin before that.
 		Cut: func(t *testing.T, l locker.Locker) func() {
-			px := reg.proxy(t, l, "Cut")
+			px := reg.Get(t, l, "Cut")
 			px.Blackhole(t)
 			return func() { px.Heal(t) }
 		},

@@ -51,6 +51,49 @@ func lockNodes(t *testing.T, admin *zk.Conn, key string) []string {
 	return kids
 }
 
+// waitNodes waits, on a children watch of key's lock directory, until
+// done(children) holds, and fails the test after limit.
+func waitNodes(t *testing.T, admin *zk.Conn, key string, limit time.Duration, what string, done func([]string) bool) []string {
+	t.Helper()
+	dir := zookeeper.LockDir("", key)
+	timeout := time.After(limit)
+	for {
+		kids, _, ev, err := admin.ChildrenW(dir)
+		if errors.Is(err, zk.ErrNoNode) {
+			// No directory yet (or no more): watch for it instead.
+			var ok bool
+			ok, _, ev, err = admin.ExistsW(dir)
+			if err == nil && ok {
+				continue // created meanwhile: list it
+			}
+			kids = nil
+		}
+		if err != nil {
+			t.Fatalf("watch %s: %v", dir, err)
+		}
+		if done(kids) {
+			return kids
+		}
+		select {
+		case <-ev:
+		case <-timeout:
+			t.Fatalf("after %v: %s; the directory holds %v", limit, what, kids)
+		}
+	}
+}
+
+// settleDir makes key's lock directory exist (an acquire and a release),
+// so that the next acquire's first request is its create.
+func settleDir(t *testing.T, ctx context.Context, l locker.Locker, key string) {
+	t.Helper()
+	h := mustAcquire(t, ctx, l, key)
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func nonEmpty(kids []string) bool { return len(kids) > 0 }
+
 // A partition longer than the session timeout: the holder reports the loss
 // before another client gets the key (both times logged), every lock of the
 // session ends at once, the next holders get higher tokens, and after the
@@ -277,11 +320,7 @@ func TestGhostNodeAdoption(t *testing.T) {
 	a := newClient(t, srv.Addr())
 	ctx := ctxFor(t, time.Minute)
 	k := testKey(t)
-	// Make the directory first, so that the create is the first request.
-	h0 := mustAcquire(t, ctx, a.l, k)
-	if err := h0.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	settleDir(t, ctx, a.l, k)
 	for round := range 3 {
 		a.px.Latency(t, time.Second) // answers are held in the proxy
 		ch := make(chan error, 1)
@@ -293,10 +332,7 @@ func TestGhostNodeAdoption(t *testing.T) {
 		}()
 		// Wait until the create reached the server, then break the
 		// connection with its answer still in the proxy.
-		deadline := time.Now().Add(5 * time.Second)
-		for len(lockNodes(t, admin, k)) == 0 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitNodes(t, admin, k, 5*time.Second, "the create never reached the server", nonEmpty)
 		a.px.ResetAll(t)
 		a.px.Heal(t)
 		if err := <-ch; err != nil {
@@ -326,11 +362,7 @@ func TestGhostNodeAbandoned(t *testing.T) {
 	a := newClient(t, srv.Addr())
 	ctx := ctxFor(t, time.Minute)
 	k := testKey(t)
-	// Make the directory first, so that the create is the first request.
-	h0 := mustAcquire(t, ctx, a.l, k)
-	if err := h0.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	settleDir(t, ctx, a.l, k)
 	a.px.Latency(t, time.Second) // answers are held in the proxy
 	actx, cancel := context.WithCancel(ctx)
 	ch := make(chan error, 1)
@@ -338,13 +370,7 @@ func TestGhostNodeAbandoned(t *testing.T) {
 		_, err := a.l.Acquire(actx, k)
 		ch <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(lockNodes(t, admin, k)) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if len(lockNodes(t, admin, k)) == 0 {
-		t.Fatal("the create never reached the server")
-	}
+	waitNodes(t, admin, k, 5*time.Second, "the create never reached the server", nonEmpty)
 	// The caller gives up with the answer still in the proxy; then the
 	// connection breaks, so the answer never comes.
 	cancel()
@@ -353,13 +379,8 @@ func TestGhostNodeAbandoned(t *testing.T) {
 	}
 	a.px.ResetAll(t)
 	a.px.Heal(t)
-	deadline = time.Now().Add(15 * time.Second)
-	for len(lockNodes(t, admin, k)) != 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if kids := lockNodes(t, admin, k); len(kids) != 0 {
-		t.Fatalf("15s after the abandoned Acquire the directory still holds %v: a ghost node of a live session", kids)
-	}
+	waitNodes(t, admin, k, 15*time.Second, "the abandoned Acquire left a ghost node of a live session",
+		func(kids []string) bool { return len(kids) == 0 })
 	// And the key is free for another client.
 	b := newClient(t, srv.Addr())
 	tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -402,13 +423,8 @@ func TestOneWayPartition(t *testing.T) {
 				_ = h.Release(context.Background())
 			}
 		}()
-		deadline := time.Now().Add(10 * time.Second)
-		for len(lockNodes(t, admin, wk)) < 2 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if len(lockNodes(t, admin, wk)) < 2 {
-			t.Fatalf("a's waiter on %s never queued", wk)
-		}
+		waitNodes(t, admin, wk, 10*time.Second, "a's waiter on "+wk+" never queued",
+			func(kids []string) bool { return len(kids) >= 2 })
 	}
 	// Give a's waiters time to set their watches (the node is listed
 	// before the watch goes out).
@@ -558,11 +574,9 @@ func TestHerd(t *testing.T) {
 		}()
 	}
 	// Let every waiter queue up.
-	deadline := time.Now().Add(20 * time.Second)
 	admin := adminConn(t, srv.Addr())
-	for len(lockNodes(t, admin, k)) < waiters+1 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitNodes(t, admin, k, 20*time.Second, "the waiters never all queued",
+		func(kids []string) bool { return len(kids) >= waiters+1 })
 	time.Sleep(300 * time.Millisecond)
 	for round := range waiters {
 		before := make([]int64, len(ws))
@@ -656,21 +670,12 @@ func TestACL(t *testing.T) {
 	}
 }
 
-// waitNodes waits until the lock directory of key holds n nodes, and
+// nodesAre waits until the lock directory of key holds n nodes, and
 // returns them.
-func waitNodes(t *testing.T, admin *zk.Conn, key string, n int, why string) []string {
+func nodesAre(t *testing.T, admin *zk.Conn, key string, n int, why string) []string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		kids := lockNodes(t, admin, key)
-		if len(kids) == n {
-			return kids
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: the lock directory holds %v, want %d nodes", why, kids, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return waitNodes(t, admin, key, 10*time.Second, fmt.Sprintf("%s: want %d nodes", why, n),
+		func(kids []string) bool { return len(kids) == n })
 }
 
 // A waiter whose node is deleted from outside while it waits right behind
@@ -699,7 +704,7 @@ func TestWaiterNodeDeleted(t *testing.T) {
 	}
 	chB := acquire(b.l)
 	var bNode string
-	for _, n := range waitNodes(t, admin, k, 2, "B queued") {
+	for _, n := range nodesAre(t, admin, k, 2, "B queued") {
 		if n != path.Base(hA.Node()) {
 			bNode = n
 		}
@@ -707,11 +712,11 @@ func TestWaiterNodeDeleted(t *testing.T) {
 	if err := admin.Delete(zookeeper.LockDir("", k)+"/"+bNode, -1); err != nil {
 		t.Fatal(err)
 	}
-	if kids := waitNodes(t, admin, k, 2, "B queued again after its node was deleted"); slices.Contains(kids, bNode) {
+	if kids := nodesAre(t, admin, k, 2, "B queued again after its node was deleted"); slices.Contains(kids, bNode) {
 		t.Fatalf("the deleted node %s is back: %v", bNode, kids)
 	}
 	chC := acquire(c.l)
-	waitNodes(t, admin, k, 3, "C queued")
+	nodesAre(t, admin, k, 3, "C queued")
 	if err := hA.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,11 @@ package zookeeper_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/zookeeper"
 )
@@ -73,15 +71,3 @@ type quiet struct{}
 func (quiet) Printf(string, ...any) {}
 
 // registry maps the Lockers the harness made to their proxies.
-type registry struct{ m sync.Map }
-
-func (r *registry) put(l locker.Locker, px *testserver.Proxy) { r.m.Store(l, px) }
-
-func (r *registry) proxy(t *testing.T, l locker.Locker, hook string) *testserver.Proxy {
-	t.Helper()
-	v, ok := r.m.Load(l)
-	if !ok {
-		t.Fatalf("%s: the Locker was not made by NewLocker", hook)
-	}
-	return v.(*testserver.Proxy)
-}
