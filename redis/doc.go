@@ -110,14 +110,17 @@
 // A call waits for its request only as long as its context and the Locker
 // allow: go-redis turns a context's deadline into a socket deadline (with
 // ContextTimeoutEnabled), but nothing ends a socket read on a cancel() or a
-// Close. On a client with ContextTimeoutEnabled (set it: clients built from
-// a URL have it) a request runs on the caller's goroutine with a socket
-// deadline at most 150ms away, and moves to a goroutine of its own only if
-// no reply came by then, so a cancel or a Close takes effect within about
-// 150ms while a prompt reply costs no hand-off between threads; a link that
-// slow turns this off for 10s. On other clients every request runs on a
-// goroutine of its own, which costs tens of microseconds per request on a
-// small, busy machine (BENCHMARKS.md). A request the caller stopped waiting
+// Close. So a request runs on the caller's goroutine with a socket deadline
+// at most 150ms away, and moves to a goroutine of its own only if no reply
+// came by then: a cancel or a Close takes effect within about 150ms while a
+// prompt reply costs no hand-off between threads; a link that slow turns
+// this off for 10s. The socket deadline is the context's on a client with
+// ContextTimeoutEnabled (clients built from a URL have it), and a timeout
+// of 150ms on a *goredis.Client without it (through a clone made by its
+// WithTimeout, sharing its pool and hooks). A *goredis.ClusterClient
+// without ContextTimeoutEnabled runs every request on a goroutine of its
+// own, which costs tens of microseconds per request on a small, busy
+// machine (BENCHMARKS.md): set it. A request the caller stopped waiting
 // for finishes in the background, bounded by the client's ReadTimeout, the
 // context's deadline (with ContextTimeoutEnabled), and 30s when the client
 // has no ReadTimeout; whatever lock it may have taken is deleted once it

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
 )
@@ -23,22 +25,26 @@ import (
 // client's ReadTimeout (forever with ReadTimeout: -1); without
 // ContextTimeoutEnabled it ignores contexts during socket I/O altogether.
 //
-// So, on a client without ContextTimeoutEnabled, every request runs on a
-// goroutine of its own, and the caller stops waiting when ctx ends or the
-// Locker closes; the abandoned request finishes in the background: its
-// context is cancelled (go-redis gives up at its next check: a pool wait, a
-// dial, a retry), and a blocked read ends at the socket deadline (the
-// ReadTimeout, see also requestTimeout). Its effect on the server is
-// unknown, so the caller says what to undo once it has finished
-// (abandoned). The hand-off between goroutines costs little CPU, but on a
-// small, busy machine waking another thread costs tens of microseconds per
-// request, as much as the round trip itself (see BENCHMARKS.md).
+// So a request first runs on the caller's goroutine with a socket deadline
+// at most inlineWait away (see inline): a prompt reply, the common case,
+// costs no hand-off between goroutines (on a small, busy machine waking
+// another thread costs tens of microseconds per request, as much as the
+// round trip itself; see BENCHMARKS.md). On a client with
+// ContextTimeoutEnabled that socket deadline comes from the context; on a
+// *goredis.Client without it, inline requests go through a clone of the
+// client made by its WithTimeout (the same pool and hooks, with a
+// ReadTimeout and WriteTimeout of inlineWait).
 //
-// On a client with ContextTimeoutEnabled a request first runs on the
-// caller's goroutine with a socket deadline at most inlineWait away (see
-// inline): a prompt reply, the common case, costs no hand-off. Only a
-// request that gets no reply in that time moves to a goroutine, so that a
-// cancel or a Close takes effect within about inlineWait.
+// A request that gets no reply in that time, and every request of a
+// *goredis.ClusterClient without ContextTimeoutEnabled (which has no such
+// clone), runs on a goroutine of its own, and the caller stops waiting when
+// ctx ends or the Locker closes; the abandoned request finishes in the
+// background: its context is cancelled (go-redis gives up at its next
+// check: a pool wait, a dial, a retry), and a blocked read ends at the
+// socket deadline (the ReadTimeout, see also requestTimeout). Its effect on
+// the server is unknown, so the caller says what to undo once it has
+// finished (abandoned). So a cancel or a Close takes effect within about
+// inlineWait.
 
 // requestTimeout bounds the requests of a Locker whose client has no
 // ReadTimeout (-1) when the caller's context has no earlier deadline: the
@@ -81,7 +87,7 @@ func (l *Locker) detach(ctx, life context.Context, call func(context.Context) er
 	if life.Err() != nil {
 		return locker.ErrClosed
 	}
-	if mayInline && l.inlineOK() {
+	if mayInline && l.inlineOK(ctx) {
 		err, done := l.inline(ctx, life, call, abandoned)
 		if done {
 			return err
@@ -142,12 +148,41 @@ func (l *Locker) detach(ctx, life context.Context, call func(context.Context) er
 // milliseconds). A healthy Redis answers in well under a millisecond.
 const inlineWait = 150 * time.Millisecond
 
-// inlineOK reports whether a request may run on the caller's goroutine: the
-// client turns a context's deadline into the socket deadline
-// (ContextTimeoutEnabled), so a request can be bounded without a goroutine,
-// and no request lately came close to inlineWait (a slow link: see inline).
-func (l *Locker) inlineOK() bool {
-	return l.deadlines && time.Now().UnixNano() >= l.slowUntil.Load()
+// inlineOK reports whether a request may run on the caller's goroutine: a
+// request can be bounded without a goroutine (the client turns a context's
+// deadline into the socket deadline, or a clone of it has a short socket
+// timeout; see inliner), no request lately came close to inlineWait (a slow
+// link: see inline), and, for the clone, whose socket deadline ignores the
+// context, ctx's deadline is not nearer than inlineWait.
+func (l *Locker) inlineOK(ctx context.Context) bool {
+	if l.inliner == nil || time.Now().UnixNano() < l.slowUntil.Load() {
+		return false
+	}
+	if !l.deadlines {
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < inlineWait {
+			return false
+		}
+	}
+	return true
+}
+
+// inlineTimeout is the socket timeout of the inline clone of a client
+// without ContextTimeoutEnabled whose ReadTimeout is rt: inlineWait, or rt
+// when that is shorter.
+func inlineTimeout(rt time.Duration) time.Duration {
+	if rt > 0 && rt < inlineWait {
+		return rt
+	}
+	return inlineWait
+}
+
+// via is the client a request with context ctx goes through: the inline
+// clone when it runs inline (ctx is then a boundCtx), else the Locker's.
+func (l *Locker) via(ctx context.Context) goredis.UniversalClient {
+	if _, ok := ctx.(boundCtx); ok {
+		return l.inliner
+	}
+	return l.client
 }
 
 // slowPause is how long requests skip inline after one took longer than
@@ -173,6 +208,11 @@ func (l *Locker) inline(ctx, life context.Context, call func(context.Context) er
 	if d, ok := ctx.Deadline(); ok && d.Before(bound) {
 		bound = d
 	}
+	// (On the clone of a client without ContextTimeoutEnabled the socket
+	// deadline is the clone's timeout, and the bound is checked below.
+	// go-redis does not retry a request whose read timed out there:
+	// TestCloseStopsRequestInFlight checks that a Close or a cancel still
+	// ends such a call within about inlineWait, with go-redis's retries on.)
 	err = call(boundCtx{ctx, bound})
 	if took := time.Since(start); took > inlineWait/2 {
 		l.slowUntil.Store(time.Now().Add(slowPause).UnixNano())

@@ -57,21 +57,32 @@ func blackhole(t *testing.T) string {
 }
 
 // hangingClient is a client of a server that never answers, with no read
-// timeout at all and ContextTimeoutEnabled, as locker.Open makes them: only
-// a deadline reaches its sockets, never a plain cancel.
-func hangingClient(t *testing.T, ctxAware bool) *goredis.Client {
+// timeout at all: only a deadline reaches its sockets, never a plain cancel
+// (and without ContextTimeoutEnabled not even that).
+func hangingClient(t *testing.T, f flavour) *goredis.Client {
+	retries := -1
+	if f.retries {
+		retries = 0 // go-redis's default: 3 retries, also of a timed-out read
+	}
 	c := goredis.NewClient(&goredis.Options{
 		Addr:                  blackhole(t),
 		ReadTimeout:           -1,
 		WriteTimeout:          -1,
-		ContextTimeoutEnabled: ctxAware,
+		ContextTimeoutEnabled: f.ctxAware,
 		Protocol:              2, // no HELLO handshake: the first request is ours
 		DisableIdentity:       true,
-		MaxRetries:            -1,
+		MaxRetries:            retries,
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// flavour is a kind of client: with or without ContextTimeoutEnabled, and
+// with go-redis's retries (which retry a request whose read timed out) or
+// without.
+type flavour struct{ ctxAware, retries bool }
+
+var flavours = []flavour{{true, false}, {false, false}, {true, true}, {false, true}}
 
 // slack is how late a call may return after its context ended or its Locker
 // closed; the conformance suite allows the same.
@@ -82,7 +93,7 @@ const slack = 500 * time.Millisecond
 // naming the key and wrapping context.Canceled, on a client with and without
 // ContextTimeoutEnabled and with no read timeout at all.
 func TestCancelStopsRequestInFlight(t *testing.T) {
-	for _, ctxAware := range []bool{true, false} {
+	for _, ctxAware := range flavours {
 		l := New(hangingClient(t, ctxAware))
 		for _, call := range []struct {
 			name string
@@ -100,14 +111,14 @@ func TestCancelStopsRequestInFlight(t *testing.T) {
 			select {
 			case err := <-done:
 				if late := time.Since(cancelled); late > slack {
-					t.Errorf("ctxAware=%v: %s returned %v after cancel", ctxAware, call.name, late)
+					t.Errorf("%+v: %s returned %v after cancel", ctxAware, call.name, late)
 				}
 				var le *locker.Error
 				if !errors.Is(err, context.Canceled) || !errors.As(err, &le) || le.Key != "k" {
-					t.Errorf("ctxAware=%v: %s cancelled in flight: %v, want a *locker.Error for \"k\" wrapping context.Canceled", ctxAware, call.name, err)
+					t.Errorf("%+v: %s cancelled in flight: %v, want a *locker.Error for \"k\" wrapping context.Canceled", ctxAware, call.name, err)
 				}
 			case <-time.After(5 * time.Second):
-				t.Fatalf("ctxAware=%v: %s did not return within 5s of cancel", ctxAware, call.name)
+				t.Fatalf("%+v: %s did not return within 5s of cancel", ctxAware, call.name)
 			}
 		}
 		closeQuickly(t, l)
@@ -130,7 +141,7 @@ func closeQuickly(t *testing.T, l *Locker) {
 // for a reply that never comes returns at once, and the Acquire ends with
 // locker.ErrClosed; a later call fails with ErrClosed without a request.
 func TestCloseStopsRequestInFlight(t *testing.T) {
-	for _, ctxAware := range []bool{true, false} {
+	for _, ctxAware := range flavours {
 		l := New(hangingClient(t, ctxAware))
 		done := make(chan error, 1)
 		go func() {
@@ -143,13 +154,13 @@ func TestCloseStopsRequestInFlight(t *testing.T) {
 		select {
 		case err := <-done:
 			if late := time.Since(closed); late > slack {
-				t.Errorf("ctxAware=%v: Acquire returned %v after Close", ctxAware, late)
+				t.Errorf("%+v: Acquire returned %v after Close", ctxAware, late)
 			}
 			if !errors.Is(err, locker.ErrClosed) {
-				t.Errorf("ctxAware=%v: Acquire in flight at Close: %v, want an error wrapping locker.ErrClosed", ctxAware, err)
+				t.Errorf("%+v: Acquire in flight at Close: %v, want an error wrapping locker.ErrClosed", ctxAware, err)
 			}
 		case <-time.After(5 * time.Second):
-			t.Fatalf("ctxAware=%v: Acquire in flight did not return within 5s of Close", ctxAware)
+			t.Fatalf("%+v: Acquire in flight did not return within 5s of Close", ctxAware)
 		}
 		if _, err := l.TryAcquire(context.Background(), "k"); !errors.Is(err, locker.ErrClosed) {
 			t.Errorf("TryAcquire after Close: %v, want ErrClosed", err)

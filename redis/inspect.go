@@ -41,7 +41,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	k := l.keysFor(key)
 	var res []any
 	err := l.exec(ctx, func(ctx context.Context) error {
-		v, err := inspectScript.Run(ctx, l.client, []string{k.lock, k.fence}).Slice()
+		v, err := inspectScript.Run(ctx, l.via(ctx), []string{k.lock, k.fence}).Slice()
 		res = v
 		return err
 	}, nil)

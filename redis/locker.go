@@ -29,12 +29,13 @@ type Locker struct {
 	cfgErr    error // an invalid Option, reported by every acquire
 	sharded   bool  // Cluster: sharded Pub/Sub (SPUBLISH/SSUBSCRIBE)
 	hub       *hub
-	id        string       // random: names this Locker's queue entries and wake-up channels
-	args      scriptArgs   // script arguments boxed once
-	policies  policyCache  // which servers were found not to evict keys
-	unbounded bool         // the client has no ReadTimeout: see requestTimeout
-	deadlines bool         // the client has ContextTimeoutEnabled: see inline
-	slowUntil atomic.Int64 // UnixNano until which requests skip inline: see inline
+	id        string                  // random: names this Locker's queue entries and wake-up channels
+	args      scriptArgs              // script arguments boxed once
+	policies  policyCache             // which servers were found not to evict keys
+	unbounded bool                    // the client has no ReadTimeout: see requestTimeout
+	deadlines bool                    // the client has ContextTimeoutEnabled: see inline
+	inliner   goredis.UniversalClient // runs inline requests; nil: none run inline (see inline)
+	slowUntil atomic.Int64            // UnixNano until which requests skip inline: see inline
 
 	// ctx ends when Close begins: every request in flight is abandoned
 	// (see exec), and every call returns locker.ErrClosed.
@@ -57,10 +58,10 @@ type Locker struct {
 // owning it and must close it after the Locker.
 //
 // Every call returns when its context ends or the Locker closes, whatever
-// the client's settings: at once without ContextTimeoutEnabled (each
-// request runs on a goroutine of its own), within about 150ms with it (a
-// request runs on the caller's goroutine until then; see the package
-// documentation). A request it abandons that way occupies a
+// the client's settings, within about 150ms (a request runs on the
+// caller's goroutine until then, except on a *goredis.ClusterClient
+// without ContextTimeoutEnabled; see the package documentation). A
+// request it abandons that way occupies a
 // connection until it ends on its own, at its socket deadline: the client's
 // ReadTimeout, and with ContextTimeoutEnabled also the context's deadline
 // (or 30s when the client has no ReadTimeout). Set ContextTimeoutEnabled:
@@ -86,9 +87,16 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 		l.sharded = true
 		l.unbounded = c.Options().ReadTimeout < 0
 		l.deadlines = c.Options().ContextTimeoutEnabled
+		if l.deadlines {
+			l.inliner = c
+		}
 	case *goredis.Client:
 		l.unbounded = c.Options().ReadTimeout < 0
 		l.deadlines = c.Options().ContextTimeoutEnabled
+		l.inliner = c
+		if !l.deadlines {
+			l.inliner = c.WithTimeout(inlineTimeout(c.Options().ReadTimeout))
+		}
 	case *goredis.Ring:
 		if l.cfgErr == nil {
 			l.cfgErr = fmt.Errorf("%w: redis: *goredis.Ring is not supported: it remaps keys to other shards when one fails, so two clients could hold one lock; use a single server, Sentinel or Cluster", locker.ErrInvalidOption)

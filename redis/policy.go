@@ -84,7 +84,7 @@ func (l *Locker) checkPolicy(ctx context.Context, k keys) error {
 	}
 	return l.exec(ctx, func(ctx context.Context) error {
 		var (
-			c    goredis.Cmdable = l.client
+			c    goredis.Cmdable = l.via(ctx)
 			addr string
 		)
 		if cluster {

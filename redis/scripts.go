@@ -340,7 +340,7 @@ func (l *Locker) ttlArgs(ttl time.Duration) (ms, lease any) {
 func (l *Locker) runAcquire(ctx context.Context, k keys, owner, mode string, ttl time.Duration) (acquireResult, error) {
 	ms, lease := l.ttlArgs(ttl)
 	a := &l.args
-	v, err := acquireScript.Run(ctx, l.client, []string{k.lock, k.fence, k.queue, k.waiters},
+	v, err := acquireScript.Run(ctx, l.via(ctx), []string{k.lock, k.fence, k.queue, k.waiters},
 		owner, ms, a.clock, a.fenceExpiry, mode, a.id, lease, a.sharded).Int64Slice()
 	if err != nil {
 		return acquireResult{}, err
@@ -365,7 +365,7 @@ func (l *Locker) runAcquire(ctx context.Context, k keys, owner, mode string, ttl
 }
 
 func (l *Locker) runRelease(ctx context.Context, k keys, owner string) (bool, error) {
-	n, err := releaseScript.Run(ctx, l.client, k.releaseKeys(), l.releaseArgs(owner)...).Int64()
+	n, err := releaseScript.Run(ctx, l.via(ctx), k.releaseKeys(), l.releaseArgs(owner)...).Int64()
 	return n == 1, err
 }
 
@@ -377,12 +377,12 @@ func (l *Locker) releaseArgs(owner string) []any {
 
 // runLeave takes owner's entry out of k's queue (see leaveScript).
 func (l *Locker) runLeave(ctx context.Context, k keys, owner string) error {
-	return leaveScript.Run(ctx, l.client, []string{k.lock, k.queue, k.waiters},
+	return leaveScript.Run(ctx, l.via(ctx), []string{k.lock, k.queue, k.waiters},
 		owner, l.args.id, l.args.sharded).Err()
 }
 
 func (l *Locker) runExtend(ctx context.Context, k keys, owner string, ttl time.Duration) (bool, error) {
-	n, err := extendScript.Run(ctx, l.client, []string{k.lock}, owner, millis(ttl)).Int64()
+	n, err := extendScript.Run(ctx, l.via(ctx), []string{k.lock}, owner, millis(ttl)).Int64()
 	return n == 1, err
 }
 

@@ -120,44 +120,67 @@ func BenchmarkUncontended(b *testing.B) {
 
 // BenchmarkUncontendedInterleaved alternates the two within one loop, so
 // that both see the same machine load (the sub-benchmarks above run one
-// after the other, and a busy machine skews them differently). ns/op is one
-// locker cycle plus one raw cycle; the medians of each are reported.
+// after the other, and a busy machine skews them differently), and which
+// goes first alternates too. It runs on a client with ContextTimeoutEnabled
+// and on a plain one (the go-redis default), each side on the same client.
+// ns/op is one locker cycle plus one raw cycle; the medians of each and
+// their ratio are reported.
 func BenchmarkUncontendedInterleaved(b *testing.B) {
 	addr := testserver.Redis(b).Addr()
-	ctx := context.Background()
-	c := benchClient(b, addr)
-	defer c.Close()
-	l := redis.New(c)
-	defer l.Close()
-	key, rawKey := "bench/interleaved/"+randomID(), "bench/interleaved-raw/"+randomID()
-	lockerT := make([]time.Duration, 0, b.N)
-	rawT := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		start := time.Now()
-		h, err := l.Acquire(ctx, key)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := h.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-		mid := time.Now()
-		owner := randomID()
-		if err := rawLock(ctx, c, rawKey, owner); err != nil {
-			b.Fatal(err)
-		}
-		if err := rawUnlock(ctx, c, rawKey, owner); err != nil {
-			b.Fatal(err)
-		}
-		lockerT = append(lockerT, mid.Sub(start))
-		rawT = append(rawT, time.Since(mid))
+	for _, tc := range []struct {
+		name     string
+		ctxAware bool
+	}{{"client=context-timeout", true}, {"client=plain", false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			ctx := context.Background()
+			c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: tc.ctxAware, PoolSize: 128})
+			defer c.Close()
+			l := redis.New(c)
+			defer l.Close()
+			key, rawKey := "bench/interleaved/"+randomID(), "bench/interleaved-raw/"+randomID()
+			lockerT := make([]time.Duration, 0, b.N)
+			rawT := make([]time.Duration, 0, b.N)
+			lockerCycle := func() {
+				start := time.Now()
+				h, err := l.Acquire(ctx, key)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := h.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+				lockerT = append(lockerT, time.Since(start))
+			}
+			rawCycle := func() {
+				start := time.Now()
+				owner := randomID()
+				if err := rawLock(ctx, c, rawKey, owner); err != nil {
+					b.Fatal(err)
+				}
+				if err := rawUnlock(ctx, c, rawKey, owner); err != nil {
+					b.Fatal(err)
+				}
+				rawT = append(rawT, time.Since(start))
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				if i%2 == 0 {
+					lockerCycle()
+					rawCycle()
+				} else {
+					rawCycle()
+					lockerCycle()
+				}
+			}
+			b.StopTimer()
+			slices.Sort(lockerT)
+			slices.Sort(rawT)
+			lp, rp := lockerT[len(lockerT)/2], rawT[len(rawT)/2]
+			b.ReportMetric(float64(lp.Nanoseconds())/1e3, "locker-p50-µs")
+			b.ReportMetric(float64(rp.Nanoseconds())/1e3, "raw-p50-µs")
+			b.ReportMetric(float64(lp)/float64(rp), "locker/raw")
+		})
 	}
-	b.StopTimer()
-	slices.Sort(lockerT)
-	slices.Sort(rawT)
-	b.ReportMetric(float64(lockerT[len(lockerT)/2].Nanoseconds())/1e3, "locker-p50-µs")
-	b.ReportMetric(float64(rawT[len(rawT)/2].Nanoseconds())/1e3, "raw-p50-µs")
 }
 
 // BenchmarkHandoff measures the time from the start of a release to the
