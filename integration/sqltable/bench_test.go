@@ -128,8 +128,9 @@ func benchDB(b *testing.B, d dialect, n int) *sql.DB {
 
 // BenchmarkUncontendedInterleaved alternates, one of each per iteration
 // so all see the same load, a Locker's Acquire+Release and the raw
-// upsert+delete on one pool: raw with context.Background(), as the Locker
-// is called here, and raw with a cancellable context (raw-ctx). The Locker
+// upsert+delete on one pool (which goes first rotates): raw with
+// context.Background(), as the Locker is called here, and raw with a
+// cancellable context (raw-ctx). The Locker
 // must stay interruptible by its Close, so its statements always carry a
 // cancellable context; the drivers watch such a context on a goroutine per
 // statement (go-sql-driver/mysql hands it to a watcher and back,
@@ -162,29 +163,43 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 			rawT := make([]time.Duration, 0, b.N)
 			rawCtxT := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
-			for range b.N {
-				start := time.Now()
-				h, err := l.Acquire(ctx, key)
-				if err != nil {
-					b.Fatal(err)
+			sides := []func(){
+				func() {
+					start := time.Now()
+					h, err := l.Acquire(ctx, key)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := h.Release(ctx); err != nil {
+						b.Fatal(err)
+					}
+					lockerT = append(lockerT, time.Since(start))
+				},
+				func() {
+					start := time.Now()
+					if err := r.cycle(ctx, rawKey); err != nil {
+						b.Fatal(err)
+					}
+					rawT = append(rawT, time.Since(start))
+				},
+				func() {
+					start := time.Now()
+					cctx, cancel := context.WithCancel(ctx)
+					err := r.cycle(cctx, rawKey)
+					cancel()
+					if err != nil {
+						b.Fatal(err)
+					}
+					rawCtxT = append(rawCtxT, time.Since(start))
+				},
+			}
+			for i := range b.N {
+				// Which side goes first rotates: the first of an
+				// iteration runs on a machine that was doing something
+				// else, and would be the slower side in every iteration.
+				for j := range sides {
+					sides[(i+j)%len(sides)]()
 				}
-				if err := h.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-				mid := time.Now()
-				if err := r.cycle(ctx, rawKey); err != nil {
-					b.Fatal(err)
-				}
-				mid2 := time.Now()
-				cctx, cancel := context.WithCancel(ctx)
-				err = r.cycle(cctx, rawKey)
-				cancel()
-				if err != nil {
-					b.Fatal(err)
-				}
-				lockerT = append(lockerT, mid.Sub(start))
-				rawT = append(rawT, mid2.Sub(mid))
-				rawCtxT = append(rawCtxT, time.Since(mid2))
 			}
 			b.StopTimer()
 			slices.Sort(lockerT)
