@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/internal/tracker"
 )
 
@@ -80,7 +80,7 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 		closing:  ctx.Done(),
 		handles:  map[*Handle]struct{}{},
 		policies: policyCache{ok: map[string]time.Time{}},
-		id:       newOwner()[:16], // 96 bits
+		id:       lease.NewOwner()[:16], // 96 bits
 	}
 	switch c := client.(type) {
 	case *goredis.ClusterClient:
@@ -186,14 +186,6 @@ func (l *Locker) KeyNames(key string) (lock, fence, wake string) {
 	return k.lock, k.fence, k.wake
 }
 
-// newOwner returns a random owner token: 128 bits, so that no two holders,
-// in any process, ever carry the same one.
-func newOwner() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
 // TryAcquire makes one attempt to take key. When another holder has it the
 // error wraps locker.ErrNotAcquired.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
@@ -242,7 +234,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	if err := l.checkPolicy(ctx, k); err != nil {
 		return nil, locker.KeyError(op, key, err)
 	}
-	a := &attempt{l: l, key: key, k: k, owner: newOwner(), ttl: ttl, drift: drift, mode: modeTry}
+	a := &attempt{l: l, key: key, k: k, owner: lease.NewOwner(), ttl: ttl, drift: drift, mode: modeTry}
 	if !wait {
 		// One round trip; a TryAcquire never queues.
 		h, _, err := a.try(ctx)

@@ -16,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/lease"
 )
 
 func testCtx(t testing.TB) context.Context {
@@ -88,12 +89,12 @@ func TestKeyNames(t *testing.T) {
 // two acquisitions differ.
 func TestHandleOwner(t *testing.T) {
 	l := New(nil)
-	owner := newOwner()
+	owner := lease.NewOwner()
 	h := newHandle(l, "k", l.keysFor("k"), owner, 1, time.Second, 100*time.Millisecond, time.Now())
 	if h.Owner() != owner {
 		t.Errorf("Owner() = %q, want %q", h.Owner(), owner)
 	}
-	if len(owner) != 22 || owner == newOwner() {
+	if len(owner) != 22 || owner == lease.NewOwner() {
 		t.Errorf("owner tokens must be 128 random bits in base64url (22 characters), got %q", owner)
 	}
 }

@@ -2,9 +2,7 @@ package sqltable
 
 import (
 	"context"
-	crand "crypto/rand"
 	"database/sql"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/lease"
 )
 
 var _ locker.Locker = (*Locker)(nil)
@@ -95,14 +94,6 @@ func New(db *sql.DB, opts ...Option) *Locker {
 // Dialect returns the SQL dialect the Locker speaks (DialectAuto when New
 // could not tell).
 func (l *Locker) Dialect() Dialect { return l.dialect }
-
-// newOwner returns a random owner string: 128 bits, so no two holders in any
-// process carry the same one.
-func newOwner() string {
-	var b [16]byte
-	_, _ = crand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
 
 // TryAcquire makes one attempt to take key. When another holder has it the
 // error wraps locker.ErrNotAcquired.
@@ -215,7 +206,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 // try makes one attempt. It returns the Handle, or nil when another holder
 // has key.
 func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) (*Handle, error) {
-	owner := newOwner()
+	owner := lease.NewOwner()
 	sent := time.Now() // the lease starts no earlier than the statement leaves
 	token, ok, err := l.runAcquire(ctx, key, owner, ttl)
 	if err != nil {

@@ -6,6 +6,8 @@
 package lease
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"time"
 
@@ -85,4 +87,14 @@ func (l Limits) Positive(what string, d time.Duration) error {
 		return fmt.Errorf("%w: %s: %s must be positive, got %v", locker.ErrInvalidOption, l.Backend, what, d)
 	}
 	return nil
+}
+
+// NewOwner returns a random owner token of 128 bits in base64url (22
+// characters, no ':' and no padding): no two holders, in any process, ever
+// carry the same one, so a guarded release or renewal acts only for the
+// holder that took the lock.
+func NewOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }

@@ -78,3 +78,20 @@ func TestAtLeastPositive(t *testing.T) {
 		t.Errorf("Positive = %v", err)
 	}
 }
+
+// Owner tokens are 22 base64url characters (the queue entries of redis and
+// the notification payloads of sqltable split on ':', which they never
+// hold) and do not repeat.
+func TestNewOwner(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		o := NewOwner()
+		if len(o) != 22 || strings.ContainsAny(o, ":+/=") {
+			t.Fatalf("owner %q: want 22 base64url characters", o)
+		}
+		if seen[o] {
+			t.Fatalf("owner %q drawn twice", o)
+		}
+		seen[o] = true
+	}
+}

@@ -18,6 +18,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/internal/tracker"
 )
 
@@ -195,13 +196,6 @@ func (l *Locker) KeyNames(key string) (lock, fence, channel string) {
 	return k.lock, k.fence, k.channel
 }
 
-// newOwner returns a random owner token of 128 bits.
-func newOwner() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
 // TryAcquire makes one Redlock round for key. When other holders have the
 // key on a majority of the nodes the error wraps locker.ErrNotAcquired;
 // when the round failed for another reason (nodes unreachable, a split
@@ -353,7 +347,7 @@ func (r roundResult) err() error {
 // least the minimum. Otherwise the lock is deleted on every node that may
 // hold it (granted, or did not answer) before round returns.
 func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Handle, roundResult, error) {
-	owner := newOwner()
+	owner := lease.NewOwner()
 	r := roundResult{n: len(l.clients), quorum: l.quorum}
 	sent := time.Now() // every node started its lease no earlier
 	grants, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
