@@ -156,8 +156,9 @@ type statements struct {
 	// prune deletes the rows whose lease ran out (or that were released)
 	// more than the given microseconds ago and whose token is below the
 	// database's now minus the same microseconds, so that a new row's first
-	// token (the database's now) is above every pruned one. MySQL takes the
-	// microseconds twice.
+	// token (the database's now) is above every pruned one; at most the
+	// given number of rows (see pruneBatch). MySQL takes the microseconds
+	// twice, then the number.
 	prune string
 	// version reads the schema version from the meta table.
 	version string
@@ -208,7 +209,13 @@ SELECT pg_notify('%[3]s', $2 || ':' || lock_key) FROM r`, tbl, now, t.channel())
 SELECT pg_notify('%[2]s', $2 || ':' || lock_key) FROM r`, tbl, t.channel(), now)
 		s.remaining = fmt.Sprintf(`SELECT CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = $1`, tbl, now)
 		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = $1`, tbl, now)
-		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE expires_us < %[2]s - $1 AND token < %[2]s - $1`, tbl, now)
+		// The rows are locked as they are chosen, and rows that another
+		// statement has locked (an acquire of that key) are skipped; the
+		// outer condition is checked again on the locked row.
+		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE lock_key IN (
+	SELECT lock_key FROM %[1]s WHERE expires_us < %[2]s - $1 AND token < %[2]s - $1
+	ORDER BY lock_key LIMIT $2 FOR UPDATE SKIP LOCKED)
+AND expires_us < %[2]s - $1 AND token < %[2]s - $1`, tbl, now)
 		s.version = fmt.Sprintf(`SELECT value FROM %s WHERE name = 'schema_version'`, meta)
 		s.ddl = []string{
 			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
@@ -243,7 +250,9 @@ WHERE lock_key = ? AND owner = ? AND token = ? AND expires_us > %[2]s`, tbl, now
 		s.drop = fmt.Sprintf("UPDATE %[1]s SET owner = '', expires_us = %[2]s WHERE lock_key = ? AND owner = ?", tbl, now)
 		s.remaining = fmt.Sprintf(`SELECT CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?`, tbl, now)
 		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?`, tbl, now)
-		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE expires_us < %[2]s - ? AND token < %[2]s - ?`, tbl, now)
+		// ORDER BY makes the LIMIT deterministic (safe for statement-based
+		// replication).
+		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE expires_us < %[2]s - ? AND token < %[2]s - ? ORDER BY lock_key LIMIT ?`, tbl, now)
 		s.version = fmt.Sprintf("SELECT value FROM %s WHERE name = 'schema_version'", meta)
 		s.ddl = []string{
 			fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (\n"+
@@ -269,7 +278,9 @@ WHERE lock_key = ?1 AND owner = ?2 AND token = ?3 AND expires_us > %[2]s`, tbl, 
 		s.drop = fmt.Sprintf(`UPDATE %[1]s SET owner = '', expires_us = %[2]s WHERE lock_key = ?1 AND owner = ?2`, tbl, now)
 		s.remaining = fmt.Sprintf(`SELECT CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?1`, tbl, now)
 		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?1`, tbl, now)
-		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE expires_us < %[2]s - ?1 AND token < %[2]s - ?1`, tbl, now)
+		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE lock_key IN (
+	SELECT lock_key FROM %[1]s WHERE expires_us < %[2]s - ?1 AND token < %[2]s - ?1
+	ORDER BY lock_key LIMIT ?2)`, tbl, now)
 		s.version = fmt.Sprintf(`SELECT value FROM %s WHERE name = 'schema_version'`, meta)
 		s.ddl = []string{
 			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (

@@ -179,6 +179,10 @@
 //
 //	DELETE FROM t WHERE expires_us < NOW_US - $olderThan AND token < NOW_US - $olderThan
 //
+// (in batches of at most 1000 rows, each its own statement, so that a large
+// prune never holds the locks of much of the table at once; on PostgreSQL
+// rows that an acquire has locked are skipped).
+//
 // When a pruned key is taken again its first token is the database's now
 // in microseconds, more than olderThan above the deleted row's last token —
 // unless the database's clock was set back by more than olderThan since,

@@ -399,6 +399,11 @@ func (l *Locker) dropOnce(ctx context.Context, key, owner string) (int64, error)
 // short-lived keys does not grow without bound, and returns how many it
 // deleted. Tokens of a pruned key keep increasing when it is taken again
 // (see "Fencing tokens"). Prune never touches a held lock.
+//
+// It deletes in batches of at most 1000 rows, each a statement (and a
+// transaction) of its own, so that it never holds the locks of a large part
+// of the table at once: acquisitions go on between the batches. When ctx
+// ends or a batch fails, it returns the rows deleted so far with the error.
 func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if l.cfgErr != nil {
 		return 0, l.cfgErr
@@ -414,21 +419,31 @@ func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, err
 	if err := l.init(cctx); err != nil {
 		return 0, l.why(ctx, err)
 	}
-	var n int64
-	err := l.retry(cctx, func(ctx context.Context) error {
-		args := []any{olderThan.Microseconds()}
-		if l.dialect == MySQL {
-			args = append(args, olderThan.Microseconds())
-		}
-		res, err := l.db.ExecContext(ctx, l.st.prune, args...)
-		if err != nil {
+	args := []any{olderThan.Microseconds()}
+	if l.dialect == MySQL {
+		args = append(args, olderThan.Microseconds())
+	}
+	args = append(args, pruneBatch)
+	var total int64
+	for {
+		var n int64
+		err := l.retry(cctx, func(ctx context.Context) error {
+			res, err := l.db.ExecContext(ctx, l.st.prune, args...)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
 			return err
+		})
+		total += n
+		if err != nil || n < pruneBatch {
+			return total, l.why(ctx, err)
 		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	return n, l.why(ctx, err)
+	}
 }
+
+// pruneBatch is the most rows one statement of Prune deletes.
+const pruneBatch = 1000
 
 func (l *Locker) register(h *Handle) bool {
 	l.mu.Lock()

@@ -3,7 +3,9 @@ package sqltable_test
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,6 +166,55 @@ func TestPruneKeepsTokensRising(t *testing.T) {
 			t.Errorf("token after Prune %d is not above the last one before it, %d", h.Token(), last)
 		}
 		mustRelease(t, ctx, h)
+		mustRelease(t, ctx, hh)
+	})
+}
+
+// TestPruneInBatches: Prune deletes more rows than one of its batches
+// holds (1000), all of them, and nothing held or recent.
+func TestPruneInBatches(t *testing.T) {
+	forEach(t, func(t *testing.T, d dialect) {
+		ctx := testCtx(t)
+		l := open(t, d.url(t, "", nil))
+		admin := d.admin(t)
+		held, recent := testKey(t, "/held"), testKey(t, "/recent")
+		hh := mustAcquire(t, ctx, l, held) // also creates the table
+		mustRelease(t, ctx, mustAcquire(t, ctx, l, recent))
+		// 2500 rows of keys unused for long: expired at 0, tokens 1.
+		prefix := testKey(t, "/old/")
+		const rows = 2500
+		for start := 0; start < rows; start += 500 {
+			var b strings.Builder
+			b.WriteString("INSERT INTO " + d.table("") + " (lock_key, owner, token, expires_us) VALUES ")
+			for i := start; i < start+500; i++ {
+				if i > start {
+					b.WriteString(", ")
+				}
+				fmt.Fprintf(&b, "('%s%d', '', 1, 0)", prefix, i)
+			}
+			if _, err := admin.ExecContext(ctx, b.String()); err != nil {
+				t.Fatalf("insert old rows: %v", err)
+			}
+		}
+		n, err := l.Prune(ctx, sqltable.MinPruneAge)
+		if err != nil || n < rows {
+			t.Fatalf("Prune = %d, %v; want at least the %d old rows", n, err, rows)
+		}
+		var left int
+		if err := admin.QueryRowContext(ctx, "SELECT count(*) FROM "+d.table("")+" WHERE lock_key LIKE "+d.ph(1), prefix+"%").Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left != 0 {
+			t.Errorf("%d of the %d old rows are left after Prune", left, rows)
+		}
+		for _, k := range []string{held, recent} {
+			if _, _, _, ok := rowOf(t, d, admin, k); !ok {
+				t.Errorf("Prune deleted the row of %s", k)
+			}
+		}
+		if hh.Err() != nil {
+			t.Errorf("the held lock ended: %v", hh.Err())
+		}
 		mustRelease(t, ctx, hh)
 	})
 }
