@@ -117,7 +117,8 @@
 // this off for 10s. The socket deadline is the context's on a client with
 // ContextTimeoutEnabled (clients built from a URL have it), and a timeout
 // of 150ms on a *goredis.Client without it (through a clone made by its
-// WithTimeout, sharing its pool and hooks). A *goredis.ClusterClient
+// WithTimeout when the Locker is made: it shares the client's pool, and the
+// hooks added before then). A *goredis.ClusterClient
 // without ContextTimeoutEnabled runs every request on a goroutine of its
 // own, which costs tens of microseconds per request on a small, busy
 // machine (BENCHMARKS.md): set it. A request the caller stopped waiting

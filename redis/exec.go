@@ -32,8 +32,11 @@ import (
 // round trip itself; see BENCHMARKS.md). On a client with
 // ContextTimeoutEnabled that socket deadline comes from the context; on a
 // *goredis.Client without it, inline requests go through a clone of the
-// client made by its WithTimeout (the same pool and hooks, with a
-// ReadTimeout and WriteTimeout of inlineWait).
+// client made by its WithTimeout when the Locker is made (the same pool,
+// and the hooks added to the client before then; a timeout of inlineWait,
+// or the client's ReadTimeout when shorter). Either way go-redis's other
+// waits (a pooled connection, a dial, a retry) end with the request's
+// context, which ends when the caller's does or the Locker closes.
 //
 // A request that gets no reply in that time, and every request of a
 // *goredis.ClusterClient without ContextTimeoutEnabled (which has no such
@@ -144,14 +147,18 @@ func (l *Locker) detach(ctx, life context.Context, call func(context.Context) er
 // inlineWait bounds how long a request runs on the caller's goroutine (see
 // inline) before the caller hands it to a goroutine of its own, so that a
 // context cancelled or a Close while the server does not answer takes effect
-// within about this long (plus go-redis's own retry back-off, tens of
-// milliseconds). A healthy Redis answers in well under a millisecond.
+// within about this long: a socket read on the caller's goroutine ends at
+// most this long after it started, and every other wait of go-redis (a
+// pooled connection, a dial, a retry's back-off) ends with the request's
+// context (see inline). A healthy Redis answers in well under a
+// millisecond.
 const inlineWait = 150 * time.Millisecond
 
 // inlineOK reports whether a request may run on the caller's goroutine: a
 // request can be bounded without a goroutine (the client turns a context's
 // deadline into the socket deadline, or a clone of it has a short socket
-// timeout; see inliner), no request lately came close to inlineWait (a slow
+// timeout, min(ReadTimeout, inlineWait); see inliner), no request lately
+// came close to inlineWait (a slow
 // link: see inline), and, for the clone, whose socket deadline ignores the
 // context, ctx's deadline is not nearer than inlineWait.
 func (l *Locker) inlineOK(ctx context.Context) bool {
@@ -208,12 +215,18 @@ func (l *Locker) inline(ctx, life context.Context, call func(context.Context) er
 	if d, ok := ctx.Deadline(); ok && d.Before(bound) {
 		bound = d
 	}
-	// (On the clone of a client without ContextTimeoutEnabled the socket
-	// deadline is the clone's timeout, and the bound is checked below.
-	// go-redis does not retry a request whose read timed out there:
-	// TestCloseStopsRequestInFlight checks that a Close or a cancel still
-	// ends such a call within about inlineWait, with go-redis's retries on.)
-	err = call(boundCtx{ctx, bound})
+	// The bound reaches the socket (the context's deadline with
+	// ContextTimeoutEnabled, the clone's timeout without it), but go-redis
+	// waits for a pooled connection, for a dial and between its retries (it
+	// retries a read that timed out) on the context's Done channel only:
+	// the request's context ends when ctx does or when life does (Close),
+	// so that those waits end at once too. No timer: go-redis reads the
+	// bound from Deadline.
+	rctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(life, cancel)
+	err = call(boundCtx{rctx, bound})
+	stop()
+	cancel()
 	if took := time.Since(start); took > inlineWait/2 {
 		l.slowUntil.Store(time.Now().Add(slowPause).UnixNano())
 	}
@@ -233,7 +246,7 @@ func (l *Locker) inline(ctx, life context.Context, call func(context.Context) er
 }
 
 // boundCtx is its parent with an earlier deadline and no timer: go-redis
-// reads only the deadline, for the socket's.
+// reads the deadline only for the socket's, and waits on Done.
 type boundCtx struct {
 	context.Context
 	deadline time.Time

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,11 +15,15 @@ import (
 	"github.com/go-locker/locker"
 )
 
-// blackhole listens on loopback, accepts connections and reads whatever is
-// sent, but never answers: a server that hangs, or a partition. The
-// connections close at the end of the test, which ends the requests still
-// stuck on them.
-func blackhole(t *testing.T) string {
+// blackhole listens on loopback and accepts connections. On the first
+// hellos of them (all of them when hellos < 0) it answers the client's
+// first request, go-redis's HELLO handshake, with an error (as a server
+// without HELLO does, which go-redis accepts), and then never answers
+// again: a server that hangs, or a partition, after the connection was
+// made. On the others it answers nothing, so go-redis's handshake, and so
+// the dial, hangs too. The connections close at the end of the test, which
+// ends the requests still stuck on them.
+func blackhole(t *testing.T, hellos int) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -32,7 +37,7 @@ func blackhole(t *testing.T) string {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
+		for i := 0; ; i++ {
 			c, err := ln.Accept()
 			if err != nil {
 				return
@@ -40,8 +45,21 @@ func blackhole(t *testing.T) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
+			hello := hellos < 0 || i < hellos
 			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, c) }()
+			go func() {
+				defer wg.Done()
+				if hello {
+					buf := make([]byte, 4096)
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+					if _, err := io.WriteString(c, "-ERR unknown command 'HELLO'\r\n"); err != nil {
+						return
+					}
+				}
+				_, _ = io.Copy(io.Discard, c)
+			}()
 		}
 	}()
 	t.Cleanup(func() {
@@ -56,20 +74,20 @@ func blackhole(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// hangingClient is a client of a server that never answers, with no read
-// timeout at all: only a deadline reaches its sockets, never a plain cancel
-// (and without ContextTimeoutEnabled not even that).
-func hangingClient(t *testing.T, f flavour) *goredis.Client {
+// hangingClient is a client of a blackhole (see there for hellos), with no
+// read timeout at all: only a deadline reaches its sockets, never a plain
+// cancel (and without ContextTimeoutEnabled not even that).
+func hangingClient(t *testing.T, f flavour, hellos int) *goredis.Client {
 	retries := -1
 	if f.retries {
 		retries = 0 // go-redis's default: 3 retries, also of a timed-out read
 	}
 	c := goredis.NewClient(&goredis.Options{
-		Addr:                  blackhole(t),
+		Addr:                  blackhole(t, hellos),
 		ReadTimeout:           -1,
 		WriteTimeout:          -1,
 		ContextTimeoutEnabled: f.ctxAware,
-		Protocol:              2, // no HELLO handshake: the first request is ours
+		Protocol:              2,
 		DisableIdentity:       true,
 		MaxRetries:            retries,
 	})
@@ -94,7 +112,7 @@ const slack = 500 * time.Millisecond
 // ContextTimeoutEnabled and with no read timeout at all.
 func TestCancelStopsRequestInFlight(t *testing.T) {
 	for _, ctxAware := range flavours {
-		l := New(hangingClient(t, ctxAware))
+		l := New(hangingClient(t, ctxAware, -1))
 		for _, call := range []struct {
 			name string
 			fn   func(context.Context, string, ...locker.Option) (locker.Handle, error)
@@ -142,7 +160,7 @@ func closeQuickly(t *testing.T, l *Locker) {
 // locker.ErrClosed; a later call fails with ErrClosed without a request.
 func TestCloseStopsRequestInFlight(t *testing.T) {
 	for _, ctxAware := range flavours {
-		l := New(hangingClient(t, ctxAware))
+		l := New(hangingClient(t, ctxAware, -1))
 		done := make(chan error, 1)
 		go func() {
 			_, err := l.Acquire(context.Background(), "k")
@@ -168,11 +186,87 @@ func TestCloseStopsRequestInFlight(t *testing.T) {
 	}
 }
 
+// TestCallsEndWhileDialsHang: the server answers the first connection's
+// handshake and then nothing, and every later dial hangs (a partition that
+// drops new connections), so that after the first request times out
+// go-redis's retry waits on a dial that does not finish. A cancel or a
+// Close still ends the call within slack: go-redis waits for a dial only
+// on the request's context.
+func TestCallsEndWhileDialsHang(t *testing.T) {
+	for _, f := range flavours {
+		if !f.retries {
+			continue
+		}
+		for _, by := range []string{"cancel", "Close"} {
+			addr := blackhole(t, -1)
+			hang := make(chan struct{})
+			t.Cleanup(func() { close(hang) })
+			var dials atomic.Int32
+			c := goredis.NewClient(&goredis.Options{
+				Addr: addr,
+				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					if dials.Add(1) > 1 {
+						<-hang
+						return nil, errors.New("test over")
+					}
+					var d net.Dialer
+					return d.DialContext(ctx, network, addr)
+				},
+				DialTimeout:           time.Hour,
+				ReadTimeout:           -1,
+				WriteTimeout:          -1,
+				ContextTimeoutEnabled: f.ctxAware,
+				Protocol:              2,
+				DisableIdentity:       true,
+			})
+			t.Cleanup(func() { _ = c.Close() })
+			l := New(c)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := l.Acquire(ctx, "k")
+				done <- err
+			}()
+			// Past the first request's inline bound: go-redis is dialling
+			// for its retry.
+			time.Sleep(inlineWait + 100*time.Millisecond)
+			if dials.Load() < 2 {
+				t.Errorf("%+v: %d dials: the retry has not started", f, dials.Load())
+			}
+			ended := time.Now()
+			if by == "cancel" {
+				cancel()
+			} else {
+				closeQuickly(t, l)
+			}
+			select {
+			case err := <-done:
+				if late := time.Since(ended); late > slack {
+					t.Errorf("%+v: Acquire returned %v after %s", f, late, by)
+				}
+				want := error(context.Canceled)
+				if by == "Close" {
+					want = locker.ErrClosed
+				}
+				if !errors.Is(err, want) {
+					t.Errorf("%+v: Acquire ended by %s: %v, want an error wrapping %v", f, by, err, want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Errorf("%+v: Acquire did not return within 5s of %s", f, by)
+			}
+			cancel()
+			if by == "cancel" {
+				closeQuickly(t, l)
+			}
+		}
+	}
+}
+
 // TestCloseOwnClientEndsStuckRequests: a Locker that owns its client (Open)
 // closes it in Close, which ends the requests stuck in flight: nothing of
 // the Locker runs after Close.
 func TestCloseOwnClientEndsStuckRequests(t *testing.T) {
-	l, err := Open(context.Background(), "redis://"+blackhole(t)+"?read_timeout=-1&write_timeout=-1&max_retries=-1&protocol=2")
+	l, err := Open(context.Background(), "redis://"+blackhole(t, -1)+"?read_timeout=-1&write_timeout=-1&max_retries=-1&protocol=2")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,13 +85,13 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 	switch c := client.(type) {
 	case *goredis.ClusterClient:
 		l.sharded = true
-		l.unbounded = c.Options().ReadTimeout < 0
+		l.unbounded = noReadTimeout(c.Options().ReadTimeout)
 		l.deadlines = c.Options().ContextTimeoutEnabled
 		if l.deadlines {
 			l.inliner = c
 		}
 	case *goredis.Client:
-		l.unbounded = c.Options().ReadTimeout < 0
+		l.unbounded = noReadTimeout(c.Options().ReadTimeout)
 		l.deadlines = c.Options().ContextTimeoutEnabled
 		l.inliner = c
 		if !l.deadlines {
@@ -110,6 +110,11 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 	l.hub = newHub(l)
 	return l
 }
+
+// noReadTimeout reports whether a client's ReadTimeout, as go-redis keeps it
+// once the client is made, bounds no socket read: the user's -1 (no
+// timeout) is kept as 0, and -2 (no deadline set at all) as -1.
+func noReadTimeout(rt time.Duration) bool { return rt <= 0 }
 
 var errNilClient = fmt.Errorf("%w: redis: nil client", locker.ErrInvalidOption)
 
@@ -396,7 +401,7 @@ func (l *Locker) releaseAll(held []*Handle) error {
 	defer cancel()
 	var cmds []*goredis.Cmd
 	err := l.detach(ctx, context.Background(), func(ctx context.Context) error {
-		pipe := l.client.Pipeline()
+		pipe := l.via(ctx).Pipeline()
 		cmds = make([]*goredis.Cmd, len(held))
 		for i, h := range held {
 			// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.

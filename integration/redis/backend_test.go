@@ -487,6 +487,38 @@ func TestAcquireAbandonedInFlight(t *testing.T) {
 	_ = oh.Release(ctx)
 }
 
+// TestCloseWhileCutNoReadTimeout: Close of a Locker that holds a lock, on
+// a plain client (no ContextTimeoutEnabled) without any read timeout, while
+// the server does not answer, returns within locker.ReleaseTimeout: its
+// releases go through the inline clone's short socket timeout and then off
+// the caller's goroutine, never through a read that nothing ends.
+func TestCloseWhileCutNoReadTimeout(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	px := testserver.NewProxy(t, srv.Addr())
+	c := goredis.NewClient(&goredis.Options{Addr: px.Addr(), ReadTimeout: -1, WriteTimeout: -1, DialTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	l := redis.New(c)
+	h := mustGet(t, ctx, l, uniqueKey(t))
+	px.Blackhole(t)
+	closed := make(chan error, 1)
+	start := time.Now()
+	go func() { closed <- l.Close() }()
+	select {
+	case err := <-closed:
+		t.Logf("Close returned after %v: %v", time.Since(start), err)
+		if err == nil {
+			t.Error("Close reported no error for a release the server never answered")
+		}
+	case <-time.After(locker.ReleaseTimeout + 3*time.Second):
+		t.Fatalf("Close did not return within %v of a cut", locker.ReleaseTimeout+3*time.Second)
+	}
+	if !errors.Is(h.Err(), locker.ErrReleasedByClose) {
+		t.Errorf("held lock after Close: %v, want ErrReleasedByClose", h.Err())
+	}
+	px.Heal(t)
+}
+
 // TestCutHolderLosesFirst: a holder cut off from Redis hears of the loss
 // before a client that is waiting for the key gets it.
 func TestCutHolderLosesFirst(t *testing.T) {
