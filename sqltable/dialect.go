@@ -134,8 +134,9 @@ type statements struct {
 	// the lease has not run out; one row affected means it did.
 	renew string
 	// release frees key when owner and token still hold it and the lease has
-	// not run out. PostgreSQL: a query that returns a row when it did (and
-	// notifies the table's channel); elsewhere one row affected.
+	// not run out; one row affected means it did (PostgreSQL: a SELECT of
+	// pg_notify over the updated row, which notifies the table's channel;
+	// its rows affected count the same).
 	release string
 	// drop frees key when owner holds it, whatever the token or lease: the
 	// clean-up of an acquire whose outcome is unknown.
@@ -157,9 +158,12 @@ type statements struct {
 	// more than the given microseconds ago and whose token is below the
 	// database's now minus the same microseconds, so that a new row's first
 	// token (the database's now) is above every pruned one; at most the
-	// given number of rows (see pruneBatch). MySQL takes the microseconds
-	// twice, then the number.
+	// given number of rows (see pruneBatch). MySQL: instead, it selects the
+	// keys of such rows without locking them, and pruneKeys deletes them.
 	prune string
+	// pruneKeys (MySQL) deletes the rows of the keys listed in place of %s
+	// that still qualify; it takes the microseconds twice after the keys.
+	pruneKeys string
 	// version reads the schema version from the meta table.
 	version string
 	// ddl creates the tables if missing and records the version.
@@ -250,9 +254,13 @@ WHERE lock_key = ? AND owner = ? AND token = ? AND expires_us > %[2]s`, tbl, now
 		s.drop = fmt.Sprintf("UPDATE %[1]s SET owner = '', expires_us = %[2]s WHERE lock_key = ? AND owner = ?", tbl, now)
 		s.remaining = fmt.Sprintf(`SELECT CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?`, tbl, now)
 		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?`, tbl, now)
-		// ORDER BY makes the LIMIT deterministic (safe for statement-based
-		// replication).
-		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE expires_us < %[2]s - ? AND token < %[2]s - ? ORDER BY lock_key LIMIT ?`, tbl, now)
+		// Two statements: the columns of the condition have no index, and
+		// under REPEATABLE READ a DELETE locks every row it scans, so one
+		// DELETE ... LIMIT would lock most of the table while few rows
+		// qualify. The SELECT is a consistent read and locks nothing; the
+		// DELETE finds its rows by primary key and checks them again.
+		s.prune = fmt.Sprintf(`SELECT lock_key FROM %[1]s WHERE expires_us < %[2]s - ? AND token < %[2]s - ? ORDER BY lock_key LIMIT ?`, tbl, now)
+		s.pruneKeys = fmt.Sprintf(`DELETE FROM %[1]s WHERE lock_key IN (%%s) AND expires_us < %[2]s - ? AND token < %[2]s - ?`, tbl, now)
 		s.version = fmt.Sprintf("SELECT value FROM %s WHERE name = 'schema_version'", meta)
 		s.ddl = []string{
 			fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (\n"+

@@ -179,9 +179,10 @@
 //
 //	DELETE FROM t WHERE expires_us < NOW_US - $olderThan AND token < NOW_US - $olderThan
 //
-// (in batches of at most 1000 rows, each its own statement, so that a large
-// prune never holds the locks of much of the table at once; on PostgreSQL
-// rows that an acquire has locked are skipped).
+// (in batches of at most 1000 rows, each its own transaction that locks
+// only the rows it deletes: on PostgreSQL rows that an acquire has locked
+// are skipped; on MySQL a read that locks nothing picks the keys, then a
+// DELETE by key checks the condition again).
 //
 // When a pruned key is taken again its first token is the database's now
 // in microseconds, more than olderThan above the deleted row's last token —

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -400,10 +401,14 @@ func (l *Locker) dropOnce(ctx context.Context, key, owner string) (int64, error)
 // deleted. Tokens of a pruned key keep increasing when it is taken again
 // (see "Fencing tokens"). Prune never touches a held lock.
 //
-// It deletes in batches of at most 1000 rows, each a statement (and a
-// transaction) of its own, so that it never holds the locks of a large part
-// of the table at once: acquisitions go on between the batches. When ctx
-// ends or a batch fails, it returns the rows deleted so far with the error.
+// It deletes in batches of at most 1000 rows, each a transaction of its
+// own, and locks only the rows it deletes: PostgreSQL locks them as it
+// picks them and skips rows that an acquire has locked; MySQL picks them
+// with a read that locks nothing (its DELETE would lock every row it
+// scans), then deletes them by key, checking the condition again; SQLite
+// writes one transaction at a time anyway. Acquisitions go on between the
+// batches. When ctx ends or a batch fails, it returns the rows deleted so
+// far with the error.
 func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if l.cfgErr != nil {
 		return 0, l.cfgErr
@@ -426,20 +431,57 @@ func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, err
 	args = append(args, pruneBatch)
 	var total int64
 	for {
-		var n int64
+		var n, found int64
 		err := l.retry(cctx, func(ctx context.Context) error {
+			if l.dialect == MySQL {
+				var err error
+				n, found, err = l.pruneMySQL(ctx, args)
+				return err
+			}
 			res, err := l.db.ExecContext(ctx, l.st.prune, args...)
 			if err != nil {
 				return err
 			}
 			n, err = res.RowsAffected()
+			found = n
 			return err
 		})
 		total += n
-		if err != nil || n < pruneBatch {
+		if err != nil || found < pruneBatch {
 			return total, l.why(ctx, err)
 		}
 	}
+}
+
+// pruneMySQL runs one batch of Prune on MySQL (see statements.pruneKeys):
+// it returns the rows deleted and the candidates found.
+func (l *Locker) pruneMySQL(ctx context.Context, args []any) (deleted, found int64, err error) {
+	rows, err := l.db.QueryContext(ctx, l.st.prune, args...)
+	if err != nil {
+		return 0, 0, err
+	}
+	var keys []any
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return 0, 0, err
+		}
+		keys = append(keys, k)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return 0, 0, err
+	}
+	if len(keys) == 0 {
+		return 0, 0, nil
+	}
+	marks := strings.Repeat("?, ", len(keys)-1) + "?"
+	res, err := l.db.ExecContext(ctx, fmt.Sprintf(l.st.pruneKeys, marks), append(keys, args[0], args[1])...)
+	if err != nil {
+		return 0, int64(len(keys)), err
+	}
+	deleted, err = res.RowsAffected()
+	return deleted, int64(len(keys)), err
 }
 
 // pruneBatch is the most rows one statement of Prune deletes.

@@ -1,6 +1,7 @@
 package sqltable_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -217,6 +218,53 @@ func TestPruneInBatches(t *testing.T) {
 		}
 		mustRelease(t, ctx, hh)
 	})
+}
+
+// TestPruneSkipsLockedRows (PostgreSQL): a row another transaction has
+// locked (as an acquire of that key does) is skipped, not waited for: Prune
+// returns while the lock is held, and a later Prune deletes the row.
+func TestPruneSkipsLockedRows(t *testing.T) {
+	d := dialects[1]
+	if d.name != "PostgreSQL" {
+		t.Fatalf("dialects[1] is %s, want PostgreSQL", d.name)
+	}
+	ctx := testCtx(t)
+	l := open(t, d.url(t, "", nil))
+	admin := d.admin(t)
+	mustRelease(t, ctx, mustAcquire(t, ctx, l, testKey(t, "/table"))) // creates the table
+	locked, free := testKey(t, "/locked"), testKey(t, "/free")
+	if _, err := admin.ExecContext(ctx, "INSERT INTO "+d.table("")+" (lock_key, owner, token, expires_us) VALUES ($1, '', 1, 0), ($2, '', 1, 0)", locked, free); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := admin.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var k string
+	if err := tx.QueryRowContext(ctx, "SELECT lock_key FROM "+d.table("")+" WHERE lock_key = $1 FOR UPDATE", locked).Scan(&k); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := l.Prune(pctx, sqltable.MinPruneAge); err != nil {
+		t.Fatalf("Prune while a row is locked: %v (waited for the lock?)", err)
+	}
+	if _, _, _, ok := rowOf(t, d, admin, free); ok {
+		t.Error("Prune left the unlocked old row")
+	}
+	if _, _, _, ok := rowOf(t, d, admin, locked); !ok {
+		t.Error("Prune deleted a row another transaction had locked")
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Prune(ctx, sqltable.MinPruneAge); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, ok := rowOf(t, d, admin, locked); ok {
+		t.Error("the row is still there after its lock ended and Prune ran again")
+	}
 }
 
 // TestTableNames: a custom table (mixed case, quoted) is independent of the
