@@ -459,9 +459,15 @@ func BenchmarkContendedInterleaved(b *testing.B) {
 	g8.warm()
 	g64.warm()
 	b.ResetTimer()
-	for done := 0; done < b.N; done += phase {
-		g8.run(phase)
-		g64.run(phase)
+	for i, done := 0, 0; done < b.N; i, done = i+1, done+phase {
+		// Which group goes first alternates.
+		if i%2 == 0 {
+			g8.run(phase)
+			g64.run(phase)
+		} else {
+			g64.run(phase)
+			g8.run(phase)
+		}
 	}
 	b.StopTimer()
 	g8.report("-8")
