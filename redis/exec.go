@@ -218,11 +218,12 @@ func (l *Locker) inline(ctx, life context.Context, call func(context.Context) er
 	// The bound reaches the socket (the context's deadline with
 	// ContextTimeoutEnabled, the clone's timeout without it), but go-redis
 	// waits for a pooled connection, for a dial and between its retries (it
-	// retries a read that timed out) on the context's Done channel only:
-	// the request's context ends when ctx does or when life does (Close),
-	// so that those waits end at once too. No timer: go-redis reads the
-	// bound from Deadline.
-	rctx, cancel := context.WithCancel(ctx)
+	// retries a read that timed out, each time on another connection, and
+	// drops the one that timed out) on the context's Done channel only. So
+	// the request's context ends at the bound, when ctx does, or when life
+	// does (Close): those waits end then too, and a stalled server costs a
+	// request one connection, not one per retry.
+	rctx, cancel := context.WithDeadline(ctx, bound)
 	stop := context.AfterFunc(life, cancel)
 	err = call(boundCtx{rctx, bound})
 	stop()
@@ -245,8 +246,8 @@ func (l *Locker) inline(ctx, life context.Context, call func(context.Context) er
 	return err, true
 }
 
-// boundCtx is its parent with an earlier deadline and no timer: go-redis
-// reads the deadline only for the socket's, and waits on Done.
+// boundCtx marks the context of a request that runs inline (see via); its
+// deadline is the inline bound.
 type boundCtx struct {
 	context.Context
 	deadline time.Time

@@ -262,6 +262,46 @@ func TestCallsEndWhileDialsHang(t *testing.T) {
 	}
 }
 
+// TestInlineTimeoutCostsOneConnection: a request that gets no reply within
+// the inline bound is not retried by go-redis on more connections (each
+// retry drops the connection it ran on) before it moves off the caller's
+// goroutine: a server that stalls costs a waiting request the connection
+// it ran on, and the one it waits on after that, not one per retry.
+func TestInlineTimeoutCostsOneConnection(t *testing.T) {
+	for _, f := range flavours {
+		if !f.retries {
+			continue
+		}
+		addr := blackhole(t, -1)
+		var dials atomic.Int32
+		c := goredis.NewClient(&goredis.Options{
+			Addr: addr,
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				dials.Add(1)
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			},
+			ReadTimeout:           -1,
+			WriteTimeout:          -1,
+			ContextTimeoutEnabled: f.ctxAware,
+			Protocol:              2,
+			DisableIdentity:       true,
+		})
+		t.Cleanup(func() { _ = c.Close() })
+		l := New(c)
+		ctx, cancel := context.WithTimeout(context.Background(), 4*inlineWait)
+		_, err := l.TryAcquire(ctx, "k")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%+v: TryAcquire on a stalled server: %v, want DeadlineExceeded", f, err)
+		}
+		if n := dials.Load(); n > 2 {
+			t.Errorf("%+v: %d connections dialled for one request to a stalled server; want at most 2 (inline, then off the caller's goroutine)", f, n)
+		}
+		closeQuickly(t, l)
+	}
+}
+
 // TestCloseOwnClientEndsStuckRequests: a Locker that owns its client (Open)
 // closes it in Close, which ends the requests stuck in flight: nothing of
 // the Locker runs after Close.
