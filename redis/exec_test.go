@@ -77,12 +77,12 @@ func blackhole(t *testing.T, hellos int) string {
 // hangingClient is a client of a blackhole (see there for hellos), with no
 // read timeout at all: only a deadline reaches its sockets, never a plain
 // cancel (and without ContextTimeoutEnabled not even that).
-func hangingClient(t *testing.T, f flavour, hellos int) *goredis.Client {
+func hangingClient(t *testing.T, f flavour, hellos int, opts ...func(*goredis.Options)) *goredis.Client {
 	retries := -1
 	if f.retries {
 		retries = 0 // go-redis's default: 3 retries, also of a timed-out read
 	}
-	c := goredis.NewClient(&goredis.Options{
+	o := &goredis.Options{
 		Addr:                  blackhole(t, hellos),
 		ReadTimeout:           -1,
 		WriteTimeout:          -1,
@@ -90,9 +90,32 @@ func hangingClient(t *testing.T, f flavour, hellos int) *goredis.Client {
 		Protocol:              2,
 		DisableIdentity:       true,
 		MaxRetries:            retries,
-	})
+	}
+	for _, opt := range opts {
+		opt(o)
+	}
+	c := goredis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// countDials makes a client count the connections it dials in n; every
+// dial after the first free ones hangs until the test ends (free < 0: none
+// does), like a partition that drops new connections.
+func countDials(t *testing.T, n *atomic.Int32, free int32) func(*goredis.Options) {
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	return func(o *goredis.Options) {
+		o.DialTimeout = time.Hour
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if n.Add(1) > free && free >= 0 {
+				<-hang
+				return nil, errors.New("test over")
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	}
 }
 
 // flavour is a kind of client: with or without ContextTimeoutEnabled, and
@@ -198,29 +221,8 @@ func TestCallsEndWhileDialsHang(t *testing.T) {
 			continue
 		}
 		for _, by := range []string{"cancel", "Close"} {
-			addr := blackhole(t, -1)
-			hang := make(chan struct{})
-			t.Cleanup(func() { close(hang) })
 			var dials atomic.Int32
-			c := goredis.NewClient(&goredis.Options{
-				Addr: addr,
-				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-					if dials.Add(1) > 1 {
-						<-hang
-						return nil, errors.New("test over")
-					}
-					var d net.Dialer
-					return d.DialContext(ctx, network, addr)
-				},
-				DialTimeout:           time.Hour,
-				ReadTimeout:           -1,
-				WriteTimeout:          -1,
-				ContextTimeoutEnabled: f.ctxAware,
-				Protocol:              2,
-				DisableIdentity:       true,
-			})
-			t.Cleanup(func() { _ = c.Close() })
-			l := New(c)
+			l := New(hangingClient(t, f, -1, countDials(t, &dials, 1)))
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
@@ -272,23 +274,8 @@ func TestInlineTimeoutCostsOneConnection(t *testing.T) {
 		if !f.retries {
 			continue
 		}
-		addr := blackhole(t, -1)
 		var dials atomic.Int32
-		c := goredis.NewClient(&goredis.Options{
-			Addr: addr,
-			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				dials.Add(1)
-				var d net.Dialer
-				return d.DialContext(ctx, network, addr)
-			},
-			ReadTimeout:           -1,
-			WriteTimeout:          -1,
-			ContextTimeoutEnabled: f.ctxAware,
-			Protocol:              2,
-			DisableIdentity:       true,
-		})
-		t.Cleanup(func() { _ = c.Close() })
-		l := New(c)
+		l := New(hangingClient(t, f, -1, countDials(t, &dials, -1)))
 		ctx, cancel := context.WithTimeout(context.Background(), 4*inlineWait)
 		_, err := l.TryAcquire(ctx, "k")
 		cancel()

@@ -91,13 +91,7 @@ func BenchmarkHandoffInterleaved(b *testing.B) {
 	// Which side goes first alternates: the first of an iteration runs on
 	// a machine that was doing something else.
 	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			rawSide()
-			lockerSide()
-		} else {
-			lockerSide()
-			rawSide()
-		}
+		benchstats.Rotated(i, rawSide, lockerSide)
 	}
 	slices.Sort(raw)
 	slices.Sort(lk)

@@ -313,12 +313,8 @@ func BenchmarkUncontendedPaired(b *testing.B) {
 			acq = append(acq, time.Since(t0))
 		},
 	}
-	// Which side goes first rotates: the first of an iteration runs on a
-	// machine that was doing something else.
 	for i := 0; b.Loop(); i++ {
-		for j := range sides {
-			sides[(i+j)%len(sides)]()
-		}
+		benchstats.Rotated(i, sides...)
 	}
 	med := func(s []time.Duration) float64 {
 		slices.Sort(s)

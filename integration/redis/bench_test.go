@@ -164,13 +164,7 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 			}
 			b.ResetTimer()
 			for i := range b.N {
-				if i%2 == 0 {
-					lockerCycle()
-					rawCycle()
-				} else {
-					rawCycle()
-					lockerCycle()
-				}
+				benchstats.Rotated(i, lockerCycle, rawCycle)
 			}
 			b.StopTimer()
 			slices.Sort(lockerT)
@@ -460,14 +454,7 @@ func BenchmarkContendedInterleaved(b *testing.B) {
 	g64.warm()
 	b.ResetTimer()
 	for i, done := 0, 0; done < b.N; i, done = i+1, done+phase {
-		// Which group goes first alternates.
-		if i%2 == 0 {
-			g8.run(phase)
-			g64.run(phase)
-		} else {
-			g64.run(phase)
-			g8.run(phase)
-		}
+		benchstats.Rotated(i, func() { g8.run(phase) }, func() { g64.run(phase) })
 	}
 	b.StopTimer()
 	g8.report("-8")

@@ -194,12 +194,7 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 				},
 			}
 			for i := range b.N {
-				// Which side goes first rotates: the first of an
-				// iteration runs on a machine that was doing something
-				// else, and would be the slower side in every iteration.
-				for j := range sides {
-					sides[(i+j)%len(sides)]()
-				}
+				benchstats.Rotated(i, sides...)
 			}
 			b.StopTimer()
 			slices.Sort(lockerT)

@@ -32,3 +32,13 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 
 // Micros converts d to microseconds.
 func Micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// Rotated runs one iteration, number i, of an interleaved benchmark: every
+// side once, starting with side i mod len(sides), so that over the run each
+// side goes first as often as the others. The first side of an iteration
+// runs on a machine that was doing something else, and pays for it.
+func Rotated(i int, sides ...func()) {
+	for j := range sides {
+		sides[(i+j)%len(sides)]()
+	}
+}

@@ -1,6 +1,7 @@
 package benchstats
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -23,5 +24,15 @@ func TestPercentile(t *testing.T) {
 	}
 	if Micros(1500*time.Nanosecond) != 1.5 {
 		t.Error("Micros(1.5µs) != 1.5")
+	}
+}
+
+func TestRotated(t *testing.T) {
+	var got []string
+	for i := range 4 {
+		Rotated(i, func() { got = append(got, "a") }, func() { got = append(got, "b") }, func() { got = append(got, "c") })
+	}
+	if s := strings.Join(got, ""); s != "abcbcacababc" {
+		t.Errorf("order %q, want abcbcacababc", s)
 	}
 }
