@@ -17,8 +17,9 @@
 //
 // While no fault occurs, at most one holder has a key, across goroutines,
 // Lockers and processes that use the same ensemble and root. Waiters get
-// the key in the order they asked (fair), each woken by the deletion of the
-// node just before its own: one release wakes one waiter, not all of them.
+// the key in the order they asked (fair). A release wakes two waiters at
+// most, however long the queue: the next holder, which takes the key with
+// no further request, and the waiter after it (see "The recipe").
 // Every acquisition returns a fencing token larger than that of every
 // earlier holder of the key. A holder learns that its lock is lost (Done is
 // closed, Err wraps locker.ErrLost) before the server can give the key to
@@ -69,14 +70,20 @@
 // cheap as a bare create (this needs WRITE on the directory; with an ACL
 // without it, the Locker uses plain creates from the first refusal on).
 // Otherwise the contender lists the directory and watches the node just
-// before its own (GetW, which leaves no watch behind on a node already
-// gone); when that is the only node before its own, it also watches its
-// own node (the two requests back to back). Since nodes created later
-// always get higher sequences, the nodes before a contender's can only go:
-// when the watched one goes and it was the only one before, the lock is
-// taken with no further request (events arrive in transaction order, so a
-// deletion of the contender's own node would have been seen first);
-// otherwise the contender lists again.
+// before its own and, when there is one, the node before that (GetW, which
+// leaves no watch behind on a node already gone); when only one node is
+// before its own, it also watches its own node (the requests back to
+// back). Since nodes created later always get higher sequences, the nodes
+// before a contender's can only go: when the watched one goes and it was
+// the only one before, the lock is taken with no further request (events
+// arrive in transaction order, so a deletion of the contender's own node
+// would have been seen first). When the node two before goes, the one just
+// before most likely holds the lock now, and the contender lists again at
+// once, while that holder holds: its own turn then needs no request, where
+// go-zookeeper's Lock and Curator list on every wake-up. So each node has
+// two watchers at most, and a release wakes two waiters, not the queue.
+// When the node just before goes with others still listed before it (it
+// gave up waiting), the contender lists again.
 //
 // A holder watches its own node, to learn of a deletion from outside. A
 // lock whose contention did not set that watch (no contention, or a

@@ -553,6 +553,10 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 		lower        []lockNode // the nodes before ours, by sequence, as last seen
 		listed       bool       // lower is up to date but for deletions
 		fresh        bool       // lower is a listing, not shortened by events since
+		// The watches on the predecessor and the node before it, and
+		// which nodes they are on ("": none set).
+		pch, ppch          <-chan zk.Event
+		armedPred, armedPP string
 	)
 	if c.dir != nil {
 		czxid, owner, known = c.dir.Mzxid, c.sid, true
@@ -656,69 +660,101 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 		if !wait {
 			return nil, locker.ErrNotAcquired
 		}
+		// Watch the predecessor, and the node before it too: when that one
+		// goes, the predecessor most likely holds the lock now, and a
+		// listing then (while it holds) lets our own turn come with no
+		// request at all. Each node so has at most two watchers, whatever
+		// the length of the queue: a release wakes the next holder and
+		// the one after it, never the rest.
 		pred := dir + "/" + lower[len(lower)-1].name
-		var (
-			pch, och <-chan zk.Event
-			predErr  error
-			ownErr   error
-			setOwn   = len(lower) == 1 && own == nil
-			ownDone  = make(chan struct{})
-		)
-		if setOwn {
-			go func() {
-				defer close(ownDone)
-				ownErr = l.call(ctx, func() error {
-					var err error
-					_, _, och, err = l.conn.GetW(node)
-					return err
-				}, nil)
-			}()
-		} else {
-			close(ownDone)
+		pp := ""
+		if len(lower) >= 2 {
+			pp = dir + "/" + lower[len(lower)-2].name
 		}
-		predErr = l.call(ctx, func() error {
-			var err error
-			// GetW, not ExistsW: on a node already gone it sets no watch
-			// (ExistsW would leave one behind for good).
-			_, _, pch, err = l.conn.GetW(pred)
-			return err
-		}, nil)
-		<-ownDone
-		if errors.Is(ownErr, zk.ErrNoNode) {
-			return nil, errNodeGone
+		var reqs []*watchReq
+		var ownReq, predReq, ppReq *watchReq
+		if len(lower) == 1 && own == nil {
+			ownReq = &watchReq{path: node}
+			reqs = append(reqs, ownReq)
 		}
-		if setOwn && ownErr == nil {
-			own = och
+		if pred != armedPred {
+			predReq = &watchReq{path: pred}
+			reqs = append(reqs, predReq)
 		}
-		if errors.Is(predErr, zk.ErrNoNode) {
-			predErr = nil
-			pch = nil
-			lower, fresh = lower[:len(lower)-1], false
-			listed = len(lower) == 0
+		if pp != "" && pp != armedPP {
+			ppReq = &watchReq{path: pp}
+			reqs = append(reqs, ppReq)
 		}
-		if err := errors.Join(ownErr, predErr); err != nil {
+		l.watchAll(ctx, reqs)
+		var errs []error
+		if ownReq != nil {
+			switch {
+			case errors.Is(ownReq.err, zk.ErrNoNode):
+				return nil, errNodeGone
+			case ownReq.err == nil:
+				own = ownReq.ch
+			default:
+				errs = append(errs, ownReq.err)
+			}
+		}
+		if predReq != nil {
+			switch {
+			case errors.Is(predReq.err, zk.ErrNoNode):
+				armedPred, pch = "", nil
+				lower, fresh = lower[:len(lower)-1], false
+				listed = len(lower) == 0
+			case predReq.err == nil:
+				armedPred, pch = pred, predReq.ch
+			default:
+				armedPred, pch = "", nil
+				errs = append(errs, predReq.err)
+			}
+		}
+		if ppReq != nil {
+			switch {
+			case errors.Is(ppReq.err, zk.ErrNoNode):
+				armedPP, ppch = "", nil
+				listed = false
+			case ppReq.err == nil:
+				armedPP, ppch = pp, ppReq.ch
+			default:
+				armedPP, ppch = "", nil
+				errs = append(errs, ppReq.err)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
 			if again, err := retry(err); again {
 				continue
 			} else {
 				return nil, err
 			}
 		}
-		if pch == nil {
+		if pch == nil || !listed {
 			continue
+		}
+		if pp == "" {
+			// A watch left on a node no longer before the predecessor.
+			armedPP, ppch = "", nil
 		}
 		select {
 		case ev := <-pch:
+			armedPred, pch = "", nil
 			switch ev.Type {
 			case zk.EventNodeDeleted:
 				lower, fresh = lower[:len(lower)-1], false
-				// With nodes left before it, the one that went was most
-				// likely the holder, and those left are gone too: one
-				// listing says so faster than a request for each.
+				// With nodes left before it, the one that went gave up
+				// waiting (the holder goes first, seen on the other
+				// watch) or the listing is behind: list again.
 				listed = len(lower) == 0
 			case zk.EventNotWatching:
 				listed = false
 			}
 			// Data changed: watch the same node again.
+		case ev := <-ppch:
+			armedPP, ppch = "", nil
+			if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNotWatching {
+				listed = false
+			}
 		case ev := <-own:
 			if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNotWatching {
 				return nil, errNodeGone
@@ -728,6 +764,39 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// watchReq is one GetW of watchAll: its path, then its watch or error.
+type watchReq struct {
+	path string
+	ch   <-chan zk.Event
+	err  error
+}
+
+// watchAll sets the watches of reqs (GetW, not ExistsW: on a node already
+// gone it sets no watch, where ExistsW would leave one behind for good),
+// the requests going out back to back.
+func (l *Locker) watchAll(ctx context.Context, reqs []*watchReq) {
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		get := func() {
+			r.err = l.call(ctx, func() error {
+				var err error
+				_, _, r.ch, err = l.conn.GetW(r.path)
+				return err
+			}, nil)
+		}
+		if i == len(reqs)-1 {
+			get()
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			get()
+		}()
+	}
+	wg.Wait()
 }
 
 // watchDelay is how long a lock taken without contention is held before

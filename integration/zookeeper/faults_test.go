@@ -3,9 +3,11 @@ package zookeeper_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"path"
 	"slices"
 	"strings"
@@ -527,8 +529,10 @@ func TestServerRestart(t *testing.T) {
 	_ = h2.Release(ctx)
 }
 
-// No herd: with 32 waiters, each release fires exactly one watch on the
-// waiters' connections (the successor's watch on the released node).
+// No herd: with 32 waiters, each release fires two watches on the waiters'
+// connections, the successor's on the released node and the next waiter's
+// (which watches the node before its predecessor too), and that next
+// waiter is the next holder.
 func TestHerd(t *testing.T) {
 	const waiters = 32
 	srv := testserver.ZooKeeper(t)
@@ -537,6 +541,7 @@ func TestHerd(t *testing.T) {
 	type waiter struct {
 		l      *zookeeper.Locker
 		events atomic.Int64
+		sent   atomic.Int64 // requests sent, pings and the handshake's left out
 	}
 	ws := make([]*waiter, waiters+1) // ws[0] holds first
 	for i := range ws {
@@ -546,6 +551,13 @@ func TestHerd(t *testing.T) {
 				if ev.Type != zk.EventSession && ev.Type != zk.EventNotWatching {
 					w.events.Add(1)
 				}
+			}),
+			zk.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
+				c, err := net.DialTimeout(network, addr, timeout)
+				if err != nil {
+					return nil, err
+				}
+				return &requestCounter{Conn: c, n: &w.sent}, nil
 			}))
 		if err != nil {
 			t.Fatal(err)
@@ -578,10 +590,12 @@ func TestHerd(t *testing.T) {
 	waitNodes(t, admin, k, 20*time.Second, "the waiters never all queued",
 		func(kids []string) bool { return len(kids) >= waiters+1 })
 	time.Sleep(300 * time.Millisecond)
+	next := -1 // the waiter the last release warned, which must be the next holder
 	for round := range waiters {
 		before := make([]int64, len(ws))
+		sent := make([]int64, len(ws))
 		for i, w := range ws {
-			before[i] = w.events.Load()
+			before[i], sent[i] = w.events.Load(), w.sent.Load()
 		}
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -590,21 +604,54 @@ func TestHerd(t *testing.T) {
 		if r.h == nil {
 			t.Fatal("a waiter failed")
 		}
+		// The next holder had its view ready: its turn took no request.
+		if n := ws[r.i].sent.Load() - sent[r.i]; n != 0 {
+			t.Errorf("round %d: the new holder sent %d requests between the release and holding, want 0", round, n)
+		}
 		time.Sleep(50 * time.Millisecond) // any stray wake-up would show by now
-		var fired int64
+		if next >= 0 && r.i != next {
+			t.Errorf("round %d: waiter %d took the lock, but the last release warned waiter %d", round, r.i, next)
+		}
+		// The release wakes the next holder and, when one is left, the
+		// waiter after it (its watch on the node before its predecessor
+		// fires, so that it lists while the new holder holds and its own
+		// turn needs no request): two at most, however many wait.
+		next = -1
 		for i, w := range ws {
-			if i != holderIdx { // the releaser's own-node watch fires too
-				fired += w.events.Load() - before[i]
+			switch d := w.events.Load() - before[i]; {
+			case i == holderIdx: // the releaser's own-node watch fires too
+			case i == r.i && d != 1:
+				t.Errorf("round %d: %d watch events for the new holder, want 1", round, d)
+			case i == r.i:
+			case d == 1 && next < 0:
+				next = i
+			case d != 0:
+				t.Errorf("round %d: %d watch events for waiter %d, which did not get the lock", round, d, i)
 			}
 		}
-		if fired != 1 {
-			t.Errorf("round %d: %d watch events on the waiters' connections for one release, want 1", round, fired)
+		if left := waiters - round - 1; left > 0 && next < 0 {
+			t.Errorf("round %d: %d waiters left, and none was told to look again", round, left)
 		}
 		holder, holderIdx = r.h, r.i
 	}
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// requestCounter counts the requests written on a go-zookeeper connection
+// (one per Write): those with a positive xid, which leaves out the
+// handshake, pings and the other requests of the connection itself.
+type requestCounter struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *requestCounter) Write(p []byte) (int, error) {
+	if len(p) >= 8 && int32(binary.BigEndian.Uint32(p[4:8])) > 0 {
+		c.n.Add(1)
+	}
+	return c.Conn.Write(p)
 }
 
 // ACLs: with a digest identity and a creator-only ACL, a client of another
