@@ -1,7 +1,8 @@
 // Package zookeeper is the ZooKeeper backend of locker: the lock recipe of
 // the ZooKeeper documentation and Curator's InterProcessMutex, with
-// ephemeral sequential nodes, the lowest holding, each waiter watching only
-// the node before its own, GUID-protected names, fencing tokens from the
+// ephemeral sequential nodes, the lowest holding, each waiter watching the
+// node before its own (and the one before that: see "The recipe"),
+// GUID-protected names, fencing tokens from the
 // holder's czxid, and a loss report that takes the session timeout
 // seriously. It runs on go-zookeeper (github.com/go-zookeeper/zk).
 //
@@ -17,9 +18,10 @@
 //
 // While no fault occurs, at most one holder has a key, across goroutines,
 // Lockers and processes that use the same ensemble and root. Waiters get
-// the key in the order they asked (fair). A release wakes two waiters at
-// most, however long the queue: the next holder, which takes the key with
-// no further request, and the waiter after it (see "The recipe").
+// the key in the order they asked (fair). A release wakes two live
+// waiters at most, however long the queue: the next holder, which usually
+// takes the key with no further request, and the waiter after it (see
+// "The recipe").
 // Every acquisition returns a fencing token larger than that of every
 // earlier holder of the key. A holder learns that its lock is lost (Done is
 // closed, Err wraps locker.ErrLost) before the server can give the key to
@@ -77,11 +79,16 @@
 // before a contender's can only go: when the watched one goes and it was
 // the only one before, the lock is taken with no further request (events
 // arrive in transaction order, so a deletion of the contender's own node
-// would have been seen first). When the node two before goes, the one just
-// before most likely holds the lock now, and the contender lists again at
-// once, while that holder holds: its own turn then needs no request, where
-// go-zookeeper's Lock and Curator list on every wake-up. So each node has
-// two watchers at most, and a release wakes two waiters, not the queue.
+// would have been seen first; after a reconnect every watch is set again,
+// since go-zookeeper re-arms the old ones in no particular order). When the
+// node two before goes, the one just before most likely holds the lock
+// now, and the contender lists again at once, while that holder holds: its
+// own turn then needs no request (when that hold outlasts the listing's
+// round trip), where go-zookeeper's Lock and Curator list on every wake-up.
+// So each node has two live waiters watching it at most, and a release
+// wakes two waiters, not the queue. (A waiter that gave up leaves its
+// watches on the server until their nodes go: go-zookeeper cannot remove
+// a watch; such a connection gets one event more per watch it left.)
 // When the node just before goes with others still listed before it (it
 // gave up waiting), the contender lists again.
 //

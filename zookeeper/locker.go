@@ -568,7 +568,11 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			if _, _, err := l.awaitSession(ctx); err != nil {
 				return false, err
 			}
+			// go-zookeeper sets the watches again on the new connection,
+			// in no particular order: events on the old ones no longer
+			// come in transaction order. Set them afresh.
 			listed = false
+			own, pch, ppch, armedPred, armedPP = nil, nil, nil, "", ""
 			return true, nil
 		}
 		return false, err
@@ -676,6 +680,11 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 		if len(lower) == 1 && own == nil {
 			ownReq = &watchReq{path: node}
 			reqs = append(reqs, ownReq)
+		}
+		if pred == armedPP && pred != armedPred {
+			// The predecessor gave up: the node before it, watched
+			// already, is the predecessor now.
+			pch, armedPred, ppch, armedPP = ppch, armedPP, nil, ""
 		}
 		if pred != armedPred {
 			predReq = &watchReq{path: pred}

@@ -541,7 +541,7 @@ func TestHerd(t *testing.T) {
 	type waiter struct {
 		l      *zookeeper.Locker
 		events atomic.Int64
-		sent   atomic.Int64 // requests sent, pings and the handshake's left out
+		reqs   requestCounter
 	}
 	ws := make([]*waiter, waiters+1) // ws[0] holds first
 	for i := range ws {
@@ -552,13 +552,7 @@ func TestHerd(t *testing.T) {
 					w.events.Add(1)
 				}
 			}),
-			zk.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
-				c, err := net.DialTimeout(network, addr, timeout)
-				if err != nil {
-					return nil, err
-				}
-				return &requestCounter{Conn: c, n: &w.sent}, nil
-			}))
+			zk.WithDialer(w.reqs.dial))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -585,17 +579,34 @@ func TestHerd(t *testing.T) {
 			res <- got{i, h.(*zookeeper.Handle)}
 		}()
 	}
-	// Let every waiter queue up.
-	admin := adminConn(t, srv.Addr())
-	waitNodes(t, admin, k, 20*time.Second, "the waiters never all queued",
-		func(kids []string) bool { return len(kids) >= waiters+1 })
-	time.Sleep(300 * time.Millisecond)
+	// until polls cond, which reads counters that only grow, for up to 20s.
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 20s: %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// Let every waiter queue up: each has sent its create, its listing and
+	// its two watches, and had every answer.
+	until("the waiters never all queued (each: its create, its listing and two watches, all answered)", func() bool {
+		for _, w := range ws[1:] {
+			if sent, answered := w.reqs.counts(); sent < 4 || answered != sent {
+				return false
+			}
+		}
+		return true
+	})
 	next := -1 // the waiter the last release warned, which must be the next holder
 	for round := range waiters {
 		before := make([]int64, len(ws))
 		sent := make([]int64, len(ws))
 		for i, w := range ws {
-			before[i], sent[i] = w.events.Load(), w.sent.Load()
+			before[i] = w.events.Load()
+			sent[i], _ = w.reqs.counts()
 		}
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -605,18 +616,33 @@ func TestHerd(t *testing.T) {
 			t.Fatal("a waiter failed")
 		}
 		// The next holder had its view ready: its turn took no request.
-		if n := ws[r.i].sent.Load() - sent[r.i]; n != 0 {
-			t.Errorf("round %d: the new holder sent %d requests between the release and holding, want 0", round, n)
+		if n, _ := ws[r.i].reqs.counts(); n != sent[r.i] {
+			t.Errorf("round %d: the new holder sent %d requests between the release and holding, want 0", round, n-sent[r.i])
 		}
-		time.Sleep(50 * time.Millisecond) // any stray wake-up would show by now
 		if next >= 0 && r.i != next {
 			t.Errorf("round %d: waiter %d took the lock, but the last release warned waiter %d", round, r.i, next)
 		}
 		// The release wakes the next holder and, when one is left, the
 		// waiter after it (its watch on the node before its predecessor
 		// fires, so that it lists while the new holder holds and its own
-		// turn needs no request): two at most, however many wait.
+		// turn needs no request): two at most, however many wait. Wait
+		// for the warned one to have listed and watched its own node (two
+		// requests, answered) before the next round.
 		next = -1
+		if left := waiters - round - 1; left > 0 {
+			until(fmt.Sprintf("round %d: %d waiters left, and none was told to look again and did", round, left), func() bool {
+				for i, w := range ws {
+					if i == holderIdx || i == r.i || w.events.Load() == before[i] {
+						continue
+					}
+					n, answered := w.reqs.counts()
+					if n-sent[i] >= 2 && answered == n {
+						return true
+					}
+				}
+				return false
+			})
+		}
 		for i, w := range ws {
 			switch d := w.events.Load() - before[i]; {
 			case i == holderIdx: // the releaser's own-node watch fires too
@@ -626,11 +652,9 @@ func TestHerd(t *testing.T) {
 			case d == 1 && next < 0:
 				next = i
 			case d != 0:
+				// Also a stray wake-up of the round before, come late.
 				t.Errorf("round %d: %d watch events for waiter %d, which did not get the lock", round, d, i)
 			}
-		}
-		if left := waiters - round - 1; left > 0 && next < 0 {
-			t.Errorf("round %d: %d waiters left, and none was told to look again", round, left)
 		}
 		holder, holderIdx = r.h, r.i
 	}
@@ -639,19 +663,56 @@ func TestHerd(t *testing.T) {
 	}
 }
 
-// requestCounter counts the requests written on a go-zookeeper connection
-// (one per Write): those with a positive xid, which leaves out the
-// handshake, pings and the other requests of the connection itself.
+// requestCounter counts, on the connections it dials for go-zookeeper,
+// the requests written and the replies read: those with a positive xid,
+// which leaves out the handshake, pings and notifications (go-zookeeper
+// writes one request per Write; replies are split out of the stream read).
 type requestCounter struct {
-	net.Conn
-	n *atomic.Int64
+	sent, answered atomic.Int64
 }
 
-func (c *requestCounter) Write(p []byte) (int, error) {
-	if len(p) >= 8 && int32(binary.BigEndian.Uint32(p[4:8])) > 0 {
-		c.n.Add(1)
+func (c *requestCounter) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	nc, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
 	}
-	return c.Conn.Write(p)
+	return &countedConn{Conn: nc, c: c}, nil
+}
+
+// counts returns the requests sent and the replies read so far (replies
+// first, so that answered <= sent).
+func (c *requestCounter) counts() (sent, answered int64) {
+	answered = c.answered.Load()
+	return c.sent.Load(), answered
+}
+
+type countedConn struct {
+	net.Conn
+	c  *requestCounter
+	in []byte // bytes read and not yet a whole packet
+}
+
+func (cc *countedConn) Write(p []byte) (int, error) {
+	if len(p) >= 8 && int32(binary.BigEndian.Uint32(p[4:8])) > 0 {
+		cc.c.sent.Add(1)
+	}
+	return cc.Conn.Write(p)
+}
+
+func (cc *countedConn) Read(p []byte) (int, error) {
+	n, err := cc.Conn.Read(p)
+	cc.in = append(cc.in, p[:n]...)
+	for len(cc.in) >= 4 {
+		size := int(binary.BigEndian.Uint32(cc.in[:4]))
+		if len(cc.in) < 4+size {
+			break
+		}
+		if size >= 4 && int32(binary.BigEndian.Uint32(cc.in[4:8])) > 0 {
+			cc.c.answered.Add(1)
+		}
+		cc.in = cc.in[4+size:]
+	}
+	return n, err
 }
 
 // ACLs: with a digest identity and a creator-only ACL, a client of another
