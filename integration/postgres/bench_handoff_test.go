@@ -24,10 +24,9 @@ import (
 // p50 and p99 of each side and the ratios of the p50s to raw's.
 //
 // The raw side runs on two dedicated connections, one per client; the
-// Locker on pools of one connection is the like-for-like comparison. With
-// pools of four the Locker's handoff measured 20-30% slower than with
-// pools of one on this machine, the Locker's code being the same: the
-// difference is in the pool (see BENCHMARKS.md).
+// Locker on pools of one connection is the like-for-like comparison, and
+// on pools of four the usual set-up (a pool hands out the connection
+// released last, so both keep using one backend each).
 //
 //	cd integration && go test -run '^$' -bench HandoffInterleaved -benchtime 1000x ./postgres
 func BenchmarkHandoffInterleaved(b *testing.B) {
