@@ -258,8 +258,10 @@ WHERE lock_key = ? AND owner = ? AND token = ? AND expires_us > %[2]s`, tbl, now
 		// under REPEATABLE READ a DELETE locks every row it scans, so one
 		// DELETE ... LIMIT would lock most of the table while few rows
 		// qualify. The SELECT is a consistent read and locks nothing; the
-		// DELETE finds its rows by primary key and checks them again.
-		s.prune = fmt.Sprintf(`SELECT lock_key FROM %[1]s WHERE expires_us < %[2]s - ? AND token < %[2]s - ? ORDER BY lock_key LIMIT ?`, tbl, now)
+		// DELETE finds its rows by primary key and checks them again. Each
+		// SELECT goes on from the last key of the one before (keyset
+		// paging), so the table is read once, not once per batch.
+		s.prune = fmt.Sprintf(`SELECT lock_key FROM %[1]s WHERE expires_us < %[2]s - ? AND token < %[2]s - ? AND lock_key > ? ORDER BY lock_key LIMIT ?`, tbl, now)
 		s.pruneKeys = fmt.Sprintf(`DELETE FROM %[1]s WHERE lock_key IN (%%s) AND expires_us < %[2]s - ? AND token < %[2]s - ?`, tbl, now)
 		s.version = fmt.Sprintf("SELECT value FROM %s WHERE name = 'schema_version'", meta)
 		s.ddl = []string{

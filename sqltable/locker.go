@@ -401,14 +401,17 @@ func (l *Locker) dropOnce(ctx context.Context, key, owner string) (int64, error)
 // deleted. Tokens of a pruned key keep increasing when it is taken again
 // (see "Fencing tokens"). Prune never touches a held lock.
 //
-// It deletes in batches of at most 1000 rows, each a transaction of its
-// own, and locks only the rows it deletes: PostgreSQL locks them as it
-// picks them and skips rows that an acquire has locked; MySQL picks them
-// with a read that locks nothing (its DELETE would lock every row it
-// scans), then deletes them by key, checking the condition again; SQLite
-// writes one transaction at a time anyway. Acquisitions go on between the
-// batches. When ctx ends or a batch fails, it returns the rows deleted so
-// far with the error.
+// It deletes in batches of at most 1000 rows (999 on MySQL), each a
+// transaction of its own, and locks only the rows it deletes: PostgreSQL
+// locks them as it picks them and skips rows that an acquire has locked;
+// MySQL picks them with a read that locks nothing (its DELETE would lock
+// every row it scans), in key order from where the last batch ended, then
+// deletes them by key, checking the condition again; SQLite writes one
+// transaction at a time anyway. Acquisitions go on between the batches.
+// On MySQL, a proxy that sends reads to a lagging replica only makes
+// Prune pick rows already gone; it deletes what qualifies on the primary,
+// and goes through the table once. When ctx ends or a batch fails, it
+// returns the rows deleted so far with the error.
 func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if l.cfgErr != nil {
 		return 0, l.cfgErr
@@ -424,21 +427,28 @@ func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, err
 	if err := l.init(cctx); err != nil {
 		return 0, l.why(ctx, err)
 	}
-	args := []any{olderThan.Microseconds()}
+	age := olderThan.Microseconds()
+	batch := int64(pruneBatch)
 	if l.dialect == MySQL {
-		args = append(args, olderThan.Microseconds())
+		batch = pruneBatchMySQL
 	}
-	args = append(args, pruneBatch)
-	var total int64
+	var (
+		total int64
+		after = []byte{} // MySQL: the last key of the last batch
+	)
 	for {
 		var n, found int64
 		err := l.retry(cctx, func(ctx context.Context) error {
 			if l.dialect == MySQL {
 				var err error
-				n, found, err = l.pruneMySQL(ctx, args)
+				var last []byte
+				n, found, last, err = l.pruneMySQL(ctx, age, after, batch)
+				if err == nil && last != nil {
+					after = last
+				}
 				return err
 			}
-			res, err := l.db.ExecContext(ctx, l.st.prune, args...)
+			res, err := l.db.ExecContext(ctx, l.st.prune, age, batch)
 			if err != nil {
 				return err
 			}
@@ -447,45 +457,52 @@ func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, err
 			return err
 		})
 		total += n
-		if err != nil || found < pruneBatch {
+		if err != nil || found < batch {
 			return total, l.why(ctx, err)
 		}
 	}
 }
 
-// pruneMySQL runs one batch of Prune on MySQL (see statements.pruneKeys):
-// it returns the rows deleted and the candidates found.
-func (l *Locker) pruneMySQL(ctx context.Context, args []any) (deleted, found int64, err error) {
-	rows, err := l.db.QueryContext(ctx, l.st.prune, args...)
+// pruneMySQL runs one batch of Prune on MySQL (see statements.pruneKeys),
+// on the keys after after: it returns the rows deleted, the candidates
+// found and the last of them (nil when none was found).
+func (l *Locker) pruneMySQL(ctx context.Context, age int64, after []byte, batch int64) (deleted, found int64, last []byte, err error) {
+	rows, err := l.db.QueryContext(ctx, l.st.prune, age, age, after, batch)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	var keys []any
 	for rows.Next() {
 		var k []byte
 		if err := rows.Scan(&k); err != nil {
 			rows.Close()
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
-		keys = append(keys, k)
+		keys, last = append(keys, k), k
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	if len(keys) == 0 {
-		return 0, 0, nil
+		return 0, 0, nil, nil
 	}
 	marks := strings.Repeat("?, ", len(keys)-1) + "?"
-	res, err := l.db.ExecContext(ctx, fmt.Sprintf(l.st.pruneKeys, marks), append(keys, args[0], args[1])...)
+	res, err := l.db.ExecContext(ctx, fmt.Sprintf(l.st.pruneKeys, marks), append(keys, age, age)...)
 	if err != nil {
-		return 0, int64(len(keys)), err
+		return 0, int64(len(keys)), nil, err
 	}
 	deleted, err = res.RowsAffected()
-	return deleted, int64(len(keys)), err
+	return deleted, int64(len(keys)), last, err
 }
 
-// pruneBatch is the most rows one statement of Prune deletes.
-const pruneBatch = 1000
+// pruneBatch is the most rows one statement of Prune deletes;
+// pruneBatchMySQL on MySQL, whose IN list stays below MariaDB's
+// in_predicate_conversion_threshold (1000), past which it may turn the
+// list into a subquery.
+const (
+	pruneBatch      = 1000
+	pruneBatchMySQL = 999
+)
 
 func (l *Locker) register(h *Handle) bool {
 	l.mu.Lock()
