@@ -65,6 +65,9 @@ type Locker struct {
 	noMulti atomic.Bool // the server refused the create's multi: plain creates
 	hot     hotKeys     // directories found contended lately: plain creates
 
+	wmu     sync.Mutex
+	watches map[string]*nodeWatch // live watches on other contenders' nodes, by path
+
 	ops   sync.WaitGroup // Acquire and TryAcquire calls in progress
 	bg    sync.WaitGroup // supervisor and handle monitors
 	calls sync.WaitGroup // go-zookeeper calls that run detached
@@ -77,6 +80,7 @@ func newLocker(cfg config) *Locker {
 		cfg:        cfg,
 		kick:       make(chan struct{}, 1),
 		held:       make(map[*Handle]struct{}),
+		watches:    make(map[string]*nodeWatch),
 		sessCh:     make(chan struct{}),
 		orphans:    make(map[string]int64),
 		ghosts:     make(map[ghost]int64),
@@ -555,7 +559,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 		fresh        bool       // lower is a listing, not shortened by events since
 		// The watches on the predecessor and the node before it, and
 		// which nodes they are on ("": none set).
-		pch, ppch          <-chan zk.Event
+		pch, ppch          *nodeWatch
 		armedPred, armedPP string
 	)
 	if c.dir != nil {
@@ -572,6 +576,8 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			// in no particular order: events on the old ones no longer
 			// come in transaction order. Set them afresh.
 			listed = false
+			l.dropWatch(pch)
+			l.dropWatch(ppch)
 			own, pch, ppch, armedPred, armedPP = nil, nil, nil, "", ""
 			return true, nil
 		}
@@ -687,11 +693,11 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			pch, armedPred, ppch, armedPP = ppch, armedPP, nil, ""
 		}
 		if pred != armedPred {
-			predReq = &watchReq{path: pred}
+			predReq = &watchReq{path: pred, shared: true}
 			reqs = append(reqs, predReq)
 		}
 		if pp != "" && pp != armedPP {
-			ppReq = &watchReq{path: pp}
+			ppReq = &watchReq{path: pp, shared: true}
 			reqs = append(reqs, ppReq)
 		}
 		l.watchAll(ctx, reqs)
@@ -713,7 +719,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 				lower, fresh = lower[:len(lower)-1], false
 				listed = len(lower) == 0
 			case predReq.err == nil:
-				armedPred, pch = pred, predReq.ch
+				armedPred, pch = pred, predReq.w
 			default:
 				armedPred, pch = "", nil
 				errs = append(errs, predReq.err)
@@ -725,7 +731,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 				armedPP, ppch = "", nil
 				listed = false
 			case ppReq.err == nil:
-				armedPP, ppch = pp, ppReq.ch
+				armedPP, ppch = pp, ppReq.w
 			default:
 				armedPP, ppch = "", nil
 				errs = append(errs, ppReq.err)
@@ -746,7 +752,8 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			armedPP, ppch = "", nil
 		}
 		select {
-		case ev := <-pch:
+		case <-pch.fired():
+			ev := pch.ev
 			armedPred, pch = "", nil
 			switch ev.Type {
 			case zk.EventNodeDeleted:
@@ -759,7 +766,8 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 				listed = false
 			}
 			// Data changed: watch the same node again.
-		case ev := <-ppch:
+		case <-ppch.fired():
+			ev := ppch.ev
 			armedPP, ppch = "", nil
 			if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNotWatching {
 				listed = false
@@ -775,11 +783,14 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 	}
 }
 
-// watchReq is one GetW of watchAll: its path, then its watch or error.
+// watchReq is one GetW of watchAll: its path and whether the watch is
+// shared (see nodeWatch), then its watch or error.
 type watchReq struct {
-	path string
-	ch   <-chan zk.Event
-	err  error
+	path   string
+	shared bool
+	ch     <-chan zk.Event // !shared
+	w      *nodeWatch      // shared
+	err    error
 }
 
 // watchAll sets the watches of reqs (GetW, not ExistsW: on a node already
@@ -789,6 +800,10 @@ func (l *Locker) watchAll(ctx context.Context, reqs []*watchReq) {
 	var wg sync.WaitGroup
 	for i, r := range reqs {
 		get := func() {
+			if r.shared {
+				r.w, r.err = l.watchNode(ctx, r.path)
+				return
+			}
 			r.err = l.call(ctx, func() error {
 				var err error
 				_, _, r.ch, err = l.conn.GetW(r.path)
@@ -806,6 +821,84 @@ func (l *Locker) watchAll(ctx context.Context, reqs []*watchReq) {
 		}()
 	}
 	wg.Wait()
+}
+
+// nodeWatch is a data watch on another contender's node, shared by the
+// Locker's waiters. go-zookeeper cannot remove a watch, and keeps the
+// channel of each GetW until the node changes, so a waiter that gives up
+// (an Acquire with a timeout, tried again and again while one holder keeps
+// the key) would leave one channel behind per attempt; shared, there is one
+// per node watched, however many attempts. A goroutine waits for the event,
+// records it, takes the watch out of the Locker's table (the next waiter on
+// the node sets a new one) and closes done. It ends with the event, or when
+// the connection closes.
+type nodeWatch struct {
+	path string
+	done chan struct{}
+	ev   zk.Event // set before done is closed
+}
+
+// fired returns the channel closed once the watch fired; nil (never ready)
+// for no watch.
+func (w *nodeWatch) fired() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	return w.done
+}
+
+// watchNode returns the Locker's live watch on path, setting one (GetW) if
+// there is none. A node gone makes it fail with zk.ErrNoNode.
+func (l *Locker) watchNode(ctx context.Context, path string) (*nodeWatch, error) {
+	l.wmu.Lock()
+	w := l.watches[path]
+	l.wmu.Unlock()
+	if w != nil {
+		return w, nil
+	}
+	var ch <-chan zk.Event
+	err := l.call(ctx, func() error {
+		var err error
+		_, _, ch, err = l.conn.GetW(path)
+		return err
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	l.wmu.Lock()
+	if old := l.watches[path]; old != nil {
+		// Another waiter set one meanwhile: share it. Ours fires into its
+		// buffer all the same, and is dropped.
+		l.wmu.Unlock()
+		return old, nil
+	}
+	w = &nodeWatch{path: path, done: make(chan struct{})}
+	l.watches[path] = w
+	l.wmu.Unlock()
+	go func() {
+		ev, ok := <-ch
+		if !ok {
+			ev = zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: path, Err: zk.ErrClosing}
+		}
+		w.ev = ev
+		l.dropWatch(w)
+		close(w.done)
+	}()
+	return w, nil
+}
+
+// dropWatch takes w out of the Locker's table, so that the next waiter on
+// its node sets a new watch (after a reconnect, say); those that hold w
+// keep it.
+func (l *Locker) dropWatch(w *nodeWatch) {
+	if w == nil {
+		return
+	}
+	l.wmu.Lock()
+	if l.watches[w.path] == w {
+		delete(l.watches, w.path)
+	}
+	l.wmu.Unlock()
 }
 
 // watchDelay is how long a lock taken without contention is held before

@@ -669,6 +669,7 @@ func TestHerd(t *testing.T) {
 // writes one request per Write; replies are split out of the stream read).
 type requestCounter struct {
 	sent, answered atomic.Int64
+	getData        atomic.Int64 // of sent: getData requests (GetW sends them)
 }
 
 func (c *requestCounter) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
@@ -693,8 +694,11 @@ type countedConn struct {
 }
 
 func (cc *countedConn) Write(p []byte) (int, error) {
-	if len(p) >= 8 && int32(binary.BigEndian.Uint32(p[4:8])) > 0 {
+	if len(p) >= 12 && int32(binary.BigEndian.Uint32(p[4:8])) > 0 {
 		cc.c.sent.Add(1)
+		if binary.BigEndian.Uint32(p[8:12]) == opGetData {
+			cc.c.getData.Add(1)
+		}
 	}
 	return cc.Conn.Write(p)
 }
@@ -713,6 +717,68 @@ func (cc *countedConn) Read(p []byte) (int, error) {
 		cc.in = cc.in[4+size:]
 	}
 	return n, err
+}
+
+// opGetData is ZooKeeper's opcode of a getData request.
+const opGetData = 4
+
+// A waiter that gives up and tries again, over and over, while one holder
+// keeps the key (an Acquire with a timeout in a loop) shares the watch on
+// the holder's node with its earlier attempts: go-zookeeper keeps every
+// watch's channel until the node changes, so one per attempt would pile
+// up. Each attempt watches its own node (a getData); the holder's node is
+// watched once.
+func TestRetriedWaitSharesWatch(t *testing.T) {
+	const tries = 20
+	srv := testserver.ZooKeeper(t)
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	holder := newClient(t, srv.Addr())
+	h := mustAcquire(t, ctx, holder.l, k)
+	var reqs requestCounter
+	conn, events, err := zk.Connect([]string{srv.Addr()}, sessionTimeout, zk.WithLogger(quiet{}), zk.WithDialer(reqs.dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	l := zookeeper.New(conn, events, zookeeper.WithSessionTimeout(sessionTimeout))
+	t.Cleanup(func() { _ = l.Close() })
+	admin := adminConn(t, srv.Addr())
+	for i := range tries {
+		actx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := l.Acquire(actx, k)
+			done <- err
+		}()
+		// Queued and watching: its node, and the holder's and its own
+		// watches answered.
+		waitNodes(t, admin, k, 10*time.Second, "the waiter never queued",
+			func(kids []string) bool { return len(kids) == 2 })
+		for {
+			n, answered := reqs.counts()
+			if g := reqs.getData.Load(); answered == n && g >= int64(i)+2 {
+				break
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("try %d: Acquire returned %v while the key was held", i, err)
+			case <-time.After(time.Millisecond):
+			}
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("try %d: Acquire = %v, want context.Canceled", i, err)
+		}
+		waitNodes(t, admin, k, 10*time.Second, "the given-up waiter's node stayed",
+			func(kids []string) bool { return len(kids) == 1 })
+	}
+	if g := reqs.getData.Load(); g != tries+1 {
+		t.Errorf("%d getData requests over %d tries, want %d: one on each try's own node, one on the holder's", g, tries, tries+1)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // ACLs: with a digest identity and a creator-only ACL, a client of another
