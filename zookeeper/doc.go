@@ -79,16 +79,20 @@
 // before a contender's can only go: when the watched one goes and it was
 // the only one before, the lock is taken with no further request (events
 // arrive in transaction order, so a deletion of the contender's own node
-// would have been seen first; after a reconnect every watch is set again,
-// since go-zookeeper re-arms the old ones in no particular order). When the
+// would have been seen first; a waiter whose request fails with the
+// connection sets its watches again, and a new connection makes later
+// waiters set new ones, since go-zookeeper re-arms the old ones in no
+// particular order). When the
 // node two before goes, the one just before most likely holds the lock
 // now, and the contender lists again at once, while that holder holds: its
 // own turn then needs no request (when that hold outlasts the listing's
 // round trip), where go-zookeeper's Lock and Curator list on every wake-up.
 // So each node has two live waiters watching it at most, and a release
-// wakes two waiters, not the queue. (A waiter that gave up leaves its
-// watches on the server until their nodes go: go-zookeeper cannot remove
-// a watch; such a connection gets one event more per watch it left.)
+// wakes two waiters, not the queue. The waiters of one Locker share their
+// watches on other contenders' nodes: go-zookeeper cannot remove a watch,
+// so a waiter that gives up leaves its watch set until the node changes,
+// and an Acquire with a timeout tried again and again while one holder
+// keeps the key would otherwise pile one up per attempt.
 // When the node just before goes with others still listed before it (it
 // gave up waiting), the contender lists again.
 //

@@ -830,8 +830,9 @@ func (l *Locker) watchAll(ctx context.Context, reqs []*watchReq) {
 // the key) would leave one channel behind per attempt; shared, there is one
 // per node watched, however many attempts. A goroutine waits for the event,
 // records it, takes the watch out of the Locker's table (the next waiter on
-// the node sets a new one) and closes done. It ends with the event, or when
-// the connection closes.
+// the node sets a new one) and closes done. It ends with the event, when
+// the connection closes, or when the Locker's Close is done. A new
+// connection empties the table (see onSession).
 type nodeWatch struct {
 	path string
 	done chan struct{}
@@ -875,16 +876,31 @@ func (l *Locker) watchNode(ctx context.Context, path string) (*nodeWatch, error)
 	w = &nodeWatch{path: path, done: make(chan struct{})}
 	l.watches[path] = w
 	l.wmu.Unlock()
+	l.bg.Add(1) // safe: this runs inside an Acquire, which Close waits for before bg
 	go func() {
-		ev, ok := <-ch
-		if !ok {
-			ev = zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: path, Err: zk.ErrClosing}
+		defer l.bg.Done()
+		var ev zk.Event
+		select {
+		case e, ok := <-ch:
+			if ev = e; !ok {
+				ev = zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: path, Err: zk.ErrClosing}
+			}
+		case <-l.bgCtx.Done():
+			ev = zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: path, Err: locker.ErrClosed}
 		}
 		w.ev = ev
 		l.dropWatch(w)
 		close(w.done)
 	}()
 	return w, nil
+}
+
+// clearWatches empties the Locker's table of shared watches: later waiters
+// set new ones. Those that hold one keep it.
+func (l *Locker) clearWatches() {
+	l.wmu.Lock()
+	clear(l.watches)
+	l.wmu.Unlock()
 }
 
 // dropWatch takes w out of the Locker's table, so that the next waiter on

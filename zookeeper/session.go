@@ -106,6 +106,10 @@ func (l *Locker) onSession(state zk.State, timer *time.Timer) {
 		if l.connected && id == l.sessID {
 			return
 		}
+		// A new connection: the shared watches set before it were set
+		// again by go-zookeeper, which gives up on that after a server
+		// error. Waiters from now on set their own.
+		l.clearWatches()
 		if l.sessID != 0 && id != l.sessID {
 			l.loseSessionLocked(l.sessID, "the session expired: the server deleted the lock nodes")
 			for n, sid := range l.orphans {

@@ -727,7 +727,7 @@ const opGetData = 4
 // the holder's node with its earlier attempts: go-zookeeper keeps every
 // watch's channel until the node changes, so one per attempt would pile
 // up. Each attempt watches its own node (a getData); the holder's node is
-// watched once.
+// watched once, and that watch wakes the last attempt.
 func TestRetriedWaitSharesWatch(t *testing.T) {
 	const tries = 20
 	srv := testserver.ZooKeeper(t)
@@ -745,39 +745,61 @@ func TestRetriedWaitSharesWatch(t *testing.T) {
 	t.Cleanup(func() { _ = l.Close() })
 	admin := adminConn(t, srv.Addr())
 	for i := range tries {
+		start := reqs.getData.Load()
+		// The first try watches its own node and the holder's; every
+		// later one its own only.
+		want := start + 1
+		if i == 0 {
+			want++
+		}
 		actx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
-			_, err := l.Acquire(actx, k)
+			h, err := l.Acquire(actx, k)
+			if err == nil {
+				err = h.Release(ctx)
+				if err == nil {
+					err = errors.New("acquired")
+				}
+			}
 			done <- err
 		}()
-		// Queued and watching: its node, and the holder's and its own
-		// watches answered.
-		waitNodes(t, admin, k, 10*time.Second, "the waiter never queued",
-			func(kids []string) bool { return len(kids) == 2 })
+		// Queued and watching, every request answered.
+		deadline := time.After(10 * time.Second)
 		for {
 			n, answered := reqs.counts()
-			if g := reqs.getData.Load(); answered == n && g >= int64(i)+2 {
+			if g := reqs.getData.Load(); answered == n && g >= want {
 				break
 			}
 			select {
 			case err := <-done:
-				t.Fatalf("try %d: Acquire returned %v while the key was held", i, err)
+				t.Fatalf("try %d: Acquire returned (%v) while the key was held", i, err)
+			case <-deadline:
+				g := reqs.getData.Load()
+				t.Fatalf("try %d: after 10s, %d getData requests, want %d (or not all answered)", i, g-start, want-start)
 			case <-time.After(time.Millisecond):
 			}
 		}
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Fatalf("try %d: Acquire = %v, want context.Canceled", i, err)
+		if i == tries-1 {
+			// The last try is woken through the watch the first one set.
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err == nil || err.Error() != "acquired" {
+				t.Fatalf("try %d after the release: %v, want the lock", i, err)
+			}
+		} else {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("try %d: Acquire = %v, want context.Canceled", i, err)
+			}
+			waitNodes(t, admin, k, 10*time.Second, "the given-up waiter's node stayed",
+				func(kids []string) bool { return len(kids) == 1 })
 		}
-		waitNodes(t, admin, k, 10*time.Second, "the given-up waiter's node stayed",
-			func(kids []string) bool { return len(kids) == 1 })
-	}
-	if g := reqs.getData.Load(); g != tries+1 {
-		t.Errorf("%d getData requests over %d tries, want %d: one on each try's own node, one on the holder's", g, tries, tries+1)
-	}
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
+		cancel()
+		if g := reqs.getData.Load(); g != want {
+			t.Errorf("try %d: %d getData requests, want %d: its own node's, and the holder's on the first try only", i, g-start, want-start)
+		}
 	}
 }
 
