@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-locker/locker"
@@ -25,6 +26,7 @@ type Locker struct {
 	cfg     config
 	cfgErr  error
 	dialect Dialect
+	notPGX  atomic.Bool // PostgreSQL through a driver that is not pgx's: acquire via database/sql
 	table   tableName
 	st      statements
 	hubKey  string // names the table in the process-wide wake-up hub
@@ -281,6 +283,14 @@ func (l *Locker) runAcquire(ctx context.Context, key, owner string, ttl time.Dur
 				token, err = res.LastInsertId()
 			}
 			return err
+		}
+		if l.dialect == PostgreSQL && !l.notPGX.Load() {
+			var err error
+			token, ok, err = l.acquirePGX(ctx, key, owner, ttl)
+			if !errors.Is(err, errNotPGX) {
+				return err
+			}
+			l.notPGX.Store(true)
 		}
 		err := l.ps.acquire.QueryRowContext(ctx, key, owner, ttl.Microseconds()).Scan(&token)
 		switch {
