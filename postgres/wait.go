@@ -24,12 +24,16 @@ import (
 // statement's implicit transaction, so the server reverts it at the
 // statement's end whatever the outcome, leaving the session's own setting
 // in place. set_config returns the new value, never NULL, so the CASE
-// always yields the key; one statement instead of a batch of two saves a
+// always yields the key; should it ever not, the lock function (strict)
+// would return NULL without locking, and the WHERE turns that into no row
+// (an error) rather than a token without a lock. One statement instead of
+// a batch of two saves a
 // statement's work on the server on every wait (about 10 µs a handoff on
 // the test machine).
 const (
 	sqlLockWait = `SELECT pg_catalog.nextval($2::text::regclass), pg_catalog.pg_backend_pid()
-		FROM pg_catalog.pg_advisory_lock(CASE WHEN pg_catalog.set_config('lock_timeout', $3, true) IS NOT NULL THEN $1::bigint END)`
+		FROM pg_catalog.pg_advisory_lock(CASE WHEN pg_catalog.set_config('lock_timeout', $3, true) IS NOT NULL THEN $1::bigint END) AS g(v)
+		WHERE g.v IS NOT NULL`
 	sqlLockTry = `SELECT CASE WHEN pg_catalog.pg_try_advisory_lock($1) THEN pg_catalog.nextval($2::text::regclass) END, pg_catalog.pg_backend_pid()`
 	sqlUnlock  = `SELECT pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_backend_pid()`
 

@@ -29,11 +29,24 @@ var errNotPGX = errors.New("sqltable: not a pgx connection")
 func (l *Locker) acquirePGX(ctx context.Context, key, owner string, ttl time.Duration) (token int64, ok bool, err error) {
 	for try := 0; ; try++ {
 		token, ok, err = l.acquirePGXOnce(ctx, key, owner, ttl)
-		if !errors.Is(err, driver.ErrBadConn) || try == 2 || ctx.Err() != nil {
+		var bad badConn
+		if !errors.As(err, &bad) {
 			return token, ok, err
+		}
+		if try == 2 || ctx.Err() != nil {
+			return token, ok, bad.err
 		}
 	}
 }
+
+// badConn is the error of a statement that did not reach the server on a
+// broken connection: database/sql discards the connection (it wraps
+// driver.ErrBadConn), acquirePGX tries another, and returns err itself
+// when it gives up.
+type badConn struct{ err error }
+
+func (e badConn) Error() string   { return e.err.Error() }
+func (e badConn) Unwrap() []error { return []error{driver.ErrBadConn, e.err} }
 
 func (l *Locker) acquirePGXOnce(ctx context.Context, key, owner string, ttl time.Duration) (token int64, ok bool, err error) {
 	conn, err := l.db.Conn(ctx)
@@ -50,9 +63,11 @@ func (l *Locker) acquirePGXOnce(ctx context.Context, key, owner string, ttl time
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return nil
-		case err != nil && pgconn.SafeToRetry(err):
-			// Nothing reached the server: drop the connection, try another.
-			return errors.Join(driver.ErrBadConn, err)
+		case err != nil && ctx.Err() == nil && pgconn.SafeToRetry(err):
+			// Nothing reached the server and the connection broke: drop
+			// it, try another. (An ended ctx is no fault of the
+			// connection's.)
+			return badConn{err}
 		case err != nil:
 			return err
 		}
