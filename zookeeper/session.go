@@ -59,7 +59,7 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 				events = nil
 				continue
 			}
-			if ev.Type == zk.EventSession {
+			if ev.Type == zk.EventSession && !l.staleEvent(ev.State) {
 				l.onSession(ev.State, timer)
 			}
 		case <-l.kick:
@@ -94,6 +94,24 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 			}
 		}
 	}
+}
+
+// staleEvent reports a session event from the caller's channel (New) that
+// the connection has left behind: it says the link is down or coming up,
+// but the connection is back, in the session the Locker knows. The channel
+// is buffered and the supervisor also follows the connection's own state
+// (see supervise), so such an event can be read after the state it
+// describes has passed (the Connected of the first connect, read after
+// HasSession was seen); applied, it would take the Locker through a
+// disconnection that is over. A session that survived a disconnection
+// keeps its nodes, so nothing is lost by skipping it.
+func (l *Locker) staleEvent(s zk.State) bool {
+	if s == zk.StateHasSession || s == zk.StateExpired || l.conn.State() != zk.StateHasSession {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.connected && l.conn.SessionID() == l.sessID
 }
 
 // onSession applies one session state change.
