@@ -828,15 +828,23 @@ func (l *Locker) watchAll(ctx context.Context, reqs []*watchReq) {
 // channel of each GetW until the node changes, so a waiter that gives up
 // (an Acquire with a timeout, tried again and again while one holder keeps
 // the key) would leave one channel behind per attempt; shared, there is one
-// per node watched, however many attempts. A goroutine waits for the event,
-// records it, takes the watch out of the Locker's table (the next waiter on
-// the node sets a new one) and closes done. It ends with the event, when
-// the connection closes, or when the Locker's Close is done. A new
+// per node watched, however many attempts.
+//
+// The watch enters the Locker's table before its GetW is sent, and one
+// goroutine sends the GetW, waits for the event, records it, takes the
+// watch out of the table (the next waiter on the node sets a new one) and
+// closes done. Waiters wait for the GetW's answer as long as their context
+// allows; one that gives up leaves the request to finish for the next. The
+// goroutine ends with the event, when the connection closes, or when the
+// Locker's Close is done (on a caller's connection, Close waits for an
+// unanswered GetW at most closeWait, as for every request). A new
 // connection empties the table (see onSession).
 type nodeWatch struct {
 	path string
-	done chan struct{}
-	ev   zk.Event // set before done is closed
+	set  chan struct{} // closed once the GetW was answered
+	err  error         // the GetW's error, set before set is closed
+	done chan struct{} // closed once the watch fired
+	ev   zk.Event      // set before done is closed
 }
 
 // fired returns the channel closed once the watch fired; nil (never ready)
@@ -848,51 +856,57 @@ func (w *nodeWatch) fired() <-chan struct{} {
 	return w.done
 }
 
-// watchNode returns the Locker's live watch on path, setting one (GetW) if
-// there is none. A node gone makes it fail with zk.ErrNoNode.
+// watchNode returns the Locker's watch on path, setting one (GetW) if there
+// is none, once the server has answered the GetW. A node gone makes it
+// fail with zk.ErrNoNode.
 func (l *Locker) watchNode(ctx context.Context, path string) (*nodeWatch, error) {
 	l.wmu.Lock()
 	w := l.watches[path]
+	if w == nil {
+		w = &nodeWatch{path: path, set: make(chan struct{}), done: make(chan struct{})}
+		l.watches[path] = w
+		// Counted with the Locker's calls: this runs inside an Acquire,
+		// which Close waits for before it waits for the calls.
+		l.calls.Add(1)
+		go l.runWatch(w)
+	}
 	l.wmu.Unlock()
-	if w != nil {
-		return w, nil
-	}
-	var ch <-chan zk.Event
-	err := l.call(ctx, func() error {
-		var err error
-		_, _, ch, err = l.conn.GetW(path)
-		return err
-	}, nil)
-	if err != nil {
-		return nil, err
-	}
-	l.wmu.Lock()
-	if old := l.watches[path]; old != nil {
-		// Another waiter set one meanwhile: share it. Ours fires into its
-		// buffer all the same, and is dropped.
-		l.wmu.Unlock()
-		return old, nil
-	}
-	w = &nodeWatch{path: path, done: make(chan struct{})}
-	l.watches[path] = w
-	l.wmu.Unlock()
-	l.bg.Add(1) // safe: this runs inside an Acquire, which Close waits for before bg
-	go func() {
-		defer l.bg.Done()
-		var ev zk.Event
-		select {
-		case e, ok := <-ch:
-			if ev = e; !ok {
-				ev = zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: path, Err: zk.ErrClosing}
-			}
-		case <-l.bgCtx.Done():
-			ev = zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: path, Err: locker.ErrClosed}
+	select {
+	case <-w.set:
+		if w.err != nil {
+			return nil, w.err
 		}
-		w.ev = ev
+		return w, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.bgCtx.Done():
+		return nil, locker.ErrClosed
+	}
+}
+
+// runWatch sets w (GetW) and waits for it to fire.
+func (l *Locker) runWatch(w *nodeWatch) {
+	defer l.calls.Done()
+	_, _, ch, err := l.conn.GetW(w.path)
+	if err != nil {
+		w.err = err
 		l.dropWatch(w)
-		close(w.done)
-	}()
-	return w, nil
+		close(w.set)
+		return
+	}
+	close(w.set)
+	var ev zk.Event
+	select {
+	case e, ok := <-ch:
+		if ev = e; !ok {
+			ev = zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: w.path, Err: zk.ErrClosing}
+		}
+	case <-l.bgCtx.Done():
+		ev = zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: w.path, Err: locker.ErrClosed}
+	}
+	w.ev = ev
+	l.dropWatch(w)
+	close(w.done)
 }
 
 // clearWatches empties the Locker's table of shared watches: later waiters
