@@ -139,6 +139,11 @@ func testSlotMigration(t *testing.T, waiterClient func(c *goredis.ClusterClient,
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := shardSubscribed(wctx, to, []string{wake}); err != nil {
+		select {
+		case r := <-got:
+			t.Fatalf("the waiter did not subscribe on the slot's new master: %v; its Acquire returned %v", err, r.err)
+		default:
+		}
 		t.Fatalf("the waiter did not subscribe on the slot's new master: %v", err)
 	}
 	if err := h.Err(); err != nil {
@@ -229,4 +234,34 @@ func migrateSlot(t *testing.T, ctx context.Context, c *goredis.ClusterClient, sl
 		}
 	}
 	done = true
+	// The move must stick on every master (gossip with a higher config
+	// epoch could take it back): otherwise the failure below would be the
+	// cluster's, and the later tests on the shared cluster would fail too.
+	for _, m := range masters {
+		var owner string
+		for range 50 {
+			owner = slotOwner(ctx, m, slot)
+			if owner == to.Options().Addr {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // polling the server's view: it sends no signal
+		}
+		if owner != to.Options().Addr {
+			t.Fatalf("after the move %s says slot %d is %q's, not %s's", m.Options().Addr, slot, owner, to.Options().Addr)
+		}
+	}
+}
+
+// slotOwner returns the address of the master that m says serves slot.
+func slotOwner(ctx context.Context, m *goredis.Client, slot int64) string {
+	slots, err := m.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	for _, r := range slots {
+		if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+			return r.Nodes[0].Addr
+		}
+	}
+	return ""
 }

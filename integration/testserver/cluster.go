@@ -92,6 +92,18 @@ func formCluster(ctx context.Context, data, bus []int) error {
 			return fmt.Errorf("redis cluster: ADDSLOTSRANGE %d %d on node %d: %w", lo, hi, i, err)
 		}
 	}
+	// Distinct config epochs before the nodes meet, as redis-cli --cluster
+	// create gives them. Left at 0 each, the nodes resolve the collision
+	// themselves, one bump at a time, for seconds after the cluster reports
+	// ok; a slot moved meanwhile (CLUSTER SETSLOT ... NODE, which bumps the
+	// importing node's epoch only when it is not the highest already) can be
+	// taken back by its old master's gossip with a higher epoch, and the two
+	// masters then answer MOVED to each other for that slot for good.
+	for i, c := range clients {
+		if err := c.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			return fmt.Errorf("redis cluster: SET-CONFIG-EPOCH %d on node %d: %w", i+1, i, err)
+		}
+	}
 	for i := 1; i < len(clients); i++ {
 		if err := clients[0].Do(ctx, "CLUSTER", "MEET", "127.0.0.1", data[i], bus[i]).Err(); err != nil {
 			return fmt.Errorf("redis cluster: MEET node %d: %w", i, err)

@@ -210,6 +210,11 @@ func ping(ctx context.Context, s *Server, full bool) error {
 		if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3") {
 			return errors.New("cluster not formed yet")
 		}
+		// Every node has heard of the highest config epoch that formCluster
+		// gave, so a slot moved later gets an epoch above all of them.
+		if e := clusterInfoInt(info, "cluster_current_epoch"); e < clusterNodes {
+			return fmt.Errorf("cluster epochs not settled yet (cluster_current_epoch %d)", e)
+		}
 		return nil
 	case kindPostgres:
 		conn, err := pgx.Connect(ctx, s.DSN())
@@ -323,4 +328,16 @@ func hostPortFromDSN(kind, dsn string) string {
 		}
 	}
 	return dsn
+}
+
+// clusterInfoInt returns the integer field name of a CLUSTER INFO reply, or -1.
+func clusterInfoInt(info, name string) int {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }

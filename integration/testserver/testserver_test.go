@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -216,6 +217,30 @@ func TestRedisCluster(t *testing.T) {
 	})
 	if err != nil || masters.Load() != 3 {
 		t.Fatalf("masters: %d, %v", masters.Load(), err)
+	}
+	// Every node sees three masters with distinct config epochs: with equal
+	// ones, a slot moved by a test could be taken back by gossip.
+	for _, a := range addrs {
+		nc := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
+		out, err := nc.ClusterNodes(ctx).Result()
+		_ = nc.Close()
+		if err != nil {
+			t.Fatalf("CLUSTER NODES on %s: %v", a, err)
+		}
+		epochs := map[string]bool{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 8 || !strings.Contains(f[2], "master") {
+				continue
+			}
+			if epochs[f[6]] {
+				t.Errorf("%s sees two masters with config epoch %s:\n%s", a, f[6], out)
+			}
+			epochs[f[6]] = true
+		}
+		if len(epochs) != 3 {
+			t.Errorf("%s sees %d distinct master config epochs, want 3:\n%s", a, len(epochs), out)
+		}
 	}
 }
 
