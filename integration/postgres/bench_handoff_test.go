@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,13 +16,14 @@ import (
 )
 
 // BenchmarkHandoffInterleaved measures one handoff to one waiter: raw
-// pg_advisory_lock, then the Locker on pools of one connection, then the
-// Locker on pools of four, in turn in every iteration, which goes first
-// rotating (so load from other processes weighs on all alike). The holder
+// pg_advisory_lock, raw pg_advisory_lock drawing a fencing token from a
+// sequence in the same statement (raw-fenced), the Locker on pools of one
+// connection, and the Locker on pools of four, in turn in every iteration,
+// which goes first rotating (so load from other processes weighs on all alike). The holder
 // releases while the other side is queued on the server (seen in pg_locks
 // as an ungranted advisory lock), and the handoff is the time from the
 // start of the release to the waiter's acquire returning. It reports the
-// p50 and p99 of each side and the ratios of the p50s to raw's.
+// p50 and p99 of each side and the ratios of the p50s to raw's and raw-fenced's.
 //
 // The raw side runs on two dedicated connections, one per client; the
 // Locker on pools of one connection is the like-for-like comparison, and
@@ -55,7 +57,16 @@ func BenchmarkHandoffInterleaved(b *testing.B) {
 			b.Errorf("%s: %v", sql, err)
 		}
 	}
+	// The least a lock with a fencing token costs here: the token drawn in
+	// the statement that is granted the lock, from a sequence without a
+	// cache, as the Locker does (without its lock_timeout slice and its
+	// backend check).
+	if _, err := holderConn.Exec(ctx, "CREATE SEQUENCE IF NOT EXISTS bench_fence_seq NO CYCLE CACHE 1"); err != nil && !strings.Contains(err.Error(), "already exists") {
+		b.Fatalf("CREATE SEQUENCE: %v", err)
+	}
+	const fencedLock = "SELECT pg_catalog.nextval('bench_fence_seq') FROM pg_catalog.pg_advisory_lock($1) AS g(v)"
 	raw := make([]time.Duration, 0, b.N)
+	fenced := make([]time.Duration, 0, b.N)
 	lk1 := make([]time.Duration, 0, b.N)
 	lk4 := make([]time.Duration, 0, b.N)
 	got := make(chan time.Time, 1)
@@ -69,6 +80,18 @@ func BenchmarkHandoffInterleaved(b *testing.B) {
 		t0 := time.Now()
 		exec(holderConn, "SELECT pg_advisory_unlock($1)")
 		raw = append(raw, (<-got).Sub(t0))
+		exec(waiterConn, "SELECT pg_advisory_unlock($1)")
+	}
+	fencedSide := func() {
+		exec(holderConn, fencedLock)
+		go func() {
+			exec(waiterConn, fencedLock)
+			got <- time.Now()
+		}()
+		queued()
+		t0 := time.Now()
+		exec(holderConn, "SELECT pg_advisory_unlock($1)")
+		fenced = append(fenced, (<-got).Sub(t0))
 		exec(waiterConn, "SELECT pg_advisory_unlock($1)")
 	}
 	lockerSide := func(holder, waiter *postgres.Locker, lk *[]time.Duration) {
@@ -98,14 +121,14 @@ func BenchmarkHandoffInterleaved(b *testing.B) {
 	// Which side goes first alternates: the first of an iteration runs on
 	// a machine that was doing something else.
 	for i := 0; b.Loop(); i++ {
-		benchstats.Rotated(i, rawSide,
+		benchstats.Rotated(i, rawSide, fencedSide,
 			func() { lockerSide(holder1, waiter1, &lk1) },
 			func() { lockerSide(holder4, waiter4, &lk4) })
 	}
 	for _, side := range []struct {
 		name string
 		d    []time.Duration
-	}{{"raw", raw}, {"locker-pool1", lk1}, {"locker-pool4", lk4}} {
+	}{{"raw", raw}, {"raw-fenced", fenced}, {"locker-pool1", lk1}, {"locker-pool4", lk4}} {
 		slices.Sort(side.d)
 		b.ReportMetric(benchstats.Micros(benchstats.Percentile(side.d, 0.5)), side.name+"-p50-µs")
 		b.ReportMetric(benchstats.Micros(benchstats.Percentile(side.d, 0.99)), side.name+"-p99-µs")
@@ -113,4 +136,8 @@ func BenchmarkHandoffInterleaved(b *testing.B) {
 	rawP50 := float64(benchstats.Percentile(raw, 0.5))
 	b.ReportMetric(float64(benchstats.Percentile(lk1, 0.5))/rawP50, "pool1/raw")
 	b.ReportMetric(float64(benchstats.Percentile(lk4, 0.5))/rawP50, "pool4/raw")
+	fencedP50 := float64(benchstats.Percentile(fenced, 0.5))
+	b.ReportMetric(fencedP50/rawP50, "raw-fenced/raw")
+	b.ReportMetric(float64(benchstats.Percentile(lk1, 0.5))/fencedP50, "pool1/raw-fenced")
+	b.ReportMetric(float64(benchstats.Percentile(lk4, 0.5))/fencedP50, "pool4/raw-fenced")
 }
