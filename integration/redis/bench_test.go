@@ -129,15 +129,15 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 }
 
-// BenchmarkUncontendedInterleaved alternates the two within one loop, so
-// that both see the same machine load (the sub-benchmarks above run one
-// after the other, and a busy machine skews them differently), and which
-// goes first alternates too. It runs on a client with ContextTimeoutEnabled
-// and on a plain one (the go-redis default), each side on the same client.
-// A third side, raw-fenced, is the least a lock with a fencing token costs
-// (rawFencedAcquire, then the same compare-and-delete release). ns/op is one
-// cycle of each; the medians of each and the Locker's ratios to both raw
-// sides are reported.
+// BenchmarkUncontendedInterleaved runs the Locker, the raw lock above and
+// raw-fenced, the least a lock with a fencing token costs (rawFencedAcquire,
+// then the same compare-and-delete release), in turn within one loop, so
+// that all see the same machine load (the sub-benchmarks above run one after
+// the other, and a busy machine skews them differently); which goes first
+// rotates. It runs on a client with ContextTimeoutEnabled and on a plain one
+// (the go-redis default), every side on the same client. ns/op is one cycle
+// of each; the medians of each and the Locker's ratios to both raw sides are
+// reported.
 func BenchmarkUncontendedInterleaved(b *testing.B) {
 	addr := testserver.Redis(b).Addr()
 	for _, tc := range []struct {
@@ -175,14 +175,15 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 				}
 				rawT = append(rawT, time.Since(start))
 			}
-			fencedKey, fenceKey := "bench/interleaved-fenced/"+randomID(), "bench/interleaved-fence/"+randomID()
+			fid := randomID() // one hash tag: the script's two keys share a Cluster slot
+			fencedKey, fenceKey := "bench/{"+fid+"}/interleaved-fenced", "bench/{"+fid+"}/interleaved-fence"
 			fencedT := make([]time.Duration, 0, b.N)
 			fencedCycle := func() {
 				start := time.Now()
 				owner := randomID()
 				token, err := rawFencedAcquire.Run(ctx, c, []string{fencedKey, fenceKey}, owner, 30000).Int64()
 				if err != nil || token <= 0 {
-					b.Fatalf("fenced acquire: token %d, %v", token, err)
+					b.Fatalf("fenced acquire: not taken (token %d, %v); nobody else uses the key", token, err)
 				}
 				if err := rawUnlock(ctx, c, fencedKey, owner); err != nil {
 					b.Fatal(err)

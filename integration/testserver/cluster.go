@@ -98,7 +98,9 @@ func formCluster(ctx context.Context, data, bus []int) error {
 	// ok; a slot moved meanwhile (CLUSTER SETSLOT ... NODE, which bumps the
 	// importing node's epoch only when it is not the highest already) can be
 	// taken back by its old master's gossip with a higher epoch, and the two
-	// masters then answer MOVED to each other for that slot for good.
+	// masters then answer MOVED to each other for that slot for good. The
+	// highest epoch given is clusterNodes, which a node must have heard of
+	// to count as ready (see ping in kinds.go).
 	for i, c := range clients {
 		if err := c.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
 			return fmt.Errorf("redis cluster: SET-CONFIG-EPOCH %d on node %d: %w", i+1, i, err)
