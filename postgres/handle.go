@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -110,12 +111,34 @@ func (h *handle) afterMonitor(ctx context.Context, byClose bool) error {
 
 // unlock gives the lock up on the pinned connection. The monitor must not be
 // running.
+//
+// The unlock gets at most locker.ReleaseTimeout: then the Locker's releaseQ
+// closes the socket under it, which ends the read at once and, once the
+// server sees it, the session and its lock. One runtime timer serves every
+// release of the Locker; a context.WithTimeout of its own would arm one per
+// release, and arming a timer wakes the runtime's network poller or an idle
+// thread (see the Locker's monitorQ), which on a small machine costs more
+// than the rest of the Locker's work for the release.
 func (h *handle) unlock(ctx context.Context, byClose bool) error {
-	uctx, cancel := context.WithTimeout(ctx, locker.ReleaseTimeout)
-	defer cancel()
+	nc := h.pgc.Conn()
+	backstop := h.l.releaseQ.Add(func() { _ = nc.Close() })
 	var ok bool
 	var pid int32
-	err := h.conn.QueryRow(uctx, sqlUnlock, h.id).Scan(&ok, &pid)
+	err := h.conn.QueryRow(ctx, sqlUnlock, h.id).Scan(&ok, &pid)
+	if !backstop.Stop() {
+		// The socket was closed at the bound, perhaps just after the
+		// answer came: the connection must not go back to the pool. A
+		// closed session holds no lock either way.
+		if err == nil && ok && uint32(pid) == h.pid {
+			h.state.End(releasedErr(byClose))
+			h.discard()
+			return nil
+		}
+		if err == nil {
+			err = errors.New("no answer in time")
+		}
+		err = fmt.Errorf("no answer within %v (%w)", locker.ReleaseTimeout, err)
+	}
 	switch {
 	case err == nil && ok && uint32(pid) == h.pid:
 		h.state.End(releasedErr(byClose))

@@ -104,6 +104,8 @@ type Locker struct {
 	// arms a timer of its own pays a wake-up of the network poller.
 	monitorQ  *timerq.Queue
 	backstopQ *timerq.Queue
+	// releaseQ bounds each unlock by locker.ReleaseTimeout (see unlock).
+	releaseQ *timerq.Queue
 }
 
 var _ locker.Locker = (*Locker)(nil)
@@ -215,6 +217,7 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 		handles:     map[*handle]struct{}{},
 		monitorQ:    timerq.New(monitorDelay),
 		backstopQ:   timerq.New(2 * cfg.interval),
+		releaseQ:    timerq.New(locker.ReleaseTimeout),
 	}
 }
 

@@ -194,3 +194,41 @@ func TestDoStopsOnLoss(t *testing.T) {
 		t.Fatalf("Do: %v, want ErrLost", err)
 	}
 }
+
+// A Release whose unlock gets no answer (the link died after the lock was
+// taken) returns after locker.ReleaseTimeout with the lock reported lost,
+// having closed its connection; once the link is back, the server ends that
+// session and the key is free again.
+func TestReleaseOnDeadLinkIsBounded(t *testing.T) {
+	srv := testserver.Postgres(t)
+	px := testserver.NewProxy(t, srv.Addr())
+	ctx := testCtx(t)
+	// A long interval: the monitor waits on the socket, so Release wakes it
+	// and sends the unlock itself.
+	l := newLocker(t, newPool(t, withHost(t, srv.DSN(), px.Addr(), nil), 2), postgres.WithHealthCheckInterval(time.Minute))
+	other := newLocker(t, sharedPool(t, 2))
+	k := testKey(t, "")
+	h := mustAcquire(t, ctx, l, k)
+	px.Blackhole(t)
+	start := time.Now()
+	err := h.Release(context.Background())
+	took := time.Since(start)
+	t.Logf("Release returned after %v: %v", took, err)
+	if !errors.Is(err, locker.ErrLost) {
+		t.Fatalf("Release with no answer: %v, want ErrLost", err)
+	}
+	if took < locker.ReleaseTimeout-time.Second || took > locker.ReleaseTimeout+3*time.Second {
+		t.Errorf("Release with no answer returned after %v, want about locker.ReleaseTimeout (%v)", took, locker.ReleaseTimeout)
+	}
+	if !errors.Is(h.Err(), locker.ErrLost) {
+		t.Errorf("Err after the bounded Release: %v, want ErrLost", h.Err())
+	}
+	px.Heal(t)
+	actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	h2, err := other.Acquire(actx, k)
+	if err != nil {
+		t.Fatalf("the key was not freed after the link came back: %v", err)
+	}
+	mustRelease(t, ctx, h2)
+}
