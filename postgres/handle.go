@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -125,23 +124,19 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 	var ok bool
 	var pid int32
 	err := h.conn.QueryRow(ctx, sqlUnlock, h.id).Scan(&ok, &pid)
-	if !backstop.Stop() {
-		// The socket was closed at the bound, perhaps just after the
-		// answer came: the connection must not go back to the pool. A
-		// closed session holds no lock either way.
-		if err == nil && ok && uint32(pid) == h.pid {
-			h.state.End(releasedErr(byClose))
-			h.discard()
-			return nil
-		}
-		if err == nil {
-			err = errors.New("no answer in time")
-		}
+	// The socket was closed at the bound, perhaps just after the answer
+	// came: then the connection must not go back to the pool.
+	closed := !backstop.Stop()
+	if closed && err != nil {
 		err = fmt.Errorf("no answer within %v (%w)", locker.ReleaseTimeout, err)
 	}
 	switch {
 	case err == nil && ok && uint32(pid) == h.pid:
 		h.state.End(releasedErr(byClose))
+		if closed {
+			h.discard() // a closed session holds no lock either
+			return nil
+		}
 		h.l.forget(h)
 		h.gone.Do(h.conn.Release)
 		return nil

@@ -72,28 +72,18 @@ func BenchmarkHandoffInterleaved(b *testing.B) {
 	lk1 := make([]time.Duration, 0, b.N)
 	lk4 := make([]time.Duration, 0, b.N)
 	got := make(chan time.Time, 1)
-	rawSide := func() {
-		exec(holderConn, "SELECT pg_advisory_lock($1)")
+	// rawSide hands over between the two raw connections, each taking the
+	// lock with lockSQL.
+	rawSide := func(lockSQL string, out *[]time.Duration) {
+		exec(holderConn, lockSQL)
 		go func() {
-			exec(waiterConn, "SELECT pg_advisory_lock($1)")
+			exec(waiterConn, lockSQL)
 			got <- time.Now()
 		}()
 		queued()
 		t0 := time.Now()
 		exec(holderConn, "SELECT pg_advisory_unlock($1)")
-		raw = append(raw, (<-got).Sub(t0))
-		exec(waiterConn, "SELECT pg_advisory_unlock($1)")
-	}
-	fencedSide := func() {
-		exec(holderConn, fencedLock)
-		go func() {
-			exec(waiterConn, fencedLock)
-			got <- time.Now()
-		}()
-		queued()
-		t0 := time.Now()
-		exec(holderConn, "SELECT pg_advisory_unlock($1)")
-		fenced = append(fenced, (<-got).Sub(t0))
+		*out = append(*out, (<-got).Sub(t0))
 		exec(waiterConn, "SELECT pg_advisory_unlock($1)")
 	}
 	lockerSide := func(holder, waiter *postgres.Locker, lk *[]time.Duration) {
@@ -123,7 +113,9 @@ func BenchmarkHandoffInterleaved(b *testing.B) {
 	// Which side goes first alternates: the first of an iteration runs on
 	// a machine that was doing something else.
 	for i := 0; b.Loop(); i++ {
-		benchstats.Rotated(i, rawSide, fencedSide,
+		benchstats.Rotated(i,
+			func() { rawSide("SELECT pg_advisory_lock($1)", &raw) },
+			func() { rawSide(fencedLock, &fenced) },
 			func() { lockerSide(holder1, waiter1, &lk1) },
 			func() { lockerSide(holder4, waiter4, &lk4) })
 	}
