@@ -23,7 +23,12 @@ import (
 	"github.com/go-locker/locker/sqltable"
 )
 
-func TestMain(m *testing.M) { testserver.Main(m) }
+func TestMain(m *testing.M) {
+	if code, ok := handoffChild(); ok {
+		os.Exit(code)
+	}
+	testserver.Main(m)
+}
 
 // sqliteEnv names the SQLite file that a test process shares with the
 // child processes it starts (the conformance suite's Process cases run the
