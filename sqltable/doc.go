@@ -36,7 +36,8 @@
 // (WithTTL), lock_drift (WithDriftMargin), lock_retry_interval
 // (WithRetryInterval), lock_ddl=false (WithoutDDL), lock_watchdog=false
 // (WithoutWatchdog), lock_max_conns (the pool's SetMaxOpenConns; default 10,
-// 4 for SQLite); lock_notify=false (WithNotify(false)) on PostgreSQL;
+// 4 for SQLite); lock_notify=false (WithNotify(false)) on PostgreSQL and
+// SQLite;
 // lock_file_mode (octal, default 0600) on SQLite. Driver parameters: on
 // mysql:// tls, timeout, readTimeout, writeTimeout, allowNativePasswords and
 // allowCleartextPasswords; on postgres+table:// pgx's connection settings
@@ -217,17 +218,31 @@
 //     connection, so give the pool at least one connection per Locker on
 //     top of what the locks and the rest of the program use (or share one
 //     Locker; a listener shared per *sql.DB is not built yet).
-//   - Otherwise (MySQL and SQLite across processes, or PostgreSQL while the
-//     listener is down): a jittered exponential back-off from 2ms up to
-//     the retry interval (WithRetryInterval, default 1s).
+//   - SQLite, across processes: each release writes one byte to a signal
+//     file beside the database, "<database file>-locker" (created with the
+//     database file's permissions), and every process whose Lockers wait
+//     watches it (fsnotify: inotify, kqueue or ReadDirectoryChangesW),
+//     from its first wait until its last Locker on the file closes. A
+//     write wakes the process's longest waiter of every key of the file's
+//     tables (the byte does not say which key was freed; those whose key
+//     is still held go back to sleep). A process that cannot create or
+//     write the file does not signal; one that cannot watch it waits with
+//     the back-off below. Off with WithNotify(false). A file system that
+//     does not report changes made by other hosts (NFS) is no place for an
+//     SQLite database anyway.
+//   - Otherwise (MySQL across processes, PostgreSQL and SQLite while the
+//     listener or the watch is down, or with WithNotify(false)): a
+//     jittered exponential back-off from 2ms up to the retry interval
+//     (WithRetryInterval, default 1s).
 //
 // In every case a waiter sleeps no longer than the holder's remaining
 // lease, read from the row by the database's clock, so a crashed holder's
 // key is taken as soon as its lease runs out; with notifications the retry
-// interval is only the safety net for a lost one. So the handoff is one
-// round trip after the release within a process and on PostgreSQL, and up to
-// the back-off across processes on MySQL and SQLite (see BENCHMARKS.md for
-// measured handoffs).
+// interval is only the safety net for a lost one (a release by a process
+// running an older release of this package, say). So the handoff is one
+// round trip after the release within a process, on PostgreSQL and on
+// SQLite, and up to the back-off across processes on MySQL (see
+// BENCHMARKS.md for measured handoffs, within and across processes).
 //
 // # Cost
 //

@@ -31,6 +31,7 @@ type Locker struct {
 	st      statements
 	hubKey  string // names the table in the process-wide wake-up hub
 	listen  *listener
+	fw      *fileWake // SQLite: the database file's signal to other processes; set by init
 
 	// ctx ends when Close begins: calls in progress return ErrClosed.
 	ctx  context.Context
@@ -158,7 +159,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	w := procHub.watch(l.hubKey, key)
 	var acquired bool
 	defer func() { procHub.leave(w, !acquired) }()
-	notified := l.listen.ensure(cctx)
+	notified := l.listen.ensure(cctx) || l.fw.ensure()
 	back := newBackoff(l.cfg.retryInterval)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -202,7 +203,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 			default:
 			}
 		}
-		notified = l.listen.up()
+		notified = l.listen.up() || l.fw.up()
 	}
 }
 
@@ -342,6 +343,7 @@ func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 	})
 	if err == nil && ok {
 		procHub.wake(l.hubKey, h.key, h.owner)
+		l.fw.signal()
 	}
 	return ok, err
 }
@@ -400,6 +402,7 @@ func (l *Locker) dropOnce(ctx context.Context, key, owner string) (int64, error)
 	})
 	if n > 0 {
 		procHub.wake(l.hubKey, key, owner)
+		l.fw.signal()
 	}
 	return n, err
 }
@@ -651,6 +654,9 @@ func (l *Locker) Close() error {
 	}
 	l.wg.Wait()             // goroutines, Releases in flight, drops of a racing acquire
 	l.initSem <- struct{}{} // no init in progress; none starts (closing)
+	if l.fw != nil {
+		l.fw.leave(l.hubKey)
+	}
 	err = errors.Join(err, l.ps.close())
 	if l.ownDB && l.db != nil {
 		err = errors.Join(err, l.db.Close())

@@ -138,11 +138,16 @@ func WithoutDDL() Option {
 	}
 }
 
-// WithNotify turns PostgreSQL LISTEN/NOTIFY for waiters on (the default) or
-// off. With it on, each release notifies the table's channel and the Locker
-// keeps one connection of the pool listening while any Acquire waits. It
-// is ignored on other dialects, and on a pool limited to fewer than four
-// connections (SetMaxOpenConns), which one listener would starve.
+// WithNotify turns the wake-ups of waiters in other processes on (the
+// default) or off. On PostgreSQL each release then notifies the table's
+// channel, and the Locker keeps one connection of the pool listening from
+// its first wait until Close (not on a pool limited to fewer than four
+// connections, SetMaxOpenConns, which one listener would starve). On
+// SQLite each release writes one byte to the signal file beside the
+// database ("<file>-locker"), which the process watches from its first
+// wait until its last Locker on the file closes. Without them, waiters in
+// other processes retry with a back-off (see Waiting in the package
+// documentation). It is ignored on MySQL.
 func WithNotify(on bool) Option {
 	return func(c *config) error {
 		c.notify = on

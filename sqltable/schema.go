@@ -72,6 +72,9 @@ func (l *Locker) init(ctx context.Context) error {
 	}
 	if id, err := l.dbIdentity(ctx); err == nil && id != "" {
 		l.hubKey = l.dialect.String() + ":" + id + ":" + l.table.String()
+		if l.dialect == SQLite && l.cfg.notify {
+			l.fw = joinFileWake(id, l.hubKey) // id is the database file
+		}
 	} // else New's key, by the *sql.DB, stays
 	l.inited = true
 	return nil

@@ -37,7 +37,7 @@ const (
 	paramDrift    = "lock_drift"          // WithDriftMargin
 	paramRetry    = "lock_retry_interval" // WithRetryInterval
 	paramDDL      = "lock_ddl"            // false: WithoutDDL
-	paramNotify   = "lock_notify"         // WithNotify (PostgreSQL)
+	paramNotify   = "lock_notify"         // WithNotify (PostgreSQL, SQLite)
 	paramWatchdog = "lock_watchdog"       // false: WithoutWatchdog
 	paramConns    = "lock_max_conns"      // the pool's SetMaxOpenConns
 	paramFileMode = "lock_file_mode"      // SQLite: permissions of a new database file, octal
@@ -145,6 +145,15 @@ func readCommon(q *backend.Query, scheme string, maxConns int) urlOptions {
 	return uo
 }
 
+// readNotify reads lock_notify (PostgreSQL and SQLite).
+func readNotify(q *backend.Query, uo *urlOptions) {
+	notify := true
+	q.Bool(paramNotify, &notify)
+	if !notify {
+		uo.opts = append(uo.opts, WithNotify(false))
+	}
+}
+
 func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	scheme := strings.ToLower(u.Scheme)
 	q, err := backend.ParseQuery(u)
@@ -158,6 +167,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	switch scheme {
 	case SchemeSQLite:
 		uo = readCommon(q, scheme, defaultSQLiteMaxConns)
+		readNotify(q, &uo)
 		mode := DefaultFileMode
 		if v, ok := q.Take(paramFileMode); ok {
 			m, err := strconv.ParseUint(v, 8, 32)
@@ -186,11 +196,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		db = sql.OpenDB(conn)
 	case SchemePostgres, SchemePostgresLong:
 		uo = readCommon(q, scheme, defaultMaxConns)
-		notify := true
-		q.Bool(paramNotify, &notify)
-		if !notify {
-			uo.opts = append(uo.opts, WithNotify(false))
-		}
+		readNotify(q, &uo)
 		if err := q.Err(); err != nil {
 			return nil, err
 		}

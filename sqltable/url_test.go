@@ -49,6 +49,8 @@ func TestOpenErrors(t *testing.T) {
 		{"postgres+table://u:" + secret + "@h:5432/db?lock_bogus=1", true, `unknown parameter(s) lock_bogus`},
 		{"postgres+table://u:" + secret + "@h:5432/db?sslmode=nonsense", true, `sslmode`},
 		{"postgres+table://u:" + secret + "@h:5432/db?lock_notify=maybe", true, `not true or false`},
+		{"sqlite://" + dir + "/x.db?lock_notify=maybe", true, `not true or false`},
+		{"mysql://u:" + secret + "@h:3306/db?lock_notify=false", true, `unknown parameter(s) lock_notify`},
 	} {
 		l, err := locker.Open(context.Background(), c.url)
 		if err == nil {

@@ -1,0 +1,205 @@
+package sqltable
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+// awaitWake waits, boundedly, for a wake-up of w.
+func awaitWake(t *testing.T, w *waiter, what string) {
+	t.Helper()
+	select {
+	case <-w.c:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no wake-up within 10s of %s", what)
+	}
+}
+
+// TestFileSignal: a release writes the database's signal file, and a write
+// to it by anyone (another process) wakes the waiters of this process.
+func TestFileSignal(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "locks.db")
+	l := New(openFile(t, p))
+	t.Cleanup(func() { l.Close() })
+	started(t, l)
+	sig := p + fileWakeSuffix
+	fi, err := os.Stat(sig)
+	if err != nil {
+		t.Fatalf("no signal file beside the database: %v", err)
+	}
+	if db, err := os.Stat(p); err != nil || fi.Mode().Perm() != db.Mode().Perm() {
+		t.Errorf("signal file mode %v, want the database file's (%v, %v)", fi.Mode().Perm(), db.Mode().Perm(), err)
+	}
+	if !l.fw.ensure() || !l.fw.up() {
+		t.Fatal("the signal file is not watched")
+	}
+
+	// A release signals.
+	if err := os.Truncate(sig, 0); err != nil {
+		t.Fatal(err)
+	}
+	started(t, l) // TryAcquire, Release
+	if fi, err := os.Stat(sig); err != nil || fi.Size() != 1 {
+		t.Fatalf("after a release the signal file has %v bytes (%v), want 1 written", fi.Size(), err)
+	}
+
+	// A write from outside wakes the head waiter of every waited key.
+	w1 := procHub.watch(l.hubKey, "k1")
+	defer procHub.leave(w1, false)
+	w2 := procHub.watch(l.hubKey, "k2")
+	defer procHub.leave(w2, false)
+	drain := func(w *waiter) {
+		for pending(w) {
+		}
+	}
+	drain(w1)
+	drain(w2)
+	if err := os.WriteFile(sig, []byte{1}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	awaitWake(t, w1, "a write to the signal file (k1)")
+	awaitWake(t, w2, "a write to the signal file (k2)")
+
+	// The file removed and created again (a clean-up of the directory): it
+	// is watched again.
+	if err := os.Remove(sig); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(sig); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the removed signal file was not created again")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	drain(w1)
+	if err := os.WriteFile(sig, []byte{1}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	awaitWake(t, w1, "a write to the signal file created again")
+
+	// The last Locker on the file stops the watch.
+	l.Close()
+	if l.fw.up() {
+		t.Error("the watch outlived the last Locker on the file")
+	}
+}
+
+// TestFileSignalOff: with WithNotify(false) (lock_notify=false) a Locker
+// neither creates nor watches a signal file.
+func TestFileSignalOff(t *testing.T) {
+	dir := t.TempDir()
+	l, err := locker.Open(context.Background(), "sqlite://"+dir+"/locks.db?lock_notify=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	sl := l.(*Locker)
+	started(t, sl)
+	if sl.fw != nil || sl.fw.ensure() {
+		t.Error("a Locker with lock_notify=false uses the signal file")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "locks.db"+fileWakeSuffix)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a Locker with lock_notify=false made a signal file (%v)", err)
+	}
+}
+
+// signalChildEnv makes the test binary the holder of
+// TestFileSignalAcrossProcesses: it names the database file.
+const signalChildEnv = "LOCKER_TEST_SQLTABLE_SIGNAL_DB"
+
+// TestFileSignalAcrossProcesses: a waiter whose only way to learn of the
+// release in another process is the signal file (its retry interval and
+// the holder's lease are an hour) gets the key when that process releases.
+func TestFileSignalAcrossProcesses(t *testing.T) {
+	ctx := context.Background()
+	if p := os.Getenv(signalChildEnv); p != "" {
+		l := New(openFile(t, p), WithTTL(time.Hour))
+		defer l.Close()
+		h, err := l.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Stdout.WriteString("held\n")
+		_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if testing.Short() {
+		t.Skip("-short: starts a child process")
+	}
+	p := filepath.Join(t.TempDir(), "locks.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFileSignalAcrossProcesses$", "-test.count=1", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(), signalChildEnv+"="+p)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "held\n" {
+		t.Fatalf("the child did not take the key: %q, %v", buf, err)
+	}
+
+	l := New(openFile(t, p), WithRetryInterval(time.Hour))
+	t.Cleanup(func() { l.Close() })
+	started(t, l)
+	got := make(chan error, 1)
+	go func() {
+		h, err := l.Acquire(ctx, "k")
+		if err == nil {
+			err = h.Release(ctx)
+		}
+		got <- err
+	}()
+	// Wait until the Acquire sleeps in the hub, watching the file, so that
+	// the release can reach it only through the signal.
+	deadline := time.Now().Add(30 * time.Second)
+	for !waitingOn(l, "k") || !l.fw.up() {
+		if time.Now().After(deadline) {
+			t.Fatal("the Acquire did not start waiting")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	in.Close() // the child releases
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter did not get the key within 30s of the other process's release (its retry interval and the lease are an hour, so only the signal file could wake it)")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("child: %v", err)
+	}
+}
+
+// waitingOn reports whether an Acquire of l waits for key in the hub.
+func waitingOn(l *Locker, key string) bool {
+	procHub.mu.Lock()
+	defer procHub.mu.Unlock()
+	return len(procHub.keys[hubID(l.hubKey, key)]) > 0
+}
