@@ -220,18 +220,23 @@
 //     Locker; a listener shared per *sql.DB is not built yet).
 //   - SQLite, across processes: each release writes one byte to a signal
 //     file beside the database, "<database file>-locker" (created with the
-//     database file's permissions), and every process whose Lockers wait
-//     watches it (fsnotify: inotify, kqueue or ReadDirectoryChangesW),
-//     from its first wait until its last Locker on the file closes. A
-//     write wakes the process's longest waiter of every key of the file's
-//     tables (the byte does not say which key was freed; those whose key
-//     is still held go back to sleep). A process that cannot create or
-//     write the file does not signal; one that cannot watch it waits with
-//     the back-off below. Off with WithNotify(false). A file system that
-//     does not report changes made by other hosts (NFS) is no place for an
-//     SQLite database anyway.
+//     database file's permissions and left in place, like the database),
+//     and every process whose Lockers wait watches it (fsnotify: inotify
+//     on Linux, kqueue on macOS and the BSDs), from its first wait until
+//     its last Locker on the file closes. A write wakes the process's
+//     longest waiter of every waited key of the file's tables (the byte
+//     does not say which key was freed; those whose key is still held try
+//     once and go back to sleep, so a release costs a try per waited key
+//     and watching process). Every Locker writes the signal;
+//     WithNotify(false) only keeps its own waiters from watching. A
+//     process that cannot create or write the file does not signal; one
+//     that cannot watch it, and every process on Windows (where a file
+//     kept open reports only its first write), waits with the back-off
+//     below. A removed or replaced signal file is created again by the
+//     next release and watched again.
 //   - Otherwise (MySQL across processes, PostgreSQL and SQLite while the
-//     listener or the watch is down, or with WithNotify(false)): a
+//     listener or the watch is down or with WithNotify(false), SQLite on
+//     Windows): a
 //     jittered exponential back-off from 2ms up to the retry interval
 //     (WithRetryInterval, default 1s).
 //

@@ -2,6 +2,7 @@ package sqltable
 
 import (
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,9 +23,23 @@ import (
 // package, a signal file nobody can write, a watch that failed) costs a
 // waiter at most the retry interval, as a lost NOTIFY does on PostgreSQL.
 //
-// One watch per database file and process, shared by its Lockers: started
-// by the first Acquire that waits, stopped when the last Locker on the
-// file closes.
+// Every Locker on a database file writes the signal, whatever its options,
+// so that its releases reach the waiters of other processes; WithNotify
+// only decides whether its own waiters watch. One watch per database file
+// and process, shared by its Lockers: started by the first Acquire that
+// waits, stopped when the last Locker on the file closes.
+//
+// Each write wakes one waiter of every waited key of the file in every
+// watching process (the releasing one included), not only the freed key's:
+// a byte that named the key could be overwritten by another process's
+// before it is read, and a lost wake-up costs a retry interval. Those
+// waiters try once and sleep again, so a release costs a try per waited
+// key and watching process.
+//
+// Not on Windows, where a file written through a handle that stays open
+// reports its change once, not per write (fsnotify issues 432 and 570), so
+// waiters would miss all but the first release: its waiters keep the
+// back-off (its releases still write the signal).
 
 // fileWakeSuffix names the signal file: the database file's name plus it.
 const fileWakeSuffix = "-locker"
@@ -47,6 +62,7 @@ type fileWake struct {
 	users    int            // Lockers on the file that have not closed
 	tables   map[string]int // their hub keys (see Locker.hubKey), counted
 	wf       *os.File       // open for writing; nil: this process cannot signal
+	wfInfo   os.FileInfo    // wf's, to see that the path still names it
 	watcher  *fsnotify.Watcher
 	done     chan struct{} // closed when the watch goroutine has returned
 	failedAt time.Time     // the last failed start of the watch
@@ -55,22 +71,46 @@ type fileWake struct {
 
 // joinFileWake registers a Locker of table hubKey on the SQLite database
 // file dbFile, and returns the file's signal; the Locker leaves it when it
-// closes.
-func joinFileWake(dbFile, hubKey string) *fileWake {
+// closes. With watch, the Locker's waiters are woken by the signal.
+func joinFileWake(dbFile, hubKey string, watch bool) *fileWake {
 	path := dbFile + fileWakeSuffix
 	fileWakes.mu.Lock()
 	defer fileWakes.mu.Unlock()
 	fw := fileWakes.m[path]
 	if fw == nil {
 		fw = &fileWake{path: path, tables: map[string]int{}}
-		fw.wf = openSignal(dbFile, path)
+		fw.reopen()
 		fileWakes.m[path] = fw
 	}
 	fw.mu.Lock()
 	fw.users++
-	fw.tables[hubKey]++
+	if watch {
+		fw.tables[hubKey]++
+	}
 	fw.mu.Unlock()
 	return fw
+}
+
+// reopen opens the signal file at fw.path for writing, creating it if
+// needed. fw.mu is held (or fw is not shared yet).
+func (fw *fileWake) reopen() {
+	if fw.wf != nil {
+		_ = fw.wf.Close()
+	}
+	fw.wf, fw.wfInfo = openSignal(fw.path[:len(fw.path)-len(fileWakeSuffix)], fw.path), nil
+	if fw.wf != nil {
+		fw.wfInfo, _ = fw.wf.Stat()
+	}
+}
+
+// current reports whether the path still names the file fw.wf writes.
+// fw.mu is held.
+func (fw *fileWake) current() bool {
+	if fw.wf == nil || fw.wfInfo == nil {
+		return false
+	}
+	fi, err := os.Stat(fw.path)
+	return err == nil && os.SameFile(fi, fw.wfInfo)
 }
 
 // openSignal opens (creating it if needed, with the database file's
@@ -80,7 +120,14 @@ func openSignal(dbFile, path string) *os.File {
 	if fi, err := os.Stat(dbFile); err == nil {
 		perm = fi.Mode().Perm()
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, perm)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err == nil {
+		// The umask may have taken bits the database file has (a group
+		// that shares it): those processes must be able to write here.
+		_ = f.Chmod(perm)
+		return f
+	}
+	f, err = os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return nil
 	}
@@ -89,12 +136,14 @@ func openSignal(dbFile, path string) *os.File {
 
 // leave unregisters a Locker of table hubKey. The last one stops the watch
 // and closes the file.
-func (fw *fileWake) leave(hubKey string) {
+func (fw *fileWake) leave(hubKey string, watch bool) {
 	fileWakes.mu.Lock()
 	fw.mu.Lock()
 	fw.users--
-	if fw.tables[hubKey]--; fw.tables[hubKey] <= 0 {
-		delete(fw.tables, hubKey)
+	if watch {
+		if fw.tables[hubKey]--; fw.tables[hubKey] <= 0 {
+			delete(fw.tables, hubKey)
+		}
 	}
 	last := fw.users == 0
 	var w *fsnotify.Watcher
@@ -112,7 +161,9 @@ func (fw *fileWake) leave(hubKey string) {
 	}
 	if w != nil {
 		_ = w.Close()
-		<-done
+	}
+	if done != nil {
+		<-done // also a watch that stopped itself and is ending
 	}
 	fw.mu.Lock()
 	if fw.wf != nil {
@@ -130,6 +181,11 @@ func (fw *fileWake) signal() {
 	}
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
+	// A process that never waits does not watch, so it learns here that
+	// the file was removed or replaced (a clean-up of the directory).
+	if !fw.current() {
+		fw.reopen()
+	}
 	if fw.wf != nil {
 		_, _ = fw.wf.WriteAt([]byte{1}, 0)
 	}
@@ -141,7 +197,7 @@ func (fw *fileWake) up() bool { return fw != nil && fw.watching.Load() }
 // ensure starts watching the file unless this process already does, and
 // reports whether it does.
 func (fw *fileWake) ensure() bool {
-	if fw == nil {
+	if fw == nil || runtime.GOOS == "windows" {
 		return false
 	}
 	if fw.watching.Load() {
@@ -152,8 +208,14 @@ func (fw *fileWake) ensure() bool {
 	switch {
 	case fw.watcher != nil:
 		return true
-	case fw.users == 0, time.Since(fw.failedAt) < fileWakeRetry:
+	case fw.users == 0, len(fw.tables) == 0, time.Since(fw.failedAt) < fileWakeRetry:
 		return false
+	case fw.done != nil:
+		select {
+		case <-fw.done: // a watch that stopped itself (see renew) has ended
+		default:
+			return false
+		}
 	}
 	w, err := fsnotify.NewWatcher()
 	if err == nil {
@@ -182,7 +244,10 @@ func (fw *fileWake) watch(w *fsnotify.Watcher, done chan struct{}) {
 				return
 			}
 			if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Chmod) {
-				fw.renew(w)
+				if !fw.renew(w, ev.Op == fsnotify.Chmod) {
+					fw.wakeAll() // waiters back off from now on
+					return
+				}
 			}
 		case _, ok := <-w.Errors:
 			if !ok {
@@ -195,23 +260,35 @@ func (fw *fileWake) watch(w *fsnotify.Watcher, done chan struct{}) {
 }
 
 // renew makes the watch and the writer follow the path again when the
-// signal file was removed or replaced (a clean-up of the directory): a new
-// file is created and watched, and the old one is let go.
-func (fw *fileWake) renew(w *fsnotify.Watcher) {
+// signal file was removed, renamed or replaced (a clean-up of the
+// directory): a new file is created if needed and watched, and the old one
+// is let go. On Linux an unlink shows first as a Chmod (the link count
+// changed; the Remove comes only once every descriptor of the file is
+// closed, and this process holds one). A pure Chmod of the file still
+// watched changes nothing. It reports false when the file can no longer be
+// watched: the watch is then stopped, and waiters use the back-off until
+// ensure starts a new one.
+func (fw *fileWake) renew(w *fsnotify.Watcher, chmod bool) bool {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	cur, err := os.Stat(fw.path)
-	if err == nil && fw.wf != nil {
-		if mine, err := fw.wf.Stat(); err == nil && os.SameFile(cur, mine) {
-			return // a change of permissions, not of the file
-		}
+	same := fw.current()
+	if chmod && same {
+		return true
 	}
-	if fw.wf != nil {
-		_ = fw.wf.Close()
+	if !same {
+		fw.reopen()
 	}
-	fw.wf = openSignal(fw.path[:len(fw.path)-len(fileWakeSuffix)], fw.path)
 	_ = w.Remove(fw.path)
-	_ = w.Add(fw.path)
+	if err := w.Add(fw.path); err != nil {
+		_ = w.Close()
+		if fw.watcher == w {
+			fw.watcher = nil
+			fw.watching.Store(false)
+			fw.failedAt = time.Now()
+		}
+		return false
+	}
+	return true
 }
 
 // wakeAll wakes this process's longest waiter of every key of the file's

@@ -2,9 +2,7 @@ package sqltable
 
 import (
 	"context"
-	"errors"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,7 +96,8 @@ func TestFileSignal(t *testing.T) {
 }
 
 // TestFileSignalOff: with WithNotify(false) (lock_notify=false) a Locker
-// neither creates nor watches a signal file.
+// does not watch the signal file, but its releases still write it, for the
+// waiters of other processes, even after the file was removed.
 func TestFileSignalOff(t *testing.T) {
 	dir := t.TempDir()
 	l, err := locker.Open(context.Background(), "sqlite://"+dir+"/locks.db?lock_notify=false")
@@ -108,11 +107,40 @@ func TestFileSignalOff(t *testing.T) {
 	defer l.Close()
 	sl := l.(*Locker)
 	started(t, sl)
-	if sl.fw != nil || sl.fw.ensure() {
-		t.Error("a Locker with lock_notify=false uses the signal file")
+	if sl.watchFile() || sl.fw.up() {
+		t.Error("a Locker with lock_notify=false watches the signal file")
 	}
-	if _, err := os.Stat(filepath.Join(dir, "locks.db"+fileWakeSuffix)); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("a Locker with lock_notify=false made a signal file (%v)", err)
+	sig := filepath.Join(dir, "locks.db"+fileWakeSuffix)
+	if err := os.Remove(sig); err != nil {
+		t.Fatalf("the Locker made no signal file: %v", err)
+	}
+	started(t, sl)
+	if fi, err := os.Stat(sig); err != nil || fi.Size() != 1 {
+		t.Fatalf("a release after the signal file was removed did not write a new one (%v)", err)
+	}
+}
+
+// TestFileSignalMode: the signal file gets the database file's permissions
+// whatever the umask, so that every process that may write the database
+// may signal.
+func TestFileSignalMode(t *testing.T) {
+	dir := t.TempDir()
+	l, err := locker.Open(context.Background(), "sqlite://"+dir+"/locks.db?lock_file_mode=0666")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	started(t, l.(*Locker))
+	db, err := os.Stat(filepath.Join(dir, "locks.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := os.Stat(filepath.Join(dir, "locks.db"+fileWakeSuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db.Mode().Perm() != 0o666 || sig.Mode().Perm() != 0o666 {
+		t.Errorf("database file %v, signal file %v; want both 0666", db.Mode().Perm(), sig.Mode().Perm())
 	}
 }
 

@@ -159,7 +159,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	w := procHub.watch(l.hubKey, key)
 	var acquired bool
 	defer func() { procHub.leave(w, !acquired) }()
-	notified := l.listen.ensure(cctx) || l.fw.ensure()
+	notified := l.listen.ensure(cctx) || l.watchFile()
 	back := newBackoff(l.cfg.retryInterval)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -203,9 +203,14 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 			default:
 			}
 		}
-		notified = l.listen.up() || l.fw.up()
+		notified = l.listen.up() || l.cfg.notify && l.fw.up()
 	}
 }
+
+// watchFile starts, on SQLite, the watch of the database's signal file that
+// wakes this Locker's waiters on releases in other processes, unless
+// WithNotify(false); it reports whether the file is watched.
+func (l *Locker) watchFile() bool { return l.cfg.notify && l.fw.ensure() }
 
 // try makes one attempt. It returns the Handle, or nil when another holder
 // has key.
@@ -655,7 +660,7 @@ func (l *Locker) Close() error {
 	l.wg.Wait()             // goroutines, Releases in flight, drops of a racing acquire
 	l.initSem <- struct{}{} // no init in progress; none starts (closing)
 	if l.fw != nil {
-		l.fw.leave(l.hubKey)
+		l.fw.leave(l.hubKey, l.cfg.notify)
 	}
 	err = errors.Join(err, l.ps.close())
 	if l.ownDB && l.db != nil {

@@ -138,16 +138,16 @@ func WithoutDDL() Option {
 	}
 }
 
-// WithNotify turns the wake-ups of waiters in other processes on (the
-// default) or off. On PostgreSQL each release then notifies the table's
-// channel, and the Locker keeps one connection of the pool listening from
-// its first wait until Close (not on a pool limited to fewer than four
-// connections, SetMaxOpenConns, which one listener would starve). On
-// SQLite each release writes one byte to the signal file beside the
-// database ("<file>-locker"), which the process watches from its first
-// wait until its last Locker on the file closes. Without them, waiters in
-// other processes retry with a back-off (see Waiting in the package
-// documentation). It is ignored on MySQL.
+// WithNotify turns on (the default) or off the wake-ups of this Locker's
+// waiters by releases in other processes. On PostgreSQL the Locker then
+// keeps one connection of the pool listening (LISTEN) from its first wait
+// until Close (not on a pool limited to fewer than four connections,
+// SetMaxOpenConns, which one listener would starve). On SQLite the process
+// watches the signal file beside the database ("<file>-locker") from its
+// first wait until its last Locker on the file closes. Either way the
+// Locker's releases still notify, for the waiters of other processes that
+// listen. Without wake-ups its waiters retry with a back-off (see Waiting
+// in the package documentation). It is ignored on MySQL.
 func WithNotify(on bool) Option {
 	return func(c *config) error {
 		c.notify = on

@@ -72,8 +72,10 @@ func (l *Locker) init(ctx context.Context) error {
 	}
 	if id, err := l.dbIdentity(ctx); err == nil && id != "" {
 		l.hubKey = l.dialect.String() + ":" + id + ":" + l.table.String()
-		if l.dialect == SQLite && l.cfg.notify {
-			l.fw = joinFileWake(id, l.hubKey) // id is the database file
+		if l.dialect == SQLite {
+			// id is the database file. Its signal is written whatever
+			// WithNotify says, for the waiters of other processes.
+			l.fw = joinFileWake(id, l.hubKey, l.cfg.notify)
 		}
 	} // else New's key, by the *sql.DB, stays
 	l.inited = true

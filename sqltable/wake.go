@@ -15,8 +15,9 @@ import (
 )
 
 // procHub wakes the waiters of this process when a lock they wait for is
-// released: by a Locker of this process (at once), or, on PostgreSQL, in
-// any process (through a Locker's listener). Waiters are keyed by dialect,
+// released: by a Locker of this process (at once), or, in any process, on
+// PostgreSQL through a Locker's listener and on SQLite through the
+// database's signal file (see filewake.go). Waiters are keyed by dialect,
 // database, table name and key (Locker.hubKey), so a release through any
 // Locker of the process on the same table wakes them, whatever *sql.DB it
 // uses, and a release on another database with a table of the same name
@@ -120,7 +121,7 @@ func (h *hub) wakeOneLocked(id string) {
 
 // wakeTable wakes the head waiter of every key of table: after the
 // listening connection was (re)established, when releases may have gone
-// unheard.
+// unheard, and on every write to an SQLite database's signal file.
 func (h *hub) wakeTable(table string) {
 	prefix := table + "\x00"
 	h.mu.Lock()

@@ -46,8 +46,10 @@ func TestConsumerGoSum(t *testing.T) {
 		{"ZooKeeper", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/zookeeper"}, []string{"github.com/go-zookeeper/zk"}},
 		{"Etcd", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/etcd"}, []string{"go.etcd.io/etcd/client/v3"}},
 		// sqltable imports its three drivers itself, so that Open takes a
-		// sqlite:, mysql:// or postgres+table:// URL with one import.
-		{"SQLTable", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/sqltable"}, []string{"github.com/jackc/pgx/v5/stdlib", "github.com/go-sql-driver/mysql", "modernc.org/sqlite"}},
+		// sqlite:, mysql:// or postgres+table:// URL with one import, and
+		// fsnotify, which watches SQLite's signal file (waiters in other
+		// processes).
+		{"SQLTable", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/sqltable"}, []string{"github.com/jackc/pgx/v5/stdlib", "github.com/go-sql-driver/mysql", "modernc.org/sqlite", "github.com/fsnotify/fsnotify"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mods, lines := tidy(t, c.imports)
