@@ -229,16 +229,17 @@
 //     once and go back to sleep, so a release costs a try per waited key
 //     and watching process). Every Locker writes the signal;
 //     WithNotify(false) only keeps its own waiters from watching. A
-//     process that cannot create or write the file does not signal; one
-//     that cannot watch it, and every process on Windows (where a file
-//     kept open reports only its first write), waits with the back-off
-//     below. A removed or replaced signal file is created again by the
-//     next release and watched again.
+//     process that cannot create or write the file does not signal, so
+//     the waiters of other processes learn of its releases only at their
+//     retry interval; one that cannot watch it, and every process on
+//     Windows (where a file kept open reports only its first write),
+//     waits with the back-off below. A removed or replaced signal file is
+//     followed: a watching process creates (or opens) it again at once and
+//     watches it again, any other process at its next release.
 //   - Otherwise (MySQL across processes, PostgreSQL and SQLite while the
 //     listener or the watch is down or with WithNotify(false), SQLite on
-//     Windows): a
-//     jittered exponential back-off from 2ms up to the retry interval
-//     (WithRetryInterval, default 1s).
+//     Windows): a jittered exponential back-off from 2ms up to the retry
+//     interval (WithRetryInterval, default 1s).
 //
 // In every case a waiter sleeps no longer than the holder's remaining
 // lease, read from the row by the database's clock, so a crashed holder's
@@ -246,8 +247,9 @@
 // interval is only the safety net for a lost one (a release by a process
 // running an older release of this package, say). So the handoff is one
 // round trip after the release within a process, on PostgreSQL and on
-// SQLite, and up to the back-off across processes on MySQL (see
-// BENCHMARKS.md for measured handoffs, within and across processes).
+// SQLite (not on Windows), and up to the back-off across processes on MySQL
+// and on SQLite under Windows (see BENCHMARKS.md for measured handoffs,
+// within and across processes).
 //
 // # Cost
 //
@@ -319,5 +321,6 @@
 // The package imports its three drivers, so that Open takes any of the
 // three URL forms with one import; a program that imports sqltable
 // downloads and links pgx, go-sql-driver/mysql and modernc.org/sqlite (a few
-// megabytes of binary), and nothing else.
+// megabytes of binary), and github.com/fsnotify/fsnotify, which watches
+// SQLite's signal file, and nothing else.
 package sqltable

@@ -14,10 +14,10 @@ import (
 // waiters in other processes learn of a release through a signal file
 // beside the database, "<database file>-locker": every release (and every
 // drop of an abandoned row) writes one byte to it, and a process whose
-// Lockers use the database watches it (fsnotify: inotify on Linux, kqueue
-// on the BSDs and macOS, ReadDirectoryChangesW on Windows) and, on each
-// write, wakes its longest waiter of every key of the tables on that file
-// that has waiters. The byte carries nothing: the woken waiters try, and
+// Lockers wait on the database (WithNotify on) watches it (fsnotify:
+// inotify on Linux, kqueue on the BSDs and macOS; not on Windows, see
+// below) and, on each write, wakes its longest waiter of every key of the
+// tables on that file that has waiters. The byte carries nothing: the woken waiters try, and
 // those whose key is still held go back to sleep. The row stays the only
 // truth; a lost signal (a releasing process of an older release of this
 // package, a signal file nobody can write, a watch that failed) costs a
@@ -60,7 +60,7 @@ type fileWake struct {
 
 	mu       sync.Mutex
 	users    int            // Lockers on the file that have not closed
-	tables   map[string]int // their hub keys (see Locker.hubKey), counted
+	tables   map[string]int // hub keys (see Locker.hubKey) of those that watch (WithNotify), counted
 	wf       *os.File       // open for writing; nil: this process cannot signal
 	wfInfo   os.FileInfo    // wf's, to see that the path still names it
 	watcher  *fsnotify.Watcher
@@ -234,7 +234,8 @@ func (fw *fileWake) ensure() bool {
 }
 
 // watch wakes the waiters of the file's tables on every change of the
-// signal file, until the watcher is closed.
+// signal file, until the watcher is closed or the file can no longer be
+// watched (see renew).
 func (fw *fileWake) watch(w *fsnotify.Watcher, done chan struct{}) {
 	defer close(done)
 	for {

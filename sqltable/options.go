@@ -144,9 +144,10 @@ func WithoutDDL() Option {
 // until Close (not on a pool limited to fewer than four connections,
 // SetMaxOpenConns, which one listener would starve). On SQLite the process
 // watches the signal file beside the database ("<file>-locker") from its
-// first wait until its last Locker on the file closes. Either way the
-// Locker's releases still notify, for the waiters of other processes that
-// listen. Without wake-ups its waiters retry with a back-off (see Waiting
+// first wait until its last Locker on the file closes (not on Windows,
+// where waiters always back off). On or off, the Locker's releases still
+// notify (pg_notify, the signal file), for the waiters of other processes
+// that listen. Without wake-ups its waiters retry with a back-off (see Waiting
 // in the package documentation). It is ignored on MySQL.
 func WithNotify(on bool) Option {
 	return func(c *config) error {

@@ -60,8 +60,9 @@ func TestConformance(t *testing.T) {
 			URL:       sqliteURL(t),
 			TTL:       suiteTTL,
 			MinTTL:    sqltable.MinTTL,
-			// Waiters in other processes poll with a back-off capped at
-			// the retry interval (1s by default).
+			// Waiters in other processes are woken through the signal
+			// file; a lost signal costs at most the retry interval (1s
+			// by default).
 			HandoffBound: 1500 * time.Millisecond,
 			ManyKeys:     500,
 		})
