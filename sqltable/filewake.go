@@ -17,9 +17,9 @@ import (
 // Lockers wait on the database (WithNotify on) watches it (fsnotify:
 // inotify on Linux, kqueue on the BSDs and macOS; not on Windows, see
 // below) and, on each write, wakes its longest waiter of every key of the
-// tables on that file that has waiters. The byte carries nothing: the woken waiters try, and
-// those whose key is still held go back to sleep. The row stays the only
-// truth; a lost signal (a releasing process of an older release of this
+// tables on that file that has waiters. The byte carries nothing: the
+// woken waiters try, and those whose key is still held go back to sleep.
+// The row stays the only truth; a lost signal (a releasing process of an older release of this
 // package, a signal file nobody can write, a watch that failed) costs a
 // waiter at most the retry interval, as a lost NOTIFY does on PostgreSQL.
 //
