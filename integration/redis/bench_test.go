@@ -3,12 +3,16 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker/integration/testserver"
@@ -22,6 +26,16 @@ import (
 // that sleeps rawPoll between attempts to wait. rawPoll is short on purpose
 // (real code often sleeps 50-100ms): the baseline's latency is then close to
 // its best, and its cost shows in the commands it sends.
+//
+// Beside them run the two libraries Go users most often pick for a lock on
+// one Redis server, on the same client: bsm/redislock (SET NX PX in a
+// script, compare-and-delete) and go-redsync/redsync v4 with one pool (SET
+// NX PX, compare-and-delete). Neither hands out a fencing token, renews a
+// lease, reports a lost lock or queues waiters: a waiter polls. They are
+// given the same rawPoll retry as the raw lock (their defaults wait much
+// longer: redislock does not retry unless told to, its README retries every
+// 100ms; redsync sleeps a random 50-250ms), so their handoff latency is
+// near its best and their cost shows in the commands they send.
 //
 //	cd integration && go test -run '^$' -bench . -benchmem -count 5 ./redis
 
@@ -129,14 +143,15 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 }
 
-// BenchmarkUncontendedInterleaved runs the Locker, the raw lock above and
+// BenchmarkUncontendedInterleaved runs the Locker, the raw lock above,
 // raw-fenced, the least a lock with a fencing token costs (rawFencedAcquire,
-// then the same compare-and-delete release), in turn within one loop, so
+// then the same compare-and-delete release), redislock and redsync in turn
+// within one loop, so
 // that all see the same machine load (the sub-benchmarks above run one after
 // the other, and a busy machine skews them differently); which goes first
 // rotates. It runs on a client with ContextTimeoutEnabled and on a plain one
 // (the go-redis default), every side on the same client. ns/op is one cycle
-// of each; the medians of each and the Locker's ratios to both raw sides are
+// of each; the medians of each and the Locker's ratios to the others are
 // reported.
 func BenchmarkUncontendedInterleaved(b *testing.B) {
 	addr := testserver.Redis(b).Addr()
@@ -190,29 +205,141 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 				}
 				fencedT = append(fencedT, time.Since(start))
 			}
+			// The two libraries users would otherwise pick, on the same
+			// client (see competitors; one competitor each, so no retry).
+			libCycle := func(impl string) (func(), *[]time.Duration) {
+				locks, closeAll := competitors(b, impl, c, "bench/interleaved-"+impl+"/"+randomID(), 1)
+				b.Cleanup(closeAll)
+				ts := make([]time.Duration, 0, b.N)
+				return func() {
+					start := time.Now()
+					release, err := locks[0](ctx)
+					if err != nil {
+						b.Fatalf("%s: %v", impl, err)
+					}
+					if err := release(ctx); err != nil {
+						b.Fatalf("%s: %v", impl, err)
+					}
+					ts = append(ts, time.Since(start))
+				}, &ts
+			}
+			redislockCycle, redislockT := libCycle(implRedislock)
+			redsyncCycle, redsyncT := libCycle(implRedsync)
 			b.ResetTimer()
 			for i := range b.N {
-				benchstats.Rotated(i, lockerCycle, rawCycle, fencedCycle)
+				benchstats.Rotated(i, lockerCycle, rawCycle, fencedCycle, redislockCycle, redsyncCycle)
 			}
 			b.StopTimer()
-			slices.Sort(lockerT)
-			slices.Sort(rawT)
-			slices.Sort(fencedT)
-			lp, rp, fp := lockerT[len(lockerT)/2], rawT[len(rawT)/2], fencedT[len(fencedT)/2]
-			b.ReportMetric(float64(lp.Nanoseconds())/1e3, "locker-p50-µs")
-			b.ReportMetric(float64(rp.Nanoseconds())/1e3, "raw-p50-µs")
-			b.ReportMetric(float64(fp.Nanoseconds())/1e3, "raw-fenced-p50-µs")
-			b.ReportMetric(float64(lp)/float64(rp), "locker/raw")
-			b.ReportMetric(float64(lp)/float64(fp), "locker/raw-fenced")
+			p50 := func(ts []time.Duration) float64 {
+				slices.Sort(ts)
+				return benchstats.Micros(benchstats.Percentile(ts, 0.5))
+			}
+			lp, rp, fp, rlp, rsp := p50(lockerT), p50(rawT), p50(fencedT), p50(*redislockT), p50(*redsyncT)
+			b.ReportMetric(lp, "locker-p50-µs")
+			b.ReportMetric(rp, "raw-p50-µs")
+			b.ReportMetric(fp, "raw-fenced-p50-µs")
+			b.ReportMetric(rlp, "redislock-p50-µs")
+			b.ReportMetric(rsp, "redsync-p50-µs")
+			b.ReportMetric(lp/rp, "locker/raw")
+			b.ReportMetric(lp/fp, "locker/raw-fenced")
+			b.ReportMetric(lp/rlp, "locker/redislock")
+			b.ReportMetric(lp/rsp, "locker/redsync")
 		})
 	}
 }
 
+// Implementations the handoff and contention benchmarks compare.
+const (
+	implLocker       = "locker"        // a Locker for each competitor, like separate processes
+	implLockerShared = "locker-shared" // every competitor on one Locker
+	implRaw          = "raw"           // SET NX PX polled every rawPoll, compare-and-delete
+	implRedislock    = "redislock"     // bsm/redislock, retrying every rawPoll
+	implRedsync      = "redsync"       // go-redsync/redsync v4 on one pool, retrying every rawPoll
+)
+
+// benchTTL is the lease of every lock the benchmarks take.
+const benchTTL = 30 * time.Second
+
+// lockFunc takes the benchmark's key, waiting as long as ctx allows, and
+// returns what gives it back.
+type lockFunc func(ctx context.Context) (release func(context.Context) error, err error)
+
+// competitors returns n lockFuncs of impl on key, all through client c, each
+// with a Locker, redislock client or redsync instance of its own (as
+// separate processes would have; locker-shared: one Locker for all), and a
+// func that closes the Lockers.
+func competitors(b *testing.B, impl string, c *goredis.Client, key string, n int) ([]lockFunc, func()) {
+	fs := make([]lockFunc, n)
+	var lockers []*redis.Locker
+	for i := range fs {
+		switch impl {
+		case implLocker, implLockerShared:
+			if impl == implLocker || len(lockers) == 0 {
+				lockers = append(lockers, redis.New(c))
+			}
+			l := lockers[len(lockers)-1]
+			fs[i] = func(ctx context.Context) (func(context.Context) error, error) {
+				h, err := l.Acquire(ctx, key)
+				if err != nil {
+					return nil, err
+				}
+				return h.Release, nil
+			}
+		case implRaw:
+			fs[i] = func(ctx context.Context) (func(context.Context) error, error) {
+				owner := randomID()
+				if err := rawLock(ctx, c, key, owner); err != nil {
+					return nil, err
+				}
+				return func(ctx context.Context) error { return rawUnlock(ctx, c, key, owner) }, nil
+			}
+		case implRedislock:
+			rl := redislock.New(c)
+			opts := &redislock.Options{RetryStrategy: redislock.LinearBackoff(rawPoll)}
+			fs[i] = func(ctx context.Context) (func(context.Context) error, error) {
+				lk, err := rl.Obtain(ctx, key, benchTTL, opts)
+				if err != nil {
+					return nil, err
+				}
+				return lk.Release, nil
+			}
+		case implRedsync:
+			rs := redsync.New(rsgoredis.NewPool(c))
+			fs[i] = func(ctx context.Context) (func(context.Context) error, error) {
+				m := rs.NewMutex(key, redsync.WithExpiry(benchTTL), redsync.WithTries(math.MaxInt32),
+					redsync.WithRetryDelay(rawPoll))
+				if err := m.LockContext(ctx); err != nil {
+					return nil, err
+				}
+				return func(ctx context.Context) error {
+					if ok, err := m.UnlockContext(ctx); err != nil || !ok {
+						return fmt.Errorf("redsync unlock: %v, %w", ok, err)
+					}
+					return nil
+				}, nil
+			}
+		default:
+			b.Fatalf("unknown implementation %q", impl)
+		}
+	}
+	return fs, func() {
+		for _, l := range lockers {
+			_ = l.Close()
+		}
+	}
+}
+
+// sendsSet reports whether impl takes its lock with a SET of its own (not
+// inside a script), which the server's count of client commands must then
+// include (see commandStats.clientCommands).
+func sendsSet(impl string) bool { return impl == implRaw || impl == implRedsync }
+
 // BenchmarkHandoff measures the time from the start of a release to the
 // moment the next waiter holds the lock, with 1, 8 and 64 waiters: with
 // impl=locker each on its own Locker (like separate processes), with
-// impl=locker-shared all on one Locker. A goroutine that released does not
-// compete again until another has taken the lock, so every sample is a real
+// impl=locker-shared all on one Locker, and beside them raw, redislock and
+// redsync (see competitors). A goroutine that released does not compete
+// again until another has taken the lock, so every sample is a real
 // handoff. Reported: p50 and p99 in microseconds; the requests sent per
 // handoff as the client counts them (reqs/handoff: all goroutines, failed
 // attempts and polls included, Pub/Sub commands not) and as the server
@@ -223,7 +350,7 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 func BenchmarkHandoff(b *testing.B) {
 	addr := testserver.Redis(b).Addr()
 	for _, waiters := range []int{1, 8, 64} {
-		for _, impl := range []string{"locker", "locker-shared", "raw"} {
+		for _, impl := range []string{implLocker, implLockerShared, implRaw, implRedislock, implRedsync} {
 			b.Run(fmt.Sprintf("waiters=%d/impl=%s", waiters, impl), func(b *testing.B) {
 				benchHandoff(b, addr, waiters, impl)
 			})
@@ -235,7 +362,6 @@ func BenchmarkHandoff(b *testing.B) {
 const handoffHold = 2 * time.Millisecond
 
 func benchHandoff(b *testing.B, addr string, waiters int, impl string) {
-	raw := impl == "raw"
 	c := benchClient(b, addr)
 	defer c.Close()
 	admin := benchClient(b, addr)
@@ -254,39 +380,18 @@ func benchHandoff(b *testing.B, addr string, waiters int, impl string) {
 	)
 	reqs := &requestCounter{}
 	c.AddHook(reqs)
-	lockers := make([]*redis.Locker, waiters+1)
-	for i := range lockers {
-		if impl == "locker-shared" && i > 0 {
-			lockers[i] = lockers[0]
-			continue
-		}
-		lockers[i] = redis.New(c)
-	}
-	defer func() {
-		for _, l := range lockers {
-			_ = l.Close()
-		}
-	}()
+	locks, closeAll := competitors(b, impl, c, key, waiters+1)
+	defer closeAll()
 	before := readCommandStats(b, ctx, admin)
 	b.ResetTimer()
-	for i := range waiters + 1 {
+	for _, lock := range locks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				var release func() error
-				if raw {
-					owner := randomID()
-					if rawLock(ctx, c, key, owner) != nil {
-						return
-					}
-					release = func() error { return rawUnlock(context.Background(), c, key, owner) }
-				} else {
-					h, err := lockers[i].Acquire(ctx, key)
-					if err != nil {
-						return
-					}
-					release = func() error { return h.Release(context.Background()) }
+				release, err := lock(ctx)
+				if err != nil {
+					return
 				}
 				now := time.Since(base)
 				my := gen.Add(1)
@@ -304,7 +409,7 @@ func benchHandoff(b *testing.B, addr string, waiters int, impl string) {
 				// otherwise the measurement would see barging, not handoff.
 				time.Sleep(handoffHold)
 				released.Store(int64(time.Since(base)))
-				if err := release(); err != nil {
+				if err := release(context.Background()); err != nil {
 					b.Error(err)
 					return
 				}
@@ -321,7 +426,7 @@ func benchHandoff(b *testing.B, addr string, waiters int, impl string) {
 	n := float64(len(samples) + 1)
 	benchstats.ReportPercentiles(b, samples)
 	b.ReportMetric(float64(reqs.n.Load())/n, "reqs/handoff")
-	b.ReportMetric(float64(srv.clientCommands(raw))/n, "srv-reqs/handoff")
+	b.ReportMetric(float64(srv.clientCommands(sendsSet(impl)))/n, "srv-reqs/handoff")
 	b.ReportMetric(float64(srv.published())/n, "pub/handoff")
 }
 
@@ -330,42 +435,36 @@ func benchHandoff(b *testing.B, addr string, waiters int, impl string) {
 // issue 10 measured.
 const contendedHold = time.Millisecond
 
-// contention is a group of Lockers (like separate processes, one goroutine
-// each) that take and give back one key, holding it contendedHold each time,
-// or the raw baseline doing the same with as many goroutines.
+// contention is a group of competitors (like separate processes, one
+// goroutine each) of one implementation that take and give back one key,
+// holding it contendedHold each time.
 type contention struct {
-	b       *testing.B
-	raw     bool
-	key     string
-	c       *goredis.Client
-	admin   *goredis.Client
-	lockers []*redis.Locker
-	reqs    *requestCounter
-	counts  []int64 // acquisitions per Locker
+	b        *testing.B
+	impl     string
+	c        *goredis.Client
+	admin    *goredis.Client
+	locks    []lockFunc
+	closeAll func()
+	reqs     *requestCounter
+	counts   []int64 // acquisitions per competitor
 	// Totals over the phases run so far.
 	acquired int64
 	elapsed  time.Duration
 	srv      commandStats
 }
 
-func newContention(b *testing.B, addr string, lockersN int, raw bool) *contention {
+func newContention(b *testing.B, addr string, n int, impl string) *contention {
 	g := &contention{
-		b: b, raw: raw, key: "bench/contended/" + randomID(),
-		c: benchClient(b, addr), admin: benchClient(b, addr),
-		lockers: make([]*redis.Locker, lockersN), reqs: &requestCounter{},
-		counts: make([]int64, lockersN), srv: commandStats{},
+		b: b, impl: impl, c: benchClient(b, addr), admin: benchClient(b, addr),
+		reqs: &requestCounter{}, counts: make([]int64, n), srv: commandStats{},
 	}
 	g.c.AddHook(g.reqs)
-	for i := range g.lockers {
-		g.lockers[i] = redis.New(g.c)
-	}
+	g.locks, g.closeAll = competitors(b, impl, g.c, "bench/contended/"+randomID(), n)
 	return g
 }
 
 func (g *contention) close() {
-	for _, l := range g.lockers {
-		_ = l.Close()
-	}
+	g.closeAll()
 	_ = g.c.Close()
 	_ = g.admin.Close()
 }
@@ -379,12 +478,18 @@ func (g *contention) run(n int64) {
 	before := readCommandStats(g.b, ctx, g.admin)
 	start := time.Now()
 	var wg sync.WaitGroup
-	for i := range g.lockers {
+	for i, lock := range g.locks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for left.Add(-1) >= 0 {
-				if err := g.acquireOnce(ctx, i); err != nil {
+				release, err := lock(ctx)
+				if err != nil {
+					g.b.Error(err)
+					return
+				}
+				time.Sleep(contendedHold)
+				if err := release(ctx); err != nil {
 					g.b.Error(err)
 					return
 				}
@@ -400,28 +505,12 @@ func (g *contention) run(n int64) {
 	}
 }
 
-func (g *contention) acquireOnce(ctx context.Context, i int) error {
-	if g.raw {
-		owner := randomID()
-		if err := rawLock(ctx, g.c, g.key, owner); err != nil {
-			return err
-		}
-		time.Sleep(contendedHold)
-		return rawUnlock(ctx, g.c, g.key, owner)
-	}
-	h, err := g.lockers[i].Acquire(ctx, g.key)
-	if err != nil {
-		return err
-	}
-	time.Sleep(contendedHold)
-	return h.Release(ctx)
-}
-
-// warm lets every Locker take the key a few times, then forgets what that
-// cost: what a long-running process pays once (connections, the eviction-
-// policy check, the first subscription to the key) is not per acquisition.
+// warm lets every competitor take the key a few times, then forgets what
+// that cost: what a long-running process pays once (connections, the
+// eviction-policy check, the first subscription to the key) is not per
+// acquisition.
 func (g *contention) warm() {
-	g.run(int64(3 * len(g.lockers)))
+	g.run(int64(3 * len(g.locks)))
 	g.reqs.n.Store(0)
 	clear(g.counts)
 	g.acquired, g.elapsed, g.srv = 0, 0, commandStats{}
@@ -432,28 +521,29 @@ func (g *contention) report(sfx string) {
 	n := float64(g.acquired)
 	g.b.ReportMetric(n/g.elapsed.Seconds(), "acq/s"+sfx)
 	g.b.ReportMetric(float64(g.reqs.n.Load())/n, "reqs/acq"+sfx)
-	g.b.ReportMetric(float64(g.srv.clientCommands(g.raw))/n, "srv-reqs/acq"+sfx)
+	g.b.ReportMetric(float64(g.srv.clientCommands(sendsSet(g.impl)))/n, "srv-reqs/acq"+sfx)
 	g.b.ReportMetric(float64(g.srv.published())/n, "pub/acq"+sfx)
 	g.b.ReportMetric(float64(slices.Min(g.counts))/float64(max(slices.Max(g.counts), 1)), "share"+sfx)
 }
 
-// BenchmarkContended: 8 or 64 Lockers (like separate processes, one
+// BenchmarkContended: 8 or 64 competitors (like separate processes, one
 // goroutine each) take and give back one key as fast as they can, holding
-// it contendedHold each time, after a warm-up (see contention.warm). ns/op
-// is per acquisition; also reported: acquisitions per second (acq/s);
-// requests per acquisition as the client counts them (reqs/acq: attempts,
-// failed ones included, renewals and the release; Pub/Sub commands not
-// counted) and as the server does (srv-reqs/acq, INFO commandstats: client
-// commands, Pub/Sub ones included); the wake-ups published per acquisition
-// (pub/acq); and fairness, the fewest acquisitions any Locker made over the
-// most (share; 1 is perfectly fair). Run with -benchtime 3s or more: share
-// needs many acquisitions per Locker to mean anything.
+// it contendedHold each time, after a warm-up (see contention.warm): Lockers,
+// and raw, redislock and redsync (see competitors). ns/op is per
+// acquisition; also reported: acquisitions per second (acq/s); requests per
+// acquisition as the client counts them (reqs/acq: attempts, failed ones
+// included, renewals and the release; Pub/Sub commands not counted) and as
+// the server does (srv-reqs/acq, INFO commandstats: client commands, Pub/Sub
+// ones included); the wake-ups published per acquisition (pub/acq); and
+// fairness, the fewest acquisitions any competitor made over the most
+// (share; 1 is perfectly fair). Run with -benchtime 3s or more: share needs
+// many acquisitions per competitor to mean anything.
 func BenchmarkContended(b *testing.B) {
 	addr := testserver.Redis(b).Addr()
-	for _, lockersN := range []int{8, 64} {
-		for _, impl := range []string{"locker", "raw"} {
-			b.Run(fmt.Sprintf("lockers=%d/impl=%s", lockersN, impl), func(b *testing.B) {
-				g := newContention(b, addr, lockersN, impl == "raw")
+	for _, n := range []int{8, 64} {
+		for _, impl := range []string{implLocker, implRaw, implRedislock, implRedsync} {
+			b.Run(fmt.Sprintf("lockers=%d/impl=%s", n, impl), func(b *testing.B) {
+				g := newContention(b, addr, n, impl)
 				defer g.close()
 				g.warm()
 				b.ResetTimer()
@@ -478,7 +568,7 @@ func BenchmarkContended(b *testing.B) {
 func BenchmarkContendedInterleaved(b *testing.B) {
 	addr := testserver.Redis(b).Addr()
 	const phase = 256
-	g8, g64 := newContention(b, addr, 8, false), newContention(b, addr, 64, false)
+	g8, g64 := newContention(b, addr, 8, implLocker), newContention(b, addr, 64, implLocker)
 	defer g8.close()
 	defer g64.close()
 	g8.warm()

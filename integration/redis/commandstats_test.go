@@ -50,10 +50,11 @@ func (st commandStats) sub(before commandStats) commandStats {
 
 // clientCommands counts the commands clients sent, as opposed to those
 // scripts ran inside an EVAL: script calls, Pub/Sub (un)subscriptions and
-// health PINGs, the eviction-policy checks, and with raw the commands the
-// raw baseline sends itself (SET NX; it never runs SET inside a script).
+// health PINGs, the eviction-policy checks, and with sets the SETs sent by
+// a lock that takes its key with a SET NX of its own (the raw baseline,
+// redsync; neither runs SET inside a script).
 // The INFO calls of readCommandStats are not counted.
-func (st commandStats) clientCommands(raw bool) int64 {
+func (st commandStats) clientCommands(sets bool) int64 {
 	var n int64
 	for k, v := range st {
 		switch {
@@ -61,7 +62,7 @@ func (st commandStats) clientCommands(raw bool) int64 {
 			strings.HasSuffix(k, "subscribe"), k == "ping",
 			strings.HasPrefix(k, "config|"), strings.HasPrefix(k, "client|"):
 			n += v
-		case raw && k == "set":
+		case sets && k == "set":
 			n += v
 		}
 	}
