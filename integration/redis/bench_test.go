@@ -451,6 +451,10 @@ type contention struct {
 	acquired int64
 	elapsed  time.Duration
 	srv      commandStats
+
+	lastRelease atomic.Int64    // unix ns when the last release of this phase began; 0 none yet
+	mu          sync.Mutex      // guards handoffs
+	handoffs    []time.Duration // from the start of a release to the next acquisition, by anyone
 }
 
 func newContention(b *testing.B, addr string, n int, impl string) *contention {
@@ -476,6 +480,7 @@ func (g *contention) run(n int64) {
 	var left atomic.Int64
 	left.Store(n)
 	before := readCommandStats(g.b, ctx, g.admin)
+	g.lastRelease.Store(0)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, lock := range g.locks {
@@ -488,7 +493,14 @@ func (g *contention) run(n int64) {
 					g.b.Error(err)
 					return
 				}
+				if r := g.lastRelease.Load(); r != 0 {
+					d := time.Since(time.Unix(0, r))
+					g.mu.Lock()
+					g.handoffs = append(g.handoffs, d)
+					g.mu.Unlock()
+				}
 				time.Sleep(contendedHold)
+				g.lastRelease.Store(time.Now().UnixNano())
 				if err := release(ctx); err != nil {
 					g.b.Error(err)
 					return
@@ -513,17 +525,30 @@ func (g *contention) warm() {
 	g.run(int64(3 * len(g.locks)))
 	g.reqs.n.Store(0)
 	clear(g.counts)
-	g.acquired, g.elapsed, g.srv = 0, 0, commandStats{}
+	g.acquired, g.elapsed, g.srv, g.handoffs = 0, 0, commandStats{}, nil
 }
+
+// handoffP50 is the median time from the start of a release to the next
+// acquisition, by any competitor, the releaser included.
+func (g *contention) handoffP50() time.Duration {
+	slices.Sort(g.handoffs)
+	return benchstats.Percentile(g.handoffs, 0.5)
+}
+
+func (g *contention) throughput() float64 { return float64(g.acquired) / g.elapsed.Seconds() }
 
 // report reports the group's metrics, each name suffixed with sfx.
 func (g *contention) report(sfx string) {
 	n := float64(g.acquired)
-	g.b.ReportMetric(n/g.elapsed.Seconds(), "acq/s"+sfx)
+	g.b.ReportMetric(g.throughput(), "acq/s"+sfx)
 	g.b.ReportMetric(float64(g.reqs.n.Load())/n, "reqs/acq"+sfx)
 	g.b.ReportMetric(float64(g.srv.clientCommands(sendsSet(g.impl)))/n, "srv-reqs/acq"+sfx)
 	g.b.ReportMetric(float64(g.srv.published())/n, "pub/acq"+sfx)
 	g.b.ReportMetric(float64(slices.Min(g.counts))/float64(max(slices.Max(g.counts), 1)), "share"+sfx)
+	if len(g.handoffs) > 0 {
+		g.b.ReportMetric(benchstats.Micros(g.handoffP50()), "handoff-p50-µs"+sfx)
+		g.b.ReportMetric(benchstats.Micros(benchstats.Percentile(g.handoffs, 0.99)), "handoff-p99-µs"+sfx)
+	}
 }
 
 // BenchmarkContended: 8 or 64 competitors (like separate processes, one
@@ -580,5 +605,46 @@ func BenchmarkContendedInterleaved(b *testing.B) {
 	b.StopTimer()
 	g8.report("-8")
 	g64.report("-64")
-	b.ReportMetric((float64(g64.acquired)/g64.elapsed.Seconds())/(float64(g8.acquired)/g8.elapsed.Seconds()), "throughput-64/8")
+	b.ReportMetric(g64.throughput()/g8.throughput(), "throughput-64/8")
+}
+
+// BenchmarkCompareInterleaved runs 8 or 64 competitors of each of locker,
+// raw, redislock and redsync (see competitors), each implementation on a key
+// of its own, in phases of 256 acquisitions, rotating which implementation
+// runs, so that all see the same machine load (while one runs, the others'
+// goroutines are stopped). b.N acquisitions per implementation, rounded up
+// to whole phases. The metrics of BenchmarkContended are reported for each,
+// suffixed with its name, plus the handoff under contention: from the
+// start of a release to the next acquisition by anyone, the releaser
+// included (handoff-p50-µs, handoff-p99-µs); and the Locker's throughput
+// and handoff p50 over each other's (locker/x-acq/s above 1 and
+// locker/x-handoff-p50 below 1 favour the Locker).
+func BenchmarkCompareInterleaved(b *testing.B) {
+	addr := testserver.Redis(b).Addr()
+	impls := []string{implLocker, implRaw, implRedislock, implRedsync}
+	const phase = 256
+	for _, n := range []int{8, 64} {
+		b.Run(fmt.Sprintf("lockers=%d", n), func(b *testing.B) {
+			gs := make([]*contention, len(impls))
+			sides := make([]func(), len(impls))
+			for i, impl := range impls {
+				g := newContention(b, addr, n, impl)
+				defer g.close()
+				g.warm()
+				gs[i], sides[i] = g, func() { g.run(phase) }
+			}
+			b.ResetTimer()
+			for i, done := 0, 0; done < b.N; i, done = i+1, done+phase {
+				benchstats.Rotated(i, sides...)
+			}
+			b.StopTimer()
+			for i, g := range gs {
+				g.report("-" + impls[i])
+			}
+			for _, g := range gs[1:] {
+				b.ReportMetric(gs[0].throughput()/g.throughput(), "locker/"+g.impl+"-acq/s")
+				b.ReportMetric(float64(gs[0].handoffP50())/float64(g.handoffP50()), "locker/"+g.impl+"-handoff-p50")
+			}
+		})
+	}
 }
