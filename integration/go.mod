@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
+	github.com/bsm/redislock v0.9.4
 	github.com/go-locker/locker v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-sql-driver/mysql v1.10.1
@@ -26,7 +27,6 @@ require (
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/bsm/redislock v0.9.4 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containerd/errdefs v1.0.0 // indirect
