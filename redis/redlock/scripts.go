@@ -109,9 +109,11 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 // retries a request whose reply was lost (a connection reset): the retry
 // finds the lock gone, and without the record a Release that worked on a
 // majority would report a lost lock. One record per key, overwritten by the
-// next release. It is written under pcall, after the DEL: on a full server
-// (maxmemory with noeviction) the release must still happen. The clean-up
-// of a failed round does not need it, and writes none.
+// next release. It is written after the DEL: on a full server (maxmemory
+// with noeviction) Redis refuses a write that may grow memory only as a
+// script's first write, so the release still happens, record and all (see
+// the redis package's release script). The clean-up of a failed round does
+// not need it, and writes none.
 var releaseScript = goredis.NewScript(luaOurs + `
 if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then
   if ARGV[4] ~= '0' and redis.call('GET', KEYS[2]) == ARGV[1] then
@@ -121,7 +123,7 @@ if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then
 end
 redis.call('DEL', KEYS[1])
 if ARGV[4] ~= '0' then
-  redis.pcall('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
 end
 if ARGV[3] == '1' then
   redis.call('PUBLISH', ARGV[2], '1')
