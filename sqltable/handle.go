@@ -9,6 +9,7 @@ import (
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/renew"
+	"github.com/go-locker/locker/internal/timerq"
 )
 
 var _ locker.Handle = (*Handle)(nil)
@@ -22,6 +23,9 @@ type Handle struct {
 	ttl   time.Duration
 	st    *backend.State
 	lease *renew.Lease
+
+	bellState int           // see bell; guarded by the Locker's bell.stateMu
+	bellEntry *timerq.Entry // rings the bell; guarded by bell.stateMu
 
 	mu        sync.Mutex
 	releasing bool // a Release or Close has claimed the lock
@@ -94,6 +98,7 @@ func (h *Handle) lost(cause error) {
 	}
 	h.st.End(h.lostErr(cause.Error()))
 	h.l.unregister(h)
+	h.l.bell.unring(h)
 	// The row may still be ours (a renewal that succeeded too late, or a
 	// database that was merely slow): free it so that it does not block
 	// others for the rest of its lease.
@@ -151,6 +156,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	defer cancel()
 	freed, err := h.l.release(rctx, h)
 	h.l.unregister(h)
+	h.l.bell.unring(h)
 	switch {
 	case err != nil && expired:
 		// The lease had run out before Release came (the holder was

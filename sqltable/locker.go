@@ -32,6 +32,7 @@ type Locker struct {
 	hubKey  string // names the table in the process-wide wake-up hub
 	listen  *listener
 	fw      *fileWake // SQLite: the database file's signal to other processes; set by init
+	bell    *bell     // MySQL: the named locks that wake other processes' waiters; nil if none
 
 	// ctx ends when Close begins: calls in progress return ErrClosed.
 	ctx  context.Context
@@ -91,6 +92,7 @@ func New(db *sql.DB, opts ...Option) *Locker {
 		l.st = newStatements(l.dialect, l.table)
 		l.hubKey = l.dialect.String() + ":" + fmt.Sprintf("%p", db) + ":" + l.table.String() // refined by init
 		l.listen = newListener(l)
+		l.bell = newBell(l)
 	}
 	return l
 }
@@ -163,6 +165,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	back := newBackoff(l.cfg.retryInterval)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	bellNext := true // MySQL: wait for the key's bell next, not sleep (see bell)
 	for {
 		h, err := l.try(cctx, key, ttl, drift)
 		if err != nil || h != nil {
@@ -177,6 +180,28 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 		if rem <= 0 {
 			continue // the lease ran out meanwhile, or the row is gone
 		}
+		if !notified && l.bell != nil && bellNext && procHub.needsBell(w) {
+			// MySQL: wait for the holder's bell as long as the safety
+			// net's timer would wait. A bell that rang without the key
+			// following (nobody rang it yet, or another waiter won the
+			// key) costs one short back-off round before the next wait.
+			rang, ok := l.bell.wait(cctx, key, min(l.cfg.retryInterval, rem+time.Millisecond))
+			if cctx.Err() != nil {
+				return nil, locker.KeyError(op, key, l.why(ctx, cctx.Err()))
+			}
+			if ok {
+				bellNext = !rang
+				if rang {
+					back = newBackoff(l.cfg.retryInterval)
+				}
+				select {
+				case <-w.c: // a release of this process came meanwhile
+					w.woken()
+				default:
+				}
+				continue
+			}
+		}
 		var d time.Duration
 		if notified || l.listen.up() {
 			// Releases wake us; the timer is the safety net for a lost
@@ -189,6 +214,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 		// counts in whole microseconds; a millisecond on top covers the
 		// statement's own round trip).
 		d = min(d, rem+time.Millisecond)
+		bellNext = true
 		timer.Reset(d)
 		select {
 		case <-w.c:
@@ -237,6 +263,7 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 		return nil, locker.ErrClosed
 	}
 	h.start(sent, drift)
+	l.bell.schedule(h)
 	return h, nil
 }
 
@@ -658,6 +685,7 @@ func (l *Locker) Close() error {
 		l.listen.close()
 	}
 	l.wg.Wait()             // goroutines, Releases in flight, drops of a racing acquire
+	l.bell.close()          // frees the bells it still holds
 	l.initSem <- struct{}{} // no init in progress; none starts (closing)
 	if l.fw != nil {
 		l.fw.leave(l.hubKey, l.cfg.notify)
@@ -689,6 +717,7 @@ func (l *Locker) releaseAll(held []*Handle) error {
 		default:
 			h.st.End(h.lostErr("released by Close, but the lease had already run out or the row was changed outside this Locker"))
 		}
+		l.bell.unring(h)
 	}
 	return errors.Join(errs...)
 }

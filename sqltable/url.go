@@ -37,7 +37,7 @@ const (
 	paramDrift    = "lock_drift"          // WithDriftMargin
 	paramRetry    = "lock_retry_interval" // WithRetryInterval
 	paramDDL      = "lock_ddl"            // false: WithoutDDL
-	paramNotify   = "lock_notify"         // WithNotify (PostgreSQL, SQLite)
+	paramNotify   = "lock_notify"         // WithNotify
 	paramWatchdog = "lock_watchdog"       // false: WithoutWatchdog
 	paramConns    = "lock_max_conns"      // the pool's SetMaxOpenConns
 	paramFileMode = "lock_file_mode"      // SQLite: permissions of a new database file, octal
@@ -145,7 +145,7 @@ func readCommon(q *backend.Query, scheme string, maxConns int) urlOptions {
 	return uo
 }
 
-// readNotify reads lock_notify (PostgreSQL and SQLite).
+// readNotify reads lock_notify.
 func readNotify(q *backend.Query, uo *urlOptions) {
 	notify := true
 	q.Bool(paramNotify, &notify)
@@ -182,6 +182,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		db, err = openSQLite(u, os.FileMode(mode))
 	case SchemeMySQL:
 		uo = readCommon(q, scheme, defaultMaxConns)
+		readNotify(q, &uo)
 		cfg, cerr := mysqlConfig(u, q)
 		if cerr != nil {
 			return nil, cerr

@@ -50,7 +50,7 @@ func TestOpenErrors(t *testing.T) {
 		{"postgres+table://u:" + secret + "@h:5432/db?sslmode=nonsense", true, `sslmode`},
 		{"postgres+table://u:" + secret + "@h:5432/db?lock_notify=maybe", true, `not true or false`},
 		{"sqlite://" + dir + "/x.db?lock_notify=maybe", true, `not true or false`},
-		{"mysql://u:" + secret + "@h:3306/db?lock_notify=false", true, `unknown parameter(s) lock_notify`},
+		{"mysql://u:" + secret + "@h:3306/db?lock_notify=maybe", true, `not true or false`},
 	} {
 		l, err := locker.Open(context.Background(), c.url)
 		if err == nil {
@@ -73,6 +73,7 @@ func TestOpenErrors(t *testing.T) {
 func TestOpenDoesNotConnect(t *testing.T) {
 	for _, u := range []string{
 		"mysql://u:p@127.0.0.1:1/db?timeout=1s&lock_ttl=5s",
+		"mysql://u:p@127.0.0.1:1/db?timeout=1s&lock_notify=false",
 		"postgres+table://u:p@127.0.0.1:1/db?sslmode=disable&connect_timeout=1&lock_notify=false",
 		"postgresql+table://u:p@127.0.0.1:1/db",
 	} {

@@ -31,12 +31,13 @@ import (
 // identified by the owner string of the lock released, so that the same
 // release heard twice (from this process's own release, then from one or
 // more listeners) wakes one waiter, not one per report.
-var procHub = &hub{keys: map[string][]*waiter{}, seen: map[string]time.Time{}}
+var procHub = &hub{keys: map[string][]*waiter{}, seen: map[string]time.Time{}, held: map[string]int{}}
 
 type hub struct {
 	mu   sync.Mutex
 	keys map[string][]*waiter // in arrival order
 	seen map[string]time.Time // release IDs heard recently
+	held map[string]int       // MySQL: locks held by this process's Lockers with a bell, by hubID
 }
 
 type waiter struct {
@@ -83,6 +84,34 @@ func (h *hub) leave(w *waiter, unacted bool) {
 	if unacted && (w.pending || len(w.c) > 0) {
 		h.wakeOneLocked(w.id) // pass on the wake-up w did not act on
 	}
+}
+
+// hold and unhold count the locks of key held in this process (by Lockers
+// with a bell): their waiters here need no bell, the release wakes them.
+func (h *hub) hold(table, key string) {
+	h.mu.Lock()
+	h.held[hubID(table, key)]++
+	h.mu.Unlock()
+}
+
+func (h *hub) unhold(table, key string) {
+	id := hubID(table, key)
+	h.mu.Lock()
+	if h.held[id]--; h.held[id] <= 0 {
+		delete(h.held, id)
+	}
+	h.mu.Unlock()
+}
+
+// needsBell reports whether w is the longest waiting waiter of its key in
+// this process (the one a release wakes) and nobody in this process holds
+// the key (so that only another process's release can wake it, by its
+// bell).
+func (h *hub) needsBell(w *waiter) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.keys[w.id]
+	return len(q) > 0 && q[0] == w && h.held[w.id] == 0
 }
 
 // wake wakes the longest waiting waiter of key, once per release: a

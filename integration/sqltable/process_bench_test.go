@@ -32,8 +32,8 @@ const (
 // Acquire returning (both read the same wall clock, on one host). Within
 // one process waiters are woken at once by the process's own releases
 // (BenchmarkHandoff); across processes a waiter learns of a release from
-// PostgreSQL's NOTIFY, from the SQLite file's wake-up signal, or by its
-// back-off on MySQL.
+// PostgreSQL's NOTIFY, from the SQLite file's wake-up signal, or on MySQL
+// from the holder's bell (a named lock; see TestBellAcrossProcesses).
 //
 //	cd integration && go test -run '^$' -bench ProcessHandoff -benchtime 20x ./sqltable
 func BenchmarkProcessHandoff(b *testing.B) {
@@ -95,7 +95,7 @@ type handoffChildProc struct {
 	out *bufio.Scanner
 }
 
-func startHandoffChild(b *testing.B, u, key string) *handoffChildProc {
+func startHandoffChild(b testing.TB, u, key string) *handoffChildProc {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), handoffChildEnv+"="+u, handoffKeyEnv+"="+key)
 	cmd.Stderr = os.Stderr
@@ -125,7 +125,7 @@ func startHandoffChild(b *testing.B, u, key string) *handoffChildProc {
 }
 
 // do sends cmd and returns the rest of the child's answer after prefix.
-func (c *handoffChildProc) do(b *testing.B, cmd, prefix string) string {
+func (c *handoffChildProc) do(b testing.TB, cmd, prefix string) string {
 	if _, err := fmt.Fprintln(c.in, cmd); err != nil {
 		b.Fatalf("child: %v", err)
 	}

@@ -1,0 +1,96 @@
+package sqltable_test
+
+import (
+	"context"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker/integration/testserver"
+)
+
+// TestBellAcrossProcesses: on MySQL and MariaDB a waiter in another process
+// learns of a release from the holder's bell (a named lock the holder takes
+// a little after the grant and gives back after the release), not from its
+// back-off. A child process holds the key with a one-hour lease; this
+// process waits with a one-hour retry interval, so that its back-off grows
+// to seconds. While it waits, a session of the server waits for a named
+// lock (PROCESSLIST state "User lock"): the waiter, for the child's bell.
+// Once the child releases, the waiter holds the key within a second.
+func TestBellAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a child process")
+	}
+	d := dialectNamed(t, "MariaDB")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	u := d.url(t, "", url.Values{"lock_retry_interval": {"1h"}, "lock_ttl": {"1h"}})
+	l := open(t, u)
+	key := "bell/" + randomID()
+	child := startHandoffChild(t, u, key)
+	child.do(t, "A", "held")
+
+	type result struct {
+		at  time.Time
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		h, err := l.Acquire(ctx, key)
+		r := result{time.Now(), err}
+		if err == nil {
+			defer h.Release(context.Background())
+		}
+		got <- r
+	}()
+
+	admin := openDB(t, "mysql", testserver.MySQL(t).DSN())
+	waiting := false
+	for deadline := time.Now().Add(10 * time.Second); !waiting && time.Now().Before(deadline); {
+		var n int
+		if err := admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND INFO LIKE 'SELECT GET_LOCK%'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if waiting = n > 0; !waiting {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if !waiting {
+		t.Fatal("no session waits for a named lock 10s into the wait: the waiter is not waiting for the holder's bell")
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("Acquire returned while the child holds the key: %v", r.err)
+	default:
+	}
+
+	line := child.do(t, "R", "released ")
+	ns, err := strconv.ParseInt(line, 10, 64)
+	if err != nil {
+		t.Fatalf("child said %q", line)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("Acquire after the child's release: %v", r.err)
+		}
+		if took := r.at.Sub(time.Unix(0, ns)); took > time.Second {
+			t.Errorf("the waiter took the key %v after the child's release; the bell should wake it within milliseconds", took)
+		} else {
+			t.Logf("handoff across processes: %v", took)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter did not get the key within a minute of the child's release")
+	}
+}
+
+func dialectNamed(t testing.TB, name string) dialect {
+	for _, d := range dialects {
+		if d.name == name {
+			return d
+		}
+	}
+	t.Fatalf("no dialect %q", name)
+	return dialect{}
+}
