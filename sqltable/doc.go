@@ -36,8 +36,7 @@
 // (WithTTL), lock_drift (WithDriftMargin), lock_retry_interval
 // (WithRetryInterval), lock_ddl=false (WithoutDDL), lock_watchdog=false
 // (WithoutWatchdog), lock_max_conns (the pool's SetMaxOpenConns; default 10,
-// 4 for SQLite); lock_notify=false (WithNotify(false)) on PostgreSQL and
-// SQLite;
+// 4 for SQLite); lock_notify=false (WithNotify(false));
 // lock_file_mode (octal, default 0600) on SQLite. Driver parameters: on
 // mysql:// tls, timeout, readTimeout, writeTimeout, allowNativePasswords and
 // allowCleartextPasswords; on postgres+table:// pgx's connection settings
@@ -236,10 +235,29 @@
 //     waits with the back-off below. A removed or replaced signal file is
 //     followed: a watching process creates (or opens) it again at once and
 //     watches it again, any other process at its next release.
-//   - Otherwise (MySQL across processes, PostgreSQL and SQLite while the
-//     listener or the watch is down or with WithNotify(false), SQLite on
-//     Windows): a jittered exponential back-off from 2ms up to the retry
-//     interval (WithRetryInterval, default 1s).
+//   - MySQL and MariaDB, across processes: neither can notify a client, but
+//     both have named locks (GET_LOCK), which a waiting session gets the
+//     moment their holder gives them back. So a holder takes its key's
+//     named lock, its "bell" ("locker:" and a hash of the database, the
+//     table and the key), on a connection of its Locker's own 5ms after the
+//     grant, and gives it back right after the release (or the loss; a
+//     closed session frees its named locks on the server). The longest
+//     waiter of the key in a process where nobody holds it, instead of
+//     sleeping, waits in GET_LOCK for the bell (at most as long as it would
+//     sleep), gives it back at once (so that the waiters of other processes
+//     get it in turn) and tries the key. A bell nobody rang (a hold under
+//     5ms, a holder of an older release of this package, one whose bell
+//     connection failed) costs the waiter one short back-off round before
+//     it waits for the bell again. The bell takes one connection of the
+//     pool per Locker once it has held a key for 5ms, and waits take one
+//     each, at most four per Locker (a quarter of a limited pool); it is
+//     off with WithNotify(false), and on a pool limited to fewer than four
+//     connections.
+//   - Otherwise (PostgreSQL and SQLite while the listener or the watch is
+//     down or with WithNotify(false), MySQL without the bell or while the
+//     bell waits are all taken, SQLite on Windows): a jittered exponential
+//     back-off from 2ms up to the retry interval (WithRetryInterval,
+//     default 1s).
 //
 // In every case a waiter sleeps no longer than the holder's remaining
 // lease, read from the row by the database's clock, so a crashed holder's
@@ -247,9 +265,10 @@
 // interval is only the safety net for a lost one (a release by a process
 // running an older release of this package, say). So the handoff is one
 // round trip after the release within a process, on PostgreSQL and on
-// SQLite (not on Windows), and up to the back-off across processes on MySQL
-// and on SQLite under Windows (see BENCHMARKS.md for measured handoffs,
-// within and across processes).
+// SQLite (not on Windows), a few round trips across processes on MySQL for
+// holds of 5ms or more, and up to the back-off across processes on MySQL
+// for shorter holds and on SQLite under Windows (see BENCHMARKS.md for
+// measured handoffs, within and across processes).
 //
 // # Cost
 //

@@ -145,10 +145,14 @@ func WithoutDDL() Option {
 // SetMaxOpenConns, which one listener would starve). On SQLite the process
 // watches the signal file beside the database ("<file>-locker") from its
 // first wait until its last Locker on the file closes (not on Windows,
-// where waiters always back off). On or off, the Locker's releases still
-// notify (pg_notify, the signal file), for the waiters of other processes
-// that listen. Without wake-ups its waiters retry with a back-off (see Waiting
-// in the package documentation). It is ignored on MySQL.
+// where waiters always back off). On MySQL and MariaDB the Locker rings
+// each key's bell (a named lock on a connection of its own) once it has
+// held the key for 5ms, and its waiters wait for the bells of other
+// processes' holders (not on a pool limited to fewer than four
+// connections). On or off, the Locker's releases still notify (pg_notify,
+// the signal file), for the waiters of other processes that listen; off, a
+// MySQL Locker rings no bell. Without wake-ups its waiters retry with a
+// back-off (see Waiting in the package documentation).
 func WithNotify(on bool) Option {
 	return func(c *config) error {
 		c.notify = on

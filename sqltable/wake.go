@@ -17,7 +17,9 @@ import (
 // procHub wakes the waiters of this process when a lock they wait for is
 // released: by a Locker of this process (at once), or, in any process, on
 // PostgreSQL through a Locker's listener and on SQLite through the
-// database's signal file (see filewake.go). Waiters are keyed by dialect,
+// database's signal file (see filewake.go). (On MySQL the head waiter of a
+// key that nobody in this process holds waits for the holder's bell
+// itself, see bell.go; the hub tells it whether to.) Waiters are keyed by dialect,
 // database, table name and key (Locker.hubKey), so a release through any
 // Locker of the process on the same table wakes them, whatever *sql.DB it
 // uses, and a release on another database with a table of the same name
