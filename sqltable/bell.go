@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"encoding/base64"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,15 +26,24 @@ import (
 //
 // The row stays the only truth: the bell only says when to try. A waiter
 // gets the bell at once when nobody rings it (a holder that has held the
-// key for less than bellDelay, a holder whose bell connection failed, one
-// whose process died: the server frees the named locks of a closed
-// session), and then falls back on one round of its back-off before it
-// waits for the bell again, so that it never spins. It waits for the bell
-// at most until its retry interval or the holder's lease ends, whichever
-// comes first, as it would sleep. A holder rings only after bellDelay
-// because most locks are held for less: they would pay two statements for
-// nothing, and their waiters' first back-off rounds (2 ms, doubling) come
-// as soon.
+// key for less than bellDelay, a holder of an older release or without a
+// bell, one whose bell connection failed or whose process died: the server
+// frees the named locks of a closed session); it then sleeps its back-off,
+// which keeps growing while the bell keeps coming at once, so a key held
+// without a bell is polled as before, plus a GET_LOCK and a RELEASE_LOCK
+// per round. A waiter that did wait and got the bell starts its back-off
+// again from 2 ms. It waits for the bell at most until its retry interval
+// or the holder's lease ends, whichever comes first, as it would sleep. A
+// holder rings only after bellDelay because most locks are held for less:
+// they would pay two statements for nothing, and their waiters' first
+// back-off rounds (2 ms, doubling) come as soon.
+//
+// The timeout of GET_LOCK is fractional on MariaDB (since 10.1.2); MySQL
+// reads whole seconds, so there a waiter waits for the bell only when it
+// would sleep a second or more (the default retry interval is one). Several
+// named locks per session need MySQL 5.7 or MariaDB 10.0.2; on older
+// servers a second ring frees the first bell (the bell fails, not the
+// lock).
 //
 // Bell names are "locker:" and a hash of the database's identity, the table
 // and the key (named locks are server-wide; MySQL allows 64 characters).
@@ -41,19 +51,27 @@ import (
 // bellDelay is how long a holder holds before it rings its key's bell.
 const bellDelay = 5 * time.Millisecond
 
-// maxBellWaits bounds the pool connections a Locker's waiters keep waiting
-// for bells (one per waited key, its head waiter in this process): a quarter
-// of a limited pool, at most this many.
+// maxBellWaits bounds the pool connections that waiters keep waiting for
+// bells (one per waited key, its head waiter in this process), per *sql.DB
+// whatever the number of its Lockers: a quarter of a limited pool, at most
+// this many.
 const maxBellWaits = 4
 
-// bellTake bounds how long a holder's ring waits for the bell: a waiter may
-// hold it for a moment (between its GET_LOCK and its RELEASE_LOCK).
-const bellTake = 50 * time.Millisecond
+// A waiter may hold the bell for a moment (between its GET_LOCK and its
+// RELEASE_LOCK), and the previous holder (in another process) gives it back
+// a moment after its release: a ring that finds the bell taken tries again
+// bellTries times, bellRetry apart, without keeping the bell connection
+// from the other rings and the releases of the Locker meanwhile.
+const (
+	bellTries = 5
+	bellRetry = 2 * time.Millisecond
+)
 
 type bell struct {
-	l     *Locker
-	rings *timerq.Queue // bellDelay after each grant
-	waits chan struct{} // semaphore of the waits for bells in flight
+	l          *Locker
+	rings      *timerq.Queue // bellDelay after each grant
+	waits      chan struct{} // the waits for bells in flight, shared by the Lockers of one *sql.DB
+	fractional bool          // the server takes fractional GET_LOCK timeouts (MariaDB); set by init
 
 	stateMu sync.Mutex // guards the Handles' bellState
 
@@ -61,11 +79,13 @@ type bell struct {
 	conn   *sql.Conn  // holds the bells this Locker rings; nil until needed, or after a failure
 }
 
-// A Handle's bell, guarded by bell.stateMu.
+// A Handle's bell, guarded by bell.stateMu. While the state is scheduled,
+// rung or unrung, the Handle counts in procHub's held keys.
 const (
-	bellNone      = iota // not rung (not MySQL, or the ring failed)
+	bellIdle      = iota // not scheduled yet
 	bellScheduled        // the ring is due bellDelay after the grant
 	bellRung             // the Locker's bell connection holds it
+	bellUnrung           // the ring failed: the lock is held without its bell
 	bellDone             // the lock ended: no ring any more
 )
 
@@ -79,11 +99,20 @@ func newBell(l *Locker) *bell {
 	if max != 0 && max < minListenPool {
 		return nil
 	}
-	waits := maxBellWaits
+	return &bell{l: l, rings: timerq.New(bellDelay), waits: bellWaits(l.db, max)}
+}
+
+// bellWaitSems bounds the waits for bells per *sql.DB, whichever of its
+// Lockers waits: maxBellWaits, or a quarter of a limited pool.
+var bellWaitSems sync.Map // *sql.DB → chan struct{}
+
+func bellWaits(db *sql.DB, max int) chan struct{} {
+	n := maxBellWaits
 	if max != 0 {
-		waits = min(waits, max/minListenPool)
+		n = min(n, max/minListenPool)
 	}
-	return &bell{l: l, rings: timerq.New(bellDelay), waits: make(chan struct{}, waits)}
+	sem, _ := bellWaitSems.LoadOrStore(db, make(chan struct{}, n))
+	return sem.(chan struct{})
 }
 
 // name is key's bell, quoted as an SQL string literal. The statements
@@ -96,20 +125,41 @@ func (b *bell) name(key string) string {
 	return "'locker:" + base64.RawURLEncoding.EncodeToString(sum[:]) + "'"
 }
 
-func getLock(name string, timeout time.Duration) string {
-	return "SELECT GET_LOCK(" + name + ", " + strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64) + ")"
+// getLock is the GET_LOCK statement of the bell name with timeout; whole
+// seconds (rounded down) unless the server takes fractions.
+func getLock(name string, timeout time.Duration, fractional bool) string {
+	t := strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64)
+	if !fractional {
+		t = strconv.FormatInt(int64(timeout/time.Second), 10)
+	}
+	return "SELECT GET_LOCK(" + name + ", " + t + ")"
 }
 
 func releaseLock(name string) string { return "DO RELEASE_LOCK(" + name + ")" }
+
+// BellName returns the MySQL named lock that is key's bell (see Waiting in
+// the package documentation), without quotes, as IS_USED_LOCK takes it: for
+// operators and tests, to see which connection holds it. It is valid once
+// the Locker has made its first call (which reads the database's identity),
+// and "" on other dialects.
+func (l *Locker) BellName(key string) string {
+	if l.dialect != MySQL {
+		return ""
+	}
+	return strings.Trim((&bell{l: l}).name(key), "'")
+}
 
 // schedule rings h's bell bellDelay after now, unless h ends first.
 func (b *bell) schedule(h *Handle) {
 	if b == nil {
 		return
 	}
-	procHub.hold(b.l.hubKey, h.key)
 	b.stateMu.Lock()
 	defer b.stateMu.Unlock()
+	if h.bellState != bellIdle {
+		return // ended already (a loss or a Close that came first)
+	}
+	procHub.hold(b.l.hubKey, h.key)
 	h.bellState = bellScheduled
 	h.bellEntry = b.rings.Add(func() {
 		b.l.spawn(func() { b.ring(h) })
@@ -117,29 +167,78 @@ func (b *bell) schedule(h *Handle) {
 }
 
 // ring takes h's bell on the Locker's bell connection, if h still holds.
+// A bell that another session holds for a moment is tried again; a ring
+// that finds h ended by the time the bell is its own gives it back at once.
 func (b *bell) ring(h *Handle) {
-	b.connMu.Lock()
-	defer b.connMu.Unlock()
-	b.stateMu.Lock()
-	due := h.bellState == bellScheduled
-	b.stateMu.Unlock()
-	if !due {
-		return
-	}
-	ctx, cancel := context.WithTimeout(b.l.ctx, bellTake+time.Second)
-	defer cancel()
-	var got sql.NullInt64
-	err := b.connLocked(ctx, func(c *sql.Conn) error {
-		return c.QueryRowContext(ctx, getLock(b.name(h.key), bellTake)).Scan(&got)
-	})
-	b.stateMu.Lock()
-	defer b.stateMu.Unlock()
-	if h.bellState == bellScheduled {
-		h.bellState = bellNone
-		if err == nil && got.Valid && got.Int64 == 1 {
-			h.bellState = bellRung
+	name := b.name(h.key)
+	for try := 1; ; try++ {
+		if got, _ := b.ringOnce(h, name); got {
+			return
+		}
+		// Taken for a moment, or the bell connection failed (it was
+		// discarded; the next try opens another).
+		if try >= bellTries || !b.due(h) {
+			b.setUnrung(h)
+			return
+		}
+		t := time.NewTimer(bellRetry)
+		select {
+		case <-t.C:
+		case <-b.l.ctx.Done():
+			t.Stop()
+			b.setUnrung(h)
+			return
 		}
 	}
+}
+
+// ringOnce tries once to take h's bell; got reports that h holds it now.
+func (b *bell) ringOnce(h *Handle, name string) (got bool, err error) {
+	b.connMu.Lock()
+	defer b.connMu.Unlock()
+	if !b.due(h) {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(b.l.ctx, time.Second)
+	defer cancel()
+	var v sql.NullInt64
+	err = b.connLocked(ctx, func(c *sql.Conn) error {
+		return c.QueryRowContext(ctx, getLock(name, 0, true)).Scan(&v)
+	})
+	if err != nil || !v.Valid || v.Int64 != 1 {
+		return false, err
+	}
+	b.stateMu.Lock()
+	due := h.bellState == bellScheduled
+	if due {
+		h.bellState = bellRung
+	}
+	b.stateMu.Unlock()
+	if !due {
+		// h ended while the statement ran, and its unring had nothing to
+		// give back yet: give the bell back now.
+		_ = b.connLocked(ctx, func(c *sql.Conn) error {
+			_, err := c.ExecContext(ctx, releaseLock(name))
+			return err
+		})
+	}
+	return true, nil
+}
+
+// due reports whether h's ring is still to be made.
+func (b *bell) due(h *Handle) bool {
+	b.stateMu.Lock()
+	defer b.stateMu.Unlock()
+	return h.bellState == bellScheduled
+}
+
+// setUnrung records that h holds its lock without its bell.
+func (b *bell) setUnrung(h *Handle) {
+	b.stateMu.Lock()
+	if h.bellState == bellScheduled {
+		h.bellState = bellUnrung
+	}
+	b.stateMu.Unlock()
 }
 
 // unring gives h's bell back (h's lock has ended: released, lost or given
@@ -154,13 +253,12 @@ func (b *bell) unring(h *Handle) {
 	if h.bellEntry != nil {
 		h.bellEntry.Stop()
 	}
-	b.stateMu.Unlock()
-	if was == bellDone {
-		return
+	if was != bellIdle && was != bellDone {
+		procHub.unhold(b.l.hubKey, h.key)
 	}
-	procHub.unhold(b.l.hubKey, h.key)
+	b.stateMu.Unlock()
 	if was != bellRung {
-		return // a ring already started sees bellDone
+		return // a ring in flight sees bellDone and gives the bell back itself
 	}
 	// After the release, off the caller's path.
 	b.l.spawn(func() {
@@ -217,12 +315,13 @@ func (b *bell) close() {
 
 // wait waits, on a connection of the pool, until key's bell is free or
 // limit has passed, whichever comes first, and gives the bell back at once
-// if it got it. rang reports that it got the bell: its holder gave it back
-// (or nobody held it). ok is false when it could not wait (too many waits
-// already, no connection, a server that does not wait), and the caller
-// sleeps instead.
+// if it got it. rang reports that it waited for the bell and got it: its
+// holder gave it back. ok is false when it did not wait: too many waits
+// already, no connection, a bell that nobody held (it came at once), a
+// server that answered before limit (one that takes whole seconds only),
+// and the caller sleeps instead.
 func (b *bell) wait(ctx context.Context, key string, limit time.Duration) (rang, ok bool) {
-	if b == nil || limit < bellDelay {
+	if b == nil || limit < bellDelay || !b.fractional && limit < time.Second {
 		return false, false // a short wait: sleep it
 	}
 	select {
@@ -231,25 +330,44 @@ func (b *bell) wait(ctx context.Context, key string, limit time.Duration) (rang,
 		return false, false
 	}
 	defer func() { <-b.waits }()
-	c, err := b.l.db.Conn(ctx)
+	// The wait ends a little after limit whatever happens (a pool with no
+	// free connection, a dead link, a server that waits longer than asked:
+	// the driver then closes the connection, which ends the wait on the
+	// server), so a waiter never oversleeps its retry interval or the
+	// holder's lease by more.
+	start := time.Now()
+	sctx, cancel := context.WithTimeout(ctx, limit+100*time.Millisecond)
+	defer cancel()
+	c, err := b.l.db.Conn(sctx)
 	if err != nil {
 		return false, false
 	}
 	defer c.Close()
 	name := b.name(key)
-	start := time.Now()
 	var got sql.NullInt64
-	if err := c.QueryRowContext(ctx, getLock(name, limit)).Scan(&got); err != nil || !got.Valid {
+	if err := c.QueryRowContext(sctx, getLock(name, limit, b.fractional)).Scan(&got); err != nil || !got.Valid {
 		return false, false
 	}
+	took := time.Since(start)
 	if got.Int64 != 1 {
-		// A timeout. A server that rounds the timeout down (to 0) answers
-		// at once: sleep instead, so as not to spin.
-		return false, time.Since(start) >= limit/2
+		// A timeout; one that came well before limit did not wait.
+		return false, took >= limit/2
 	}
-	if _, err := c.ExecContext(ctx, releaseLock(name)); err != nil {
+	start = time.Now()
+	rctx, rcancel := context.WithTimeout(ctx, time.Second)
+	defer rcancel()
+	if _, err := c.ExecContext(rctx, releaseLock(name)); err != nil {
 		// Still ours: the connection must not go back to the pool.
 		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+		return false, false
+	}
+	// The bell came at once (in about the round trip RELEASE_LOCK took):
+	// nobody held it, so it says nothing about the key. Sleep, so that a
+	// key held without a bell (a holder of an older release, or without a
+	// bell connection, a dead holder's lease) is polled with the back-off,
+	// not once a round trip.
+	if took < 2*time.Since(start)+time.Millisecond {
+		return false, false
 	}
 	return true, true
 }

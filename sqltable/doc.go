@@ -245,14 +245,23 @@
 //     waiter of the key in a process where nobody holds it, instead of
 //     sleeping, waits in GET_LOCK for the bell (at most as long as it would
 //     sleep), gives it back at once (so that the waiters of other processes
-//     get it in turn) and tries the key. A bell nobody rang (a hold under
-//     5ms, a holder of an older release of this package, one whose bell
-//     connection failed) costs the waiter one short back-off round before
-//     it waits for the bell again. The bell takes one connection of the
-//     pool per Locker once it has held a key for 5ms, and waits take one
-//     each, at most four per Locker (a quarter of a limited pool); it is
-//     off with WithNotify(false), and on a pool limited to fewer than four
-//     connections.
+//     get it in turn) and tries the key. A bell nobody rang comes at once
+//     (a hold under 5ms, a holder of an older release of this package or
+//     without a bell, one whose bell connection failed, a dead holder's
+//     lease): the waiter then sleeps its back-off, which keeps growing
+//     while that lasts, so such a key is polled as before, plus two
+//     statements per round. Each Locker keeps one connection of the pool
+//     for its bells from the first key it has held for 5ms until Close,
+//     and waits take one connection each, at most four per *sql.DB (a
+//     quarter of a limited pool). Like the PostgreSQL listener, the bell
+//     is off with WithNotify(false) and on a pool limited to fewer than
+//     four connections, and the check is per Locker: give a pool shared by
+//     several Lockers one connection per Locker on top of what the locks
+//     use. MariaDB takes fractional GET_LOCK timeouts; MySQL takes whole
+//     seconds, so there a waiter waits for the bell only when it would
+//     sleep a second or more (the default retry interval is one). Several
+//     named locks per session need MySQL 5.7 or MariaDB 10.0.2. Tested on
+//     MariaDB only.
 //   - Otherwise (PostgreSQL and SQLite while the listener or the watch is
 //     down or with WithNotify(false), MySQL without the bell or while the
 //     bell waits are all taken, SQLite on Windows): a jittered exponential

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -69,6 +70,15 @@ func (l *Locker) init(ctx context.Context) error {
 	}
 	if err := l.ps.prepare(ctx, l); err != nil {
 		return err
+	}
+	if l.bell != nil {
+		var v string
+		if err := l.retry(ctx, func(ctx context.Context) error {
+			return l.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v)
+		}); err != nil {
+			return fmt.Errorf("sqltable: read the server's version: %w", err)
+		}
+		l.bell.fractional = strings.Contains(v, "MariaDB")
 	}
 	if id, err := l.dbIdentity(ctx); err == nil && id != "" {
 		l.hubKey = l.dialect.String() + ":" + id + ":" + l.table.String()

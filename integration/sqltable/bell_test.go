@@ -2,6 +2,7 @@ package sqltable_test
 
 import (
 	"context"
+	"database/sql"
 	"net/url"
 	"strconv"
 	"testing"
@@ -93,4 +94,91 @@ func dialectNamed(t testing.TB, name string) dialect {
 	}
 	t.Fatalf("no dialect %q", name)
 	return dialect{}
+}
+
+// TestBellLeavesNoNamedLock: whatever the moment a lock ends relative to
+// its ring (holds around the bell's 5ms delay, so that some releases come
+// while the ring's GET_LOCK is in flight), no bell stays held once the lock
+// has ended, and a bell is held while a lock is held long enough.
+func TestBellLeavesNoNamedLock(t *testing.T) {
+	d := dialectNamed(t, "MariaDB")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l := open(t, d.url(t, "", nil))
+	admin := d.admin(t)
+	key := "bell-leak/" + randomID()
+	used := func() bool {
+		var id sql.NullInt64
+		if err := admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", l.BellName(key)).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id.Valid
+	}
+	h, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !used(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no bell held 5s into a hold")
+		}
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 60 {
+		h, err := l.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(4*time.Millisecond + time.Duration(i%20)*100*time.Microsecond)
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); used(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the key's bell is still held 5s after its last lock ended")
+		}
+	}
+}
+
+// TestBellUnrungDoesNotPoll: a key held by a Locker without a bell
+// (lock_notify=false) gives a waiter's bell at once, every time; the waiter
+// must then sleep its growing back-off, not poll once a round trip. Counted
+// by the server's RELEASE_LOCKs (Com_do: only the bell runs DO) over a
+// second of waiting: about ten with a back-off from 2ms, hundreds if each
+// bell that came at once reset it.
+func TestBellUnrungDoesNotPoll(t *testing.T) {
+	d := dialectNamed(t, "MariaDB")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := open(t, d.url(t, "", url.Values{"lock_notify": {"false"}}))
+	waiter := open(t, d.url(t, "", nil))
+	admin := d.admin(t)
+	key := "bell-unrung/" + randomID()
+	h, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	comDo := func() int64 {
+		var name string
+		var n int64
+		if err := admin.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Com_do'").Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := comDo()
+	wctx, wcancel := context.WithTimeout(ctx, time.Second)
+	defer wcancel()
+	if _, err := waiter.Acquire(wctx, key); err == nil {
+		t.Fatal("Acquire of a held key succeeded")
+	}
+	if n := comDo() - before; n > 40 {
+		t.Errorf("%d RELEASE_LOCKs in a second of waiting for a key held without a bell: the waiter polls instead of backing off", n)
+	} else {
+		t.Logf("%d RELEASE_LOCKs in a second of waiting", n)
+	}
 }
