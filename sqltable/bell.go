@@ -103,16 +103,42 @@ func newBell(l *Locker) *bell {
 }
 
 // bellWaitSems bounds the waits for bells per *sql.DB, whichever of its
-// Lockers waits: maxBellWaits, or a quarter of a limited pool.
-var bellWaitSems sync.Map // *sql.DB → chan struct{}
+// Lockers waits: maxBellWaits, or a quarter of a limited pool. An entry
+// lives while a Locker with a bell uses its *sql.DB.
+var bellWaitSems = struct {
+	sync.Mutex
+	m map[*sql.DB]*bellSem
+}{m: map[*sql.DB]*bellSem{}}
+
+type bellSem struct {
+	c    chan struct{}
+	refs int
+}
 
 func bellWaits(db *sql.DB, max int) chan struct{} {
-	n := maxBellWaits
-	if max != 0 {
-		n = min(n, max/minListenPool)
+	bellWaitSems.Lock()
+	defer bellWaitSems.Unlock()
+	s := bellWaitSems.m[db]
+	if s == nil {
+		n := maxBellWaits
+		if max != 0 {
+			n = min(n, max/minListenPool)
+		}
+		s = &bellSem{c: make(chan struct{}, n)}
+		bellWaitSems.m[db] = s
 	}
-	sem, _ := bellWaitSems.LoadOrStore(db, make(chan struct{}, n))
-	return sem.(chan struct{})
+	s.refs++
+	return s.c
+}
+
+func releaseBellWaits(db *sql.DB) {
+	bellWaitSems.Lock()
+	defer bellWaitSems.Unlock()
+	if s := bellWaitSems.m[db]; s != nil {
+		if s.refs--; s.refs <= 0 {
+			delete(bellWaitSems.m, db)
+		}
+	}
 }
 
 // name is key's bell, quoted as an SQL string literal. The statements
@@ -311,6 +337,7 @@ func (b *bell) close() {
 	b.connMu.Lock()
 	b.dropLocked()
 	b.connMu.Unlock()
+	releaseBellWaits(b.l.db)
 }
 
 // wait waits, on a connection of the pool, until key's bell is free or
