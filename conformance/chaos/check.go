@@ -49,6 +49,21 @@ func (h *holdRec) end() int64 {
 
 func (h *holdRec) reported() bool { return h.lostAt != 0 || h.relLost }
 
+// reportedBy reports whether h reported its loss by at, give or take
+// observeSlack.
+func reportedBy(h *holdRec, at int64) bool { return h.lostAt != 0 && h.lostAt <= at+int64(observeSlack) }
+
+// lossDesc says how a hold that another took over reported the loss.
+func lossDesc(h *holdRec) string {
+	switch {
+	case h.lostAt != 0:
+		return "reported the loss only at " + stamp(h.lostAt)
+	case h.relLost:
+		return "reported the loss only when it released"
+	}
+	return "never reported the loss"
+}
+
 func (h *holdRec) String() string {
 	return fmt.Sprintf("worker %d's hold #%d (token %d, acquired at %s)", h.acq.W, h.acq.Seq, h.acq.Tok, stamp(h.acq.Done))
 }
@@ -63,7 +78,9 @@ func stamp(ns int64) string { return time.Unix(0, ns).UTC().Format("15:04:05.000
 //     reported the loss by then (give or take observeSlack), or its process
 //     was stopped (SIGSTOP)
 //     within a TTL before the other's acquisition: a frozen process cannot
-//     hear anything, and that is what fencing is for;
+//     hear anything, and that is what fencing is for. Two acquisitions whose
+//     returns were recorded in the other order than their tokens (a caller
+//     the scheduler delayed) are ordered by the tokens;
 //   - a hold whose lock was taken over, or whose writes the register
 //     rejected, reported the loss (Done closed with ErrLost, or Release
 //     returned it);
@@ -203,22 +220,27 @@ func check(r *Report, h history) {
 					// only when it went on, so the two cannot be ordered.
 					continue
 				}
+				if b.acq.Tok < a.acq.Tok {
+					// b was granted before a (tokens follow the grants),
+					// and the return of its Acquire was recorded after a's
+					// (the scheduler delayed its caller): a took the lock
+					// over from b, which must have reported the loss by
+					// a's acquisition.
+					if !reportedBy(b, a.acq.Done) && !frozenNear(b, a.acq.Done) {
+						violate("key %q: two holders: %v was acquired while %v, granted before it and returned after it, was in use and not frozen; the earlier %s", key, a, b, lossDesc(b))
+					}
+					continue
+				}
 				takenOver = true
 				switch {
-				case a.lostAt != 0 && a.lostAt <= b.acq.Done+int64(observeSlack):
+				case reportedBy(a, b.acq.Done):
 				case frozenNear(a, b.acq.Done):
 				case reported:
 					// One violation per hold: a hold that never ended
 					// (its worker hung) would otherwise flood the report.
 				default:
 					reported = true
-					lost := "never reported the loss"
-					if a.lostAt != 0 {
-						lost = "reported the loss only at " + stamp(a.lostAt)
-					} else if a.relLost {
-						lost = "reported the loss only when it released"
-					}
-					violate("key %q: two holders: %v was acquired while %v was in use (it released at %s) and not frozen; the earlier %s", key, b, a, relStamp(a), lost)
+					violate("key %q: two holders: %v was acquired while %v was in use (it released at %s) and not frozen; the earlier %s", key, b, a, relStamp(a), lossDesc(a))
 				}
 			}
 			if (takenOver || a.stale > 0) && !a.reported() && a.relInv != 0 {
