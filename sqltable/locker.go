@@ -394,24 +394,27 @@ const cleanupTimeout = 5 * time.Second
 // repeated with a growing pause until it frees a row or min(TTL, 5s) has
 // passed: an acquire committed after the first drop does not block the key
 // for a whole lease. On SQLite a statement is over when its call returns,
-// and one drop that runs is enough. Close stops the repeats.
+// and one drop that runs is enough. A Close that begins meanwhile waits for
+// the drop in flight, within its bound (locker.ReleaseTimeout), as it waits
+// for releases, so that an acquire abandoned just before Close does not
+// leave its row held for a lease; then it stops the repeats.
 func (l *Locker) cleanup(key, owner string, ttl time.Duration) bool {
-	if l.isClosing() {
-		return false
-	}
 	return l.spawn(func() {
-		ctx, cancel := context.WithTimeout(l.ctx, min(ttl, cleanupTimeout))
+		ctx, cancel := context.WithTimeout(l.endCtx, min(ttl, cleanupTimeout))
 		defer cancel()
 		wait := 10 * time.Millisecond
 		for {
 			n, err := l.dropOnce(ctx, key, owner)
-			if n > 0 || (err == nil && l.dialect == SQLite) {
+			if n > 0 || (err == nil && l.dialect == SQLite) || l.isClosing() {
 				return
 			}
 			t := time.NewTimer(wait/2 + rand.N(wait/2+1))
 			select {
 			case <-t.C:
 			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-l.ctx.Done():
 				t.Stop()
 				return
 			}
