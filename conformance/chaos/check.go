@@ -51,7 +51,9 @@ func (h *holdRec) reported() bool { return h.lostAt != 0 || h.relLost }
 
 // reportedBy reports whether h reported its loss by at, give or take
 // observeSlack.
-func reportedBy(h *holdRec, at int64) bool { return h.lostAt != 0 && h.lostAt <= at+int64(observeSlack) }
+func reportedBy(h *holdRec, at int64) bool {
+	return h.lostAt != 0 && h.lostAt <= at+int64(observeSlack)
+}
 
 // lossDesc says how a hold that another took over reported the loss.
 func lossDesc(h *holdRec) string {
