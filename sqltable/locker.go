@@ -182,9 +182,10 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 		}
 		if !notified && l.bell != nil && bellNext && procHub.needsBell(w) {
 			// MySQL: wait for the holder's bell as long as the safety
-			// net's timer would wait. A bell that rang without the key
-			// following (nobody rang it yet, or another waiter won the
-			// key) costs one short back-off round before the next wait.
+			// net's timer would wait. After a bell that rang without the
+			// key following (another waiter won it), one short back-off
+			// round (the back-off starts again); a bell nobody rang is no
+			// wait (ok false): the back-off below, which keeps growing.
 			rang, ok := l.bell.wait(cctx, key, min(l.cfg.retryInterval, rem+time.Millisecond))
 			if cctx.Err() != nil {
 				return nil, locker.KeyError(op, key, l.why(ctx, cctx.Err()))
