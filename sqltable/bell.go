@@ -7,7 +7,6 @@ import (
 	"database/sql/driver"
 	"encoding/base64"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -146,10 +145,7 @@ func releaseBellWaits(db *sql.DB) {
 // with parameters costs go-sql-driver/mysql three round trips (prepare,
 // execute, close) unless the DSN sets interpolateParams, and the name's
 // characters (base64url and ':') need no escaping.
-func (b *bell) name(key string) string {
-	sum := sha256.Sum256([]byte(b.l.hubKey + "\x00" + key))
-	return "'locker:" + base64.RawURLEncoding.EncodeToString(sum[:]) + "'"
-}
+func (b *bell) name(key string) string { return "'" + b.l.BellName(key) + "'" }
 
 // getLock is the GET_LOCK statement of the bell name with timeout; whole
 // seconds (rounded down) unless the server takes fractions.
@@ -172,7 +168,8 @@ func (l *Locker) BellName(key string) string {
 	if l.dialect != MySQL {
 		return ""
 	}
-	return strings.Trim((&bell{l: l}).name(key), "'")
+	sum := sha256.Sum256([]byte(l.hubKey + "\x00" + key))
+	return "locker:" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // schedule rings h's bell bellDelay after now, unless h ends first.
@@ -243,10 +240,7 @@ func (b *bell) ringOnce(h *Handle, name string) (got bool, err error) {
 	if !due {
 		// h ended while the statement ran, and its unring had nothing to
 		// give back yet: give the bell back now.
-		_ = b.connLocked(ctx, func(c *sql.Conn) error {
-			_, err := c.ExecContext(ctx, releaseLock(name))
-			return err
-		})
+		b.giveBackLocked(ctx, name)
 	}
 	return true, nil
 }
@@ -292,10 +286,16 @@ func (b *bell) unring(h *Handle) {
 		defer b.connMu.Unlock()
 		ctx, cancel := context.WithTimeout(b.l.endCtx, time.Second)
 		defer cancel()
-		_ = b.connLocked(ctx, func(c *sql.Conn) error {
-			_, err := c.ExecContext(ctx, releaseLock(b.name(h.key)))
-			return err
-		})
+		b.giveBackLocked(ctx, b.name(h.key))
+	})
+}
+
+// giveBackLocked gives the bell name back on the bell connection (a failure
+// discards the connection, which gives it back too). connMu is held.
+func (b *bell) giveBackLocked(ctx context.Context, name string) {
+	_ = b.connLocked(ctx, func(c *sql.Conn) error {
+		_, err := c.ExecContext(ctx, releaseLock(name))
+		return err
 	})
 }
 
@@ -323,9 +323,15 @@ func (b *bell) dropLocked() {
 	if b.conn == nil {
 		return
 	}
-	_ = b.conn.Raw(func(any) error { return driver.ErrBadConn })
-	_ = b.conn.Close()
+	discard(b.conn)
 	b.conn = nil
+}
+
+// discard closes c without giving it back to the pool: it may hold named
+// locks.
+func discard(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	_ = c.Close()
 }
 
 // close discards the bell connection, freeing the bells it holds; for
@@ -385,7 +391,7 @@ func (b *bell) wait(ctx context.Context, key string, limit time.Duration) (rang,
 	defer rcancel()
 	if _, err := c.ExecContext(rctx, releaseLock(name)); err != nil {
 		// Still ours: the connection must not go back to the pool.
-		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+		discard(c)
 		return false, false
 	}
 	// The bell came at once (in about the round trip RELEASE_LOCK took):
