@@ -231,3 +231,65 @@ func TestCloseBoundsReleaseInFlight(t *testing.T) {
 		t.Errorf("Err after Release = %v, want ErrReleased", h.Err())
 	}
 }
+
+// TestRecentReleases: a release heard twice is told apart within
+// releaseMemory; the hub forgets the oldest IDs first, by age and beyond
+// maxReleases, so that what it keeps stays bounded however many releases
+// it hears, and its list does not grow without bound either.
+func TestRecentReleases(t *testing.T) {
+	r := recentReleases{at: map[string]time.Time{}}
+	t0 := time.Now()
+	if r.heard("a", t0) {
+		t.Fatal("a new release reported as heard")
+	}
+	if !r.heard("a", t0.Add(time.Second)) {
+		t.Fatal("a release heard again within releaseMemory not recognised")
+	}
+	// Past releaseMemory, "a" is forgotten as soon as another comes.
+	later := t0.Add(releaseMemory + time.Millisecond)
+	if r.heard("b", later) {
+		t.Fatal("b reported as heard")
+	}
+	if _, ok := r.at["a"]; ok {
+		t.Fatal("a still remembered past releaseMemory")
+	}
+	// Many releases in one instant: the oldest go first, the newest stay.
+	now := later
+	for i := range 3 * maxReleases {
+		if r.heard(fmt.Sprint(i), now) {
+			t.Fatalf("release %d reported as heard", i)
+		}
+		if len(r.at) > maxReleases {
+			t.Fatalf("%d releases remembered, more than %d", len(r.at), maxReleases)
+		}
+	}
+	if !r.heard(fmt.Sprint(3*maxReleases-1), now) || !r.heard(fmt.Sprint(2*maxReleases+1), now) {
+		t.Fatal("a recent release forgotten")
+	}
+	if _, ok := r.at["0"]; ok {
+		t.Fatal("the oldest release still remembered")
+	}
+	if n := len(r.order) - r.head; n != len(r.at) {
+		t.Fatalf("%d IDs in the list, %d in the map", n, len(r.at))
+	}
+	if cap(r.order) > 4*maxReleases {
+		t.Fatalf("the list grew to %d entries for %d remembered", cap(r.order), len(r.at))
+	}
+}
+
+// BenchmarkRecentReleases: one release heard per op, by a process that
+// has heard many (the steady state of a busy one).
+func BenchmarkRecentReleases(b *testing.B) {
+	r := recentReleases{at: map[string]time.Time{}}
+	ids := make([]string, 4*maxReleases)
+	for i := range ids {
+		ids[i] = fmt.Sprint("release-", i)
+	}
+	for _, id := range ids[:maxReleases] {
+		r.heard(id, time.Now())
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		r.heard(ids[i%len(ids)]+"-"+fmt.Sprint(i/len(ids)), time.Now())
+	}
+}
