@@ -38,9 +38,10 @@ func (l *Locker) init(ctx context.Context) error {
 				_, err := l.db.ExecContext(ctx, stmt)
 				return err
 			})
-			if err != nil && l.dialect == PostgreSQL && racingDDL(err) {
-				// Two clients creating the table at once: PostgreSQL's
-				// IF NOT EXISTS is not atomic; the other one won.
+			for try := 0; try < 3 && err != nil && l.dialect == PostgreSQL && racingDDL(err); try++ {
+				// Clients creating the table at once: PostgreSQL's IF NOT
+				// EXISTS is not atomic, and another one won (it committed
+				// before this statement failed): run it again, now a no-op.
 				_, err = l.db.ExecContext(ctx, stmt)
 			}
 			if err != nil {
@@ -163,9 +164,12 @@ func (l *Locker) checkAffectedRows(ctx context.Context) error {
 	return nil
 }
 
+// racingDDL reports the errors PostgreSQL gives the losers of a race to
+// create the same table: a unique violation on the catalog (23505), the
+// table (42P07) or its row type (42710) already there.
 func racingDDL(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07")
+	return errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07" || pe.Code == "42710")
 }
 
 // transient reports errors after which the statement is known not to have

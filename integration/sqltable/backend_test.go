@@ -288,6 +288,47 @@ func TestTableNames(t *testing.T) {
 	})
 }
 
+// TestTableCreatedByManyAtOnce: Lockers of several processes that start
+// together on a database without the table each create it, all at once,
+// and every first Acquire succeeds. (PostgreSQL's CREATE TABLE IF NOT
+// EXISTS is not atomic: the losers of the race get a unique violation on
+// the catalog, or "type already exists" for the table's row type.) Each
+// round uses a table of its own, so each is a race on a fresh table.
+func TestTableCreatedByManyAtOnce(t *testing.T) {
+	forEach(t, func(t *testing.T, d dialect) {
+		ctx := testCtx(t)
+		const lockers, rounds = 8, 6
+		for round := range rounds {
+			table := fmt.Sprintf("race_%s_%d", randomID()[:8], round)
+			ls := make([]*sqltable.Locker, lockers)
+			for i := range ls {
+				ls[i] = open(t, d.url(t, "", url.Values{"lock_table": {table}}))
+			}
+			start := make(chan struct{})
+			errs := make(chan error, lockers)
+			for i, l := range ls {
+				go func() {
+					<-start
+					h, err := l.Acquire(ctx, fmt.Sprintf("race/%d", i))
+					if err == nil {
+						err = h.Release(ctx)
+					}
+					errs <- err
+				}()
+			}
+			close(start)
+			for range ls {
+				if err := <-errs; err != nil {
+					t.Fatalf("round %d: a first Acquire while others create the table: %v", round, err)
+				}
+			}
+			for _, l := range ls {
+				l.Close()
+			}
+		}
+	})
+}
+
 // TestPoolOfOneConnection: a *sql.DB limited to one connection serves a
 // holder's renewals, a waiter of the same Locker and the release without
 // deadlock; the listener (PostgreSQL) stays off.
