@@ -502,10 +502,12 @@ func createSequenceSQL(seq string) string {
 }
 
 // isDuplicate reports the error of two sessions creating the same sequence
-// at once, which CREATE ... IF NOT EXISTS does not rule out.
+// at once, which CREATE ... IF NOT EXISTS does not rule out: a unique
+// violation on the catalog (23505), the relation (42P07) or its type
+// (42710, as for a table's row type) already there.
 func isDuplicate(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07")
+	return errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07" || pe.Code == "42710")
 }
 
 // Close releases every lock the Locker holds (each unlock bounded by

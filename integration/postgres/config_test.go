@@ -267,3 +267,40 @@ func TestRoleWithoutDDL(t *testing.T) {
 	}
 	mustRelease(t, ctx, h)
 }
+
+// TestSequenceCreatedByManyAtOnce: Lockers of several processes that start
+// together on a database without the sequence each create it, all at once,
+// and every first Acquire succeeds (CREATE SEQUENCE IF NOT EXISTS is not
+// atomic: the losers of the race get a unique violation on the catalog).
+// Each round uses a sequence of its own, so each is a race on a fresh one.
+func TestSequenceCreatedByManyAtOnce(t *testing.T) {
+	ctx := testCtx(t)
+	const lockers, rounds = 8, 6
+	pool := sharedPool(t, 4)
+	for round := range rounds {
+		seq := fmt.Sprintf("locker_test_race_%d_%d", time.Now().UnixNano(), round)
+		t.Cleanup(func() { pool.Exec(context.Background(), "DROP SEQUENCE IF EXISTS "+seq) })
+		ls := make([]*postgres.Locker, lockers)
+		for i := range ls {
+			ls[i] = newLocker(t, sharedPool(t, 2), postgres.WithSequence(seq))
+		}
+		start := make(chan struct{})
+		errs := make(chan error, lockers)
+		for i, l := range ls {
+			go func() {
+				<-start
+				h, err := l.Acquire(ctx, fmt.Sprintf("%s/%d", testKey(t, ""), i))
+				if err == nil {
+					err = h.Release(ctx)
+				}
+				errs <- err
+			}()
+		}
+		close(start)
+		for range ls {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: a first Acquire while others create the sequence: %v", round, err)
+			}
+		}
+	}
+}
