@@ -3,6 +3,7 @@ module github.com/go-locker/locker/integration
 go 1.26.0
 
 require (
+	cirello.io/pglock v1.16.2
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/bsm/redislock v0.9.4
 	github.com/go-locker/locker v0.0.0-00010101000000-000000000000
@@ -10,10 +11,12 @@ require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/lib/pq v1.12.3
 	github.com/moby/moby/api v1.56.1
 	github.com/moby/moby/client v0.6.2
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.28.0
+	github.com/sanketplus/go-mysql-lock v0.0.6
 	github.com/testcontainers/testcontainers-go v0.45.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.27.1
