@@ -437,33 +437,29 @@ const contendedHold = time.Millisecond
 
 // contention is a group of competitors (like separate processes, one
 // goroutine each) of one implementation that take and give back one key,
-// holding it contendedHold each time.
+// holding it contendedHold each time, with the requests they send.
 type contention struct {
+	benchstats.Contention
 	b        *testing.B
 	impl     string
 	c        *goredis.Client
 	admin    *goredis.Client
-	locks    []lockFunc
 	closeAll func()
 	reqs     *requestCounter
-	counts   []int64 // acquisitions per competitor
-	// Totals over the phases run so far.
-	acquired int64
-	elapsed  time.Duration
-	srv      commandStats
-
-	lastRelease atomic.Int64    // unix ns when the last release of this phase began; 0 none yet
-	mu          sync.Mutex      // guards handoffs
-	handoffs    []time.Duration // from the start of a release to the next acquisition, by anyone
+	srv      commandStats // totals over the phases run so far
 }
 
 func newContention(b *testing.B, addr string, n int, impl string) *contention {
 	g := &contention{
 		b: b, impl: impl, c: benchClient(b, addr), admin: benchClient(b, addr),
-		reqs: &requestCounter{}, counts: make([]int64, n), srv: commandStats{},
+		reqs: &requestCounter{}, srv: commandStats{},
 	}
 	g.c.AddHook(g.reqs)
-	g.locks, g.closeAll = competitors(b, impl, g.c, "bench/contended/"+randomID(), n)
+	locks, closeAll := competitors(b, impl, g.c, "bench/contended/"+randomID(), n)
+	for _, l := range locks {
+		g.Takes = append(g.Takes, benchstats.Take(l))
+	}
+	g.Hold, g.closeAll = contendedHold, closeAll
 	return g
 }
 
@@ -473,45 +469,14 @@ func (g *contention) close() {
 	_ = g.admin.Close()
 }
 
-// run makes n acquisitions, all goroutines competing, and adds them to the
-// totals.
+// run makes n acquisitions, all goroutines competing, and adds them and
+// the server's work to the totals.
 func (g *contention) run(n int64) {
 	ctx := context.Background()
-	var left atomic.Int64
-	left.Store(n)
 	before := readCommandStats(g.b, ctx, g.admin)
-	g.lastRelease.Store(0)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i, lock := range g.locks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for left.Add(-1) >= 0 {
-				release, err := lock(ctx)
-				if err != nil {
-					g.b.Error(err)
-					return
-				}
-				if r := g.lastRelease.Load(); r != 0 {
-					d := time.Since(time.Unix(0, r))
-					g.mu.Lock()
-					g.handoffs = append(g.handoffs, d)
-					g.mu.Unlock()
-				}
-				time.Sleep(contendedHold)
-				g.lastRelease.Store(time.Now().UnixNano())
-				if err := release(ctx); err != nil {
-					g.b.Error(err)
-					return
-				}
-				g.counts[i]++
-			}
-		}()
+	if err := g.Run(ctx, n); err != nil {
+		g.b.Error(err)
 	}
-	wg.Wait()
-	g.elapsed += time.Since(start)
-	g.acquired += n
 	for k, v := range readCommandStats(g.b, ctx, g.admin).sub(before) {
 		g.srv[k] += v
 	}
@@ -522,33 +487,19 @@ func (g *contention) run(n int64) {
 // eviction-policy check, the first subscription to the key) is not per
 // acquisition.
 func (g *contention) warm() {
-	g.run(int64(3 * len(g.locks)))
+	g.run(int64(3 * len(g.Takes)))
 	g.reqs.n.Store(0)
-	clear(g.counts)
-	g.acquired, g.elapsed, g.srv, g.handoffs = 0, 0, commandStats{}, nil
+	g.Reset()
+	g.srv = commandStats{}
 }
-
-// handoffP50 is the median time from the start of a release to the next
-// acquisition, by any competitor, the releaser included.
-func (g *contention) handoffP50() time.Duration {
-	slices.Sort(g.handoffs)
-	return benchstats.Percentile(g.handoffs, 0.5)
-}
-
-func (g *contention) throughput() float64 { return float64(g.acquired) / g.elapsed.Seconds() }
 
 // report reports the group's metrics, each name suffixed with sfx.
 func (g *contention) report(sfx string) {
-	n := float64(g.acquired)
-	g.b.ReportMetric(g.throughput(), "acq/s"+sfx)
+	n := float64(g.Acquired)
+	g.Report(g.b, sfx)
 	g.b.ReportMetric(float64(g.reqs.n.Load())/n, "reqs/acq"+sfx)
 	g.b.ReportMetric(float64(g.srv.clientCommands(sendsSet(g.impl)))/n, "srv-reqs/acq"+sfx)
 	g.b.ReportMetric(float64(g.srv.published())/n, "pub/acq"+sfx)
-	g.b.ReportMetric(float64(slices.Min(g.counts))/float64(max(slices.Max(g.counts), 1)), "share"+sfx)
-	if len(g.handoffs) > 0 {
-		g.b.ReportMetric(benchstats.Micros(g.handoffP50()), "handoff-p50-µs"+sfx)
-		g.b.ReportMetric(benchstats.Micros(benchstats.Percentile(g.handoffs, 0.99)), "handoff-p99-µs"+sfx)
-	}
 }
 
 // BenchmarkContended: 8 or 64 competitors (like separate processes, one
@@ -605,7 +556,7 @@ func BenchmarkContendedInterleaved(b *testing.B) {
 	b.StopTimer()
 	g8.report("-8")
 	g64.report("-64")
-	b.ReportMetric(g64.throughput()/g8.throughput(), "throughput-64/8")
+	b.ReportMetric(g64.Throughput()/g8.Throughput(), "throughput-64/8")
 }
 
 // BenchmarkCompareInterleaved runs 8 or 64 competitors of each of locker,
@@ -642,8 +593,8 @@ func BenchmarkCompareInterleaved(b *testing.B) {
 				g.report("-" + impls[i])
 			}
 			for _, g := range gs[1:] {
-				b.ReportMetric(gs[0].throughput()/g.throughput(), "locker/"+g.impl+"-acq/s")
-				b.ReportMetric(float64(gs[0].handoffP50())/float64(g.handoffP50()), "locker/"+g.impl+"-handoff-p50")
+				b.ReportMetric(gs[0].Throughput()/g.Throughput(), "locker/"+g.impl+"-acq/s")
+				b.ReportMetric(float64(gs[0].HandoffP50())/float64(g.HandoffP50()), "locker/"+g.impl+"-handoff-p50")
 			}
 		})
 	}

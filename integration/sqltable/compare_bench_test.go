@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -195,27 +194,17 @@ func BenchmarkPglockUncontended(b *testing.B) {
 // contention is a group of competitors of one implementation on one
 // dialect, n goroutines spread over up to 8 clients (a Locker, or a client
 // of the other library, each on a pool of its own, like processes), that
-// take and give back one key, holding it contendedHold each time.
+// take and give back one key, holding it contendedHold each time, with the
+// server's work.
 type contention struct {
-	b      *testing.B
-	d      dialect
-	impl   string
-	admin  *sql.DB
-	take   []takeFunc   // per goroutine
-	tries  atomic.Int64 // a polling library's attempts
-	counts []int64      // acquisitions per goroutine
-	// Totals over the phases run so far.
-	acquired int64
-	elapsed  time.Duration
-	srv      int64 // see serverWork
-
-	lastRelease atomic.Int64 // unix ns when the last release of this phase began; 0 none yet
-	mu          sync.Mutex   // guards handoffs
-	handoffs    []time.Duration
+	benchstats.Contention
+	b     *testing.B
+	d     dialect
+	impl  string
+	admin *sql.DB
+	tries atomic.Int64 // a polling library's attempts
+	srv   int64        // see serverWork; total over the phases run so far
 }
-
-// takeFunc takes the key of a contention and returns its release.
-type takeFunc func(context.Context) (release func() error, err error)
 
 // contendedHold is how long a competitor keeps the key.
 const contendedHold = time.Millisecond
@@ -223,31 +212,32 @@ const contendedHold = time.Millisecond
 // newContention makes n competitors named impl on d: client is called once
 // per client with its pool size and the group's key, and returns how that
 // client's goroutines take the key.
-func newContention(b *testing.B, d dialect, impl string, n int, client func(conns int, key string) takeFunc) *contention {
-	g := &contention{b: b, d: d, impl: impl, admin: d.admin(b), counts: make([]int64, n)}
+func newContention(b *testing.B, d dialect, impl string, n int, client func(conns int, key string) benchstats.Take) *contention {
+	g := &contention{b: b, d: d, impl: impl, admin: d.admin(b)}
+	g.Hold = contendedHold
 	key := "bench/compare-contended/" + randomID()
 	clients := min(n, 8)
 	perClient := (n + clients - 1) / clients
-	takes := make([]takeFunc, clients)
+	takes := make([]benchstats.Take, clients)
 	for i := range takes {
 		takes[i] = client(perClient+1, key)
 	}
 	for i := range n {
-		g.take = append(g.take, takes[i%clients])
+		g.Takes = append(g.Takes, takes[i%clients])
 	}
 	return g
 }
 
 // lockerClient is newContention's client for a Locker on d.
-func lockerClient(b *testing.B, d dialect) func(int, string) takeFunc {
-	return func(conns int, key string) takeFunc {
+func lockerClient(b *testing.B, d dialect) func(int, string) benchstats.Take {
+	return func(conns int, key string) benchstats.Take {
 		l := open(b, d.url(b, "", url.Values{"lock_max_conns": {fmt.Sprint(conns)}}))
-		return func(ctx context.Context) (func() error, error) {
+		return func(ctx context.Context) (func(context.Context) error, error) {
 			h, err := l.Acquire(ctx, key)
 			if err != nil {
 				return nil, err
 			}
-			return func() error { return h.Release(ctx) }, nil
+			return h.Release, nil
 		}
 	}
 }
@@ -279,75 +269,31 @@ func (g *contention) serverMetric() string {
 	return "wal-B/acq"
 }
 
-// run makes n acquisitions, all goroutines competing, and adds them to the
-// totals.
+// run makes n acquisitions, all goroutines competing, and adds them and
+// the server's work to the totals.
 func (g *contention) run(n int64) {
-	ctx := context.Background()
-	var left atomic.Int64
-	left.Store(n)
 	srv := g.serverWork()
-	g.lastRelease.Store(0)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i, take := range g.take {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for left.Add(-1) >= 0 {
-				release, err := take(ctx)
-				if err != nil {
-					g.b.Error(err)
-					return
-				}
-				if r := g.lastRelease.Load(); r != 0 {
-					d := time.Since(time.Unix(0, r))
-					g.mu.Lock()
-					g.handoffs = append(g.handoffs, d)
-					g.mu.Unlock()
-				}
-				time.Sleep(contendedHold)
-				g.lastRelease.Store(time.Now().UnixNano())
-				if err := release(); err != nil {
-					g.b.Error(err)
-					return
-				}
-				g.counts[i]++
-			}
-		}()
+	if err := g.Run(context.Background(), n); err != nil {
+		g.b.Error(err)
 	}
-	wg.Wait()
-	g.elapsed += time.Since(start)
-	g.acquired += n
 	g.srv += g.serverWork() - srv
 }
 
 // warm lets every competitor take the key a few times, then forgets what
 // that cost.
 func (g *contention) warm() {
-	g.run(int64(3 * len(g.take)))
+	g.run(int64(3 * len(g.Takes)))
 	g.tries.Store(0)
-	clear(g.counts)
-	g.acquired, g.elapsed, g.srv, g.handoffs = 0, 0, 0, nil
-}
-
-func (g *contention) throughput() float64 { return float64(g.acquired) / g.elapsed.Seconds() }
-
-func (g *contention) handoffP50() time.Duration {
-	slices.Sort(g.handoffs)
-	return benchstats.Percentile(g.handoffs, 0.5)
+	g.Reset()
+	g.srv = 0
 }
 
 func (g *contention) report() {
-	sfx, n := "-"+g.impl, float64(g.acquired)
-	g.b.ReportMetric(g.throughput(), "acq/s"+sfx)
+	sfx, n := "-"+g.impl, float64(g.Acquired)
+	g.Report(g.b, sfx)
 	g.b.ReportMetric(float64(g.srv)/n, g.serverMetric()+sfx)
 	if t := g.tries.Load(); t > 0 {
 		g.b.ReportMetric(float64(t)/n, "tries/acq"+sfx)
-	}
-	g.b.ReportMetric(float64(slices.Min(g.counts))/float64(max(slices.Max(g.counts), 1)), "share"+sfx)
-	if len(g.handoffs) > 0 {
-		g.b.ReportMetric(benchstats.Micros(g.handoffP50()), "handoff-p50-µs"+sfx)
-		g.b.ReportMetric(benchstats.Micros(benchstats.Percentile(g.handoffs, 0.99)), "handoff-p99-µs"+sfx)
 	}
 }
 
@@ -380,8 +326,8 @@ func compareContended(b *testing.B, phase int, groups func(b *testing.B, n int) 
 				g.report()
 			}
 			for _, g := range gs[1:] {
-				b.ReportMetric(gs[0].throughput()/g.throughput(), "locker/"+g.impl+"-acq/s")
-				b.ReportMetric(float64(gs[0].handoffP50())/float64(g.handoffP50()), "locker/"+g.impl+"-handoff-p50")
+				b.ReportMetric(gs[0].Throughput()/g.Throughput(), "locker/"+g.impl+"-acq/s")
+				b.ReportMetric(float64(gs[0].HandoffP50())/float64(g.HandoffP50()), "locker/"+g.impl+"-handoff-p50")
 			}
 		})
 	}
@@ -398,14 +344,14 @@ func BenchmarkPglockContended(b *testing.B) {
 		gs := []*contention{newContention(b, d, "locker", n, lockerClient(b, d))}
 		for _, poll := range []time.Duration{pollInterval, 10 * pollInterval} {
 			var g *contention
-			g = newContention(b, d, "pglock-"+poll.String(), n, func(conns int, key string) takeFunc {
+			g = newContention(b, d, "pglock-"+poll.String(), n, func(conns int, key string) benchstats.Take {
 				c := newPglock(b, false, conns)
-				return func(ctx context.Context) (func() error, error) {
+				return func(ctx context.Context) (func(context.Context) error, error) {
 					lk, err := pglockTake(ctx, c, key, poll, &g.tries)
 					if err != nil {
 						return nil, err
 					}
-					return lk.Close, nil
+					return func(context.Context) error { return lk.Close() }, nil
 				}
 			})
 			gs = append(gs, g)
@@ -437,12 +383,8 @@ func newMysqlLock(b testing.TB, conns int) *gomysqllock.MysqlLocker {
 // does. Its Obtain waits with GET_LOCK's timeout -1, which MySQL takes for
 // no limit and MariaDB refuses (GET_LOCK returns NULL, MDEV-4017), so on
 // MariaDB a user must give a timeout: an hour here.
-func mysqlLockTake(ctx context.Context, l *gomysqllock.MysqlLocker, name string) (func() error, error) {
-	lk, err := l.ObtainTimeoutContext(ctx, name, 3600)
-	if err != nil {
-		return nil, err
-	}
-	return lk.Release, nil
+func mysqlLockTake(ctx context.Context, l *gomysqllock.MysqlLocker, name string) (*gomysqllock.Lock, error) {
+	return l.ObtainTimeoutContext(ctx, name, 3600)
 }
 
 // BenchmarkMysqlLockUncontended compares an uncontended Acquire+Release of
@@ -455,11 +397,11 @@ func BenchmarkMysqlLockUncontended(b *testing.B) {
 	lockerC, rawC := uncontendedBase(b, dialectNamed(b, "MariaDB"), key)
 	ml := newMysqlLock(b, 4)
 	compareUncontended(b, lockerC, cycle{"mysql-lock", func() error {
-		release, err := mysqlLockTake(ctx, ml, key+"/mysql-lock")
+		lk, err := mysqlLockTake(ctx, ml, key+"/mysql-lock")
 		if err != nil {
 			return err
 		}
-		return release()
+		return lk.Release()
 	}}, rawC)
 }
 
@@ -471,9 +413,15 @@ func BenchmarkMysqlLockContended(b *testing.B) {
 	compareContended(b, 256, func(b *testing.B, n int) []*contention {
 		return []*contention{
 			newContention(b, d, "locker", n, lockerClient(b, d)),
-			newContention(b, d, "mysql-lock", n, func(conns int, key string) takeFunc {
+			newContention(b, d, "mysql-lock", n, func(conns int, key string) benchstats.Take {
 				l := newMysqlLock(b, conns)
-				return func(ctx context.Context) (func() error, error) { return mysqlLockTake(ctx, l, key) }
+				return func(ctx context.Context) (func(context.Context) error, error) {
+					lk, err := mysqlLockTake(ctx, l, key)
+					if err != nil {
+						return nil, err
+					}
+					return func(context.Context) error { return lk.Release() }, nil
+				}
 			}),
 		}
 	})

@@ -1,7 +1,12 @@
 package benchstats
 
 import (
+	"context"
+	"errors"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -34,5 +39,51 @@ func TestRotated(t *testing.T) {
 	}
 	if s := strings.Join(got, ""); s != "abcbcacababc" {
 		t.Errorf("order %q, want abcbcacababc", s)
+	}
+}
+
+// TestContention: a phase makes exactly the acquisitions asked for, shared
+// among the competitors, with one handoff for each after the first, never
+// two holders at once; totals add up over phases until Reset; the first
+// error ends the phase and is returned.
+func TestContention(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		holders atomic.Int32
+	)
+	take := func(context.Context) (func(context.Context) error, error) {
+		mu.Lock()
+		if holders.Add(1) != 1 {
+			t.Error("two holders at once")
+		}
+		return func(context.Context) error { holders.Add(-1); mu.Unlock(); return nil }, nil
+	}
+	c := &Contention{Takes: []Take{take, take, take, take}, Hold: 10 * time.Microsecond}
+	for range 2 {
+		if err := c.Run(context.Background(), 40); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var sum int64
+	for _, n := range c.Counts {
+		sum += n
+	}
+	if sum != 80 || c.Acquired != 80 {
+		t.Fatalf("%d acquisitions counted (Acquired %d), want 80", sum, c.Acquired)
+	}
+	if len(c.Handoffs) != 78 {
+		t.Fatalf("%d handoffs, want 78 (one per acquisition but the first of each phase)", len(c.Handoffs))
+	}
+	if c.Throughput() <= 0 || c.Share() < 0 || c.Share() > 1 {
+		t.Fatalf("throughput %v, share %v", c.Throughput(), c.Share())
+	}
+	c.Reset()
+	if c.Acquired != 0 || c.Elapsed != 0 || len(c.Handoffs) != 0 || slices.Max(c.Counts) != 0 {
+		t.Fatal("Reset left totals behind")
+	}
+	boom := errors.New("boom")
+	c.Takes = append(c.Takes, func(context.Context) (func(context.Context) error, error) { return nil, boom })
+	if err := c.Run(context.Background(), 40); !errors.Is(err, boom) {
+		t.Fatalf("Run with a failing Take: %v, want %v", err, boom)
 	}
 }
