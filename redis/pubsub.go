@@ -19,8 +19,9 @@ import (
 // token of the one waiter it is for. A Locker keeps one Pub/Sub connection
 // per Redis master it waits on (one in all for a single server or Sentinel;
 // on Cluster one per master, since a sharded subscription must be made on
-// the master of the channel's slot) and multiplexes every key it waits on
-// over it. Subscriptions are reference counted by waiters and made or
+// the master of the channel's slot; closed once unused for nodeLinger, so
+// that masters that went away leave nothing behind) and multiplexes every
+// key it waits on over it. Subscriptions are reference counted by waiters and made or
 // dropped by one writer goroutine per connection, so that Acquire never
 // blocks on a subscription command. A subscription stays for
 // subscriptionLinger after its last waiter left, so that a key under steady
@@ -86,11 +87,14 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 func (h *hub) watch(ctx context.Context, channel, owner string) *waiter {
 	w := newWaiter(channel, owner)
 	w.ready = closedChan
-	n := h.node(ctx, channel)
-	if n != nil {
-		n.add(w)
+	for {
+		n := h.node(ctx, channel)
+		if n == nil || n.add(w) {
+			return w
+		}
+		// n was retired between the lookup and add; the next lookup
+		// finds or makes its successor.
 	}
-	return w
 }
 
 // join registers a waiter as watch does, but only if the Locker is
@@ -224,11 +228,41 @@ func (h *hub) find(ctx context.Context, channel string, create bool) *node {
 		kick:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 	}
+	if master != nil {
+		n.retire = h.retireNode
+	}
 	h.nodes[addr] = n
 	h.wg.Add(2)
 	go func() { defer h.wg.Done(); n.writer() }()
 	go func() { defer h.wg.Done(); n.receive() }()
 	return n
+}
+
+// retireNode takes n out of the hub and stops it, if nobody has registered
+// on it since the writer found it unused; it reports whether it did. A
+// waiter that looked n up before and registers after finds it retired and
+// looks again (see watch).
+func (h *hub) retireNode(n *node) bool {
+	h.mu.Lock()
+	if h.closed || h.nodes[n.addr] != n {
+		h.mu.Unlock()
+		return false
+	}
+	n.mu.Lock()
+	if len(n.chans) > 0 || n.unusedFrom.IsZero() {
+		n.mu.Unlock()
+		h.mu.Unlock()
+		return false
+	}
+	n.retired = true
+	delete(h.nodes, n.addr)
+	close(n.stop) // under n.mu: replace makes no new connection after it
+	ps := n.ps
+	n.mu.Unlock()
+	h.mu.Unlock()
+	n.cancel()
+	_ = ps.Close() // ends a read in progress
+	return true
 }
 
 // close drops every subscription and waits for the hub's goroutines.
@@ -260,10 +294,17 @@ type node struct {
 	kick      chan struct{} // wakes the writer
 	stop      chan struct{}
 
-	mu    sync.Mutex
-	ps    *goredis.PubSub // replaced when the connection fails
-	chans map[string]*chanState
-	dirty map[string]struct{} // channels whose subscription may need a command
+	// retire, on Cluster, takes the node out of its hub if it is still
+	// unused (see maybeRetire); nil for a non-cluster client, whose one
+	// node lives as long as the Locker.
+	retire func(*node) bool
+
+	mu         sync.Mutex
+	ps         *goredis.PubSub // replaced when the connection fails
+	chans      map[string]*chanState
+	dirty      map[string]struct{} // channels whose subscription may need a command
+	retired    bool                // out of the hub: add refuses waiters
+	unusedFrom time.Time           // when chans was last seen empty by the writer; zero while in use
 }
 
 // chanState is the subscription of one channel.
@@ -282,6 +323,31 @@ func (cs *chanState) idle() bool {
 	return len(cs.waiters) == 0 && !cs.sent && cs.pending == 0 && cs.unpending == 0
 }
 
+// nodeLinger is how long a Cluster node's connection stays unused (no
+// channel, no subscription) before it is closed. Masters come and go
+// (failovers, resharding, restarts on a new address); a connection kept to
+// each one ever waited on would pile up, each reconnecting to an address
+// that may be gone.
+const nodeLinger = 2 * subscriptionLinger
+
+// maybeRetire, run by the writer now and then, retires a Cluster node that
+// has had no channel for nodeLinger. It reports whether it did.
+func (n *node) maybeRetire(now time.Time) bool {
+	if n.retire == nil {
+		return false
+	}
+	n.mu.Lock()
+	switch {
+	case len(n.chans) > 0:
+		n.unusedFrom = time.Time{}
+	case n.unusedFrom.IsZero():
+		n.unusedFrom = now
+	}
+	due := !n.unusedFrom.IsZero() && now.Sub(n.unusedFrom) >= nodeLinger
+	n.mu.Unlock()
+	return due && n.retire(n)
+}
+
 // subscriptionLinger is how long a subscription stays after its last
 // waiter left. A key under contention is waited on again soon by the same
 // Locker: keeping the subscription saves a subscribe and an unsubscribe per
@@ -295,9 +361,14 @@ func (cs *chanState) wanted(now time.Time) bool {
 	return len(cs.waiters) > 0 || cs.sent && now.Sub(cs.left) < subscriptionLinger
 }
 
-func (n *node) add(w *waiter) {
+// add registers w on n. It reports false, registering nothing, when n has
+// been retired: the caller must find the channel's node again.
+func (n *node) add(w *waiter) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.retired {
+		return false
+	}
 	cs := n.chans[w.ch]
 	if cs == nil {
 		cs = &chanState{ready: make(chan struct{})}
@@ -305,9 +376,11 @@ func (n *node) add(w *waiter) {
 	}
 	cs.waiters = append(cs.waiters, w)
 	w.n, w.ready = n, cs.ready
+	n.unusedFrom = time.Time{}
 	if !cs.sent {
 		n.markDirty(w.ch)
 	}
+	return true
 }
 
 func (n *node) markDirty(ch string) {
@@ -399,6 +472,9 @@ func (n *node) writer() {
 		select {
 		case <-n.kick:
 		case <-sweep.C:
+			if n.maybeRetire(time.Now()) {
+				return
+			}
 			n.mu.Lock()
 			for ch, cs := range n.chans {
 				if len(cs.waiters) == 0 {

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -193,5 +194,60 @@ func TestRefusedShardSubscription(t *testing.T) {
 	}
 	if reloads != 1 {
 		t.Errorf("slot map reloads = %d, want 1", reloads)
+	}
+}
+
+// TestUnusedClusterNodeRetires: a Cluster node's connection is closed once
+// it has had no channel for nodeLinger, and not before, nor while a waiter
+// uses it; a waiter that registers after the node was retired is refused
+// (watch then finds or makes another); a non-cluster node never retires.
+func TestUnusedClusterNodeRetires(t *testing.T) {
+	h := &hub{nodes: map[string]*node{}}
+	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer client.Close()
+	n := testNode(true, func() {})
+	n.addr = "127.0.0.1:7001"
+	n.ps = client.SSubscribe(context.Background())
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.retire = h.retireNode
+	h.nodes[n.addr] = n
+
+	t0 := time.Now()
+	w := subscribed(n, "a")
+	if n.maybeRetire(t0) || n.maybeRetire(t0.Add(time.Hour)) {
+		t.Fatal("a node with a waiter retired")
+	}
+	w.leave()
+	// The writer unsubscribed and dropped the channel.
+	n.mu.Lock()
+	delete(n.chans, "a")
+	n.mu.Unlock()
+	t1 := t0.Add(2 * time.Hour)
+	if n.maybeRetire(t1) || n.maybeRetire(t1.Add(nodeLinger-time.Millisecond)) {
+		t.Fatal("retired before nodeLinger unused")
+	}
+	// A waiter comes and goes: the node was in use, the linger starts again.
+	w = subscribed(n, "b")
+	w.leave()
+	n.mu.Lock()
+	delete(n.chans, "b")
+	n.mu.Unlock()
+	t2 := t1.Add(nodeLinger)
+	if n.maybeRetire(t2) {
+		t.Fatal("retired right after a waiter used it")
+	}
+	if !n.maybeRetire(t2.Add(nodeLinger)) {
+		t.Fatal("not retired after nodeLinger unused")
+	}
+	if len(h.nodes) != 0 || !n.stopped() {
+		t.Fatalf("after retiring: %d nodes in the hub, stopped %v", len(h.nodes), n.stopped())
+	}
+	if n.add(newWaiter("c", "")) {
+		t.Fatal("a retired node took a waiter")
+	}
+
+	single := testNode(false, func() {})
+	if single.maybeRetire(t0) || single.maybeRetire(t0.Add(time.Hour)) {
+		t.Fatal("a non-cluster node retired")
 	}
 }
