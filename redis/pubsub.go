@@ -21,9 +21,9 @@ import (
 // on Cluster one per master, since a sharded subscription must be made on
 // the master of the channel's slot; closed once unused for nodeLinger, so
 // that masters that went away leave nothing behind) and multiplexes every
-// key it waits on over it. Subscriptions are reference counted by waiters and made or
-// dropped by one writer goroutine per connection, so that Acquire never
-// blocks on a subscription command. A subscription stays for
+// key it waits on over it. Subscriptions are reference counted by waiters
+// and made or dropped by one writer goroutine per connection, so that
+// Acquire never blocks on a subscription command. A subscription stays for
 // subscriptionLinger after its last waiter left, so that a key under steady
 // contention is not subscribed and unsubscribed once per acquisition.
 //
@@ -256,12 +256,9 @@ func (h *hub) retireNode(n *node) bool {
 	}
 	n.retired = true
 	delete(h.nodes, n.addr)
-	close(n.stop) // under n.mu: replace makes no new connection after it
-	ps := n.ps
 	n.mu.Unlock()
 	h.mu.Unlock()
-	n.cancel()
-	_ = ps.Close() // ends a read in progress
+	n.shutdown()
 	return true
 }
 
@@ -273,14 +270,21 @@ func (h *hub) close() {
 	h.nodes = map[string]*node{}
 	h.mu.Unlock()
 	for _, n := range nodes {
-		close(n.stop)
-		n.cancel()
-		n.mu.Lock()
-		ps := n.ps
-		n.mu.Unlock()
-		_ = ps.Close() // ends a read in progress
+		n.shutdown()
 	}
 	h.wg.Wait()
+}
+
+// shutdown stops n's goroutines and closes its connection, once n is out
+// of the hub. The connection is read after stop is closed, so a replace
+// that runs meanwhile (it checks stop) is closed too.
+func (n *node) shutdown() {
+	close(n.stop)
+	n.cancel()
+	n.mu.Lock()
+	ps := n.ps
+	n.mu.Unlock()
+	_ = ps.Close() // ends a read in progress
 }
 
 // node is one Pub/Sub connection.
