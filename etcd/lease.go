@@ -35,10 +35,26 @@ type lease struct {
 	ended      bool
 	handles    map[*Handle]struct{}
 	slots      slots // the waiter key names in use on this lease
+
+	// Under l.mu: the waiter names taken on the lease and not yet known
+	// gone (see waiterName), and the timer that retires the lease once it
+	// has had none for idleLinger (see unuse).
+	users     int
+	idleSince time.Time
+	idle      *time.Timer
 }
 
+// idleLinger is how long a lease for a TTL other than the Locker's default
+// is kept once nothing uses it: one TTL, at most 30s. A Locker given many
+// different TTLs (locker.WithTTL computed per call) would otherwise keep,
+// and renew, a lease for each of them until Close. The default TTL's lease
+// is kept, as a concurrency.Session keeps its one lease: an Acquire after a
+// quiet spell then costs no grant.
+func idleLinger(ttl time.Duration) time.Duration { return min(ttl, 30*time.Second) }
+
 // leaseFor returns the Locker's live lease for ttl, granting one when there
-// is none.
+// is none. The caller owes the lease one unuse: the waiter name it takes
+// on it (newName) pays it when freed.
 func (l *Locker) leaseFor(ctx context.Context, ttl time.Duration) (*lease, error) {
 	ttl = time.Duration(leaseSeconds(ttl)) * time.Second
 	for {
@@ -65,12 +81,16 @@ func (l *Locker) leaseFor(ctx context.Context, ttl time.Duration) (*lease, error
 			return nil, ctx.Err()
 		}
 		if ls.err == nil {
-			select {
-			case <-ls.lost:
-				continue // given up since: a fresh one
-			default:
-				return ls, nil
+			l.mu.Lock()
+			live := l.leases[ttl] == ls // not given up or retired since
+			if live {
+				ls.users++ // the caller's waiter name holds it (see unuse)
 			}
+			l.mu.Unlock()
+			if !live {
+				continue // a fresh one
+			}
+			return ls, nil
 		}
 		if mine || ctx.Err() != nil {
 			return nil, ls.err
@@ -149,6 +169,60 @@ func (ls *lease) grant(ctx context.Context) {
 		Go:       l.goBG,
 	})
 	close(ls.ready)
+	// Should every caller waiting for this grant have gone (their
+	// contexts ended), nothing would take a use of it to give back.
+	l.mu.Lock()
+	if ls.users == 0 {
+		ls.idleLocked()
+	}
+	l.mu.Unlock()
+}
+
+// unuse gives back one use taken by leaseFor.
+func (ls *lease) unuse() {
+	l := ls.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ls.users--
+	if ls.users == 0 {
+		ls.idleLocked()
+	}
+}
+
+// idleLocked starts the lease's idle time (l.mu held): it is retired
+// after idleLinger unless used again. The Locker's default lease is kept.
+func (ls *lease) idleLocked() {
+	l := ls.l
+	if ls.ttl == time.Duration(leaseSeconds(l.cfg.ttl))*time.Second || l.closed || l.leases[ls.ttl] != ls {
+		return // the default lease; Close revokes it; lost already
+	}
+	ls.idleSince = time.Now()
+	if ls.idle == nil {
+		ls.idle = time.AfterFunc(idleLinger(ls.ttl), ls.retire)
+	} else {
+		ls.idle.Reset(idleLinger(ls.ttl))
+	}
+}
+
+// retire revokes the lease if it has stayed unused for idleLinger. It has
+// no keys then: every waiter name on it is known gone from the server.
+func (ls *lease) retire() {
+	l := ls.l
+	l.mu.Lock()
+	if l.closed || l.leases[ls.ttl] != ls || ls.users > 0 {
+		l.mu.Unlock() // Close revokes it; a lost one is gone; in use again
+		return
+	}
+	if left := idleLinger(ls.ttl) - time.Since(ls.idleSince); left > 0 {
+		ls.idle.Reset(left) // used and given back since this timer was set
+		l.mu.Unlock()
+		return
+	}
+	delete(l.leases, ls.ttl)
+	l.calls.Add(1) // under l.mu: Close, once it holds it, waits for this
+	l.mu.Unlock()
+	ls.lose("the lease was retired after going unused")
+	go l.revoke(ls.id)
 }
 
 // renew sends one keep-alive. Each attempt is bounded by the renewal
@@ -292,10 +366,14 @@ func (ls *lease) lostReason() string {
 // revokeDetached revokes id in the background, bounded by closeWait.
 func (l *Locker) revokeDetached(id clientv3.LeaseID) {
 	l.calls.Add(1)
-	go func() {
-		defer l.calls.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
-		defer cancel()
-		_, _ = l.cli.Revoke(ctx, id)
-	}()
+	go l.revoke(id)
+}
+
+// revoke revokes id, bounded by closeWait, and then marks one of l.calls
+// done.
+func (l *Locker) revoke(id clientv3.LeaseID) {
+	defer l.calls.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
+	_, _ = l.cli.Revoke(ctx, id)
 }

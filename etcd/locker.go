@@ -492,6 +492,9 @@ func (l *Locker) Close() error {
 	leases := make([]*lease, 0, len(l.leases))
 	for _, ls := range l.leases {
 		leases = append(leases, ls)
+		if ls.idle != nil {
+			ls.idle.Stop()
+		}
 	}
 	l.mu.Unlock()
 	l.opsCancel() // waiting Acquires end with ErrClosed

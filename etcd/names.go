@@ -77,7 +77,8 @@ type waiterName struct {
 	freed atomic.Bool
 }
 
-// newName takes a slot of dir on ls and names the waiter key.
+// newName takes a slot of dir on ls and names the waiter key. The name
+// holds the use of ls that leaseFor took, until free.
 func (l *Locker) newName(ls *lease, dir string) *waiterName {
 	n := &waiterName{ls: ls, dir: dir, slot: ls.slots.take(dir)}
 	var b []byte
@@ -96,6 +97,7 @@ func (l *Locker) newName(ls *lease, dir string) *waiterName {
 func (n *waiterName) free() {
 	if n.freed.CompareAndSwap(false, true) {
 		n.ls.slots.give(n.dir, n.slot)
+		n.ls.unuse()
 	}
 }
 

@@ -1,6 +1,9 @@
 package etcd
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestSlotsReuseLowestFree(t *testing.T) {
 	var s slots
@@ -44,8 +47,9 @@ func TestSlotsBeyondReusedAreUnique(t *testing.T) {
 }
 
 func TestWaiterNameFreesOnce(t *testing.T) {
-	l := &Locker{nonce: "n"}
-	ls := &lease{id: 0x2a}
+	l := &Locker{nonce: "n", cfg: config{ttl: DefaultTTL}, leases: map[time.Duration]*lease{}}
+	ls := &lease{l: l, id: 0x2a, ttl: DefaultTTL, users: 3} // leaseFor's use per name
+	l.leases[ls.ttl] = ls
 	a := l.newName(ls, "/locker/k/")
 	if want := "/locker/k/000000000000002a-n-0"; a.key != want {
 		t.Fatalf("name = %q, want %q", a.key, want)
@@ -56,5 +60,13 @@ func TestWaiterNameFreesOnce(t *testing.T) {
 	c := l.newName(ls, "/locker/k/")
 	if b.key == c.key {
 		t.Fatalf("two live contenders share the name %q", b.key)
+	}
+	if ls.users != 2 {
+		t.Fatalf("lease uses after one name freed twice = %d, want 2", ls.users)
+	}
+	b.free()
+	c.free()
+	if ls.users != 0 || ls.idle != nil {
+		t.Fatalf("default lease: uses %d, idle timer set %t; want 0 and no timer (the default lease is kept)", ls.users, ls.idle != nil)
 	}
 }

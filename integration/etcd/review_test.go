@@ -270,3 +270,57 @@ func TestClusterHolderKeepsLockThroughNoLeader(t *testing.T) {
 		t.Fatal("the holder did not report the deletion of its key after the cluster healed: its watch was not renewed")
 	}
 }
+
+// A lease for a TTL other than the Locker's default is revoked once unused
+// for one TTL; one used again within that time is reused; the default
+// TTL's lease is kept. Without the retirement a Locker given many TTLs
+// renewed a lease for each of them until Close.
+func TestIdleLeaseRetired(t *testing.T) {
+	const ttl = 2 * time.Second
+	srv := testserver.Etcd(t)
+	ctx := testCtx(t, time.Minute)
+	c := newClient(t, srv.Addr(), etcd.WithDefaultTTL(ttl))
+	k := uniqueKey(t)
+	leaseOf := func(opts ...locker.Option) clientv3.LeaseID {
+		t.Helper()
+		h := mustAcquire(t, ctx, c.l, k, opts...)
+		id := h.(*etcd.Handle).LeaseID()
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	alive := func(id clientv3.LeaseID) bool {
+		t.Helper()
+		r, err := c.cli.TimeToLive(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.TTL > 0
+	}
+	def := leaseOf()
+	other := leaseOf(locker.WithTTL(3 * time.Second))
+	if other == def {
+		t.Fatal("the default TTL and another share a lease")
+	}
+	// Used again within its linger (3s): the same lease.
+	if again := leaseOf(locker.WithTTL(3 * time.Second)); again != other {
+		t.Fatalf("a lease used again at once was replaced (%x, then %x)", other, again)
+	}
+	// Unused: revoked after its linger; it would live on for ever if
+	// renewed, so its TTL running out on the server proves it.
+	deadline := time.Now().Add(3*time.Second + 5*time.Second)
+	for alive(other) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease of an unused TTL is still alive 8s after its last use")
+		}
+		time.Sleep(100 * time.Millisecond) // polling the server: no event to wait on
+	}
+	if !alive(def) {
+		t.Fatal("the default TTL's lease was not kept")
+	}
+	// The next lock of that TTL gets a fresh lease and works.
+	if fresh := leaseOf(locker.WithTTL(3 * time.Second)); fresh == other || !alive(def) {
+		t.Fatalf("after retirement: lease %x (retired %x), default alive %t", fresh, other, alive(def))
+	}
+}
