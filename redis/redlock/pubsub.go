@@ -65,6 +65,7 @@ type nodeSub struct {
 
 	mu    sync.Mutex
 	chans map[string]*chanState
+	dirty map[string]struct{} // channels the writer must look at
 }
 
 // waiter is one Acquire waiting on one key's channel on every node.
@@ -104,6 +105,9 @@ func (s *subs) watch(channel string) *waiter {
 			signal(w.confirm)
 		}
 		sent := cs.sent
+		if !sent {
+			n.dirty[channel] = struct{}{}
+		}
 		n.mu.Unlock()
 		if !sent {
 			signal(n.kick)
@@ -146,6 +150,9 @@ func (w *waiter) leave() {
 			delete(cs.waiters, w)
 			empty = len(cs.waiters) == 0
 		}
+		if empty {
+			n.dirty[w.ch] = struct{}{}
+		}
 		n.mu.Unlock()
 		if empty {
 			signal(n.kick)
@@ -164,7 +171,7 @@ func signal(c chan struct{}) {
 // which the Locker counts as active until they end.
 func (s *subs) start(c goredis.UniversalClient) *nodeSub {
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &nodeSub{s: s, ps: c.Subscribe(ctx), ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), chans: map[string]*chanState{}}
+	n := &nodeSub{s: s, ps: c.Subscribe(ctx), ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), chans: map[string]*chanState{}, dirty: map[string]struct{}{}}
 	s.l.active.Add()
 	s.l.active.Add()
 	go func() { defer s.l.active.Done(); n.writer() }()
@@ -172,7 +179,10 @@ func (s *subs) start(c goredis.UniversalClient) *nodeSub {
 	return n
 }
 
-// writer makes and drops subscriptions as waiters come and go.
+// writer makes and drops subscriptions as waiters come and go. It looks
+// only at the channels marked dirty since its last round, not at every
+// channel the node has subscribed: a Locker waiting on many keys at once
+// would otherwise pay for all of them on each wait that starts or ends.
 func (n *nodeSub) writer() {
 	for {
 		select {
@@ -182,8 +192,11 @@ func (n *nodeSub) writer() {
 		}
 		var add, drop []string
 		n.mu.Lock()
-		for ch, cs := range n.chans {
+		for ch := range n.dirty {
+			delete(n.dirty, ch)
+			cs := n.chans[ch]
 			switch {
+			case cs == nil:
 			case len(cs.waiters) > 0 && !cs.sent:
 				cs.sent = true
 				add = append(add, ch)
