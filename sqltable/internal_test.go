@@ -129,6 +129,34 @@ func TestWakeUpPassedOn(t *testing.T) {
 	procHub.leave(w4, false)
 }
 
+// TestWakeTable: a wake of a whole table (a reconnected listener, an
+// SQLite signal file) wakes the head waiter of each of its keys and no
+// waiter of another table; the hub forgets a table once nobody waits on it.
+func TestWakeTable(t *testing.T) {
+	const t1, t2 = "test:wake-table-1", "test:wake-table-2"
+	a1, a2 := procHub.watch(t1, "a"), procHub.watch(t1, "a")
+	b := procHub.watch(t1, "b")
+	other := procHub.watch(t2, "a")
+	procHub.wakeTable(t1)
+	if w1, w2, wb := pending(a1), pending(a2), pending(b); !w1 || w2 || !wb {
+		t.Fatalf("woken: a's head %t, a's second %t, b's head %t; want true, false, true", w1, w2, wb)
+	}
+	if pending(other) {
+		t.Fatal("a wake of one table woke a waiter of another")
+	}
+	for _, w := range []*waiter{a1, a2, b, other} {
+		procHub.leave(w, false)
+	}
+	procHub.mu.Lock()
+	defer procHub.mu.Unlock()
+	if _, ok := procHub.tables[t1]; ok {
+		t.Fatal("the hub keeps a table nobody waits on")
+	}
+	if _, ok := procHub.tables[t2]; ok {
+		t.Fatal("the hub keeps a table nobody waits on")
+	}
+}
+
 // TestAcquireRacingClose: when Close begins between the registration of an
 // Acquire's Handle and its return, the Acquire returns an error wrapping
 // locker.ErrClosed (not a Handle that Close has ended), and the row is

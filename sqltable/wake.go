@@ -33,18 +33,20 @@ import (
 // identified by the owner string of the lock released, so that the same
 // release heard twice (from this process's own release, then from one or
 // more listeners) wakes one waiter, not one per report.
-var procHub = &hub{keys: map[string][]*waiter{}, seen: recentReleases{at: map[string]time.Time{}}, held: map[string]int{}}
+var procHub = &hub{keys: map[string][]*waiter{}, tables: map[string]map[string]struct{}{}, seen: recentReleases{at: map[string]time.Time{}}, held: map[string]int{}}
 
 type hub struct {
-	mu   sync.Mutex
-	keys map[string][]*waiter // in arrival order
-	seen recentReleases       // release IDs heard recently
-	held map[string]int       // MySQL: locks held by this process's Lockers with a bell, by hubID
+	mu     sync.Mutex
+	keys   map[string][]*waiter           // in arrival order
+	tables map[string]map[string]struct{} // table → the IDs in keys of its keys
+	seen   recentReleases                 // release IDs heard recently
+	held   map[string]int                 // MySQL: locks held by this process's Lockers with a bell, by hubID
 }
 
 type waiter struct {
-	id string
-	c  chan struct{} // buffered: a wake-up never blocks the waker
+	table string
+	id    string
+	c     chan struct{} // buffered: a wake-up never blocks the waker
 	// pending: the waiter took a wake-up from c and has not yet acted on
 	// it (tried and found the key held). Used by the waiter's goroutine
 	// only.
@@ -61,8 +63,16 @@ func (w *waiter) acted() { w.pending = false }
 func hubID(table, key string) string { return table + "\x00" + key }
 
 func (h *hub) watch(table, key string) *waiter {
-	w := &waiter{id: hubID(table, key), c: make(chan struct{}, 1)}
+	w := &waiter{table: table, id: hubID(table, key), c: make(chan struct{}, 1)}
 	h.mu.Lock()
+	if len(h.keys[w.id]) == 0 {
+		ids := h.tables[table]
+		if ids == nil {
+			ids = map[string]struct{}{}
+			h.tables[table] = ids
+		}
+		ids[w.id] = struct{}{}
+	}
 	h.keys[w.id] = append(h.keys[w.id], w)
 	h.mu.Unlock()
 	return w
@@ -80,6 +90,12 @@ func (h *hub) leave(w *waiter, unacted bool) {
 	}
 	if len(q) == 0 {
 		delete(h.keys, w.id)
+		if ids := h.tables[w.table]; ids != nil {
+			delete(ids, w.id)
+			if len(ids) == 0 {
+				delete(h.tables, w.table)
+			}
+		}
 		return
 	}
 	h.keys[w.id] = q
@@ -190,14 +206,13 @@ func (h *hub) wakeOneLocked(id string) {
 // wakeTable wakes the head waiter of every key of table: after the
 // listening connection was (re)established, when releases may have gone
 // unheard, and on every write to an SQLite database's signal file.
+// It looks at that table's keys only, not at every key waited on in the
+// process.
 func (h *hub) wakeTable(table string) {
-	prefix := table + "\x00"
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for id := range h.keys {
-		if strings.HasPrefix(id, prefix) {
-			h.wakeOneLocked(id)
-		}
+	for id := range h.tables[table] {
+		h.wakeOneLocked(id)
 	}
 }
 
