@@ -34,12 +34,13 @@
 //
 // A Locker grants one etcd lease per TTL in use and shares it among all
 // its locks of that TTL, as concurrency.Session does; it is granted on
-// first use. The lease of the Locker's default TTL is kept until Close (or
-// until it is lost; the next Acquire then grants a new one). A lease for
-// another TTL (locker.WithTTL) is revoked once no lock, waiter or
-// unresolved waiter key has used it for one TTL (at most 30s), so that a
-// Locker given many different TTLs does not keep renewing a lease for each
-// of them. The alternative, a lease per lock, gives each
+// first use, and a lease that is lost is replaced by the next Acquire. The
+// lease of the Locker's default TTL is kept until Close. A lease for
+// another TTL (locker.WithTTL, compared in whole seconds) is given up once
+// no lock or waiter has been on it for one TTL (at most 30s): it is no
+// longer renewed, and revoked (should the revocation fail, the server
+// expires it one TTL later). So a Locker given many different TTLs does
+// not keep renewing a lease for each of them. The alternative, a lease per lock, gives each
 // lock its own lifetime but costs two more raft writes per acquisition
 // (grant and revoke) on top of the key's put and delete; sharing costs
 // exactly one write to acquire and one to release. The price of sharing

@@ -144,6 +144,10 @@ func (l *Locker) resolve(ctx context.Context, name *waiterName, first func()) {
 		}
 	}
 	first()
+	// Not on the server at the read: the name need not keep the lease
+	// from being retired (revoking it fails a late put and deletes a key
+	// already on it), but stays reserved while the lease lives.
+	name.drop()
 	l.mu.Lock()
 	ok := l.guards < maxGuards
 	if ok {

@@ -54,7 +54,7 @@ func idleLinger(ttl time.Duration) time.Duration { return min(ttl, 30*time.Secon
 
 // leaseFor returns the Locker's live lease for ttl, granting one when there
 // is none. The caller owes the lease one unuse: the waiter name it takes
-// on it (newName) pays it when freed.
+// on it (newName) pays it when freed or left to a guard (waiterName.drop).
 func (l *Locker) leaseFor(ctx context.Context, ttl time.Duration) (*lease, error) {
 	ttl = time.Duration(leaseSeconds(ttl)) * time.Second
 	for {
@@ -71,6 +71,9 @@ func (l *Locker) leaseFor(ctx context.Context, ttl time.Duration) (*lease, error
 			ls.lost = ls.lostCtx.Done()
 			l.leases[ttl] = ls
 		}
+		// Taken now, so that the lease cannot be retired between its
+		// grant and our use of it; given back below unless returned.
+		ls.users++
 		l.mu.Unlock()
 		if mine {
 			ls.grant(ctx)
@@ -78,20 +81,20 @@ func (l *Locker) leaseFor(ctx context.Context, ttl time.Duration) (*lease, error
 		select {
 		case <-ls.ready:
 		case <-ctx.Done():
+			ls.unuse()
 			return nil, ctx.Err()
 		}
 		if ls.err == nil {
 			l.mu.Lock()
 			live := l.leases[ttl] == ls // not given up or retired since
-			if live {
-				ls.users++ // the caller's waiter name holds it (see unuse)
-			}
 			l.mu.Unlock()
-			if !live {
-				continue // a fresh one
+			if live {
+				return ls, nil
 			}
-			return ls, nil
+			ls.unuse()
+			continue // a fresh one
 		}
+		ls.unuse()
 		if mine || ctx.Err() != nil {
 			return nil, ls.err
 		}
@@ -169,13 +172,6 @@ func (ls *lease) grant(ctx context.Context) {
 		Go:       l.goBG,
 	})
 	close(ls.ready)
-	// Should every caller waiting for this grant have gone (their
-	// contexts ended), nothing would take a use of it to give back.
-	l.mu.Lock()
-	if ls.users == 0 {
-		ls.idleLocked()
-	}
-	l.mu.Unlock()
 }
 
 // unuse gives back one use taken by leaseFor.
@@ -209,7 +205,7 @@ func (ls *lease) idleLocked() {
 func (ls *lease) retire() {
 	l := ls.l
 	l.mu.Lock()
-	if l.closed || l.leases[ls.ttl] != ls || ls.users > 0 {
+	if l.closed || l.leases[ls.ttl] != ls || ls.users != 0 {
 		l.mu.Unlock() // Close revokes it; a lost one is gone; in use again
 		return
 	}

@@ -226,6 +226,12 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 		return fmt.Errorf("etcd: %w", err)
 	}
 
+	if err := ctx.Err(); err != nil {
+		// Ended while the lease was granted: nothing sent, nothing to
+		// guard.
+		name.free()
+		return nil, err
+	}
 	var rev int64
 	if !wait {
 		// Create our key only if the directory is empty (a compare over

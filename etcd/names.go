@@ -70,11 +70,12 @@ func (s *slots) give(dir string, i uint64) {
 // waiterName is the etcd key of one contender and the slot it occupies
 // until the key is known to be gone.
 type waiterName struct {
-	ls    *lease
-	dir   string
-	slot  uint64
-	key   string
-	freed atomic.Bool
+	ls      *lease
+	dir     string
+	slot    uint64
+	key     string
+	freed   atomic.Bool
+	dropped atomic.Bool // the lease use given back (see drop)
 }
 
 // newName takes a slot of dir on ls and names the waiter key. The name
@@ -97,6 +98,16 @@ func (l *Locker) newName(ls *lease, dir string) *waiterName {
 func (n *waiterName) free() {
 	if n.freed.CompareAndSwap(false, true) {
 		n.ls.slots.give(n.dir, n.slot)
+		n.drop()
+	}
+}
+
+// drop gives back the name's use of its lease, once, while the name may
+// stay reserved: a name whose put may still land (see resolve) need not
+// keep its lease, since a retired lease is revoked, and a put naming a
+// revoked lease fails.
+func (n *waiterName) drop() {
+	if n.dropped.CompareAndSwap(false, true) {
 		n.ls.unuse()
 	}
 }

@@ -272,24 +272,17 @@ func TestClusterHolderKeepsLockThroughNoLeader(t *testing.T) {
 }
 
 // A lease for a TTL other than the Locker's default is revoked once unused
-// for one TTL; one used again within that time is reused; the default
-// TTL's lease is kept. Without the retirement a Locker given many TTLs
-// renewed a lease for each of them until Close.
+// for one TTL; one used again within that time is reused; one held, or
+// waited on, for longer than that is kept; the default TTL's lease is kept.
+// Without the retirement a Locker given many TTLs renewed a lease for each
+// of them until Close.
 func TestIdleLeaseRetired(t *testing.T) {
-	const ttl = 2 * time.Second
+	const ttl = 2 * time.Second // the TTL whose lease retires; lingers 2s
 	srv := testserver.Etcd(t)
-	ctx := testCtx(t, time.Minute)
-	c := newClient(t, srv.Addr(), etcd.WithDefaultTTL(ttl))
+	ctx := testCtx(t, 2*time.Minute)
+	c := newClient(t, srv.Addr(), etcd.WithDefaultTTL(5*time.Second))
+	other := newClient(t, srv.Addr())
 	k := uniqueKey(t)
-	leaseOf := func(opts ...locker.Option) clientv3.LeaseID {
-		t.Helper()
-		h := mustAcquire(t, ctx, c.l, k, opts...)
-		id := h.(*etcd.Handle).LeaseID()
-		if err := h.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
 	alive := func(id clientv3.LeaseID) bool {
 		t.Helper()
 		r, err := c.cli.TimeToLive(ctx, id)
@@ -298,21 +291,58 @@ func TestIdleLeaseRetired(t *testing.T) {
 		}
 		return r.TTL > 0
 	}
-	def := leaseOf()
-	other := leaseOf(locker.WithTTL(3 * time.Second))
-	if other == def {
+	release := func(h locker.Handle) clientv3.LeaseID {
+		t.Helper()
+		id := h.(*etcd.Handle).LeaseID()
+		if err := h.Err(); err != nil {
+			t.Fatalf("lock on lease %x lost: %v", id, err)
+		}
+		if !alive(id) {
+			t.Fatalf("lease %x of a live lock is gone", id)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	// Passing the time the test is about: longer than the linger.
+	beyondLinger := func() { time.Sleep(ttl + 1500*time.Millisecond) }
+
+	def := release(mustAcquire(t, ctx, c.l, k))
+	// Held for longer than the linger: kept.
+	h := mustAcquire(t, ctx, c.l, k, locker.WithTTL(ttl))
+	beyondLinger()
+	short := release(h)
+	if short == def {
 		t.Fatal("the default TTL and another share a lease")
 	}
-	// Used again within its linger (3s): the same lease.
-	if again := leaseOf(locker.WithTTL(3 * time.Second)); again != other {
-		t.Fatalf("a lease used again at once was replaced (%x, then %x)", other, again)
+	// Used again at once: the same lease.
+	if again := release(mustAcquire(t, ctx, c.l, k, locker.WithTTL(ttl))); again != short {
+		t.Fatalf("a lease used again at once was replaced (%x, then %x)", short, again)
 	}
-	// Unused: revoked after its linger; it would live on for ever if
-	// renewed, so its TTL running out on the server proves it.
-	deadline := time.Now().Add(3*time.Second + 5*time.Second)
-	for alive(other) {
+	// A waiter for longer than the linger keeps it too.
+	blocker := mustAcquire(t, ctx, other.l, k)
+	got := goAcquire(ctx, c.l, k, locker.WithTTL(ttl))
+	for len(waiterKeys(t, c.cli, k)) < 2 {
+		time.Sleep(10 * time.Millisecond) // polling the server: no event to wait on
+	}
+	beyondLinger()
+	if err := blocker.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the waiter on the short TTL's lease: %v", r.err)
+	}
+	if id := release(r.h); id != short {
+		t.Fatalf("the waiter's lock is on lease %x, not the lease it waited on (%x)", id, short)
+	}
+	// Unused: revoked after its linger. It would live on if renewed, so
+	// its end on the server proves it.
+	deadline := time.Now().Add(ttl + 5*time.Second)
+	for alive(short) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the lease of an unused TTL is still alive 8s after its last use")
+			t.Fatalf("the lease of an unused TTL is still alive %v after its last use", ttl+5*time.Second)
 		}
 		time.Sleep(100 * time.Millisecond) // polling the server: no event to wait on
 	}
@@ -320,7 +350,7 @@ func TestIdleLeaseRetired(t *testing.T) {
 		t.Fatal("the default TTL's lease was not kept")
 	}
 	// The next lock of that TTL gets a fresh lease and works.
-	if fresh := leaseOf(locker.WithTTL(3 * time.Second)); fresh == other || !alive(def) {
-		t.Fatalf("after retirement: lease %x (retired %x), default alive %t", fresh, other, alive(def))
+	if fresh := release(mustAcquire(t, ctx, c.l, k, locker.WithTTL(ttl))); fresh == short {
+		t.Fatalf("after retirement the lock is on the retired lease %x", fresh)
 	}
 }
