@@ -40,10 +40,11 @@
 // no lock or waiter has been on it for one TTL (at most 30s): it is no
 // longer renewed, and revoked (should the revocation fail, the server
 // expires it one TTL later). So a Locker given many different TTLs does
-// not keep renewing a lease for each of them. The alternative, a lease per lock, gives each
-// lock its own lifetime but costs two more raft writes per acquisition
-// (grant and revoke) on top of the key's put and delete; sharing costs
-// exactly one write to acquire and one to release. The price of sharing
+// not keep renewing a lease for each of them. The alternative, a lease
+// per lock, gives each lock its own lifetime but costs two more raft
+// writes per acquisition (grant and revoke) on top of the key's put and
+// delete; sharing costs exactly one write to acquire and one to release.
+// The price of sharing
 // is that a lost lease loses every lock on it at once, which is what
 // happens anyway when the process or its link dies.
 //

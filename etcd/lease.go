@@ -36,9 +36,10 @@ type lease struct {
 	handles    map[*Handle]struct{}
 	slots      slots // the waiter key names in use on this lease
 
-	// Under l.mu: the waiter names taken on the lease and not yet known
-	// gone (see waiterName), and the timer that retires the lease once it
-	// has had none for idleLinger (see unuse).
+	// Under l.mu: the uses of the lease (a leaseFor call, then the waiter
+	// name it was for, until the key is known gone or absent; see
+	// waiterName.drop), and the timer that retires the lease once it has
+	// had none for idleLinger (see unuse).
 	users     int
 	idleSince time.Time
 	idle      *time.Timer
@@ -201,7 +202,9 @@ func (ls *lease) idleLocked() {
 }
 
 // retire revokes the lease if it has stayed unused for idleLinger. It has
-// no keys then: every waiter name on it is known gone from the server.
+// no keys then: every waiter name on it is known gone from the server, or
+// was absent at a read and is watched by a guard (see resolve); a late put
+// of that name fails once the lease is revoked.
 func (ls *lease) retire() {
 	l := ls.l
 	l.mu.Lock()
