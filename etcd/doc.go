@@ -44,9 +44,8 @@
 // per lock, gives each lock its own lifetime but costs two more raft
 // writes per acquisition (grant and revoke) on top of the key's put and
 // delete; sharing costs exactly one write to acquire and one to release.
-// The price of sharing
-// is that a lost lease loses every lock on it at once, which is what
-// happens anyway when the process or its link dies.
+// The price of sharing is that a lost lease loses every lock on it at
+// once, which is what happens anyway when the process or its link dies.
 //
 // etcd counts TTLs in whole seconds: locker.WithTTL is rounded up to a
 // second, and below MinTTL (1s) it is rejected with an error wrapping
