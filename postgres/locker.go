@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/pgrace"
 	"github.com/go-locker/locker/internal/timerq"
 )
 
@@ -452,7 +452,7 @@ func (l *Locker) ensureSequence(ctx context.Context) error {
 		case attempt > 0:
 			return fmt.Errorf("%s exists but is not a sequence; name another with WithSequence", seq)
 		}
-		if _, err := l.pool.Exec(ctx, createSequenceSQL(seq)); err != nil && !isDuplicate(err) {
+		if _, err := l.pool.Exec(ctx, createSequenceSQL(seq)); err != nil && !pgrace.Lost(err) {
 			return fmt.Errorf("creating fencing-token sequence: %w (if this role may not create it, create it once with a role that may, grant USAGE on it, and use WithoutDDL: %s)",
 				err, createSequenceSQL(seq))
 		}
@@ -499,15 +499,6 @@ func (sp seqParams) check(seq string) error {
 
 func createSequenceSQL(seq string) string {
 	return "CREATE SEQUENCE IF NOT EXISTS " + seq + " AS bigint MINVALUE 1 NO CYCLE CACHE 1"
-}
-
-// isDuplicate reports the error of two sessions creating the same sequence
-// at once, which CREATE ... IF NOT EXISTS does not rule out: a unique
-// violation on the catalog (23505), the relation (42P07) or its type
-// (42710, as for a table's row type) already there.
-func isDuplicate(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07" || pe.Code == "42710")
 }
 
 // Close releases every lock the Locker holds (each unlock bounded by

@@ -13,6 +13,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
+
+	"github.com/go-locker/locker/internal/pgrace"
 )
 
 // init creates the tables (unless WithoutDDL) and checks the schema
@@ -38,7 +40,7 @@ func (l *Locker) init(ctx context.Context) error {
 				_, err := l.db.ExecContext(ctx, stmt)
 				return err
 			})
-			for try := 0; try < 3 && err != nil && l.dialect == PostgreSQL && racingDDL(err); try++ {
+			for try := 0; try < 3 && err != nil && l.dialect == PostgreSQL && pgrace.Lost(err); try++ {
 				// Clients creating the table at once: PostgreSQL's IF NOT
 				// EXISTS is not atomic, and another one won (it committed
 				// before this statement failed): run it again, now a no-op.
@@ -162,14 +164,6 @@ func (l *Locker) checkAffectedRows(ctx context.Context) error {
 		return errors.New("sqltable: the MySQL connection counts matched rows, not changed ones (clientFoundRows=true in the DSN): the lock table needs it off")
 	}
 	return nil
-}
-
-// racingDDL reports the errors PostgreSQL gives the losers of a race to
-// create the same table: a unique violation on the catalog (23505), the
-// table (42P07) or its row type (42710) already there.
-func racingDDL(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07" || pe.Code == "42710")
 }
 
 // transient reports errors after which the statement is known not to have
