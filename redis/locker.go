@@ -15,6 +15,7 @@ import (
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/internal/tracker"
+	"github.com/go-locker/locker/redis/internal/guard"
 )
 
 var _ locker.Locker = (*Locker)(nil)
@@ -31,7 +32,7 @@ type Locker struct {
 	hub       *hub
 	id        string                  // random: names this Locker's queue entries and wake-up channels
 	args      scriptArgs              // script arguments boxed once
-	policies  policyCache             // which servers were found not to evict keys
+	policies  *guard.Cache            // which servers were found not to evict keys
 	unbounded bool                    // the client has no ReadTimeout: see requestTimeout
 	deadlines bool                    // the client has ContextTimeoutEnabled: see inline
 	inliner   goredis.UniversalClient // runs inline requests; nil: none run inline (see inline)
@@ -79,7 +80,7 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 		stop:     stop,
 		closing:  ctx.Done(),
 		handles:  map[*Handle]struct{}{},
-		policies: policyCache{ok: map[string]time.Time{}},
+		policies: guard.NewCache(),
 		id:       lease.NewOwner()[:16], // 96 bits
 	}
 	switch c := client.(type) {

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/redis/internal/guard"
 )
 
 // Waiters sleep until they are told on their Locker's wake-up channel of the
@@ -592,7 +593,7 @@ func (n *node) receive() {
 			}
 			n.replace(ps)
 			pinged = false
-		case isServerReply(err):
+		case guard.IsServerReply(err):
 			// An error reply to one of our commands; the connection itself
 			// is fine. A subscription refused because its slot is another
 			// master's (a slot map that was stale when the waiter chose
@@ -622,13 +623,6 @@ func (n *node) stopped() bool {
 	default:
 		return false
 	}
-}
-
-// isServerReply reports whether err is an error reply of the server rather
-// than a failure of the connection.
-func isServerReply(err error) bool {
-	var re goredis.Error
-	return errors.As(err, &re)
 }
 
 // replace swaps a failed connection for a new one and has every channel
