@@ -88,3 +88,86 @@ func TestAliasedNodesRefused(t *testing.T) {
 		})
 	}
 }
+
+// A name of a server that was down at first contact is compared with the
+// other nodes when it first answers: node 2, a proxy to node 1's server,
+// blackholed while the Locker first reaches its nodes, must not make a
+// majority with node 1 once it heals (on ce815f6 the second TryAcquire got
+// the lock from one live server of three).
+func TestAliasFirstSeenLater(t *testing.T) {
+	live := nodeAddrs(t, 1)[0]
+	px := testserver.NewProxy(t, live)
+	px.Blackhole(t)
+	addrs := []string{live, px.Addr(), deadAddr(t)}
+	var cs []goredis.UniversalClient
+	for _, a := range addrs {
+		cs = append(cs, newClient(t, a))
+	}
+	l := redlock.New(cs, redlock.WithTTL(2*time.Second))
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := testCtx(t, 30*time.Second)
+	key := uniqueKey(t)
+	if h, err := l.TryAcquire(ctx, key); err == nil {
+		t.Fatalf("TryAcquire with one node of three answering: got a lock (token %d)", h.Token())
+	}
+	px.Heal(t)
+	refusedAlias(t, l, live, px.Addr())
+	// The refusal is for good: the node list is wrong.
+	if _, err := l.TryAcquire(ctx, key); err == nil || !strings.Contains(err.Error(), px.Addr()) {
+		t.Errorf("TryAcquire after the refusal: %v, want the same refusal", err)
+	}
+}
+
+// A run_id changes when the server restarts, so the identity a node gave
+// before the restart is not compared with one another name of the server
+// gives after it: node 2, a proxy to node 1's server that was down until the
+// server restarted, reports the new run_id while node 1's is the old one.
+// Node 2 must not count until both are asked again together, which finds
+// them one server.
+func TestAliasFirstSeenAfterRestart(t *testing.T) {
+	srv := testserver.NewRedis(t)
+	if !srv.CanControl() {
+		t.Skip("the Redis server is not ours to restart")
+	}
+	px := testserver.NewProxy(t, srv.Addr())
+	px.Blackhole(t)
+	addrs := []string{srv.Addr(), px.Addr(), deadAddr(t)}
+	var cs []goredis.UniversalClient
+	for _, a := range addrs {
+		cs = append(cs, newClient(t, a))
+	}
+	l := redlock.New(cs, redlock.WithTTL(2*time.Second))
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := testCtx(t, 60*time.Second)
+	key := uniqueKey(t)
+	if h, err := l.TryAcquire(ctx, key); err == nil {
+		t.Fatalf("TryAcquire with one node of three answering: got a lock (token %d)", h.Token())
+	}
+	srv.Stop(t)
+	srv.Start(t)
+	px.Heal(t)
+	// Node 1 is not asked again (it answered less than a minute ago);
+	// node 2 answers for the first time, with the new run_id.
+	h, err := l.TryAcquire(ctx, key)
+	if err == nil {
+		defer h.Release(ctx)
+		t.Fatalf("TryAcquire right after the restart: got a lock (token %d) from one server under two names", h.Token())
+	}
+	t.Logf("first round after the restart: %v", err)
+	refusedAlias2(t, l, srv.Addr(), px.Addr(), key)
+}
+
+// refusedAlias2 is refusedAlias for a Locker over any server.
+func refusedAlias2(t *testing.T, l locker.Locker, a1, a2, key string) {
+	t.Helper()
+	ctx := testCtx(t, 30*time.Second)
+	h, err := l.TryAcquire(ctx, key)
+	if err == nil {
+		defer h.Release(ctx)
+		t.Fatalf("TryAcquire over nodes %s and %s (one server): got a lock (token %d)", a1, a2, h.Token())
+	}
+	if !strings.Contains(err.Error(), a1) || !strings.Contains(err.Error(), a2) {
+		t.Fatalf("TryAcquire over one server under two names: %v; want a refusal naming %s and %s", err, a1, a2)
+	}
+	t.Logf("refused: %v", err)
+}

@@ -85,7 +85,7 @@ type outcome[T any] struct {
 // outcome is settled (a majority renewed, say); fanout then stops waiting
 // for the rest, whose answers go to late.
 func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, nodes []int, timeout time.Duration,
-	call func(ctx context.Context, c goredis.UniversalClient) (T, error), late func(node int, v T, err error),
+	call func(ctx context.Context, node int, c goredis.UniversalClient) (T, error), late func(node int, v T, err error),
 	decided func(outcome[T]) bool) (outcome[T], error) {
 	n := len(l.clients)
 	out := outcome[T]{v: make([]T, n), err: make([]error, n), answered: make([]bool, n)}
@@ -103,7 +103,7 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 		go func() {
 			defer l.active.Done()
 			rctx, cancel := context.WithTimeout(base, t)
-			v, err := call(rctx, l.clients[i])
+			v, err := call(rctx, i, l.clients[i])
 			cancel()
 			mu.Lock()
 			s := stopped

@@ -91,20 +91,20 @@ func (h *Handle) start() {
 // validity ends.
 func (h *Handle) renew(ctx context.Context) (bool, error) {
 	res, err := fanout(h.l, ctx, ctx, h.l.closing, h.l.all, h.tm.nodeTimeout,
-		func(ctx context.Context, c goredis.UniversalClient) (bool, error) {
+		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 			return runExtend(ctx, c, h.k, h.owner, h.tm.ttl)
 		}, nil, func(o outcome[bool]) bool { // a majority either way
-			yes, no := 0, 0
+			var yes []int
+			no := 0
 			for i := range h.l.clients {
-				if o.ok(i) {
-					if o.v[i] {
-						yes++
-					} else {
-						no++
-					}
+				switch {
+				case o.ok(i) && o.v[i]:
+					yes = append(yes, i)
+				case o.ok(i):
+					no++
 				}
 			}
-			return yes >= h.l.quorum || no >= len(h.l.clients)-h.l.quorum+1
+			return h.l.vet.distinct(yes) >= h.l.quorum || no >= len(h.l.clients)-h.l.quorum+1
 		})
 	if err != nil {
 		return false, err
@@ -122,7 +122,9 @@ func (h *Handle) renew(ctx context.Context) (bool, error) {
 	}
 	n, q := len(h.l.clients), h.l.quorum
 	switch {
-	case len(extended) >= q:
+	case h.l.vet.distinct(extended) >= q:
+		// One per server: a node the Locker has not vetted, or two names
+		// of one server, do not make a majority (see vet.go).
 		return true, nil
 	case len(gone) >= n-q+1:
 		return false, nil
@@ -183,7 +185,7 @@ func (h *Handle) stopRenewal() {
 // bounds the wait.
 func (h *Handle) releaseCounts(ctx context.Context) (deleted, notOurs int, failed []error, err error) {
 	res, err := fanout(h.l, ctx, context.Background(), nil, h.l.all, h.tm.nodeTimeout,
-		func(ctx context.Context, c goredis.UniversalClient) (bool, error) {
+		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 			return runRelease(ctx, c, h.k, h.owner)
 		}, nil, nil)
 	for i := range h.l.clients {

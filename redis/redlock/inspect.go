@@ -32,7 +32,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	k := l.keysFor(key)
 	tm, _ := l.cfg.timing(l.cfg.ttl)
 	res, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
-		func(ctx context.Context, c goredis.UniversalClient) (lockState, error) {
+		func(ctx context.Context, _ int, c goredis.UniversalClient) (lockState, error) {
 			return runInspect(ctx, c, k)
 		}, nil, nil)
 	if err != nil {

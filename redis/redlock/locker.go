@@ -20,6 +20,7 @@ import (
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/internal/tracker"
+	"github.com/go-locker/locker/redis/internal/guard"
 )
 
 var _ locker.Locker = (*Locker)(nil)
@@ -32,6 +33,18 @@ var _ locker.Locker = (*Locker)(nil)
 // not silently skip it during an outage. The message says how many nodes
 // granted, were held by another client and failed, and why.
 var ErrNoQuorum = errors.New("redlock: no majority of nodes")
+
+// ErrEvictionPolicy reports a node whose maxmemory-policy is not noeviction:
+// it may delete held locks and, under an allkeys-* policy, the fencing
+// counters, after which tokens go backwards. It is the redis package's
+// ErrEvictionPolicy (the same value, from one shared check). Acquire and
+// TryAcquire refuse to take locks while any node has such a policy, with
+// an error wrapping it that names the node and the policy; WithAllowEviction
+// turns the check off.
+var ErrEvictionPolicy = guard.ErrEvictionPolicy
+
+// errUnsafeConfig is what a refused configuration wraps.
+var errUnsafeConfig = locker.ErrInvalidOption
 
 // Locker takes locks over N independent Redis nodes with the Redlock
 // algorithm and hands out fencing tokens that increase per key (see the
@@ -48,6 +61,7 @@ type Locker struct {
 	cfgErr     error
 	subs       *subs
 	contacted  []atomic.Bool // per node: its first request was made (see dialAllowance)
+	vet        vetter        // what each node's server said it is (see vet.go)
 
 	ctx     context.Context // ends when Close begins
 	stop    context.CancelFunc
@@ -88,6 +102,7 @@ func New(clients []goredis.UniversalClient, opts ...Option) *Locker {
 	}
 	l.addrs = make([]string, len(clients))
 	l.contacted = make([]atomic.Bool, len(clients))
+	l.vet.nodes = make([]nodeVet, len(clients))
 	for i := range clients {
 		l.all = append(l.all, i)
 	}
@@ -349,9 +364,16 @@ func (r roundResult) err() error {
 func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Handle, roundResult, error) {
 	owner := lease.NewOwner()
 	r := roundResult{n: len(l.clients), quorum: l.quorum}
+	plan, err := l.vet.plan()
+	if err != nil {
+		return nil, r, err
+	}
 	sent := time.Now() // every node started its lease no earlier
 	grants, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
-		func(ctx context.Context, c goredis.UniversalClient) (grant, error) {
+		func(ctx context.Context, i int, c goredis.UniversalClient) (grant, error) {
+			if plan.ask[i] {
+				return runAcquireVetted(ctx, c, k, owner, tm.ttl, !l.cfg.allowEviction, l.idKey())
+			}
 			return runAcquire(ctx, c, k, owner, tm.ttl)
 		},
 		func(i int, g grant, err error) {
@@ -375,6 +397,21 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Han
 			}
 			return denied >= len(l.clients)-l.quorum+1
 		})
+	var counts []bool
+	if err == nil {
+		answers := make([]vetAnswer, len(l.clients))
+		for i := range answers {
+			answers[i].asked = plan.ask[i]
+			if g := grants.v[i]; grants.answered[i] && g.vet != nil {
+				answers[i].ok, answers[i].vet = true, *g.vet
+			}
+		}
+		if counts, err = l.updateVet(plan, answers); err != nil {
+			// A node that may evict, or two nodes that are one server.
+			l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, false)
+			return nil, r, err
+		}
+	}
 	if err != nil {
 		l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, false)
 		return nil, r, err
@@ -388,6 +425,13 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Han
 			r.failed++
 			if r.firstErr == nil {
 				r.firstErr = fmt.Errorf("%s: %w", l.addrs[i], grants.err[i])
+			}
+		case grants.v[i].ok && !counts[i]:
+			// Its server's identity is not yet compared with the others'
+			// (see vet.go): it may be one of them under another name.
+			r.failed++
+			if r.firstErr == nil {
+				r.firstErr = fmt.Errorf("%s: granted, but not counted: its server answered for the first time, or as another server, and is compared with the others in the next round", l.addrs[i])
 			}
 		case grants.v[i].ok:
 			granted = append(granted, i)
@@ -423,7 +467,7 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Han
 	// granting nodes only: the argument needs the value each of them
 	// returned to come from the grant that started our lock there.
 	wb, err := fanout(l, ctx, ctx, l.closing, granted, tm.nodeTimeout,
-		func(ctx context.Context, c goredis.UniversalClient) (bool, error) {
+		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 			return runWriteback(ctx, c, k, owner, candidate)
 		}, nil, nil)
 	if err != nil {
@@ -498,7 +542,7 @@ func (l *Locker) cleanup(ctx context.Context, k keys, owner string, nodes []int,
 		del = runRelease
 	}
 	_, err := fanout(l, ctx, context.Background(), nil, nodes, timeout,
-		func(ctx context.Context, c goredis.UniversalClient) (bool, error) {
+		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 			return del(ctx, c, k, owner)
 		}, nil, nil)
 	if err != nil && ctx.Err() != nil {

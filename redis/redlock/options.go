@@ -50,6 +50,7 @@ type config struct {
 	drift         time.Duration // 0: derived from the TTL, see driftFor
 	nodeTimeout   time.Duration // 0: derived from the TTL, see nodeTimeoutFor
 	retryInterval time.Duration
+	allowEviction bool // skip the maxmemory-policy check (see ErrEvictionPolicy)
 }
 
 func defaultConfig() config {
@@ -129,6 +130,23 @@ func WithRetryInterval(d time.Duration) Option {
 			return err
 		}
 		c.retryInterval = d
+		return nil
+	}
+}
+
+// WithAllowEviction turns off the check that every node's maxmemory-policy
+// is noeviction (see ErrEvictionPolicy), as the redis package's option of
+// the same name does. Use it only for nodes whose policy you cannot change,
+// typically shared with a cache, and only if you accept what eviction does
+// to locks: a node under memory pressure may delete a held lock (on a
+// majority, another client then acquires the key while the holder hears of
+// it only at its next renewal) and, under an allkeys-* policy, a fencing
+// counter, after which tokens can go backwards (see "Fencing tokens" in the
+// package documentation). URL: allow_eviction=true. The check that no two
+// nodes are one server stays on.
+func WithAllowEviction(on bool) Option {
+	return func(c *config) error {
+		c.allowEviction = on
 		return nil
 	}
 }

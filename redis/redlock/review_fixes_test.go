@@ -106,7 +106,7 @@ func TestNodeTimeoutIsNotCallerDeadline(t *testing.T) {
 	defer l.Close()
 	for _, cerr := range []error{context.DeadlineExceeded, context.Canceled} {
 		out, err := fanout(l, context.Background(), context.Background(), nil, l.all, 50*time.Millisecond,
-			func(ctx context.Context, c goredis.UniversalClient) (bool, error) {
+			func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 				return false, cerr
 			}, nil, nil)
 		if err != nil {
@@ -125,7 +125,7 @@ func TestNodeTimeoutIsNotCallerDeadline(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	out, _ := fanout(l, context.Background(), ctx, nil, l.all[:1], 50*time.Millisecond,
-		func(ctx context.Context, c goredis.UniversalClient) (bool, error) {
+		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 			return false, ctx.Err()
 		}, nil, nil)
 	if !errors.Is(out.err[0], context.Canceled) {

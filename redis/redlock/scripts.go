@@ -8,6 +8,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker/redis/internal/guard"
 )
 
 // The scripts run atomically on one node each; no script touches two
@@ -148,13 +150,19 @@ func millis(d time.Duration) int64 {
 // grant is one node's answer to an acquire request.
 type grant struct {
 	ok     bool
-	token  int64         // when ok: the node's counter after the grant
-	pttl   time.Duration // when !ok: the holder's remaining lease there; <0 unknown
-	holder string        // when !ok: the holder's owner token
+	token  int64          // when ok: the node's counter after the grant
+	pttl   time.Duration  // when !ok: the holder's remaining lease there; <0 unknown
+	holder string         // when !ok: the holder's owner token
+	vet    *guard.Vetting // the node's policy and identity, when the round asked (see vet.go)
 }
 
 func runAcquire(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration) (grant, error) {
 	v, err := acquireScript.Run(ctx, c, []string{k.lock, k.fence}, owner, millis(ttl)).Slice()
+	return acquireReply(k, v, err)
+}
+
+// acquireReply reads the acquire script's reply.
+func acquireReply(k keys, v []any, err error) (grant, error) {
 	if err != nil {
 		return grant{}, err
 	}

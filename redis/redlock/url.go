@@ -39,7 +39,7 @@ func init() {
 // and client settings. A node whose address cannot be written in the host
 // list (an IPv6 literal) can be given as addr=[::1]:6379, repeated. The
 // parameters are ttl, drift, node_timeout, retry_interval and prefix (see
-// the options of the same names), and any go-redis client parameter of
+// the options of the same names), allow_eviction (WithAllowEviction), and any go-redis client parameter of
 // redis:// URLs (dial_timeout, read_timeout, pool_size, ...), except
 // skip_verify, which is refused with an error (it would turn certificate
 // verification off for every node): for a private CA, build the clients
@@ -85,12 +85,14 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		drift       time.Duration
 		nodeTimeout time.Duration
 		retry       = DefaultRetryInterval
+		eviction    bool
 	)
 	q.String("prefix", &prefix)
 	q.Duration("ttl", &ttl)
 	q.Duration("drift", &drift)
 	q.Duration("node_timeout", &nodeTimeout)
 	q.Duration("retry_interval", &retry)
+	q.Bool("allow_eviction", &eviction)
 	if err := q.Err(); err != nil {
 		return nil, err
 	}
@@ -109,7 +111,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	if len(hosts) < 3 || len(hosts)%2 == 0 {
 		return nil, fmt.Errorf("%w: %s: need an odd number of at least 3 nodes, got %d", locker.ErrInvalidURL, scheme, len(hosts))
 	}
-	opts := []Option{WithPrefix(prefix), WithTTL(ttl), WithRetryInterval(retry)}
+	opts := []Option{WithPrefix(prefix), WithTTL(ttl), WithRetryInterval(retry), WithAllowEviction(eviction)}
 	if drift > 0 {
 		opts = append(opts, WithDrift(drift))
 	}
