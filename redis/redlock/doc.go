@@ -130,6 +130,38 @@
 // disappears early on one node, and go back after a node forgot its keys
 // (a restart without persistence, simulated by deleting them).
 //
+// # Unsafe configurations
+//
+// Two configurations would break the lock, and are refused:
+//
+//   - A node whose maxmemory-policy is not noeviction: it may evict held
+//     locks and, under an allkeys-* policy, the fencing counters, after which
+//     tokens go backwards (on unchecked nodes with cache traffic: the last
+//     holder's token 5, the next one's 1). Acquire and TryAcquire fail with
+//     an error wrapping ErrEvictionPolicy (the redis package's, from one
+//     shared check) that names the node and its policy, while any node has
+//     such a policy; fixing the policy takes effect at the next acquire.
+//     WithAllowEviction (URL: allow_eviction=true) turns the check off.
+//   - One server under two names (127.0.0.1:6379 and localhost:6379, a proxy
+//     and the server behind it, two database numbers of one server): a
+//     majority of names is then not a majority of servers, and one live
+//     server of three grants the lock. New refuses equal addresses; the
+//     servers themselves tell the rest: every acquire fails, with an error
+//     naming both nodes, once two nodes reported the same run_id (INFO
+//     server) or, where INFO is not allowed to the user, the same identity
+//     key (the prefix followed by "node-id", written once with SET NX).
+//
+// Both are checked at first contact, not by New (which does not contact the
+// nodes, and some may be down then): each node is asked, in the pipeline of
+// an acquire request, as soon as it answers for the first time, and again a
+// minute after it last answered. A node counts towards a majority, in an
+// acquisition or a renewal, only once its identity was compared with the
+// others' read at the same time: a run_id changes when its server restarts,
+// so a node first seen, or seen with a new run_id, in a round that did not
+// ask every node waits for the next round, which asks every node (see
+// vet.go). When the server tells neither its policy nor its identity (both
+// commands refused), the Locker cannot check, and goes ahead.
+//
 // # Waiting
 //
 // An Acquire whose first round failed subscribes to the key's channel on

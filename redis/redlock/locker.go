@@ -82,6 +82,11 @@ type Locker struct {
 // option is reported by Err and by every Acquire and TryAcquire, with an
 // error wrapping locker.ErrInvalidOption.
 //
+// New does not contact the nodes: each is checked when it first answers (its
+// maxmemory-policy must be noeviction, and no two nodes may be one server;
+// see "Unsafe configurations" in the package documentation), and an acquire
+// that finds either refuses with an error naming the nodes.
+//
 // The Locker does not close the clients: the caller keeps owning them and
 // must close them after the Locker. Set ContextTimeoutEnabled on them: it
 // lets the node timeout reach the socket, so that a request to a node that
