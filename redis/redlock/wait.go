@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/go-locker/locker"
@@ -55,7 +57,11 @@ func (l *Locker) wait(ctx context.Context, key string, k keys, tm timing) (*Hand
 	defer timer.Stop()
 	fails := 0
 	for {
+		last := r
 		h, r, err = l.round(ctx, key, k, tm)
+		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, waitEnded(ctx, last)
+		}
 		if h != nil || err != nil {
 			return h, err
 		}
@@ -82,10 +88,23 @@ func (l *Locker) wait(ctx context.Context, key string, k keys, tm timing) (*Hand
 		case <-w.wake:
 		case <-timer.C:
 		case <-ctx.Done():
-			return nil, ctxErr(ctx)
+			return nil, waitEnded(ctx, r)
 		case <-l.closing:
 			return nil, locker.ErrClosed
 		}
 		timer.Stop()
 	}
+}
+
+// waitEnded is the error of an Acquire whose context ended while it waited
+// after round r: the context's, and, when r failed for a reason of its own
+// (nodes that failed, a round too slow for its lease) rather than another
+// holder, that reason in words (not wrapped: the call did not end because
+// of it).
+func waitEnded(ctx context.Context, r roundResult) error {
+	err := ctxErr(ctx)
+	if r.why == "" && r.failed == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (the last round failed: %v)", err, r.err())
 }
