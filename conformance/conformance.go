@@ -144,6 +144,7 @@ func (s *suite) cases() []testCase {
 		{"Inspect/Lifecycle", s.inspectLifecycle},
 		{"Inspect/AfterCrash", s.inspectAfterCrash},
 		{"Inspect/BadKey", s.inspectBadKey},
+		{"Config/UnsafeRefused", s.unsafeRefused},
 		{"Open/Works", s.openWorks},
 		{"Open/RejectsUnknownParameter", s.openRejectsUnknown},
 		{"Open/HidesPassword", s.openHidesPassword},

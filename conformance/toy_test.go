@@ -44,7 +44,13 @@ const (
 	lateCtx                  // waits notice their context only every 2.5s
 	lostWakeup               // a change wakes one waiter only, even one that has gone
 	closeWaitsInFlight       // Close waits for requests in flight instead of interrupting them
+	acceptsPrivateStore      // a Locker with a store of its own (a temporary schema's like) is accepted
 )
+
+// errToyPrivate is the toy's refusal of a store private to one Locker, the
+// like of a temporary SQL schema: every client would lock in a keyspace of
+// its own.
+var errToyPrivate = fmt.Errorf("%w: toy: store=private gives every Locker a keyspace of its own; use store=shared", locker.ErrUnsafeConfig)
 
 // toyMaxStoredKey is where truncatedKeys cuts keys, as a VARCHAR(250) would.
 const toyMaxStoredKey = 250
