@@ -132,6 +132,7 @@ func (s *suite) cases() []testCase {
 		{"Waiters/Many", s.waitersMany},
 		{"Process/Exclusion", s.processExclusion},
 		{"Process/KilledHolder", s.processKilled},
+		{"Process/PausedHolder", s.pausedHolder},
 		{"Context/CancelledBeforeCall", s.cancelledBeforeCall},
 		{"Context/CancelWhileWaiting", s.cancelWhileWaiting},
 		{"Context/DeadlineWhileWaiting", s.deadlineWhileWaiting},

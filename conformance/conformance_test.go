@@ -84,6 +84,7 @@ var flaws = []struct {
 	{"LostWakeup", lostWakeup, []string{"Waiters/WaiterCancelled"}},
 	{"CloseWaitsInFlight", closeWaitsInFlight, []string{"Close/WhileInFlight"}},
 	{"AcceptsPrivateStore", acceptsPrivateStore, []string{"Config/UnsafeRefused"}},
+	{"FaultGrantsWaiter", faultGrantsWaiter, []string{"Waiters/WaiterCut", "Waiters/WaiterCrashes"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"
