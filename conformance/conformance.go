@@ -130,6 +130,7 @@ func (s *suite) cases() []testCase {
 		{"Waiters/WaiterCut", s.waiterCut},
 		{"Waiters/WaiterCrashes", s.waiterCrashes},
 		{"Waiters/Many", s.waitersMany},
+		{"Waiters/SessionLapse", s.waiterLapses},
 		{"Process/Exclusion", s.processExclusion},
 		{"Process/KilledHolder", s.processKilled},
 		{"Process/PausedHolder", s.pausedHolder},

@@ -85,6 +85,7 @@ var flaws = []struct {
 	{"CloseWaitsInFlight", closeWaitsInFlight, []string{"Close/WhileInFlight"}},
 	{"AcceptsPrivateStore", acceptsPrivateStore, []string{"Config/UnsafeRefused"}},
 	{"FaultGrantsWaiter", faultGrantsWaiter, []string{"Waiters/WaiterCut", "Waiters/WaiterCrashes"}},
+	{"StrandsCutWaiter", strandsCutWaiter, []string{"Waiters/SessionLapse"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"

@@ -46,6 +46,7 @@ const (
 	closeWaitsInFlight       // Close waits for requests in flight instead of interrupting them
 	acceptsPrivateStore      // a Locker with a store of its own (a temporary schema's like) is accepted
 	faultGrantsWaiter        // a waiter woken by another waiter's crash or cut takes the key, held or not
+	strandsCutWaiter         // a waiter whose Locker was cut off waits until its ctx ends, whatever happens
 )
 
 // errToyPrivate is the toy's refusal of a store private to one Locker, the
@@ -115,6 +116,7 @@ type toyLocker struct {
 	healed  chan struct{} // closed when a cut heals
 	dead    bool
 	tokens  int64 // for perLockerToken
+	cuts    int   // for strandsCutWaiter: cuts so far
 	handles map[*toyHandle]struct{}
 	quit    chan struct{} // closed by Close: ends waits and watchdogs
 	wg      sync.WaitGroup
@@ -277,6 +279,9 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 		op = "try-acquire"
 	}
 	force := false // faultGrantsWaiter
+	l.mu.Lock()
+	cuts := l.cuts // strandsCutWaiter
+	l.mu.Unlock()
 	for {
 		h, wake, expires, err := l.try(ctx, key, o.TTL, force)
 		if err != nil {
@@ -324,6 +329,17 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 			return nil, locker.KeyError("acquire", key, ctx.Err())
 		}
 		timer.Stop()
+		l.mu.Lock()
+		stranded := l.flaw == strandsCutWaiter && l.cuts != cuts
+		l.mu.Unlock()
+		if stranded {
+			select { // its claim went with the cut; nothing will wake it
+			case <-ctx.Done():
+				return nil, locker.KeyError("acquire", key, ctx.Err())
+			case <-l.quit:
+				return nil, locker.KeyError("acquire", key, locker.ErrClosed)
+			}
+		}
 		if l.flaw == faultGrantsWaiter {
 			l.s.mu.Lock()
 			force = l.s.faults != faults
@@ -536,6 +552,7 @@ func (l *toyLocker) setCut(v bool) {
 	switch {
 	case began:
 		l.healed = make(chan struct{})
+		l.cuts++
 	case !v && l.cut:
 		close(l.healed)
 	}
