@@ -126,6 +126,7 @@ func (s *suite) cases() []testCase {
 		{"Loss/DoneOnCut", s.doneOnCut},
 		{"Loss/RenewalKeepsLock", s.renewalKeepsLock},
 		{"Loss/ShortCutKeepsLock", s.shortCutKeepsLock},
+		{"Loss/ConnectionsReset", s.connectionsReset},
 		{"Waiters/WaiterCancelled", s.waiterCancelled},
 		{"Waiters/WaiterCut", s.waiterCut},
 		{"Waiters/WaiterCrashes", s.waiterCrashes},

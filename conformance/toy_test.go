@@ -47,6 +47,7 @@ const (
 	acceptsPrivateStore      // a Locker with a store of its own (a temporary schema's like) is accepted
 	faultGrantsWaiter        // a waiter woken by another waiter's crash or cut takes the key, held or not
 	strandsCutWaiter         // a waiter whose Locker was cut off waits until its ctx ends, whatever happens
+	resetFreesSilently       // a reset of its connections frees the Locker's keys, its handles unaware
 )
 
 // errToyPrivate is the toy's refusal of a store private to one Locker, the
@@ -532,6 +533,29 @@ func (l *toyLocker) crash() {
 	l.dead = true
 	l.mu.Unlock()
 	l.fault()
+}
+
+// reset is the toy's Harness.Reset: its connections are closed. The toy
+// keeps its locks through it (they live in the store, not in a connection),
+// but resetFreesSilently frees them in the store and tells nobody.
+func (l *toyLocker) reset() {
+	if l.flaw != resetFreesSilently {
+		return
+	}
+	l.mu.Lock()
+	var hs []*toyHandle
+	for h := range l.handles {
+		hs = append(hs, h)
+	}
+	l.mu.Unlock()
+	l.s.mu.Lock()
+	for _, h := range hs {
+		if l.s.held[h.sk] == h {
+			delete(l.s.held, h.sk)
+		}
+	}
+	l.s.changedLocked()
+	l.s.mu.Unlock()
 }
 
 // fault tells the store's waiters, for faultGrantsWaiter, that a client
