@@ -51,6 +51,8 @@ func mustRefuse(t *testing.T, ctx context.Context, l *redis.Locker, admin *gored
 		switch {
 		case !errors.Is(err, redis.ErrEvictionPolicy):
 			t.Errorf("policy %s: %s: %v, want an error wrapping redis.ErrEvictionPolicy", policy, call.name, err)
+		case !errors.Is(err, locker.ErrUnsafeConfig):
+			t.Errorf("policy %s: %s: %v, want an error wrapping locker.ErrUnsafeConfig", policy, call.name, err)
 		case !errors.As(err, &le) || le.Key != key:
 			t.Errorf("policy %s: %s: %v, want a *locker.Error naming the key", policy, call.name, err)
 		case !strings.Contains(err.Error(), `"`+policy+`"`) || !strings.Contains(err.Error(), "noeviction"):

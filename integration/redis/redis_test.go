@@ -91,6 +91,18 @@ func TestConformance(t *testing.T) {
 				URL:    "redis://" + srv.Addr() + "/0",
 				TTL:    2 * time.Second,
 				MinTTL: redis.MinTTL,
+				Unsafe: []conformance.UnsafeConfig{{
+					Name: "maxmemory-policy=allkeys-lru",
+					New: func(t *testing.T) (locker.Locker, error) {
+						ctx := context.Background()
+						setPolicy(t, ctx, admin, "allkeys-lru")
+						t.Cleanup(func() { setPolicy(t, ctx, admin, "noeviction") })
+						l := redis.New(testClient(t, srv.Addr(), tc.ctxAware), tc.opts...)
+						t.Cleanup(func() { _ = l.Close() })
+						return l, nil
+					},
+					Mention: "maxmemory-policy",
+				}},
 			})
 		})
 	}

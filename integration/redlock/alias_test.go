@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -48,6 +49,9 @@ func refusedAlias(t *testing.T, l locker.Locker, a1, a2 string) {
 	if err == nil {
 		defer h.Release(ctx)
 		t.Fatalf("TryAcquire over nodes %s and %s (one server) and a dead node: got a lock (token %d); one server must not make a majority of three", a1, a2, h.Token())
+	}
+	if !errors.Is(err, locker.ErrUnsafeConfig) {
+		t.Fatalf("TryAcquire over one server under two names: %v, want an error wrapping locker.ErrUnsafeConfig", err)
 	}
 	if !strings.Contains(err.Error(), a1) || !strings.Contains(err.Error(), a2) {
 		t.Fatalf("TryAcquire over one server under two names: %v; want a refusal naming %s and %s", err, a1, a2)
@@ -165,6 +169,9 @@ func refusedAlias2(t *testing.T, l locker.Locker, a1, a2, key string) {
 	if err == nil {
 		defer h.Release(ctx)
 		t.Fatalf("TryAcquire over nodes %s and %s (one server): got a lock (token %d)", a1, a2, h.Token())
+	}
+	if !errors.Is(err, locker.ErrUnsafeConfig) {
+		t.Fatalf("TryAcquire over one server under two names: %v, want an error wrapping locker.ErrUnsafeConfig", err)
 	}
 	if !strings.Contains(err.Error(), a1) || !strings.Contains(err.Error(), a2) {
 		t.Fatalf("TryAcquire over one server under two names: %v; want a refusal naming %s and %s", err, a1, a2)

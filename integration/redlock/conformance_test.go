@@ -2,10 +2,13 @@ package redlock_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance"
@@ -87,7 +90,62 @@ func TestConformance(t *testing.T) {
 				// load average 8. A thousand keys still hold many at once,
 				// at half that load.
 				ManyKeys: 1000,
+				Unsafe:   unsafeConfigs(addrs, adm),
 			})
 		})
+	}
+}
+
+// unsafeConfigs are the node sets Redlock must refuse: a node that may evict
+// keys, and one server listed under two names (an alias that only the
+// server can tell, by New and by URL, and the same address twice, which New
+// sees itself).
+func unsafeConfigs(addrs []string, adm []*goredis.Client) []conformance.UnsafeConfig {
+	_, port, _ := net.SplitHostPort(addrs[0])
+	alias := net.JoinHostPort("localhost", port)
+	aliased := append([]string{addrs[0], alias}, addrs[2:]...)
+	clients := func(t *testing.T, addrs []string) []goredis.UniversalClient {
+		var cs []goredis.UniversalClient
+		for _, a := range addrs {
+			cs = append(cs, newClient(t, a))
+		}
+		return cs
+	}
+	newLocker := func(t *testing.T, addrs []string) (locker.Locker, error) {
+		l := redlock.New(clients(t, addrs))
+		t.Cleanup(func() { _ = l.Close() })
+		if err := l.Err(); err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+	return []conformance.UnsafeConfig{
+		{
+			Name: "maxmemory-policy=allkeys-lru",
+			New: func(t *testing.T) (locker.Locker, error) {
+				setNodePolicy(t, adm[:1], "allkeys-lru", "")
+				return newLocker(t, addrs)
+			},
+			Mention: "maxmemory-policy",
+		},
+		{
+			Name:    "one server under two names",
+			New:     func(t *testing.T) (locker.Locker, error) { return newLocker(t, aliased) },
+			Mention: alias,
+		},
+		{
+			Name: "one server under two names in a URL",
+			New: func(t *testing.T) (locker.Locker, error) {
+				return locker.Open(context.Background(), "redlock://"+strings.Join(aliased, ","))
+			},
+			Mention: alias,
+		},
+		{
+			Name: "one address twice",
+			New: func(t *testing.T) (locker.Locker, error) {
+				return newLocker(t, append([]string{addrs[0], addrs[0]}, addrs[2:]...))
+			},
+			Mention: addrs[0],
+		},
 	}
 }

@@ -121,6 +121,8 @@ func mustRefuseEviction(t *testing.T, l locker.Locker, adm []*goredis.Client, ke
 			_ = h.Release(ctx)
 		case !errors.Is(err, redlock.ErrEvictionPolicy):
 			t.Errorf("%s: %v, want an error wrapping redlock.ErrEvictionPolicy", call.name, err)
+		case !errors.Is(err, locker.ErrUnsafeConfig):
+			t.Errorf("%s: %v, want an error wrapping locker.ErrUnsafeConfig", call.name, err)
 		case !errors.Is(err, redis.ErrEvictionPolicy):
 			t.Errorf("%s: %v does not wrap redis.ErrEvictionPolicy: one check for both packages", call.name, err)
 		case !strings.Contains(err.Error(), `"`+policy+`"`) || !strings.Contains(err.Error(), node) || !strings.Contains(err.Error(), "noeviction"):

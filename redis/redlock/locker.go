@@ -43,9 +43,6 @@ var ErrNoQuorum = errors.New("redlock: no majority of nodes")
 // turns the check off.
 var ErrEvictionPolicy = guard.ErrEvictionPolicy
 
-// errUnsafeConfig is what a refused configuration wraps.
-var errUnsafeConfig = locker.ErrInvalidOption
-
 // Locker takes locks over N independent Redis nodes with the Redlock
 // algorithm and hands out fencing tokens that increase per key (see the
 // package documentation). It is safe for concurrent use. Make it with New
@@ -149,7 +146,7 @@ func (l *Locker) checkClients() error {
 			}
 			l.addrs[i] = fmt.Sprintf("node %d (%s)", i+1, addr)
 			if j, dup := seen[addr]; dup && addr != "" {
-				errs = append(errs, fmt.Errorf("redlock: nodes %d and %d are the same server %s: a majority must be of distinct servers", j+1, i+1, addr))
+				errs = append(errs, fmt.Errorf("%w: redlock: nodes %d and %d are the same server %s: a majority must be of distinct servers", locker.ErrUnsafeConfig, j+1, i+1, addr))
 			}
 			seen[addr] = i
 		}

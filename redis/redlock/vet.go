@@ -9,6 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/redis/internal/guard"
 )
 
@@ -156,7 +157,7 @@ func (v *vetter) findDup(addrs []string) error {
 			if strings.HasPrefix(n.id, "key:") {
 				what = "the same identity key"
 			}
-			return fmt.Errorf("%w: redlock: %s and %s are one Redis server (it reports %s under both names): a majority must be of distinct servers; list each server once", errUnsafeConfig, addrs[j], addrs[i], what)
+			return fmt.Errorf("%w: redlock: %s and %s are one Redis server (it reports %s under both names): a majority must be of distinct servers; list each server once", locker.ErrUnsafeConfig, addrs[j], addrs[i], what)
 		}
 		seen[n.id] = i
 	}

@@ -15,11 +15,21 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
 )
 
 // ErrEvictionPolicy is the redis and redlock packages' ErrEvictionPolicy
-// (see there): a server whose maxmemory-policy is not noeviction.
-var ErrEvictionPolicy = errors.New("locker: redis: the server's maxmemory-policy lets it evict locks")
+// (see there): a server whose maxmemory-policy is not noeviction. It wraps
+// locker.ErrUnsafeConfig.
+var ErrEvictionPolicy error = unsafeError("locker: redis: the server's maxmemory-policy lets it evict locks")
+
+// unsafeError is a sentinel that wraps locker.ErrUnsafeConfig and keeps a
+// message of its own.
+type unsafeError string
+
+func (e unsafeError) Error() string { return string(e) }
+func (unsafeError) Unwrap() error   { return locker.ErrUnsafeConfig }
 
 // Recheck is how long a server found safe is trusted before an acquire
 // checks it again: a later CONFIG SET, or a failover to a replica configured
