@@ -91,3 +91,86 @@ func TestReleaseRetriedAfterLostReply(t *testing.T) {
 		}
 	}
 }
+
+// A release retried after its reply was lost still counts as done when,
+// meanwhile, the next holder took the key and released it too: each node
+// remembers recent releases by their owner tokens, not only the last one.
+// (With one record per key, the next holder's release overwrote it, and the
+// retried release, finding neither its lock nor its record, reported
+// locker.ErrLost for a lock it had released on every node.)
+func TestReleaseRetriedAfterNextHolderReleased(t *testing.T) {
+	addrs := nodeAddrs(t, 3)
+	adm := admins(t, addrs)
+	var cs []goredis.UniversalClient
+	var pxs []*testserver.Proxy
+	for _, a := range addrs {
+		px := testserver.NewProxy(t, a)
+		pxs = append(pxs, px)
+		c := goredis.NewClient(&goredis.Options{
+			Addr:                  px.Addr(),
+			ContextTimeoutEnabled: true,
+			DialTimeout:           2 * time.Second,
+			MinRetryBackoff:       400 * time.Millisecond,
+			MaxRetryBackoff:       500 * time.Millisecond,
+		})
+		t.Cleanup(func() { _ = c.Close() })
+		cs = append(cs, c)
+	}
+	l := redlock.New(cs, redlock.WithTTL(30*time.Second))
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	next := newLocker(t, addrs).l
+	ctx := testCtx(t, 30*time.Second)
+	key := uniqueKey(t)
+	for _, w := range []*redlock.Locker{l, next} {
+		warm, err := w.Acquire(ctx, key+"/warm-up")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := warm.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, _, _ := l.KeyNames(key)
+
+	pxs[0].Latency(t, 20*time.Second)
+	pxs[1].Latency(t, 20*time.Second)
+	res := make(chan error, 1)
+	go func() { res <- h.Release(ctx) }()
+	for _, a := range adm {
+		for {
+			n, err := a.Exists(ctx, lock).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+			time.Sleep(2 * time.Millisecond) // polling the server's state: no signal to wait on
+		}
+	}
+	// The next holder comes and goes before the first release's retries.
+	h2, err := next.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("next holder: %v", err)
+	}
+	if err := h2.Release(ctx); err != nil {
+		t.Fatalf("next holder's release: %v", err)
+	}
+	pxs[0].ResetAll(t)
+	pxs[1].ResetAll(t)
+	pxs[0].Heal(t)
+	pxs[1].Heal(t)
+	if err := <-res; err != nil {
+		t.Fatalf("Release whose replies were lost and retried after the next holder released: %v", err)
+	}
+	if h2.Token() <= h.Token() {
+		t.Errorf("tokens: first %d, next %d", h.Token(), h2.Token())
+	}
+}

@@ -73,10 +73,15 @@
 // deleted. It succeeds when a majority deleted; when nodes failed it gives
 // the lock up all the same and says on how many nodes it remains until its
 // TTL ends; when every node answered and fewer than a majority held it, the
-// error wraps locker.ErrLost. Each node remembers a release for 15 seconds
-// (the owner token under the key's ":last-release" name), so that a release
-// whose reply was lost and which go-redis sends again is counted as done,
-// not as a lock that had expired.
+// error wraps locker.ErrLost. Each node remembers the key's latest 32
+// releases for 15 seconds after the last (their owner tokens, in a sorted
+// set under the key's ":recent-releases" name), so that a release whose
+// reply was lost and which go-redis sends again is counted as done, not as
+// a lock that had expired, even when other holders came and went
+// meanwhile. The clean-up of a failed round is remembered the same way,
+// and an acquire request of that round that reaches a node after it (one
+// that waited on another connection, or in the network) is refused there
+// instead of leaving a lock nobody holds until its lease ends.
 //
 // # Fencing tokens
 //

@@ -188,25 +188,29 @@ type keys struct {
 	lock    string // the holder's owner token; expires with the lease
 	fence   string // the node's counter for the key; never expires
 	channel string // Pub/Sub channel on which releases are announced
-	// lastRelease is the owner token of the last release, for
-	// releaseMemory (see releaseScript).
-	lastRelease string
+	// released holds the owner tokens of the recent releases and
+	// clean-ups (see releaseScript).
+	released string
 }
+
+// acquireKeys are the acquire script's keys.
+func (k keys) acquireKeys() []string { return []string{k.lock, k.fence, k.released} }
 
 // keysFor encodes a user key injectively, as the redis package does:
 // base64url of its bytes (no braces, no ':') inside braces after the prefix.
 func (l *Locker) keysFor(key string) keys {
 	base := l.cfg.prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
-	return keys{lock: base + ":lock", fence: base + ":fence", channel: base + ":released", lastRelease: base + ":last-release"}
+	return keys{lock: base + ":lock", fence: base + ":fence", channel: base + ":released", released: base + ":recent-releases"}
 }
 
 // KeyNames returns the names under which the Locker keeps key on every
 // node: the lock (a string holding the holder's owner token, expiring with
 // the lease), the node's fencing counter (an integer that never expires)
 // and the Pub/Sub channel on which releases are announced. (A fourth key,
-// the name of lock with ":lock" replaced by ":last-release", holds the owner
-// token of the last release for 15 seconds, so that a release retried by
-// go-redis is recognised.) It is for operators and tests. Never delete or lower a fencing counter: tokens
+// the name of lock with ":lock" replaced by ":recent-releases", a sorted set,
+// holds the owner tokens of the key's latest releases for 15 seconds after
+// the last one, so that a release retried by go-redis is recognised, and a
+// late acquire request of a round that gave up is refused.) It is for operators and tests. Never delete or lower a fencing counter: tokens
 // could go back (see "Fencing tokens" in the package documentation).
 func (l *Locker) KeyNames(key string) (lock, fence, channel string) {
 	k := l.keysFor(key)

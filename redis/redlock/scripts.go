@@ -29,7 +29,7 @@ end
 // acquireScript grants the lock on one node if it is free, and only then
 // advances the node's counter.
 //
-//	KEYS[1] lock, KEYS[2] fence
+//	KEYS[1] lock, KEYS[2] fence, KEYS[3] recent releases
 //	ARGV[1] owner token, ARGV[2] lease in milliseconds
 //	returns {1, counter after the grant} or {0, PTTL of the holder, the
 //	holder's owner token} (the owner token tells a holder of a majority
@@ -40,6 +40,13 @@ end
 // least what our grant made it (nothing else granted since), which is all
 // the fencing argument needs of the value (see doc.go).
 //
+// An owner token among the recent releases (see releaseScript) is a request
+// that arrived after the round it belongs to gave up and deleted its lock
+// here, or after its lock was released: a request that waited on another
+// connection, or in the network, and that a clean-up sent later overtook.
+// It is refused ({0, -1, the owner token}), so that it cannot leave a lock
+// that nobody holds, and that nobody deletes, until its lease ends.
+//
 // INCR comes before SET so that a failing INCR (a foreign value under our
 // prefix) leaves no lock behind: Redis does not roll a script back.
 var acquireScript = goredis.NewScript(luaOurs + `
@@ -49,6 +56,9 @@ if ours(holder, ARGV[1]) then
 end
 if holder then
   return {0, redis.call('PTTL', KEYS[1]), holder}
+end
+if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  return {0, -1, ARGV[1]}
 end
 local n = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -100,38 +110,58 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 // token, and then, if asked, tells the node's waiters (PUBLISH on the key's
 // channel).
 //
-//	KEYS[1] lock, KEYS[2] last release
+//	KEYS[1] lock, KEYS[2] recent releases
 //	ARGV[1] owner token, ARGV[2] the key's channel, ARGV[3] "1" to publish,
-//	ARGV[4] how long to remember the release, in milliseconds ("0": not)
+//	ARGV[4] how long to remember the release, in milliseconds
 //	returns 1 when deleted (now, or by an earlier attempt of the same
 //	release), 0 when the lock was not ours
 //
-// The release is remembered (our owner token under KEYS[2], for ARGV[4]
-// milliseconds), as the redis package's release is, because go-redis
-// retries a request whose reply was lost (a connection reset): the retry
-// finds the lock gone, and without the record a Release that worked on a
-// majority would report a lost lock. One record per key, overwritten by the
-// next release. It is written after the DEL: on a full server (maxmemory
-// with noeviction) Redis refuses a write that may grow memory only as a
+// The release is remembered (our owner token in the sorted set KEYS[2],
+// scored in the order of the releases, which holds the latest
+// releaseRecords owner tokens of the key and
+// expires ARGV[4] milliseconds after the last release), as the redis
+// package's release is, because go-redis retries a request whose reply was
+// lost (a connection reset): the retry finds the lock gone, and without
+// the record a Release that worked on a majority would report a lost lock.
+// A set, not one record per key: the next holder may take the key and
+// release it before the retry comes (its waiters are woken at once), and
+// its record must not hide ours. The clean-up of a failed round records
+// its owner token too, whether or not its lock was there: an acquire
+// request of that round that comes later is refused (see acquireScript).
+//
+// The record is written after the DEL: on a full server (maxmemory with
+// noeviction) Redis refuses a write that may grow memory only as a
 // script's first write, so the release still happens, record and all (see
-// the redis package's release script). The clean-up of a failed round does
-// not need it, and writes none.
+// the redis package's release script); a clean-up that finds nothing to
+// delete on a full server fails, as nothing grants there either.
 var releaseScript = goredis.NewScript(luaOurs + `
+local function remember()
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  redis.call('ZADD', KEYS[2], (tonumber(last[2]) or 0) + 1, ARGV[1])
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -` + strconv.Itoa(releaseRecords+1) + `)
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+end
 if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then
-  if ARGV[4] ~= '0' and redis.call('GET', KEYS[2]) == ARGV[1] then
+  if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
     return 1
+  end
+  if ARGV[3] ~= '1' then
+    remember()
   end
   return 0
 end
 redis.call('DEL', KEYS[1])
-if ARGV[4] ~= '0' then
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
-end
+remember()
 if ARGV[3] == '1' then
   redis.call('PUBLISH', ARGV[2], '1')
 end
 return 1
 `)
+
+// releaseRecords is how many recent releases of a key a node remembers:
+// enough for as many other holders to come and go before a retried release
+// arrives, which each takes an acquisition and a release of their own.
+const releaseRecords = 32
 
 // releaseMemory is how long the release script remembers a release, so that
 // a retry of it by go-redis is recognised (see releaseScript). go-redis
@@ -157,7 +187,7 @@ type grant struct {
 }
 
 func runAcquire(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration) (grant, error) {
-	v, err := acquireScript.Run(ctx, c, []string{k.lock, k.fence}, owner, millis(ttl)).Slice()
+	v, err := acquireScript.Run(ctx, c, k.acquireKeys(), owner, millis(ttl)).Slice()
 	return acquireReply(k, v, err)
 }
 
@@ -203,14 +233,15 @@ func runExtend(ctx context.Context, c goredis.UniversalClient, k keys, owner str
 // runRelease deletes our lock on one node, remembers the release, and
 // wakes the node's waiters.
 func runRelease(ctx context.Context, c goredis.UniversalClient, k keys, owner string) (bool, error) {
-	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.lastRelease}, owner, k.channel, "1", millis(releaseMemory)).Int64()
+	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.released}, owner, k.channel, "1", millis(releaseMemory)).Int64()
 	return n == 1, err
 }
 
-// runDelete deletes our lock on one node without waking anyone or
-// remembering it: for the partial grants of a round that failed.
+// runDelete deletes our lock on one node without waking anyone, and keeps
+// a later acquire request of the same round from granting it again: for
+// the partial grants of a round that failed.
 func runDelete(ctx context.Context, c goredis.UniversalClient, k keys, owner string) (bool, error) {
-	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.lastRelease}, owner, k.channel, "0", "0").Int64()
+	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.released}, owner, k.channel, "0", millis(releaseMemory)).Int64()
 	return n == 1, err
 }
 

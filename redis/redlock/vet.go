@@ -198,12 +198,12 @@ func (l *Locker) idKey() string { return l.cfg.prefix + "node-id" }
 func runAcquireVetted(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration, policy bool, idKey string) (grant, error) {
 	pipe := c.Pipeline()
 	pr := guard.AddProbe(ctx, pipe, policy)
-	ev := pipe.EvalSha(ctx, acquireScript.Hash(), []string{k.lock, k.fence}, owner, millis(ttl))
+	ev := pipe.EvalSha(ctx, acquireScript.Hash(), k.acquireKeys(), owner, millis(ttl))
 	_, _ = pipe.Exec(ctx)
 	vet, verr := pr.Result(ctx, c, idKey)
 	v, err := ev.Slice()
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		v, err = acquireScript.Run(ctx, c, []string{k.lock, k.fence}, owner, millis(ttl)).Slice()
+		v, err = acquireScript.Run(ctx, c, k.acquireKeys(), owner, millis(ttl)).Slice()
 	}
 	g, err := acquireReply(k, v, err)
 	switch {
