@@ -140,9 +140,15 @@ func (h *Handle) renew(ctx context.Context) (bool, error) {
 	case len(gone) >= n-q+1:
 		return false, nil
 	}
+	counted := h.l.vet.distinct(extended)
+	if len(failed) == 0 {
+		// Every node answered, and some that extended do not count.
+		return false, fmt.Errorf("renewal extended the lock on %d of %d nodes, but they are %d servers compared with each other (need %d): the rest answered for the first time or as another server, and count once an acquire has compared them; %d no longer held it",
+			len(extended), n, counted, q, len(gone))
+	}
 	first := failed[0]
 	return false, fmt.Errorf("renewal reached only %d of %d nodes (need %d); %d no longer held it; %s: %w",
-		len(extended), n, q, len(gone), h.l.addrs[first], res.err[first])
+		counted, n, q, len(gone), h.l.addrs[first], res.err[first])
 }
 
 // leaseLost is internal/renew's report of a loss.
