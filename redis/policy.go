@@ -19,7 +19,8 @@ import (
 // that names the policy. Set maxmemory-policy noeviction on the server (with
 // it, a full Redis refuses new locks with an OOM error instead of dropping
 // held ones), give locks a Redis of their own, or, knowing the cost, turn
-// the check off with WithAllowEviction.
+// the check off with WithAllowEviction. It wraps locker.ErrUnsafeConfig, and
+// is the redlock package's ErrEvictionPolicy too (one check for both).
 var ErrEvictionPolicy = guard.ErrEvictionPolicy
 
 // checkPolicy makes sure the server that holds k does not evict keys: its

@@ -40,7 +40,7 @@ var ErrNoQuorum = errors.New("redlock: no majority of nodes")
 // ErrEvictionPolicy (the same value, from one shared check). Acquire and
 // TryAcquire refuse to take locks while any node has such a policy, with
 // an error wrapping it that names the node and the policy; WithAllowEviction
-// turns the check off.
+// turns the check off. It wraps locker.ErrUnsafeConfig.
 var ErrEvictionPolicy = guard.ErrEvictionPolicy
 
 // Locker takes locks over N independent Redis nodes with the Redlock
