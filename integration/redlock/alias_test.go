@@ -127,7 +127,7 @@ func TestAliasFirstSeenLater(t *testing.T) {
 // gives after it: node 2, a proxy to node 1's server that was down until the
 // server restarted, reports the new run_id while node 1's is the old one.
 // Node 2 must not count until both are asked again together, which finds
-// them one server.
+// them one server: the round that first hears node 2 asks node 1 as well.
 func TestAliasFirstSeenAfterRestart(t *testing.T) {
 	srv := testserver.NewRedis(t)
 	if !srv.CanControl() {
@@ -150,8 +150,8 @@ func TestAliasFirstSeenAfterRestart(t *testing.T) {
 	srv.Stop(t)
 	srv.Start(t)
 	px.Heal(t)
-	// Node 1 is not asked again (it answered less than a minute ago);
-	// node 2 answers for the first time, with the new run_id.
+	// Node 1 answered less than a minute ago; node 2 answers for the
+	// first time, with the new run_id, so the round asks node 1 again.
 	h, err := l.TryAcquire(ctx, key)
 	if err == nil {
 		defer h.Release(ctx)

@@ -162,9 +162,10 @@
 // minute after it last answered. A node counts towards a majority, in an
 // acquisition or a renewal, only once its identity was compared with the
 // others' read at the same time: a run_id changes when its server restarts,
-// so a node first seen, or seen with a new run_id, in a round that did not
-// ask every node waits for the next round, which asks every node (see
-// vet.go). When the server tells neither its policy nor its identity (both
+// so a round that hears a node's first or a new run_id, and did not ask
+// every node, asks the others as well (one more round trip, only then)
+// before it counts any grant; a node that does not answer when every node
+// is asked stops counting until it answers again (see vet.go). When the server tells neither its policy nor its identity (both
 // commands refused), the Locker cannot check, and goes ahead.
 //
 // # Waiting

@@ -404,14 +404,19 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Han
 			return denied >= len(l.clients)-l.quorum+1
 		})
 	var counts []bool
+	answers := make([]vetAnswer, len(l.clients))
 	if err == nil {
-		answers := make([]vetAnswer, len(l.clients))
 		for i := range answers {
 			answers[i].asked = plan.ask[i]
 			if g := grants.v[i]; grants.answered[i] && g.vet != nil {
 				answers[i].ok, answers[i].vet = true, *g.vet
 			}
 		}
+		if !plan.full && l.vet.learns(answers) {
+			err = l.confirm(ctx, &plan, answers, tm)
+		}
+	}
+	if err == nil {
 		if counts, err = l.updateVet(plan, answers); err != nil {
 			// A node that may evict, or two nodes that are one server.
 			l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, false)
@@ -437,7 +442,7 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Han
 			// (see vet.go): it may be one of them under another name.
 			r.failed++
 			if r.firstErr == nil {
-				r.firstErr = fmt.Errorf("%s: granted, but not counted: its server answered for the first time, or as another server, and is compared with the others in the next round", l.addrs[i])
+				r.firstErr = fmt.Errorf("%s: granted, but not counted: its server is not yet compared with the others' (it did not answer when they were asked together)", l.addrs[i])
 			}
 		case grants.v[i].ok:
 			granted = append(granted, i)

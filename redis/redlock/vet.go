@@ -36,14 +36,17 @@ import (
 // A run_id changes when its server restarts, so identities read at
 // different times may differ for one server: server S answers as node 1
 // with run_id X, restarts, and answers as node 2 (another name of S, down
-// until then) with run_id Y. So a node whose identity is new (its first
-// answer) or changed, learnt in a round that did not ask every node, is
-// pending: its grants and renewals do not count until a round asks every
-// node again (the next acquire round does) and then, with the others'
-// identities read at the same time, it is compared with them; a node that
-// does not answer that round becomes pending too. A round that asks every
-// node is the Locker's first, and then one a minute, since the nodes were
-// all last asked together. What is left is a restart of one server in the
+// until then) with run_id Y. So identities are compared as read in one
+// round that asks every node. A round that learns an identity that is new
+// (a node's first answer) or changed, and did not ask every node, asks the
+// others too (one more round trip, only then) before it counts anything;
+// a node that does not answer a round that asks every node stops counting
+// until it answers again. A node that answers with the identity it had
+// keeps counting: if it were one server with a node that reported another
+// identity since, that server would have gone back to an earlier run_id,
+// and a restart draws a new one. A round that asks every node is the
+// Locker's first, and then one a minute, since the nodes were all last
+// asked together. What is left is a restart of one server in the
 // microseconds between two of its names being asked in one round; the next
 // round that asks them (within a minute) finds them equal.
 
@@ -51,7 +54,7 @@ import (
 type nodeVet struct {
 	id      string    // what the server says it is (guard.Vetting.ID); "" when it will not say
 	known   bool      // it answered once with a safe policy
-	pending bool      // its identity is not yet compared with the others' of the same time
+	counted bool      // its grants and renewals count (see above)
 	at      time.Time // when it last answered with a safe policy
 }
 
@@ -78,7 +81,7 @@ func (v *vetter) plan() (vetPlan, error) {
 	}
 	p := vetPlan{ask: make([]bool, len(v.nodes)), full: true}
 	for i, n := range v.nodes {
-		p.ask[i] = v.full || !n.known || n.pending || time.Since(n.at) >= guard.Recheck
+		p.ask[i] = v.full || !n.counted || time.Since(n.at) >= guard.Recheck
 		p.full = p.full && p.ask[i]
 	}
 	return p, nil
@@ -91,10 +94,46 @@ type vetAnswer struct {
 	vet   guard.Vetting
 }
 
-// update records a round's answers (those of p's nodes) and reports the
-// nodes whose grants count (known, not pending) or the round's refusal: a
-// node with an evicting policy (when the policy is checked), two nodes
-// that are one server.
+// learns reports whether answers carry an identity that is new or changed.
+func (v *vetter) learns(answers []vetAnswer) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for i, a := range answers {
+		if a.ok && (!v.nodes[i].known || v.nodes[i].id != a.vet.ID) {
+			return true
+		}
+	}
+	return false
+}
+
+// confirm asks the nodes the round did not ask (see above), and adds their
+// answers: the round then asked every node. It waits at most the node
+// timeout; a node that does not answer stops counting.
+func (l *Locker) confirm(ctx context.Context, p *vetPlan, answers []vetAnswer, tm timing) error {
+	var others []int
+	for i, asked := range p.ask {
+		if !asked {
+			others = append(others, i)
+		}
+	}
+	res, err := fanout(l, ctx, ctx, l.closing, others, tm.nodeTimeout,
+		func(ctx context.Context, _ int, c goredis.UniversalClient) (guard.Vetting, error) {
+			return runVet(ctx, c, !l.cfg.allowEviction, l.idKey())
+		}, nil, nil)
+	if err != nil {
+		return err
+	}
+	for _, i := range others {
+		p.ask[i] = true
+		answers[i] = vetAnswer{asked: true, ok: res.ok(i), vet: res.v[i]}
+	}
+	p.full = true
+	return nil
+}
+
+// updateVet records a round's answers (those of p's nodes) and reports the
+// nodes whose grants count, or the round's refusal: a node with an evicting
+// policy (when the policy is checked), two nodes that are one server.
 func (l *Locker) updateVet(p vetPlan, answers []vetAnswer) ([]bool, error) {
 	v := &l.vet
 	v.mu.Lock()
@@ -110,7 +149,7 @@ func (l *Locker) updateVet(p vetPlan, answers []vetAnswer) ([]bool, error) {
 			continue
 		case !a.ok:
 			if p.full {
-				n.pending = true // not compared with the others' identities of now
+				n.counted = false // not compared with the others' identities of now
 			}
 			continue
 		}
@@ -122,10 +161,12 @@ func (l *Locker) updateVet(p vetPlan, answers []vetAnswer) ([]bool, error) {
 		}
 		changed := !n.known || n.id != a.vet.ID
 		switch {
-		case p.full:
-			n.pending = false
-		case changed || n.pending:
-			n.pending = true
+		case p.full || !changed:
+			n.counted = true
+		default:
+			// Learnt in a round that could not ask every node (its
+			// context ended first): the next round does.
+			n.counted = false
 			v.full = true
 		}
 		n.id, n.known, n.at = a.vet.ID, true, time.Now()
@@ -139,7 +180,7 @@ func (l *Locker) updateVet(p vetPlan, answers []vetAnswer) ([]bool, error) {
 	}
 	counts := make([]bool, len(v.nodes))
 	for i, n := range v.nodes {
-		counts[i] = n.known && !n.pending
+		counts[i] = n.counted
 	}
 	return counts, nil
 }
@@ -164,8 +205,8 @@ func (v *vetter) findDup(addrs []string) error {
 	return nil
 }
 
-// distinct counts the servers among nodes whose answers count: nodes that
-// are known and not pending, one per identity.
+// distinct counts the servers among nodes whose answers count, one per
+// identity.
 func (v *vetter) distinct(nodes []int) int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -173,7 +214,7 @@ func (v *vetter) distinct(nodes []int) int {
 	count := 0
 	for _, i := range nodes {
 		n := v.nodes[i]
-		if !n.known || n.pending {
+		if !n.counted {
 			continue
 		}
 		if n.id != "" {
@@ -213,4 +254,12 @@ func runAcquireVetted(ctx context.Context, c goredis.UniversalClient, k keys, ow
 		err = verr // a grant not counted is cleaned up as a failed node's
 	}
 	return g, err
+}
+
+// runVet reads the node's policy and identity (for confirm).
+func runVet(ctx context.Context, c goredis.UniversalClient, policy bool, idKey string) (guard.Vetting, error) {
+	pipe := c.Pipeline()
+	pr := guard.AddProbe(ctx, pipe, policy)
+	_, _ = pipe.Exec(ctx)
+	return pr.Result(ctx, c, idKey)
 }
