@@ -89,6 +89,9 @@ func New(db *sql.DB, opts ...Option) *Locker {
 	}
 	if l.cfgErr == nil {
 		l.table, _ = parseTable(cfg.table) // checked by WithTable
+		l.cfgErr = checkTable(l.dialect, l.table)
+	}
+	if l.cfgErr == nil {
 		l.st = newStatements(l.dialect, l.table)
 		l.hubKey = l.dialect.String() + ":" + fmt.Sprintf("%p", db) + ":" + l.table.String() // refined by init
 		l.listen = newListener(l)
