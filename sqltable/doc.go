@@ -370,6 +370,13 @@
 //     on SQLite the statement is over when its call returns and one drop
 //     does. Close stops the repeats; a row taken after them (a statement
 //     held up longer on the server) frees at the end of its lease.
+//   - The acquire statement's answer comes back with less than a tenth of
+//     the lease left (the lease runs from the moment it was sent, less the
+//     drift margin: a slow database or network): the grant is given back
+//     (guarded by the attempt's owner) instead of handing out a Handle that
+//     is lost at once or already. Acquire tries again within ctx;
+//     TryAcquire tries up to three times, then fails with an error saying
+//     how long the grant took (never locker.ErrNotAcquired).
 //   - Close begins while an Acquire is taking its lock: the Acquire returns
 //     an error wrapping locker.ErrClosed, never a Handle, and Close
 //     releases the row (once).

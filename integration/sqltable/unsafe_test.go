@@ -318,3 +318,68 @@ func TestBellNameOfQualifiedTable(t *testing.T) {
 		t.Errorf("bells of one key of one table differ: %q (database %s) and %q (database %s)", na, dbName, nb, other)
 	}
 }
+
+// TestAcquireSlowerThanLease: an acquire statement whose answer comes back
+// after its lease ran out on the database hands back no Handle of that
+// lease: the Locker gives the row back and tries again within ctx, and the
+// Handle it returns holds a lease the database still counts. The answer is
+// held by the fault proxy until the row's lease has run out by the
+// database's clock.
+func TestAcquireSlowerThanLease(t *testing.T) {
+	for _, d := range dialects[1:] {
+		t.Run(d.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			admin := d.admin(t)
+			px := testserver.NewProxy(t, d.addr(t))
+			l := open(t, d.url(t, px.Addr(), nil))
+			mustRelease(t, ctx, mustAcquire(t, ctx, l, testKey(t, "/warm"))) // the table and statements are ready
+			k := testKey(t, "")
+			const ttl = 500 * time.Millisecond
+			px.Latency(t, time.Minute) // healed below, once the lease ran out
+			type result struct {
+				h   locker.Handle
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				h, err := l.Acquire(ctx, k, locker.WithTTL(ttl))
+				done <- result{h, err}
+			}()
+			var first string
+			for first == "" {
+				owner, _, exp, ok := rowOf(t, d, admin, k)
+				if ok && owner != "" && exp < dbNowMicros(t, d, admin) {
+					first = owner
+					break
+				}
+				select {
+				case r := <-done:
+					t.Fatalf("Acquire returned before its answer could arrive: %v, %v", r.h, r.err)
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			px.Heal(t)
+			r := <-done
+			if r.err != nil {
+				t.Fatalf("Acquire after the slow answer: %v", r.err)
+			}
+			defer r.h.Release(ctx)
+			sh := r.h.(*sqltable.Handle)
+			owner, token, exp, ok := rowOf(t, d, admin, k)
+			left := time.Duration(exp-dbNowMicros(t, d, admin)) * time.Microsecond
+			if err := r.h.Err(); err != nil {
+				t.Errorf("the Handle is already ended: %v", err)
+			}
+			if sh.Owner() == first {
+				t.Errorf("Acquire handed back the lease of the slow statement (owner %s), which had run out on the database", first)
+			}
+			if !ok || owner != sh.Owner() || token != r.h.Token() || left <= 0 {
+				t.Errorf("the row is %q token %d, %v left; want the Handle's %q token %d with lease left", owner, token, left, sh.Owner(), r.h.Token())
+			}
+			if tc, err := l.TryAcquire(ctx, k); err == nil {
+				tc.Release(ctx)
+				t.Errorf("another TryAcquire took %q while the Handle holds it", k)
+			}
+		})
+	}
+}
