@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
 
+	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/internal/pgrace"
 )
 
@@ -126,7 +127,7 @@ func (l *Locker) resolveTable(ctx context.Context) error {
 			return l.db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = ?1 COLLATE NOCASE", t.schema).Scan(&file)
 		})
 		if err == nil && file.String == "" {
-			return fmt.Errorf("%w: sqltable: table %q (WithTable, URL parameter lock_table) is in the SQLite database %q, which has no file: each connection has a database of its own there, so two holders of one key would never see each other; name a table in a database file", errUnsafeConfig, t.String(), t.schema)
+			return fmt.Errorf("%w: sqltable: table %q (WithTable, URL parameter lock_table) is in the SQLite database %q, which has no file: each connection has a database of its own there, so two holders of one key would never see each other; name a table in a database file", locker.ErrUnsafeConfig, t.String(), t.schema)
 		}
 		return l.useTable(t) // an unknown schema: the statements say so
 	case t.schema != "":
@@ -163,7 +164,7 @@ func (l *Locker) resolveTable(ctx context.Context) error {
 		return l.useTable(t) // MySQL without a current database: the statements say so
 	}
 	if _, bad := tempSchema(l.dialect, schema.String); bad || temp {
-		return fmt.Errorf("%w: sqltable: the lock table %q resolves to the temporary schema %q (the connection's search_path puts pg_temp first, or a temporary table of that name exists), where each connection has a table of its own: two holders of one key would never see each other; name the table with a permanent schema (WithTable, URL parameter lock_table: \"public.%s\") or take pg_temp out of search_path", errUnsafeConfig, t.name, schema.String, t.name)
+		return fmt.Errorf("%w: sqltable: the lock table %q resolves to the temporary schema %q (the connection's search_path puts pg_temp first, or a temporary table of that name exists), where each connection has a table of its own: two holders of one key would never see each other; name the table with a permanent schema (WithTable, URL parameter lock_table: \"public.%s\") or take pg_temp out of search_path", locker.ErrUnsafeConfig, t.name, schema.String, t.name)
 	}
 	t.schema = schema.String
 	return l.useTable(t)
@@ -278,7 +279,7 @@ func (l *Locker) walMode(ctx context.Context) error {
 	switch mode {
 	case "wal":
 	case "memory":
-		return fmt.Errorf("%w: sqltable: SQLite database refuses WAL mode (journal mode %q): an in-memory database cannot be shared between connections; use a file", errUnsafeConfig, mode)
+		return fmt.Errorf("%w: sqltable: SQLite database refuses WAL mode (journal mode %q): an in-memory database cannot be shared between connections; use a file", locker.ErrUnsafeConfig, mode)
 	default:
 		return fmt.Errorf("sqltable: SQLite database refuses WAL mode (journal mode %q): an in-memory database cannot be shared between connections; use a file", mode)
 	}

@@ -1,17 +1,12 @@
 package sqltable
 
 import (
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 
 	"github.com/go-locker/locker"
 )
-
-// errUnsafeConfig stands for locker.ErrUnsafeConfig until the root package
-// has it.
-var errUnsafeConfig = errors.New("locker: unsafe configuration")
 
 // pgTempSchema matches PostgreSQL's temporary schemas, in any case (the
 // table name is quoted, so "PG_TEMP" would be another schema, but nobody
@@ -39,5 +34,5 @@ func checkTable(d Dialect, t tableName) error {
 	if !ok {
 		return nil
 	}
-	return fmt.Errorf("%w: %w: sqltable: table %q (WithTable, URL parameter lock_table) is in %s, where each connection has a table of its own: two holders of one key would never see each other; name a table in a permanent schema", errUnsafeConfig, locker.ErrInvalidOption, t.String(), what)
+	return fmt.Errorf("%w: %w: sqltable: table %q (WithTable, URL parameter lock_table) is in %s, where each connection has a table of its own: two holders of one key would never see each other; name a table in a permanent schema", locker.ErrUnsafeConfig, locker.ErrInvalidOption, t.String(), what)
 }

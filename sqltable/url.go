@@ -262,7 +262,7 @@ func sqlitePath(u *url.URL) (string, error) {
 	case p == "":
 		return "", fmt.Errorf("%w: sqlite: URL names no database file (want sqlite:///absolute/path.db or sqlite:relative/path.db)", locker.ErrInvalidURL)
 	case p == ":memory:" || strings.HasPrefix(p, "file:") || strings.Contains(p, "mode=memory"):
-		return "", fmt.Errorf("%w: %w: sqlite: %q: an in-memory database is private to one connection and cannot be shared; name a file", locker.ErrInvalidURL, errUnsafeConfig, p)
+		return "", fmt.Errorf("%w: %w: sqlite: %q: an in-memory database is private to one connection and cannot be shared; name a file", locker.ErrInvalidURL, locker.ErrUnsafeConfig, p)
 	case strings.ContainsAny(p, "?#\x00"):
 		return "", fmt.Errorf("%w: sqlite: the path %q contains '?', '#' or NUL, which the driver cannot take", locker.ErrInvalidURL, p)
 	case strings.HasSuffix(p, "/"):

@@ -16,10 +16,7 @@ import (
 )
 
 // isUnsafe reports an error that refuses an unsafe configuration.
-// TODO(merge): errors.Is(err, locker.ErrUnsafeConfig) once main has it.
-func isUnsafe(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "unsafe configuration")
-}
+func isUnsafe(err error) bool { return errors.Is(err, locker.ErrUnsafeConfig) }
 
 // expectRefused builds a Locker with newLocker and checks that the
 // configuration is refused, at construction or at the first TryAcquire,
