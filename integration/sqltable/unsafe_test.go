@@ -395,3 +395,35 @@ func TestAcquireSlowerThanLease(t *testing.T) {
 		})
 	}
 }
+
+// TestSQLiteTempTableShadows: a temporary table with the lock table's name
+// on a connection of the pool (made by the program, not the Locker) hides
+// the main database's table from unqualified statements on that
+// connection; the Locker names main's table, so it still shares it with
+// other processes.
+func TestSQLiteTempTableShadows(t *testing.T) {
+	ctx := testCtx(t)
+	file := sqliteFile(t)
+	db := openDB(t, "sqlite", file+"?_pragma=busy_timeout(5000)")
+	db.SetMaxOpenConns(1)
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ExecContext(ctx, `CREATE TEMP TABLE "`+sqltable.DefaultTable+`" (lock_key TEXT PRIMARY KEY, owner TEXT NOT NULL, token INTEGER NOT NULL, expires_us INTEGER NOT NULL) WITHOUT ROWID`); err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // back to the pool, with its temporary table
+	a := sqltable.New(db)
+	t.Cleanup(func() { a.Close() })
+	b := open(t, sqliteURL(t))
+	k := testKey(t, "")
+	h := mustAcquire(t, ctx, a, k)
+	defer h.Release(ctx)
+	if h2, err := b.TryAcquire(ctx, k); err == nil {
+		h2.Release(ctx)
+		t.Fatalf("two Lockers on one file both hold %q (one of them in a temporary table)", k)
+	} else if !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("TryAcquire: %v, want ErrNotAcquired", err)
+	}
+}
