@@ -152,6 +152,18 @@
 // holder deletes nothing. Close revokes the Locker's leases, which deletes
 // every key on them at once; a Release in flight ends with it.
 //
+// The same transaction writes the lease's release record, the key
+// <prefix>/%released/<lease id in hex> (on the lease, so it ends with it;
+// in no lock directory), holding the token of the key it deleted. A
+// Release whose attempt got no answer tries again; should it then find
+// the key gone, the record tells whether its own attempt deleted it (the
+// record names its key, or, if a later release on the lease wrote it
+// since, the history shows the record written at the very revision that
+// deleted the key). Release returns nil only when that is proved; a key
+// taken away meanwhile (deleted from outside, its lease revoked) while
+// another contender acquired, or a history compacted before it could
+// tell, is reported as a loss (an error wrapping locker.ErrLost).
+//
 // Inspect (locker.Inspector) reads the directory's oldest key and its
 // lease's remaining time (TimeToLive): two reads, no writes.
 //

@@ -1,0 +1,178 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/etcd"
+	"github.com/go-locker/locker/integration/testserver"
+)
+
+// releaseTTL is the lease of the Release verdict tests: long enough that
+// the holder's own clock declares no loss while it is cut off (no earlier
+// than TTL − TTL/3 − drift, 11s, after the cut), so that only Release's
+// verdict is on trial.
+const releaseTTL = 20 * time.Second
+
+// A holder whose Release is in flight while it is cut off, and whose key is
+// taken away meanwhile (deleted by an operator, or its lease revoked, as a
+// deposed leader may: etcd #15247) while another client acquires the key:
+// once the holder can reach the server again, its retried deletion finds
+// the key gone. Nothing proves that its own attempt deleted it (the first
+// never reached the server), so the verdict must be the loss: Release
+// returns an error wrapping ErrLost and Err says lost. The code before the
+// fix took the key's absence after an unanswered attempt for its own
+// deletion and returned nil, with Err = ErrReleased.
+func TestReleaseOfTakenLockIsLost(t *testing.T) {
+	for _, how := range []string{"deleted", "revoked"} {
+		t.Run(how, func(t *testing.T) {
+			srv := testserver.Etcd(t)
+			ctx := testCtx(t, time.Minute)
+			admin := newEtcdClient(t, srv.Addr())
+			a, b := newClient(t, srv.Addr()), newClient(t, srv.Addr())
+			k := uniqueKey(t)
+			h := mustAcquire(t, ctx, a.l, k, locker.WithTTL(releaseTTL))
+			eh := h.(*etcd.Handle)
+
+			a.px.Blackhole(t)
+			healed := false
+			heal := func() {
+				if !healed {
+					healed = true
+					a.px.Heal(t)
+				}
+			}
+			defer heal()
+			cut := time.Now()
+			released := make(chan error, 1)
+			go func() { released <- h.Release(ctx) }()
+
+			switch how {
+			case "deleted":
+				if _, err := admin.Delete(ctx, eh.EtcdKey()); err != nil {
+					t.Fatal(err)
+				}
+			case "revoked":
+				if _, err := admin.Revoke(ctx, eh.LeaseID()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hb, err := b.l.TryAcquire(ctx, k, locker.WithTTL(releaseTTL))
+			if err != nil {
+				t.Fatalf("B's TryAcquire after A's key was %s: %v", how, err)
+			}
+			defer hb.Release(ctx)
+			select {
+			case err := <-released:
+				t.Fatalf("A's Release returned through a blackhole: %v", err)
+			default:
+			}
+			// A's first deletion must have gone into the blackhole before
+			// the heal (it is sent as soon as its goroutine runs); no event
+			// says when it has, so give it a second, the cut of the
+			// scenario.
+			time.Sleep(time.Second - time.Since(cut))
+			heal() // closes A's connections: its attempt in flight fails, the next reaches the server
+
+			var rerr error
+			select {
+			case rerr = <-released:
+			case <-time.After(30 * time.Second):
+				t.Fatal("A's Release had not returned 30s after the heal")
+			}
+			t.Logf("A's Release after its key was %s and B acquired: %v; Err = %v", how, rerr, h.Err())
+			if !errors.Is(rerr, locker.ErrLost) {
+				t.Errorf("Release of a lock taken away while it was in flight = %v, want an error wrapping ErrLost", rerr)
+			}
+			if !errors.Is(h.Err(), locker.ErrLost) {
+				t.Errorf("Err after that Release = %v, want an error wrapping ErrLost", h.Err())
+			}
+			if err := hb.Err(); err != nil {
+				t.Errorf("B's lock ended: %v", err)
+			}
+			if ks := waiterKeys(t, admin, k); len(ks) != 1 || ks[0] != hb.(*etcd.Handle).EtcdKey() {
+				t.Errorf("waiter keys after A's Release = %v, want only B's", ks)
+			}
+			if hb.Token() <= h.Token() {
+				t.Errorf("B's token %d is not above A's %d", hb.Token(), h.Token())
+			}
+		})
+	}
+}
+
+// The other side of the verdict: a Release whose deletion the server
+// applied but whose answer was lost (the server's bytes dropped, then the
+// connection reset) is a clean release, nil and ErrReleased, even when
+// another Release on the same lease committed after it (so the latest
+// release record of the lease is not its own). Two locks on one lease are
+// released at once through a link that drops every answer; both deletions
+// are seen applied on the server, then the link heals.
+func TestReleaseWhoseAnswerWasLostIsClean(t *testing.T) {
+	srv := testserver.Etcd(t)
+	ctx := testCtx(t, time.Minute)
+	admin := newEtcdClient(t, srv.Addr())
+	a := newClient(t, srv.Addr())
+	k := uniqueKey(t)
+	h1 := mustAcquire(t, ctx, a.l, k+"/1", locker.WithTTL(releaseTTL))
+	h2 := mustAcquire(t, ctx, a.l, k+"/2", locker.WithTTL(releaseTTL))
+	if h1.(*etcd.Handle).LeaseID() != h2.(*etcd.Handle).LeaseID() {
+		t.Fatal("two locks of one TTL on one Locker are on different leases")
+	}
+	hs := []locker.Handle{h1, h2}
+
+	a.px.BlackholeDownstream(t)
+	healed := false
+	heal := func() {
+		if !healed {
+			healed = true
+			a.px.Heal(t)
+		}
+	}
+	defer heal()
+	released := make([]chan error, len(hs))
+	for i, h := range hs {
+		eh := h.(*etcd.Handle)
+		wch := admin.Watch(ctx, eh.EtcdKey(), clientv3.WithRev(eh.Token()+1), clientv3.WithFilterPut())
+		released[i] = make(chan error, 1)
+		go func() { released[i] <- h.Release(ctx) }()
+		// The server applied the deletion (its answer is dropped).
+		select {
+		case wr := <-wch:
+			if err := wr.Err(); err != nil || len(wr.Events) == 0 {
+				t.Fatalf("watching %s: %v", eh.EtcdKey(), err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the deletion of %s did not reach the server", eh.EtcdKey())
+		}
+	}
+	heal()
+	for i, h := range hs {
+		select {
+		case err := <-released[i]:
+			t.Logf("Release %d whose answer was lost: %v", i+1, err)
+			if err != nil {
+				t.Errorf("Release %d, whose own deletion the server applied, = %v, want nil", i+1, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("Release %d had not returned 30s after the heal", i+1)
+		}
+		if !errors.Is(h.Err(), locker.ErrReleased) {
+			t.Errorf("Err after Release %d = %v, want ErrReleased", i+1, h.Err())
+		}
+	}
+	// The Locker still works, and the keys are free.
+	for _, kk := range []string{k + "/1", k + "/2"} {
+		tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		h, err := a.l.TryAcquire(tctx, kk)
+		cancel()
+		if err != nil {
+			t.Fatalf("TryAcquire(%q) after the releases: %v", kk, err)
+		}
+		_ = h.Release(ctx)
+	}
+}
