@@ -109,6 +109,10 @@
 // TryAcquire puts its key only if the directory is empty (a compare over
 // the whole directory: create revision 0 for every key in it), in one
 // round trip, and so writes nothing when the key is held or waited for.
+// It makes one attempt: when the cluster does not answer (the lease grant
+// or the create), it fails within three attempt windows (see below: about
+// one TTL, at least 3s, at most 15s, plus at most 300ms of clean-up),
+// whatever its context, with an error of its own (not ErrNotAcquired).
 //
 // An Acquire whose context ends, or that fails, deletes its waiter key
 // (guarded by its create revision) with deadlines of its own (2s per

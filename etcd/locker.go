@@ -160,12 +160,26 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	defer cancel()
 	stop := context.AfterFunc(l.opsCtx, cancel)
 	defer stop()
+	// TryAcquire makes one attempt: its retries (of the grant, of a
+	// create that got no answer) end after tryWait, whatever the
+	// caller's deadline, so that a cluster that does not answer makes it
+	// fail rather than hang.
+	var tryCtx context.Context
+	if !wait {
+		var tcancel context.CancelFunc
+		tryCtx, tcancel = context.WithTimeout(cctx, tryWait(ttl))
+		defer tcancel()
+		cctx = tryCtx
+	}
 	ctxErr := func(err error) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if l.opsCtx.Err() != nil {
 			return locker.ErrClosed
+		}
+		if tryCtx != nil && tryCtx.Err() != nil {
+			return fmt.Errorf("etcd: the cluster did not answer within %v (TryAcquire makes one attempt): %v", tryWait(ttl), err)
 		}
 		return err
 	}
@@ -194,6 +208,11 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		return nil, locker.KeyError(op, key, ctxErr(err))
 	}
 }
+
+// tryWait bounds a TryAcquire whose calls the cluster does not answer: three
+// attempt windows (see attemptWait), about one TTL, at least 3s and at most
+// 15s, so that a member that hangs still leaves time for another to answer.
+func tryWait(ttl time.Duration) time.Duration { return 3 * attemptWait(ttl) }
 
 // errLeaseGone says the server no longer knows the lease a put named.
 var errLeaseGone = errors.New("etcd: the lease was revoked or expired on the server")

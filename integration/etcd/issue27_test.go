@@ -176,3 +176,58 @@ func TestReleaseWhoseAnswerWasLostIsClean(t *testing.T) {
 		_ = h.Release(ctx)
 	}
 }
+
+// TryAcquire makes one attempt: against a cluster that does not answer (a
+// blackhole: connections open, nothing comes back) and with no deadline of
+// the caller's, it must still return, within its documented bound (three
+// attempt windows of a third of the TTL each, at least 1s: 3s for a TTL of
+// 3s), and with an error of its own, not ErrNotAcquired (nobody holds the
+// key: the cluster did not answer). Both the lease grant (a fresh Locker)
+// and the create (a Locker whose lease exists) retried while ctx lasted in
+// the code before the fix, so such a TryAcquire never returned.
+func TestTryAcquireUnreachableIsBounded(t *testing.T) {
+	const (
+		lttl  = 3 * time.Second
+		bound = 3 * time.Second // 3 × attemptWait(3s) = 3 × 1s, see the package doc
+		slack = 5 * time.Second // a busy machine; the cleanup's 300ms
+	)
+	for _, how := range []string{"fresh", "leased"} {
+		t.Run(how, func(t *testing.T) {
+			srv := testserver.Etcd(t)
+			ctx := testCtx(t, time.Minute)
+			a := newClient(t, srv.Addr(), etcd.WithDefaultTTL(lttl))
+			k := uniqueKey(t)
+			if how == "leased" {
+				h := mustAcquire(t, ctx, a.l, k+"/warm")
+				if err := h.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a.px.Blackhole(t)
+			defer a.px.Heal(t)
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() {
+				h, err := a.l.TryAcquire(context.Background(), k)
+				if err == nil {
+					err = errors.New("<nil>: TryAcquire through a blackhole returned a lock")
+					_ = h.Release(ctx)
+				}
+				done <- err
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(bound + slack):
+				a.px.Heal(t)
+				a.l.Close() // ends the call
+				t.Fatalf("TryAcquire(context.Background()) against an unreachable cluster had not returned after %v (bound %v)", bound+slack, bound)
+			}
+			took := time.Since(start)
+			t.Logf("TryAcquire against an unreachable cluster returned after %v: %v", took, err)
+			if errors.Is(err, locker.ErrNotAcquired) {
+				t.Errorf("TryAcquire against an unreachable cluster = %v: ErrNotAcquired says another holder has the key", err)
+			}
+		})
+	}
+}
