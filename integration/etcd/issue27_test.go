@@ -231,3 +231,82 @@ func TestTryAcquireUnreachableIsBounded(t *testing.T) {
 		})
 	}
 }
+
+// Curator's killed-session test: one Locker holds a key and waits for it
+// again (locks are not reentrant), and its connection is cut for longer
+// than its lease while another client waits too. The holder must report
+// the loss, before the other client holds the key; the Locker's own waiter
+// must fail on its own (its context lasts a minute), or, should it return
+// a lock, hold it for real: its key is the oldest of the directory and the
+// other client does not hold at the same time.
+func TestKilledSessionHolderAndWaiter(t *testing.T) {
+	srv := testserver.Etcd(t)
+	ctx := testCtx(t, time.Minute)
+	admin := newEtcdClient(t, srv.Addr())
+	a, b := newClient(t, srv.Addr()), newClient(t, srv.Addr())
+	k := uniqueKey(t)
+	h := mustAcquire(t, ctx, a.l, k, locker.WithTTL(ttl))
+	waiter := goAcquire(ctx, a.l, k, locker.WithTTL(ttl))
+	waitKeys(t, admin, k, 2)
+	other := goAcquire(ctx, b.l, k, locker.WithTTL(ttl))
+	waitKeys(t, admin, k, 3)
+
+	cut := time.Now()
+	a.px.Partition(t)
+	healed := false
+	heal := func() {
+		if !healed {
+			healed = true
+			a.px.Heal(t)
+		}
+	}
+	defer heal()
+
+	// B gets the key once the server expires A's lease (A's keys go with
+	// it); by then A's holder must have reported the loss.
+	var rb result
+	select {
+	case rb = <-other:
+	case <-time.After(3*ttl + 5*time.Second):
+		t.Fatalf("B did not acquire within %v of A's cut", 3*ttl+5*time.Second)
+	}
+	if rb.err != nil {
+		t.Fatalf("B: %v", rb.err)
+	}
+	defer rb.h.Release(ctx)
+	if !closed(h.Done()) || !errors.Is(h.Err(), locker.ErrLost) {
+		t.Errorf("B holds the key (%v after the cut) while A's holder has not reported the loss (Err %v)", rb.at.Sub(cut), h.Err())
+	}
+	// The waiter fails on its own: its lease is gone, not its context.
+	var rw result
+	select {
+	case rw = <-waiter:
+	case <-time.After(3*ttl + 5*time.Second):
+		t.Fatalf("A's waiter, whose lease expired %v ago, is still waiting (its context lasts a minute)", time.Since(cut))
+	}
+	heal()
+	t.Logf("cut at 0: A's holder lost (%v); B held at %v; A's waiter returned at %v: %v", h.Err(), rb.at.Sub(cut), rw.at.Sub(cut), rw.err)
+	if rw.err == nil {
+		defer rw.h.Release(ctx)
+		if ks := waiterKeys(t, admin, k); len(ks) == 0 || ks[0] != rw.h.(*etcd.Handle).EtcdKey() {
+			t.Errorf("A's waiter returned a lock it does not hold (keys %v) while B holds %s", ks, rb.h.(*etcd.Handle).EtcdKey())
+		}
+		if rb.h.Err() == nil {
+			t.Errorf("A's waiter and B both hold the key")
+		}
+	} else if errors.Is(rw.err, context.DeadlineExceeded) || errors.Is(rw.err, context.Canceled) {
+		t.Errorf("A's waiter failed by its context (%v), not on its own", rw.err)
+	}
+	if err := rb.h.Err(); err != nil {
+		t.Errorf("B's lock ended: %v", err)
+	}
+	// A works again after the heal.
+	if err := rb.h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h2 := mustAcquire(t, ctx, a.l, k, locker.WithTTL(ttl))
+	if h2.Token() <= rb.h.Token() {
+		t.Errorf("token %d after the heal is not above B's %d", h2.Token(), rb.h.Token())
+	}
+	_ = h2.Release(ctx)
+}
