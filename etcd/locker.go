@@ -433,18 +433,19 @@ func (l *Locker) hold(ls *lease, key string, name *waiterName, rev int64) (*Hand
 		h.state.End(err)
 		return nil, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return fail(locker.ErrClosed)
-	}
 	// The lease's deadline may have passed without its loss reported yet:
 	// the process was paused past it, or the loss timer has not run yet on
 	// a busy machine, and the answer that made us the holder came first.
 	// The server may have expired the lease (and given the key to the
-	// next waiter) since that answer: hand out no such lock.
-	if ls.keeper != nil && ls.keeper.Expired(time.Now()) {
-		return fail(fmt.Errorf("%w: its lease's deadline passed before it could hold the lock", errWaitLost))
+	// next waiter) since that answer: declare the loss now (Check, which
+	// takes l.mu), so that add below refuses the lease.
+	if ls.keeper != nil {
+		ls.keeper.Check()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return fail(locker.ErrClosed)
 	}
 	if !ls.add(h) {
 		return fail(fmt.Errorf("%w: %s", errWaitLost, ls.lostReason()))
