@@ -152,10 +152,10 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	}
 
 	h, err := l.try(cctx, key, ttl, drift)
-	for n := 1; isLate(err) && !wait && n < lateTries; n++ {
+	for n := 1; lease.IsLate(err) && !wait && n < lease.LateTries; n++ {
 		h, err = l.try(cctx, key, ttl, drift)
 	}
-	if (err != nil && !(wait && isLate(err))) || h != nil {
+	if (err != nil && !(wait && lease.IsLate(err))) || h != nil {
 		return l.keep(ctx, op, key, h, err)
 	}
 	if !wait {
@@ -174,7 +174,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	bellNext := true // MySQL: wait for the key's bell next, not sleep (see bell)
 	for {
 		h, err := l.try(cctx, key, ttl, drift)
-		if isLate(err) {
+		if lease.IsLate(err) {
 			continue // given back; the next try may be quicker
 		}
 		if err != nil || h != nil {
@@ -265,14 +265,14 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 	if !ok {
 		return nil, nil
 	}
-	if left := time.Until(sent.Add(ttl - drift)); left < lease.MinLeft(ttl) {
+	if late := lease.Late("sqltable", "the database", sent, ttl, drift); late != nil {
 		// The grant came back too late to be of use: the Handle would be
 		// lost at once, or already is. Give it back (guarded by this
 		// attempt's owner); Acquire tries again within its ctx.
 		if _, err := l.dropOnce(ctx, key, owner); err != nil {
 			l.cleanup(key, owner, ttl)
 		}
-		return nil, &lateError{took: time.Since(sent), left: left, ttl: ttl, min: lease.MinLeft(ttl)}
+		return nil, late
 	}
 	h := &Handle{l: l, key: key, owner: owner, token: token, ttl: ttl, st: backend.NewState()}
 	if !l.register(h) {
@@ -286,26 +286,6 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 	return h, nil
 }
 
-// lateTries is how many grants in a row that came back too late (see
-// lateError) TryAcquire gives back before it fails.
-const lateTries = 3
-
-// lateError is a grant that came back with less than lease.MinLeft of its
-// lease left, measured from the moment the acquire statement was sent, and
-// was given back.
-type lateError struct {
-	took, left, ttl, min time.Duration
-}
-
-func (e *lateError) Error() string {
-	return fmt.Sprintf("sqltable: the database granted the lock after %v, leaving %v of its %v lease (at least %v needed): too slow for this TTL; the grant was given back",
-		e.took.Round(time.Millisecond), max(e.left, 0).Round(time.Millisecond), e.ttl, e.min)
-}
-
-func isLate(err error) bool {
-	var e *lateError
-	return errors.As(err, &e)
-}
 
 // keep is what acquire returns for try's outcome: h, unless Close began
 // after try registered it, in which case Close has taken h over (it
