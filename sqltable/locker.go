@@ -286,7 +286,6 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 	return h, nil
 }
 
-
 // keep is what acquire returns for try's outcome: h, unless Close began
 // after try registered it, in which case Close has taken h over (it
 // releases it; nothing here does it twice) and the caller gets an error

@@ -6,9 +6,9 @@
 package lease
 
 import (
-	"errors"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"time"
 
