@@ -86,6 +86,8 @@ func TestConformance(t *testing.T) {
 				// Crash closes every connection of the client and refuses
 				// new ones: its rows stay until their lease runs out.
 				Crash: func(t *testing.T, l locker.Locker) { proxies.Get(t, l, "Crash").Crash(t) },
+				// Every connection of the client closed from outside.
+				Reset: func(t *testing.T, l locker.Locker) { proxies.Get(t, l, "Reset").ResetAll(t) },
 				Cut: func(t *testing.T, l locker.Locker) func() {
 					px := proxies.Get(t, l, "Cut")
 					px.Partition(t)
