@@ -120,6 +120,18 @@ func TestHandshakeDeadlineCapped(t *testing.T) {
 	}
 }
 
+// TestHandshakeDeadlineCappedAtGranted: once a server granted a shorter
+// session than asked, a reconnect's handshake is capped at the granted
+// timeout, not the asked one.
+func TestHandshakeDeadlineCappedAtGranted(t *testing.T) {
+	k := newLink(10 * time.Second)
+	k.granted.Store(int64(1600 * time.Millisecond))
+	c := &linkConn{link: k} // a new connection of the link: a reconnect
+	if d := time.Until(c.cap(time.Now().Add(time.Hour))); d > 1600*time.Millisecond {
+		t.Fatalf("reconnect handshake deadline %v away, want at most the granted session timeout 1.6s", d)
+	}
+}
+
 func TestUnimplementedRecognised(t *testing.T) {
 	// go-zookeeper's text for error codes it has no value for.
 	err := fmt.Errorf("creating /locker: %w", fmt.Errorf("unknown error: %v", zk.ErrCode(-6)))

@@ -159,6 +159,15 @@
 // WithSessionTimeout for shorter leases. SessionTimeout reports the value
 // in force.
 //
+// The server grants a session timeout between its minSessionTimeout and
+// maxSessionTimeout (by default 2 and 20 ticks), which may be far from the
+// one asked for. A Connect Locker works with the granted one from the
+// moment the session is established: its loss deadlines, its checks that
+// requests are still answered, the wait of a TryAcquire for a session and
+// the bound of a reconnect's handshake, and again after every reconnect
+// (another server of the ensemble may grant another value). New cannot
+// learn it (see above).
+//
 // # Failure modes
 //
 //   - Session expired (StateExpired, or a reconnect with a new session):

@@ -219,6 +219,15 @@ func (l *Locker) SessionTimeout() time.Duration {
 	return l.timeout
 }
 
+// sessionTimeoutNow is the session timeout the Locker works with: the
+// granted one (Connect) once a session was established, else the one asked
+// for; the declared one (New).
+func (l *Locker) sessionTimeoutNow() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.timeout
+}
+
 // Acquire waits until key is held, ctx ends, or the Locker is closed.
 // Waiters are served in the order they arrived (the sequence of their
 // nodes); each watches only the node before its own.
@@ -279,14 +288,21 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		swait := cctx
 		if !wait {
 			// One attempt: a disconnected Locker waits for its session at
-			// most one session timeout.
+			// most one session timeout (the granted one, once known).
 			var c context.CancelFunc
-			swait, c = context.WithTimeout(cctx, l.cfg.sessionTimeout)
+			d := l.sessionTimeoutNow()
+			swait, c = context.WithTimeoutCause(cctx, d,
+				fmt.Errorf("none within the session timeout %v, which one attempt waits at most", d))
 			defer c()
 		}
 		_, timeout, err := l.awaitSession(swait)
 		if err != nil {
 			if cctx.Err() == nil {
+				// Not the caller's context: say why, without wrapping a
+				// context error that would pass for the caller's.
+				if swait.Err() != nil {
+					err = context.Cause(swait)
+				}
 				err = fmt.Errorf("zookeeper: no session with the server: %w", err)
 			}
 			return nil, locker.KeyError(op, key, ctxErr(err))
