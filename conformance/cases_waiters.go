@@ -11,7 +11,8 @@ import (
 )
 
 // waiterFault: holder H, waiters W1 and W2 on Lockers of their own. W1 is
-// cancelled, cut off or crashes (fault) while both wait; H releases; W2
+// cancelled, cut off or crashes (fault) while both wait; W2 still waits
+// while H holds (until W1's claim has surely ended); H releases; W2
 // holds the key within bound of the release. A fault on one waiter must not
 // strand the others (a queue entry that nobody will ever act on, a wake-up
 // spent on a waiter that is gone), and a cut waiter whose wait ended must not
@@ -28,6 +29,7 @@ func (s *suite) waiterFault(t *testing.T, ctx context.Context, fault string) {
 	stillWaiting(t, ch2, "second waiter")
 	bound := s.h.HandoffBound
 	heal := func() {}
+	faulted := time.Now()
 	switch fault {
 	case "cancel":
 		w1cancel()
@@ -45,6 +47,25 @@ func (s *suite) waiterFault(t *testing.T, ctx context.Context, fault string) {
 	case "crash":
 		s.h.Crash(t, w1)
 		bound = s.h.ExpiryBound + s.h.HandoffBound
+	}
+	// The holder still holds: whatever the first waiter's fault does on the
+	// server (its queue entry removed, its session expired, a watch fired),
+	// the second waiter must still wait. A cut or crashed waiter's claim
+	// ends within ExpiryBound, so watch that long.
+	watch := quick
+	if fault != "cancel" {
+		watch = s.h.ExpiryBound
+	}
+	select {
+	case r := <-ch2:
+		if r.err == nil {
+			_ = r.h.Release(ctx)
+			t.Fatalf("second waiter acquired the key %v after the first waiter %s, while the holder still held it (holder's Err: %v)", time.Since(faulted).Round(time.Millisecond), faultPast[fault], hh.Err())
+		}
+		t.Fatalf("second waiter failed after the first waiter %s, while the holder held the key: %v", faultPast[fault], r.err)
+	case <-hh.Done():
+		t.Fatalf("the holder lost its lock while the first waiter %s: %v", faultPast[fault], hh.Err())
+	case <-time.After(watch):
 	}
 	released := time.Now()
 	mustRelease(t, ctx, hh)

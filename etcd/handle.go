@@ -46,11 +46,21 @@ func (h *Handle) Key() string { return h.key }
 func (h *Handle) Token() int64 { return h.rev }
 
 // Done is closed once the lock is released or lost.
-func (h *Handle) Done() <-chan struct{} { return h.state.Done() }
+func (h *Handle) Done() <-chan struct{} { h.checkLease(); return h.state.Done() }
 
 // Err is nil while the lock is held, then locker.ErrReleased or an error
 // wrapping locker.ErrLost.
-func (h *Handle) Err() error { return h.state.Err() }
+func (h *Handle) Err() error { h.checkLease(); return h.state.Err() }
+
+// checkLease declares the loss of the lease now if its deadline has passed
+// and its loss timer has not fired yet (see renew.Lease.Check). The keeper
+// is set before the lease's grant is announced, so before any Handle on it
+// exists.
+func (h *Handle) checkLease() {
+	if k := h.ls.keeper; k != nil {
+		k.Check()
+	}
+}
 
 // EtcdKey returns the holder's etcd key, for operators and tests.
 func (h *Handle) EtcdKey() string { return h.ekey }

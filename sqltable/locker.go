@@ -606,6 +606,23 @@ func (l *Locker) unregister(h *Handle) {
 
 func (l *Locker) isClosing() bool { return l.ctx.Err() != nil }
 
+// run runs f on the calling goroutine while Close counts it as active, for
+// the lease keeper (renew.Config.Go): a renewal on its timer's goroutine,
+// and a loss declared by Handle.Err, which must have ended the handle when
+// it returns. It returns false without running f once Close is draining.
+func (l *Locker) run(f func()) bool {
+	l.mu.Lock()
+	if l.draining {
+		l.mu.Unlock()
+		return false
+	}
+	l.wg.Add(1)
+	l.mu.Unlock()
+	defer l.wg.Done()
+	f()
+	return true
+}
+
 // spawn runs f on a goroutine that Close waits for; false (f not run) once
 // Close has begun waiting.
 func (l *Locker) spawn(f func()) bool {
