@@ -203,7 +203,7 @@ func TestGrantedSessionShorterThanAsked(t *testing.T) {
 	select {
 	case lostAt = <-lost:
 	default:
-		t.Fatalf("c holds the key since +%v after the cut (granted session %v), and a's handle has not reported the loss (Err() = %v)",
+		t.Fatalf("c holds the key since +%v after the cut (granted session %v), and a's Done() was still open: a holder waiting on it was not told (Err() asked now: %v)",
 			got.t.Sub(cut).Round(time.Millisecond), maxGranted, hA.Err())
 	}
 	if !errors.Is(hA.Err(), locker.ErrLost) {
