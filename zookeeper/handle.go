@@ -114,6 +114,11 @@ func (h *Handle) Release(ctx context.Context) error {
 	case errors.Is(err, zk.ErrNoNode):
 		h.state.End(h.lostErr("the lock node was gone: deleted on the server, or the session expired"))
 		return locker.KeyError("release", h.key, h.state.Err())
+	case errors.Is(err, zk.ErrSessionExpired):
+		// The server says the session is over: it deleted the node, and
+		// may have given the key to someone else before this Release.
+		h.state.End(h.lostErr("the server answered the release that the session had expired"))
+		return locker.KeyError("release", h.key, h.state.Err())
 	case isConnErr(err) && !errors.Is(err, zk.ErrClosing):
 		l.deleteDetached(h.node)
 	}

@@ -314,7 +314,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		if err == nil {
 			return h, nil
 		}
-		if wait && errors.Is(err, errNodeGone) && cctx.Err() == nil {
+		if wait && sessionEnded(err) && cctx.Err() == nil {
 			continue // the session changed under us: start again
 		}
 		return nil, locker.KeyError(op, key, ctxErr(err))
@@ -365,6 +365,17 @@ func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, e
 func isConnErr(err error) bool {
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
 		errors.Is(err, zk.ErrSessionMoved) || errors.Is(err, zk.ErrClosing)
+}
+
+// sessionEnded reports an error after which the contender's node is gone
+// with its session: the node vanished (errNodeGone), or a request was
+// answered "session expired". go-zookeeper passes that on for a request
+// the server processed after it had begun closing the expired session and
+// before it closed the connection (a short window, but the answer is
+// certain): nothing of the request was applied, and the session's nodes
+// are deleted. A waiting Acquire starts over in the next session.
+func sessionEnded(err error) bool {
+	return errors.Is(err, errNodeGone) || errors.Is(err, zk.ErrSessionExpired)
 }
 
 // createdNode is what the create of a contender's node told.

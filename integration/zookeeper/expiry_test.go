@@ -1,0 +1,110 @@
+package zookeeper_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/zookeeper"
+)
+
+// A waiting Acquire whose session ends under it (killed on the server,
+// Curator's KillSession) while one of its requests is on the way. The
+// waiter's node went with the session, so the Acquire must start over in
+// the Locker's next session, not fail: it is still waiting, and gets the
+// key once the holder releases it. (The server closes the old connection
+// as the session is taken over, so the request in flight ends with
+// "connection closed"; the rarer answer "session expired", for a request
+// the server processes while it closes the session, is handled the same
+// way: see sessionEnded in the package.)
+func TestWaiterAcrossSessionExpiry(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	relay := newSessionRelay(t, srv.Addr())
+	a := newClient(t, relay.addr) // through its proxy, then the relay
+	b, c := newClient(t, srv.Addr()), newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+
+	hb := mustAcquire(t, ctx, b.l, k)
+	// c waits first, a after it: a watches c's node (and b's).
+	cctx, ccancel := context.WithCancel(ctx)
+	cDone := make(chan error, 1)
+	go func() {
+		h, err := c.l.Acquire(cctx, k)
+		if err == nil {
+			_ = h.Release(context.Background())
+		}
+		cDone <- err
+	}()
+	waitNodes(t, admin, k, 10*time.Second, "c never queued", func(kids []string) bool { return len(kids) == 2 })
+	type res struct {
+		h   *zookeeper.Handle
+		err error
+	}
+	aGot := make(chan res, 1)
+	go func() {
+		h, err := a.l.Acquire(ctx, k)
+		if err != nil {
+			aGot <- res{nil, err}
+			return
+		}
+		aGot <- res{h.(*zookeeper.Handle), nil}
+	}()
+	waitNodes(t, admin, k, 10*time.Second, "a never queued", func(kids []string) bool { return len(kids) == 3 })
+	// The session a queued in (its only one so far).
+	sid := a.l.Conn().SessionID()
+	// Give a's waiter time to set its watches on c's and b's nodes (they go
+	// out after its listing; nothing on the shared server says when they
+	// are in). The verdict does not depend on it: it only makes a request
+	// in flight at the kill likely.
+	time.Sleep(300 * time.Millisecond)
+
+	// The server stops hearing a; a still hears the server. c gives up:
+	// a's waiter hears its predecessor went, with b's node still before
+	// its own, and lists the directory again: that request is held.
+	a.px.CutUpstream(t)
+	ccancel()
+	if err := <-cDone; err == nil {
+		t.Fatal("c got the key while b held it")
+	}
+	waitNodes(t, admin, k, 10*time.Second, "c's node stayed", func(kids []string) bool { return len(kids) == 2 })
+	time.Sleep(200 * time.Millisecond) // a's listing goes out (and is held)
+	// The session is killed; then a's held requests reach the server on
+	// a's old connection, in a session that is closed.
+	killSession(t, srv.Addr(), sid, relay.password(t, sid))
+	a.px.Heal(t)
+
+	// a's waiter must still wait (b holds the key)...
+	select {
+	case r := <-aGot:
+		if r.err != nil {
+			t.Fatalf("a's Acquire failed when its session ended under it, instead of starting over in a new session: %v", r.err)
+		}
+		t.Fatalf("a got the key while b held it (node %s)", r.h.Node())
+	case <-time.After(2 * sessionTimeout):
+	}
+	// ...and get the key once b releases it, in a new session.
+	if err := hb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-aGot:
+		if r.err != nil {
+			t.Fatalf("a's Acquire after b's release: %v", r.err)
+		}
+		if r.h.SessionID() == sid {
+			t.Errorf("a holds in the killed session %#x", sid)
+		}
+		if r.h.Token() <= hb.Token() {
+			t.Errorf("a's token %d not above b's %d", r.h.Token(), hb.Token())
+		}
+		if err := r.h.Release(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a never got the key after b released it")
+	}
+}
