@@ -350,6 +350,7 @@ func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, e
 			l.removeNode(c.node)
 			return nil, err
 		}
+		h.setDup(c, dir)
 		return h, nil
 	}
 	h, err := l.contend(ctx, key, dir, c, wait)
@@ -357,6 +358,7 @@ func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, e
 		l.removeNode(c.node)
 		return nil, err
 	}
+	h.setDup(c, dir)
 	return h, nil
 }
 
@@ -387,6 +389,9 @@ type createdNode struct {
 	// the node's czxid.
 	dir *zk.Stat
 	sid int64 // the session that answered, with dir
+	// retried: an earlier create of the same GUID lost its answer, so a
+	// second node of ours may yet appear (see Handle.dup).
+	retried bool
 }
 
 // createNode creates the contender's protected ephemeral-sequential node in
@@ -402,6 +407,7 @@ type createdNode struct {
 // creates from then on.
 func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode, error) {
 	prefix := dir + "/" + nodeName(guid)
+	retried := false
 	for tries := 0; ; tries++ {
 		var c createdNode
 		multi := !l.noMulti.Load() && !l.hot.recent(dir)
@@ -446,6 +452,7 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 		var refused errMultiRefused
 		switch {
 		case err == nil:
+			c.retried = retried
 			return c, nil
 		case errors.As(err, &refused) || errors.Is(err, zk.ErrUnknown) || errors.Is(err, zk.ErrAPIError) || isUnimplemented(err):
 			// Nothing was applied: go on with plain creates.
@@ -459,13 +466,14 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 			// The create may have been applied: look for our GUID, until
 			// a listing answers (creating again before that could leave
 			// the first node behind as a ghost of our own).
+			retried = true
 			found, err := l.findOwnRetrying(ctx, dir, guid)
 			if err != nil {
 				l.dropCreate(dir, guid, sid)
 				return createdNode{}, err
 			}
 			if found != "" {
-				return createdNode{node: found}, nil
+				return createdNode{node: found, retried: true}, nil
 			}
 		default:
 			if isConnErr(err) {
@@ -521,12 +529,15 @@ func (l *Locker) findOwn(ctx context.Context, dir, guid string) (string, error) 
 	if err != nil {
 		return "", err
 	}
+	// Should a create have been applied twice, the lowest node keeps our
+	// place in the queue (contend deletes the others).
+	found, seq := "", int64(0)
 	for _, k := range kids {
-		if n, ok := parseNode(k); ok && n.guid == guid {
-			return dir + "/" + k, nil
+		if n, ok := parseNode(k); ok && n.guid == guid && (found == "" || n.seq < seq) {
+			found, seq = dir+"/"+k, n.seq
 		}
 	}
-	return "", nil
+	return found, nil
 }
 
 // ensureDir creates dir and its missing parents as container nodes (or
@@ -662,12 +673,15 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			if idx < 0 {
 				return nil, errNodeGone
 			}
-			// A node of ours that is not the one we contend with (it
-			// cannot happen with the search in createNode; should a
-			// create be applied twice all the same) would block us for
-			// good: delete it.
-			for _, n := range nodes[:idx] {
-				if n.guid == nodes[idx].guid {
+			// A node of ours that is not the one we contend with would
+			// block the queue: one before ours would block us for good,
+			// one after ours everyone once we are done, until the session
+			// ends. A create retried after a lost answer makes one when
+			// its first attempt was applied after all but the listing
+			// that looked for it did not show it yet (on an ensemble, a
+			// server behind the leader answered it). Delete it.
+			for i, n := range nodes {
+				if i != idx && n.guid == nodes[idx].guid {
 					l.deleteDetached(dir + "/" + n.name)
 				}
 			}

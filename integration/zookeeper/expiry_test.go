@@ -3,9 +3,15 @@ package zookeeper_test
 import (
 	"context"
 	"errors"
+	"path"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
+	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/zookeeper"
 )
@@ -106,5 +112,87 @@ func TestWaiterAcrossSessionExpiry(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("a never got the key after b released it")
+	}
+}
+
+// A second node with a waiter's GUID after its own (what a create retried
+// after a lost answer leaves on an ensemble, when the listing that looked
+// for the first attempt's node ran on a server that had not applied it
+// yet, and the first attempt landed after the second): the waiter deletes
+// it at its next listing. Left there, it would block every later waiter
+// once the waiter is done, until the session that made it ends. Here the
+// duplicate is planted by another session, which stays alive.
+func TestDuplicateNodeAfterOwnDeleted(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	a, b, c, d := newClient(t, srv.Addr()), newClient(t, srv.Addr()), newClient(t, srv.Addr()), newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	dir := zookeeper.LockDir("", k)
+
+	hb := mustAcquire(t, ctx, b.l, k)
+	cctx, ccancel := context.WithCancel(ctx)
+	defer ccancel()
+	cDone := make(chan error, 1)
+	go func() {
+		h, err := c.l.Acquire(cctx, k)
+		if err == nil {
+			_ = h.Release(context.Background())
+		}
+		cDone <- err
+	}()
+	waitNodes(t, admin, k, 10*time.Second, "c never queued", func(kids []string) bool { return len(kids) == 2 })
+	type res struct {
+		h   locker.Handle
+		err error
+	}
+	aGot := make(chan res, 1)
+	go func() {
+		h, err := a.l.Acquire(ctx, k)
+		aGot <- res{h, err}
+	}()
+	kids := waitNodes(t, admin, k, 10*time.Second, "a never queued", func(kids []string) bool { return len(kids) == 3 })
+	// The sequence is the last ten digits: a's node is the third.
+	slices.SortFunc(kids, func(x, y string) int { return strings.Compare(x[len(x)-10:], y[len(y)-10:]) })
+	aNode := kids[2]
+	prefix := aNode[:len(aNode)-10] // "_c_<guid>-lock-"
+	dup, err := admin.Create(dir+"/"+prefix, nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a's node %s, planted duplicate %s", aNode, path.Base(dup))
+	// c gives up: a's predecessor goes with b's node still before a's, so
+	// a lists the directory again, and finds the duplicate.
+	ccancel()
+	<-cDone
+	waitNodes(t, admin, k, 10*time.Second, "the duplicate of a's node after its own was never deleted", func(kids []string) bool {
+		return !slices.Contains(kids, path.Base(dup))
+	})
+	// So once a is done, the next waiter gets the key.
+	dGot := make(chan error, 1)
+	go func() {
+		h, err := d.l.Acquire(ctx, k)
+		if err == nil {
+			err = h.Release(ctx)
+		}
+		dGot <- err
+	}()
+	if err := hb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ra := <-aGot
+	if ra.err != nil {
+		t.Fatalf("a's Acquire: %v", ra.err)
+	}
+	if err := ra.h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-dGot:
+		if err != nil {
+			t.Fatalf("d's Acquire: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("d never got the key after a released it")
 	}
 }
