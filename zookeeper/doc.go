@@ -82,7 +82,13 @@
 // would have been seen first; a waiter whose request fails with the
 // connection sets its watches again, and a new connection makes later
 // waiters set new ones, since go-zookeeper re-arms the old ones in no
-// particular order). When the
+// particular order; a waiter that hears of its predecessor's deletion on
+// a connection other than the one its watches were set on lists the
+// directory before it takes the lock, as its own node's deletion may come
+// second. A Connect Locker counts connections on go-zookeeper's goroutine,
+// before the old watches are re-armed; New counts them as it reads the
+// events from your channel, which could in principle lag behind a
+// re-armed watch firing). When the
 // node two before goes, the one just before most likely holds the lock
 // now, and the contender lists again at once, while that holder holds: its
 // own turn then needs no request (when that hold outlasts the listing's

@@ -62,6 +62,9 @@ type Locker struct {
 	ghosts     map[ghost]int64  // creates of unknown outcome to look for, likewise
 	containers bool
 
+	// gen counts the connection's session events (see connGen).
+	gen atomic.Uint64
+
 	noMulti atomic.Bool // the server refused the create's multi: plain creates
 	hot     hotKeys     // directories found contended lately: plain creates
 
@@ -332,6 +335,19 @@ func (l *Locker) enter() bool {
 	return true
 }
 
+// connGen returns the connection generation: a count of the session
+// events the Locker has seen. A Connect Locker counts each one on
+// go-zookeeper's own goroutine before go-zookeeper goes on (the callback
+// runs inline), so before a new connection re-arms the old watches: a
+// watch set at generation g whose event is read at generation g came on
+// the connection it was set on, in transaction order with every other
+// such watch. After a reconnect go-zookeeper sets the old watches again
+// in no particular order, and the server fires those whose nodes changed
+// meanwhile at once, in that order. New counts the events as the
+// supervisor reads them from the caller's channel, a little later (see
+// the package documentation).
+func (l *Locker) connGen() uint64 { return l.gen.Load() }
+
 // attempt creates a node for key and contends with it.
 func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, error) {
 	dir := LockDir(l.cfg.root, key)
@@ -599,6 +615,11 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 		// which nodes they are on ("": none set).
 		pch, ppch          *nodeWatch
 		armedPred, armedPP string
+		// The connection generations of the watch on our own node and of
+		// the news that emptied lower (a watch's event, or a GetW's
+		// answer): a handoff with no request trusts their order, which
+		// holds only within one connection (see connGen).
+		ownGen, emptiedGen uint64
 	)
 	if c.dir != nil {
 		czxid, owner, known = c.dir.Mzxid, c.sid, true
@@ -629,6 +650,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 				ch      <-chan zk.Event
 				st      *zk.Stat
 				kidsErr error
+				g       = l.connGen()
 			)
 			if !known {
 				// An adopted node: its stat comes with the watch on it.
@@ -667,6 +689,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			}
 			if !known {
 				own, czxid, owner, known = ch, st.Czxid, st.EphemeralOwner, true
+				ownGen = g
 			}
 			nodes := sortNodes(kids)
 			idx := slices.IndexFunc(nodes, func(n lockNode) bool { return n.name == name })
@@ -706,6 +729,13 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 				listed = false
 				continue
 			}
+			if !fresh && (ownGen != l.connGen() || emptiedGen != ownGen) {
+				// The connection changed since the watches were set: the
+				// deletion of our own node may come after the news of the
+				// predecessor's, though it happened first. List again.
+				listed = false
+				continue
+			}
 			return l.hold(key, node, czxid, owner, own)
 		}
 		if !wait {
@@ -741,6 +771,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			ppReq = &watchReq{path: pp, shared: true}
 			reqs = append(reqs, ppReq)
 		}
+		reqGen := l.connGen()
 		l.watchAll(ctx, reqs)
 		var errs []error
 		if ownReq != nil {
@@ -748,7 +779,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			case errors.Is(ownReq.err, zk.ErrNoNode):
 				return nil, errNodeGone
 			case ownReq.err == nil:
-				own = ownReq.ch
+				own, ownGen = ownReq.ch, reqGen
 			default:
 				errs = append(errs, ownReq.err)
 			}
@@ -757,7 +788,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			switch {
 			case errors.Is(predReq.err, zk.ErrNoNode):
 				armedPred, pch = "", nil
-				lower, fresh = lower[:len(lower)-1], false
+				lower, fresh, emptiedGen = lower[:len(lower)-1], false, reqGen
 				listed = len(lower) == 0
 			case predReq.err == nil:
 				armedPred, pch = pred, predReq.w
@@ -794,11 +825,14 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 		}
 		select {
 		case <-pch.fired():
-			ev := pch.ev
+			ev, evGen := pch.ev, pch.gen
+			if l.connGen() != evGen {
+				evGen = 0 // read after a reconnect: maybe a re-armed watch's
+			}
 			armedPred, pch = "", nil
 			switch ev.Type {
 			case zk.EventNodeDeleted:
-				lower, fresh = lower[:len(lower)-1], false
+				lower, fresh, emptiedGen = lower[:len(lower)-1], false, evGen
 				// With nodes left before it, the one that went gave up
 				// waiting (the holder goes first, seen on the other
 				// watch) or the listing is behind: list again.
@@ -882,6 +916,7 @@ func (l *Locker) watchAll(ctx context.Context, reqs []*watchReq) {
 // connection empties the table (see onSession).
 type nodeWatch struct {
 	path string
+	gen  uint64        // the connection generation before its GetW went out
 	set  chan struct{} // closed once the GetW was answered
 	err  error         // the GetW's error, set before set is closed
 	done chan struct{} // closed once the watch fired
@@ -903,8 +938,10 @@ func (w *nodeWatch) fired() <-chan struct{} {
 func (l *Locker) watchNode(ctx context.Context, path string) (*nodeWatch, error) {
 	l.wmu.Lock()
 	w := l.watches[path]
-	if w == nil {
-		w = &nodeWatch{path: path, set: make(chan struct{}), done: make(chan struct{})}
+	if g := l.connGen(); w == nil || w.gen != g {
+		// None, or one set on an older connection (the supervisor empties
+		// the table on a new one, maybe not yet): set a new one.
+		w = &nodeWatch{path: path, gen: g, set: make(chan struct{}), done: make(chan struct{})}
 		l.watches[path] = w
 		// Counted with the Locker's calls: this runs inside an Acquire,
 		// which Close waits for before it waits for the calls.

@@ -19,6 +19,7 @@ func (l *Locker) enqueue(ev zk.Event) {
 	if ev.Type != zk.EventSession {
 		return // watch events reach their watchers through go-zookeeper
 	}
+	l.gen.Add(1) // before go-zookeeper re-arms any watch (see connGen)
 	if ev.State == zk.StateExpired && l.link != nil {
 		// The server is reachable and said so: get the new session now,
 		// not after go-zookeeper's one-second pause between rounds.
@@ -57,6 +58,9 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 			if !ok {
 				events = nil
 				continue
+			}
+			if ev.Type == zk.EventSession {
+				l.gen.Add(1) // see connGen
 			}
 			if ev.Type == zk.EventSession && !l.staleEvent(ev.State) {
 				l.onSession(ev.State, timer, lease)

@@ -3,6 +3,7 @@ package zookeeper_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -194,5 +195,80 @@ func TestDuplicateNodeAfterOwnDeleted(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("d never got the key after a released it")
+	}
+}
+
+// A waiter whose own node and predecessor both go while its connection is
+// down, the session surviving: on the reconnect go-zookeeper sets the old
+// watches again in no particular order, and the server fires both at once,
+// so the news of the predecessor may come before that of the waiter's own
+// node. The waiter must not take the lock on that news (its node is gone,
+// and the next waiter holds): it lists again, finds its node gone, and
+// queues anew. Run on several keys, as the order is random.
+func TestWaiterReArmedWatchesOutOfOrder(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	ctx := ctxFor(t, 2*time.Minute)
+	for round := range 6 {
+		a, b, c := newClient(t, srv.Addr()), newClient(t, srv.Addr()), newClient(t, srv.Addr())
+		k := fmt.Sprintf("%s/%d", testKey(t), round)
+		hb := mustAcquire(t, ctx, b.l, k)
+		type res struct {
+			h   locker.Handle
+			err error
+			at  time.Time
+		}
+		aGot := make(chan res, 1)
+		go func() {
+			h, err := a.l.Acquire(ctx, k)
+			aGot <- res{h, err, time.Now()}
+		}()
+		kids := waitNodes(t, admin, k, 10*time.Second, "a never queued", func(kids []string) bool { return len(kids) == 2 })
+		slices.SortFunc(kids, func(x, y string) int { return strings.Compare(x[len(x)-10:], y[len(y)-10:]) })
+		aNode := zookeeper.LockDir("", k) + "/" + kids[1]
+		cGot := make(chan res, 1)
+		go func() {
+			h, err := c.l.Acquire(ctx, k)
+			cGot <- res{h, err, time.Now()}
+		}()
+		waitNodes(t, admin, k, 10*time.Second, "c never queued", func(kids []string) bool { return len(kids) == 3 })
+		// a's watches on b's node and its own go out after its listing;
+		// nothing on the shared server says when they are in.
+		time.Sleep(200 * time.Millisecond)
+
+		a.px.Blackhole(t) // what the server sends meanwhile is lost
+		if err := admin.Delete(aNode, -1); err != nil {
+			t.Fatal(err)
+		}
+		if err := hb.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rc := <-cGot
+		if rc.err != nil {
+			t.Fatalf("round %d: c's Acquire: %v", round, rc.err)
+		}
+		a.px.Heal(t) // the connection is reset: a reconnects in its session
+		select {
+		case ra := <-aGot:
+			if ra.err == nil {
+				t.Fatalf("round %d: a holds the key (its node deleted while it was cut off) while c holds it", round)
+			}
+			t.Fatalf("round %d: a's Acquire failed: %v", round, ra.err)
+		case <-time.After(sessionTimeout):
+		}
+		if err := rc.h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ra := <-aGot:
+			if ra.err != nil {
+				t.Fatalf("round %d: a's Acquire after c released: %v", round, ra.err)
+			}
+			if err := ra.h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: a never got the key after c released it", round)
+		}
 	}
 }
