@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/go-locker/locker"
 )
 
 // packet is a ZooKeeper packet: a 4-byte length, then the body.
@@ -162,5 +165,28 @@ func TestDriftMarginBelowHalfTimeout(t *testing.T) {
 	}
 	if d := c.driftMargin(6 * time.Second); d != 3*time.Second {
 		t.Fatalf("drift margin with a granted timeout of 6s = %v, want it kept at 3s", d)
+	}
+}
+
+// TestNewRefusesSecondReader: the events channel has one reader; a second
+// Locker on it is refused (each would miss events), until the first closes.
+func TestNewRefusesSecondReader(t *testing.T) {
+	ch := make(chan zk.Event)
+	a := New(&zk.Conn{}, ch, WithSessionTimeout(4*time.Second))
+	if a.cfg.err != nil {
+		t.Fatal(a.cfg.err)
+	}
+	b := New(&zk.Conn{}, ch, WithSessionTimeout(4*time.Second))
+	defer b.Close()
+	if err := b.Err(); !errors.Is(err, locker.ErrUnsafeConfig) || !strings.Contains(err.Error(), "events channel") {
+		t.Fatalf("second New on one events channel: Err() = %v, want ErrUnsafeConfig naming the events channel", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := New(&zk.Conn{}, ch, WithSessionTimeout(4*time.Second))
+	defer c.Close()
+	if err := c.Err(); err != nil {
+		t.Fatalf("New on the channel after its reader closed: %v", err)
 	}
 }

@@ -54,8 +54,11 @@
 //     timeout before the disconnect (go-zookeeper's receive timeout), so a
 //     disconnected lock is given up sooner than with Connect.
 //
-// All the Lockers of one connection share its session: an expiry ends the
-// locks of all of them.
+// A connection has one Locker: New refuses a second one on the same
+// events channel (each would miss the events the other read), with an
+// error wrapping locker.ErrUnsafeConfig. One Locker serves any number of
+// goroutines and keys; all its locks share the connection's session, and
+// an expiry ends all of them.
 //
 // # How it works
 //

@@ -33,10 +33,11 @@ var errNodeGone = errors.New("zookeeper: the lock node vanished (session expired
 // Locker takes locks in one ZooKeeper ensemble. It is safe for concurrent
 // use. Make one with Connect (it owns its connection) or New (on yours).
 type Locker struct {
-	conn *zk.Conn
-	owns bool
-	cfg  config
-	link *link // nil for New: no view below go-zookeeper
+	conn   *zk.Conn
+	owns   bool
+	events <-chan zk.Event // New: the channel this Locker reads (see eventReaders)
+	cfg    config
+	link   *link // nil for New: no view below go-zookeeper
 
 	opsCtx    context.Context // ended when Close starts: ends waits and calls
 	opsCancel context.CancelFunc
@@ -152,6 +153,10 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Locker, er
 // returned; the Locker is its only reader from now on (go-zookeeper drops
 // events nobody reads, so a program that needs session events too should
 // register zk.WithEventCallback, which sees every event independently).
+// So there is one Locker per connection: a second New on the same channel,
+// while the first Locker is open, fails every call with an error wrapping
+// locker.ErrUnsafeConfig (each would miss the events the other read).
+// A Locker serves any number of goroutines and keys.
 // WithSessionTimeout is required and must be the timeout given to
 // zk.Connect; without it every call fails with an error wrapping
 // locker.ErrInvalidOption. See the package documentation for what New
@@ -174,10 +179,25 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) *Locker {
 		// reported) and an expiry leaves the Locker on the old session.
 		l.cfg.err = fmt.Errorf("zookeeper: New: %w: nil events channel (pass the channel zk.Connect returned; the Locker must see every session event)", locker.ErrInvalidOption)
 	}
+	if events != nil && l.cfg.err == nil {
+		if _, taken := eventReaders.LoadOrStore(events, l); taken {
+			// Each event goes to one reader: two Lockers on one channel
+			// would each miss some of the disconnects and expiries, and
+			// hold locks they had lost.
+			l.cfg.err = fmt.Errorf("zookeeper: New: %w: %w: the events channel is already read by another Locker, not closed; one Locker serves any number of goroutines and keys: share it", locker.ErrUnsafeConfig, locker.ErrInvalidOption)
+			events = nil
+		} else {
+			l.events = events
+		}
+	}
 	l.bg.Add(1)
 	go l.supervise(events)
 	return l
 }
+
+// eventReaders maps each events channel given to New to the Locker that
+// reads it, until that Locker is closed.
+var eventReaders sync.Map // <-chan zk.Event -> *Locker
 
 func withPort(s string) (string, error) {
 	if s == "" {

@@ -72,6 +72,17 @@ func TestConformance(t *testing.T) {
 			Name:     "maxSessionTimeout=1600ms,asked=10s",
 			New:      shortClient,
 			MadeSafe: true,
+		}, {
+			// Two Lockers reading one connection's events channel: each
+			// would miss the events the other read. The second is refused.
+			Name:    "two-New-on-one-events-channel",
+			Mention: "events channel",
+			New: func(t *testing.T) (locker.Locker, error) {
+				conn, events := plainConn(t, srv.Addr())
+				first := zookeeper.New(conn, events, zookeeper.WithSessionTimeout(sessionTimeout))
+				t.Cleanup(func() { _ = first.Close() })
+				return zookeeper.New(conn, events, zookeeper.WithSessionTimeout(sessionTimeout)), nil
+			},
 		}},
 		// The holder's watch on its own node fires at once.
 		LossBound: time.Second,
