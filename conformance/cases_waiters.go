@@ -240,3 +240,63 @@ func (s *suite) closeWhileInFlight(t *testing.T, ctx context.Context) {
 		t.Errorf("Acquire in flight returned %v after Close; Close must end it at once", late)
 	}
 }
+
+// waiterLapses: Curator's killed-session test, for a Locker that holds one
+// key and waits for another. A holds k1 and waits for k2, which B holds; A
+// is cut off until its lease or session must have lapsed on the server
+// (ExpiryBound), then healed; B releases k2. A's k1 must be lost, and A's
+// wait for k2 must end on its own, not only when its ctx does: A either
+// holds k2 within ExpiryBound + HandoffBound of B's release (really holds
+// it: Done open, others refused, a greater token) or its Acquire has failed
+// with an error. A waiter stranded on a claim its lapsed session lost (a
+// queue node gone with the session, a watch on a predecessor that will
+// never fire) fails this case.
+func (s *suite) waiterLapses(t *testing.T, ctx context.Context) {
+	s.needCut(t)
+	a, b, c := s.newLocker(t), s.newLocker(t), s.newLocker(t)
+	k1, k2 := key(t, "-held"), key(t, "-waited")
+	h1 := mustAcquire(t, ctx, a, k1, ttl(s))
+	h2 := mustAcquire(t, ctx, b, k2, ttl(s))
+	ch := goAcquire(ctx, a, k2, ttl(s))
+	stillWaiting(t, ch, "waiter for a held key")
+	heal := s.cut(t, a)
+	defer heal()
+	cut := time.Now()
+	waitDone(t, h1, s.h.ExpiryBound+prompt, "holder cut off")
+	if err := h1.Err(); !errors.Is(err, locker.ErrLost) {
+		t.Errorf("Err() of a holder cut off past its lease = %v, want an error wrapping locker.ErrLost", err)
+	}
+	// The fault itself: keep A cut off until its lease or session has
+	// surely lapsed on the server.
+	select {
+	case r := <-ch:
+		ch = nil
+		if r.err == nil {
+			_ = r.h.Release(ctx)
+			t.Fatalf("a waiter cut off from the backend acquired a key that another client holds")
+		}
+		t.Logf("the cut-off waiter failed on its own while cut off: %v", r.err)
+	case <-time.After(time.Until(cut.Add(s.h.ExpiryBound))):
+	}
+	heal()
+	released := time.Now()
+	mustRelease(t, ctx, h2)
+	if ch == nil {
+		return
+	}
+	r := await(t, ch, s.h.ExpiryBound+s.h.HandoffBound+prompt, "the waiter whose lease or session lapsed, after the holder released")
+	if r.err != nil {
+		t.Logf("the waiter whose lease or session lapsed failed %v after the release: %v", r.at.Sub(released).Round(time.Millisecond), r.err)
+		return
+	}
+	t.Logf("the waiter whose lease or session lapsed held the key %v after the release", r.at.Sub(released).Round(time.Millisecond))
+	if isClosed(r.h.Done()) {
+		t.Errorf("the waiter whose lease or session lapsed returned a handle already ended: %v", r.h.Err())
+	} else {
+		mustNotTry(t, ctx, c, k2, "the waiter whose lease or session lapsed says it holds it")
+	}
+	if r.h.Token() <= h2.Token() {
+		t.Errorf("token %d of the waiter whose lease or session lapsed is not greater than the previous holder's %d", r.h.Token(), h2.Token())
+	}
+	_ = r.h.Release(ctx)
+}

@@ -18,6 +18,7 @@ func toyHarness(f flaw) conformance.Harness {
 		NewLocker: func(t *testing.T) locker.Locker { return newToy(store, f) },
 		Crash:     func(t *testing.T, l locker.Locker) { l.(*toyLocker).crash() },
 		Steal:     func(t *testing.T, h locker.Handle) { store.steal(h.(*toyHandle)) },
+		Reset:     func(t *testing.T, l locker.Locker) { l.(*toyLocker).reset() },
 		// The toy is an in-process map; processLocal forgets to say so.
 		InProcess: f != processLocal,
 		Cut: func(t *testing.T, l locker.Locker) func() {
@@ -85,6 +86,8 @@ var flaws = []struct {
 	{"CloseWaitsInFlight", closeWaitsInFlight, []string{"Close/WhileInFlight"}},
 	{"AcceptsPrivateStore", acceptsPrivateStore, []string{"Config/UnsafeRefused"}},
 	{"FaultGrantsWaiter", faultGrantsWaiter, []string{"Waiters/WaiterCut", "Waiters/WaiterCrashes"}},
+	{"StrandsCutWaiter", strandsCutWaiter, []string{"Waiters/SessionLapse"}},
+	{"ResetFreesSilently", resetFreesSilently, []string{"Loss/ConnectionsReset"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"

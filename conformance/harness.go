@@ -38,6 +38,13 @@ type Harness struct {
 	// Context/*WhileCut, Close/WhileInFlight and Waiters/WaiterCut cases skip.
 	Cut func(t *testing.T, l locker.Locker) (heal func())
 
+	// Reset closes every connection l has to the backend at once, from
+	// outside, as a server dropping its clients, an idle-connection killer,
+	// a pooler or an operator's kill would; new connections are accepted at
+	// once. For a client behind a fault proxy, that is the proxy's reset of
+	// all its connections. Optional: without it Loss/ConnectionsReset skips.
+	Reset func(t *testing.T, l locker.Locker)
+
 	// Steal takes h's lock away on the server without telling its holder,
 	// as an eviction, a failover or an operator would: delete or overwrite
 	// the lock (Redis: DEL of the lock key; PostgreSQL: terminate the

@@ -46,6 +46,8 @@ const (
 	closeWaitsInFlight       // Close waits for requests in flight instead of interrupting them
 	acceptsPrivateStore      // a Locker with a store of its own (a temporary schema's like) is accepted
 	faultGrantsWaiter        // a waiter woken by another waiter's crash or cut takes the key, held or not
+	strandsCutWaiter         // a waiter whose Locker was cut off waits until its ctx ends, whatever happens
+	resetFreesSilently       // a reset of its connections frees the Locker's keys, its handles unaware
 )
 
 // errToyPrivate is the toy's refusal of a store private to one Locker, the
@@ -115,6 +117,7 @@ type toyLocker struct {
 	healed  chan struct{} // closed when a cut heals
 	dead    bool
 	tokens  int64 // for perLockerToken
+	cuts    int   // for strandsCutWaiter: cuts so far
 	handles map[*toyHandle]struct{}
 	quit    chan struct{} // closed by Close: ends waits and watchdogs
 	wg      sync.WaitGroup
@@ -277,6 +280,9 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 		op = "try-acquire"
 	}
 	force := false // faultGrantsWaiter
+	l.mu.Lock()
+	cuts := l.cuts // strandsCutWaiter
+	l.mu.Unlock()
 	for {
 		h, wake, expires, err := l.try(ctx, key, o.TTL, force)
 		if err != nil {
@@ -324,6 +330,17 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 			return nil, locker.KeyError("acquire", key, ctx.Err())
 		}
 		timer.Stop()
+		l.mu.Lock()
+		stranded := l.flaw == strandsCutWaiter && l.cuts != cuts
+		l.mu.Unlock()
+		if stranded {
+			select { // its claim went with the cut; nothing will wake it
+			case <-ctx.Done():
+				return nil, locker.KeyError("acquire", key, ctx.Err())
+			case <-l.quit:
+				return nil, locker.KeyError("acquire", key, locker.ErrClosed)
+			}
+		}
 		if l.flaw == faultGrantsWaiter {
 			l.s.mu.Lock()
 			force = l.s.faults != faults
@@ -518,6 +535,29 @@ func (l *toyLocker) crash() {
 	l.fault()
 }
 
+// reset is the toy's Harness.Reset: its connections are closed. The toy
+// keeps its locks through it (they live in the store, not in a connection),
+// but resetFreesSilently frees them in the store and tells nobody.
+func (l *toyLocker) reset() {
+	if l.flaw != resetFreesSilently {
+		return
+	}
+	l.mu.Lock()
+	var hs []*toyHandle
+	for h := range l.handles {
+		hs = append(hs, h)
+	}
+	l.mu.Unlock()
+	l.s.mu.Lock()
+	for _, h := range hs {
+		if l.s.held[h.sk] == h {
+			delete(l.s.held, h.sk)
+		}
+	}
+	l.s.changedLocked()
+	l.s.mu.Unlock()
+}
+
 // fault tells the store's waiters, for faultGrantsWaiter, that a client
 // crashed or was cut off, as a session backend's queue does when a node goes.
 func (l *toyLocker) fault() {
@@ -536,6 +576,7 @@ func (l *toyLocker) setCut(v bool) {
 	switch {
 	case began:
 		l.healed = make(chan struct{})
+		l.cuts++
 	case !v && l.cut:
 		close(l.healed)
 	}
