@@ -58,6 +58,9 @@ func TestConformance(t *testing.T) {
 			px.Blackhole(t)
 			return func() { px.Heal(t) }
 		},
+		// Every connection closed from outside: go-zookeeper reconnects
+		// in the same session at once, and the locks stand.
+		Reset: func(t *testing.T, l locker.Locker) { reg.Get(t, l, "Reset").ResetAll(t) },
 		// An operator deletes the holder's node (rmr, deleteall).
 		Steal: func(t *testing.T, h locker.Handle) {
 			if err := admin.Delete(h.(*zookeeper.Handle).Node(), -1); err != nil {
