@@ -333,12 +333,27 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		if o.TTL != 0 && o.TTL < timeout {
 			return nil, locker.KeyError(op, key, fmt.Errorf("%w: TTL %v is below the session timeout %v, which is the lease of every lock of this Locker (connect with a shorter session timeout for shorter leases)", locker.ErrInvalidOption, o.TTL, timeout))
 		}
-		h, err := l.attempt(cctx, key, wait)
+		actx := cctx
+		if !wait {
+			// One attempt is bounded too: should the connection break in
+			// the middle of it (a create whose answer is lost is looked
+			// for once a session is back), it ends one session timeout
+			// after it began, and cleans up after itself as an Acquire
+			// whose context ended does.
+			var c context.CancelFunc
+			actx, c = context.WithTimeoutCause(cctx, timeout,
+				fmt.Errorf("zookeeper: no answer from the server within the session timeout %v, which one attempt takes at most", timeout))
+			defer c()
+		}
+		h, err := l.attempt(actx, key, wait)
 		if err == nil {
 			return h, nil
 		}
 		if wait && sessionEnded(err) && cctx.Err() == nil {
 			continue // the session changed under us: start again
+		}
+		if cctx.Err() == nil && actx.Err() != nil && errors.Is(err, actx.Err()) {
+			err = context.Cause(actx) // not the caller's context: say why
 		}
 		return nil, locker.KeyError(op, key, ctxErr(err))
 	}

@@ -253,3 +253,35 @@ func TestGrantedSessionBoundsTryAcquire(t *testing.T) {
 	}
 	t.Logf("TryAcquire without a session gave up after %v: %v", took.Round(time.Millisecond), err)
 }
+
+// TryAcquire makes one attempt, bounded even when the connection breaks
+// in the middle of it: here the Locker still counts itself connected when
+// the attempt starts, its create goes into a partition that lasts, and the
+// attempt must fail on its own (one session timeout after it began, say),
+// not wait for a session until the caller's context ends.
+func TestTryAcquireBoundedInPartition(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	a := newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	settleDir(t, ctx, a.l, k)
+	a.px.Partition(t)
+	defer a.px.Heal(t)
+	limit := 6 * sessionTimeout
+	tctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	start := time.Now()
+	h, err := a.l.TryAcquire(tctx, k)
+	took := time.Since(start)
+	if err == nil {
+		_ = h.Release(ctx)
+		t.Fatal("TryAcquire succeeded in a partition")
+	}
+	if tctx.Err() != nil {
+		t.Fatalf("TryAcquire in a partition returned only when the caller's context ended (%v): one attempt must be bounded by the Locker: %v", limit, err)
+	}
+	if errors.Is(err, locker.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire in a partition: %v, want an error of its own (not ErrNotAcquired, nor a context error)", err)
+	}
+	t.Logf("TryAcquire in a partition gave up after %v: %v", took.Round(time.Millisecond), err)
+}
