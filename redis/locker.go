@@ -242,8 +242,12 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	}
 	a := &attempt{l: l, key: key, k: k, owner: lease.NewOwner(), ttl: ttl, drift: drift, mode: modeTry}
 	if !wait {
-		// One round trip; a TryAcquire never queues.
+		// One round trip; a TryAcquire never queues. A grant that came
+		// back too late is given back and tried again, a few times.
 		h, _, err := a.try(ctx)
+		for n := 1; lease.IsLate(err) && n < lease.LateTries && ctx.Err() == nil; n++ {
+			h, _, err = a.try(ctx)
+		}
 		if err != nil || h != nil {
 			return h, locker.KeyError(op, key, err)
 		}
@@ -268,8 +272,22 @@ type attempt struct {
 	mode  string // modeTry or modeWait
 }
 
+// tryFresh is try, made again at once while the grant comes back too late
+// to hand out (see lease.Late), as long as ctx allows: each such round takes
+// most of a TTL, so this is no busy loop.
+func (a *attempt) tryFresh(ctx context.Context) (*Handle, acquireResult, error) {
+	for {
+		h, res, err := a.try(ctx)
+		if !lease.IsLate(err) || ctx.Err() != nil {
+			return h, res, err
+		}
+	}
+}
+
 // try makes one request. It returns the new Handle, or what the script said
-// about the holder and the queue.
+// about the holder and the queue. A grant that came back with less than
+// lease.MinLeft of its lease left is given back, and try returns a
+// *lease.LateGrant.
 func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 	l := a.l
 	start := time.Now() // the lease starts no earlier than the request leaves
@@ -294,6 +312,19 @@ func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 	}
 	if !res.ok {
 		return nil, res, nil
+	}
+	if late := lease.Late("redis", "the server", start, a.ttl, a.drift); late != nil {
+		// The grant came back too late to be of use (a slow server or
+		// link, a request held up in a partition): a Handle of it would be
+		// lost at once, or already is. Give it back, guarded by the owner
+		// and announced to the next waiter; the caller tries again.
+		if err := l.exec(ctx, func(ctx context.Context) error {
+			_, err := l.runRelease(ctx, a.k, a.owner)
+			return err
+		}, func() { l.cleanup(a.k, a.owner) }); err != nil {
+			l.cleanup(a.k, a.owner)
+		}
+		return nil, acquireResult{}, late
 	}
 	h := newHandle(l, a.key, a.k, a.owner, res.token, a.ttl, a.drift, start)
 	if !l.register(h) {

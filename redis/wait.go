@@ -99,7 +99,7 @@ func (l *Locker) wait(ctx context.Context, a *attempt) (h *Handle, err error) {
 	}()
 
 	// The uncontended case: one round trip, no subscription.
-	h, res, err := a.try(ctx)
+	h, res, err := a.tryFresh(ctx)
 	if err != nil || h != nil {
 		return h, err
 	}
@@ -110,7 +110,7 @@ func (l *Locker) wait(ctx context.Context, a *attempt) (h *Handle, err error) {
 		if err := w.awaitSubscribed(ctx, l.closing, l.cfg.retryInterval); err != nil {
 			return nil, err
 		}
-		if h, res, err = a.try(ctx); err != nil || h != nil {
+		if h, res, err = a.tryFresh(ctx); err != nil || h != nil {
 			return h, err
 		}
 	}
@@ -136,7 +136,7 @@ func (l *Locker) wait(ctx context.Context, a *attempt) (h *Handle, err error) {
 			}
 			timer.Stop()
 		}
-		if h, res, err = a.try(ctx); err != nil || h != nil {
+		if h, res, err = a.tryFresh(ctx); err != nil || h != nil {
 			return h, err
 		}
 	}

@@ -89,6 +89,9 @@ func New(db *sql.DB, opts ...Option) *Locker {
 	}
 	if l.cfgErr == nil {
 		l.table, _ = parseTable(cfg.table) // checked by WithTable
+		l.cfgErr = checkTable(l.dialect, l.table)
+	}
+	if l.cfgErr == nil {
 		l.st = newStatements(l.dialect, l.table)
 		l.hubKey = l.dialect.String() + ":" + fmt.Sprintf("%p", db) + ":" + l.table.String() // refined by init
 		l.listen = newListener(l)
@@ -149,7 +152,10 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	}
 
 	h, err := l.try(cctx, key, ttl, drift)
-	if err != nil || h != nil {
+	for n := 1; lease.IsLate(err) && !wait && n < lease.LateTries; n++ {
+		h, err = l.try(cctx, key, ttl, drift)
+	}
+	if (err != nil && !(wait && lease.IsLate(err))) || h != nil {
 		return l.keep(ctx, op, key, h, err)
 	}
 	if !wait {
@@ -168,6 +174,9 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	bellNext := true // MySQL: wait for the key's bell next, not sleep (see bell)
 	for {
 		h, err := l.try(cctx, key, ttl, drift)
+		if lease.IsLate(err) {
+			continue // given back; the next try may be quicker
+		}
 		if err != nil || h != nil {
 			acquired = h != nil
 			return l.keep(ctx, op, key, h, err)
@@ -255,6 +264,15 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 	}
 	if !ok {
 		return nil, nil
+	}
+	if late := lease.Late("sqltable", "the database", sent, ttl, drift); late != nil {
+		// The grant came back too late to be of use: the Handle would be
+		// lost at once, or already is. Give it back (guarded by this
+		// attempt's owner); Acquire tries again within its ctx.
+		if _, err := l.dropOnce(ctx, key, owner); err != nil {
+			l.cleanup(key, owner, ttl)
+		}
+		return nil, late
 	}
 	h := &Handle{l: l, key: key, owner: owner, token: token, ttl: ttl, st: backend.NewState()}
 	if !l.register(h) {

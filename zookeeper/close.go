@@ -81,6 +81,9 @@ func (l *Locker) Close() error {
 	}
 	l.bgCancel()
 	l.bg.Wait()
+	if l.events != nil {
+		eventReaders.CompareAndDelete(l.events, l) // the supervisor reads it no more
+	}
 	if l.owns {
 		// The connection is closed: every call still running has ended or
 		// ends at once.

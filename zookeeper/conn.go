@@ -158,6 +158,16 @@ func (c *linkConn) received(frame int, head []byte) {
 	}
 }
 
+// handshakeLimit is how long a handshake may take: the session timeout
+// granted by the last connect response, else the one asked for (a
+// reconnect that takes longer could not save the session anyway).
+func (k *link) handshakeLimit() time.Duration {
+	if g := time.Duration(k.granted.Load()); g > 0 {
+		return g
+	}
+	return k.requested
+}
+
 // SetReadDeadline caps the deadlines of the handshake (see link); once the
 // connect response is in, go-zookeeper's own deadlines (two thirds of the
 // granted session timeout) pass unchanged.
@@ -173,7 +183,7 @@ func (c *linkConn) cap(t time.Time) time.Time {
 	if t.IsZero() || c.hs.Load() {
 		return t
 	}
-	if limit := time.Now().Add(c.link.requested); t.After(limit) {
+	if limit := time.Now().Add(c.link.handshakeLimit()); t.After(limit) {
 		return limit
 	}
 	return t

@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/go-locker/locker"
 )
 
 // packet is a ZooKeeper packet: a 4-byte length, then the body.
@@ -120,6 +123,18 @@ func TestHandshakeDeadlineCapped(t *testing.T) {
 	}
 }
 
+// TestHandshakeDeadlineCappedAtGranted: once a server granted a shorter
+// session than asked, a reconnect's handshake is capped at the granted
+// timeout, not the asked one.
+func TestHandshakeDeadlineCappedAtGranted(t *testing.T) {
+	k := newLink(10 * time.Second)
+	k.granted.Store(int64(1600 * time.Millisecond))
+	c := &linkConn{link: k} // a new connection of the link: a reconnect
+	if d := time.Until(c.cap(time.Now().Add(time.Hour))); d > 1600*time.Millisecond {
+		t.Fatalf("reconnect handshake deadline %v away, want at most the granted session timeout 1.6s", d)
+	}
+}
+
 func TestUnimplementedRecognised(t *testing.T) {
 	// go-zookeeper's text for error codes it has no value for.
 	err := fmt.Errorf("creating /locker: %w", fmt.Errorf("unknown error: %v", zk.ErrCode(-6)))
@@ -150,5 +165,28 @@ func TestDriftMarginBelowHalfTimeout(t *testing.T) {
 	}
 	if d := c.driftMargin(6 * time.Second); d != 3*time.Second {
 		t.Fatalf("drift margin with a granted timeout of 6s = %v, want it kept at 3s", d)
+	}
+}
+
+// TestNewRefusesSecondReader: the events channel has one reader; a second
+// Locker on it is refused (each would miss events), until the first closes.
+func TestNewRefusesSecondReader(t *testing.T) {
+	ch := make(chan zk.Event)
+	a := New(&zk.Conn{}, ch, WithSessionTimeout(4*time.Second))
+	if a.cfg.err != nil {
+		t.Fatal(a.cfg.err)
+	}
+	b := New(&zk.Conn{}, ch, WithSessionTimeout(4*time.Second))
+	defer b.Close()
+	if err := b.Err(); !errors.Is(err, locker.ErrUnsafeConfig) || !strings.Contains(err.Error(), "events channel") {
+		t.Fatalf("second New on one events channel: Err() = %v, want ErrUnsafeConfig naming the events channel", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := New(&zk.Conn{}, ch, WithSessionTimeout(4*time.Second))
+	defer c.Close()
+	if err := c.Err(); err != nil {
+		t.Fatalf("New on the channel after its reader closed: %v", err)
 	}
 }

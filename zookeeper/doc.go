@@ -54,8 +54,11 @@
 //     timeout before the disconnect (go-zookeeper's receive timeout), so a
 //     disconnected lock is given up sooner than with Connect.
 //
-// All the Lockers of one connection share its session: an expiry ends the
-// locks of all of them.
+// A connection has one Locker: New refuses a second one on the same
+// events channel (each would miss the events the other read), with an
+// error wrapping locker.ErrUnsafeConfig. One Locker serves any number of
+// goroutines and keys; all its locks share the connection's session, and
+// an expiry ends all of them.
 //
 // # How it works
 //
@@ -82,7 +85,13 @@
 // would have been seen first; a waiter whose request fails with the
 // connection sets its watches again, and a new connection makes later
 // waiters set new ones, since go-zookeeper re-arms the old ones in no
-// particular order). When the
+// particular order; a waiter that hears of its predecessor's deletion on
+// a connection other than the one its watches were set on lists the
+// directory before it takes the lock, as its own node's deletion may come
+// second. A Connect Locker counts connections on go-zookeeper's goroutine,
+// before the old watches are re-armed; New counts them as it reads the
+// events from your channel, which could in principle lag behind a
+// re-armed watch firing). When the
 // node two before goes, the one just before most likely holds the lock
 // now, and the contender lists again at once, while that holder holds: its
 // own turn then needs no request (when that hold outlasts the listing's
@@ -158,6 +167,15 @@
 // this connection can outlive a dead holder by less. Connect with a shorter
 // WithSessionTimeout for shorter leases. SessionTimeout reports the value
 // in force.
+//
+// The server grants a session timeout between its minSessionTimeout and
+// maxSessionTimeout (by default 2 and 20 ticks), which may be far from the
+// one asked for. A Connect Locker works with the granted one from the
+// moment the session is established: its loss deadlines, its checks that
+// requests are still answered, the wait of a TryAcquire for a session and
+// the bound of a reconnect's handshake, and again after every reconnect
+// (another server of the ensemble may grant another value). New cannot
+// learn it (see above).
 //
 // # Failure modes
 //

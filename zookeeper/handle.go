@@ -24,6 +24,12 @@ type Handle struct {
 	sid   int64 // the session that owns the node
 	state *backend.State
 
+	// dup is set when the node's create was retried after a lost answer:
+	// a second node with the same GUID may still be applied after the
+	// contention's last listing, and would block the key after this lock
+	// is released, until the session ends. Release looks for it.
+	dup *ghost
+
 	mu         sync.Mutex  // serialises Release
 	releasing  atomic.Bool // our own delete is on its way: its watch event is no loss
 	watchTimer *time.Timer // starts the monitor of an uncontended lock; nil otherwise
@@ -110,15 +116,33 @@ func (h *Handle) Release(ctx context.Context) error {
 	switch {
 	case err == nil:
 		h.state.End(locker.ErrReleased)
+		if h.dup != nil {
+			l.dropCreate(h.dup.dir, h.dup.guid, h.sid)
+		}
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
 		h.state.End(h.lostErr("the lock node was gone: deleted on the server, or the session expired"))
+		return locker.KeyError("release", h.key, h.state.Err())
+	case errors.Is(err, zk.ErrSessionExpired):
+		// The server says the session is over: it deleted the node, and
+		// may have given the key to someone else before this Release.
+		h.state.End(h.lostErr("the server answered the release that the session had expired"))
 		return locker.KeyError("release", h.key, h.state.Err())
 	case isConnErr(err) && !errors.Is(err, zk.ErrClosing):
 		l.deleteDetached(h.node)
 	}
 	h.state.End(locker.ErrReleased)
 	return locker.KeyError("release", h.key, fmt.Errorf("zookeeper: the server did not confirm the deletion of the lock node (the lock is given up; the node is deleted when the connection comes back, or ends with the session): %w", err))
+}
+
+// setDup records, for a node whose create was retried, where a duplicate
+// of it could appear (see dup). Call it before the Handle is returned.
+func (h *Handle) setDup(c createdNode, dir string) {
+	if c.retried {
+		if n, ok := parseNode(h.node[len(dir)+1:]); ok {
+			h.dup = &ghost{dir, n.guid}
+		}
+	}
 }
 
 // stopWatch stops the timer that would start the monitor, if it has not

@@ -33,10 +33,11 @@ var errNodeGone = errors.New("zookeeper: the lock node vanished (session expired
 // Locker takes locks in one ZooKeeper ensemble. It is safe for concurrent
 // use. Make one with Connect (it owns its connection) or New (on yours).
 type Locker struct {
-	conn *zk.Conn
-	owns bool
-	cfg  config
-	link *link // nil for New: no view below go-zookeeper
+	conn   *zk.Conn
+	owns   bool
+	events <-chan zk.Event // New: the channel this Locker reads (see eventReaders)
+	cfg    config
+	link   *link // nil for New: no view below go-zookeeper
 
 	opsCtx    context.Context // ended when Close starts: ends waits and calls
 	opsCancel context.CancelFunc
@@ -61,6 +62,9 @@ type Locker struct {
 	orphans    map[string]int64 // nodes to delete once the session answers again
 	ghosts     map[ghost]int64  // creates of unknown outcome to look for, likewise
 	containers bool
+
+	// gen counts the connection's session events (see connGen).
+	gen atomic.Uint64
 
 	noMulti atomic.Bool // the server refused the create's multi: plain creates
 	hot     hotKeys     // directories found contended lately: plain creates
@@ -149,6 +153,10 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Locker, er
 // returned; the Locker is its only reader from now on (go-zookeeper drops
 // events nobody reads, so a program that needs session events too should
 // register zk.WithEventCallback, which sees every event independently).
+// So there is one Locker per connection: a second New on the same channel,
+// while the first Locker is open, fails every call with an error wrapping
+// locker.ErrUnsafeConfig (each would miss the events the other read).
+// A Locker serves any number of goroutines and keys.
 // WithSessionTimeout is required and must be the timeout given to
 // zk.Connect; without it every call fails with an error wrapping
 // locker.ErrInvalidOption. See the package documentation for what New
@@ -171,10 +179,25 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) *Locker {
 		// reported) and an expiry leaves the Locker on the old session.
 		l.cfg.err = fmt.Errorf("zookeeper: New: %w: nil events channel (pass the channel zk.Connect returned; the Locker must see every session event)", locker.ErrInvalidOption)
 	}
+	if events != nil && l.cfg.err == nil {
+		if _, taken := eventReaders.LoadOrStore(events, l); taken {
+			// Each event goes to one reader: two Lockers on one channel
+			// would each miss some of the disconnects and expiries, and
+			// hold locks they had lost.
+			l.cfg.err = fmt.Errorf("zookeeper: New: %w: %w: the events channel is already read by another Locker, not closed; one Locker serves any number of goroutines and keys: share it", locker.ErrUnsafeConfig, locker.ErrInvalidOption)
+			events = nil
+		} else {
+			l.events = events
+		}
+	}
 	l.bg.Add(1)
 	go l.supervise(events)
 	return l
 }
+
+// eventReaders maps each events channel given to New to the Locker that
+// reads it, until that Locker is closed.
+var eventReaders sync.Map // <-chan zk.Event -> *Locker
 
 func withPort(s string) (string, error) {
 	if s == "" {
@@ -216,6 +239,15 @@ func (l *Locker) SessionTimeout() time.Duration {
 	if l.sessID == 0 {
 		return 0
 	}
+	return l.timeout
+}
+
+// sessionTimeoutNow is the session timeout the Locker works with: the
+// granted one (Connect) once a session was established, else the one asked
+// for; the declared one (New).
+func (l *Locker) sessionTimeoutNow() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return l.timeout
 }
 
@@ -279,14 +311,21 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		swait := cctx
 		if !wait {
 			// One attempt: a disconnected Locker waits for its session at
-			// most one session timeout.
+			// most one session timeout (the granted one, once known).
 			var c context.CancelFunc
-			swait, c = context.WithTimeout(cctx, l.cfg.sessionTimeout)
+			d := l.sessionTimeoutNow()
+			swait, c = context.WithTimeoutCause(cctx, d,
+				fmt.Errorf("none within the session timeout %v, which one attempt waits at most", d))
 			defer c()
 		}
 		_, timeout, err := l.awaitSession(swait)
 		if err != nil {
 			if cctx.Err() == nil {
+				// Not the caller's context: say why, without wrapping a
+				// context error that would pass for the caller's.
+				if swait.Err() != nil {
+					err = context.Cause(swait)
+				}
 				err = fmt.Errorf("zookeeper: no session with the server: %w", err)
 			}
 			return nil, locker.KeyError(op, key, ctxErr(err))
@@ -294,12 +333,27 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		if o.TTL != 0 && o.TTL < timeout {
 			return nil, locker.KeyError(op, key, fmt.Errorf("%w: TTL %v is below the session timeout %v, which is the lease of every lock of this Locker (connect with a shorter session timeout for shorter leases)", locker.ErrInvalidOption, o.TTL, timeout))
 		}
-		h, err := l.attempt(cctx, key, wait)
+		actx := cctx
+		if !wait {
+			// One attempt is bounded too: should the connection break in
+			// the middle of it (a create whose answer is lost is looked
+			// for once a session is back), it ends one session timeout
+			// after it began, and cleans up after itself as an Acquire
+			// whose context ended does.
+			var c context.CancelFunc
+			actx, c = context.WithTimeoutCause(cctx, timeout,
+				fmt.Errorf("zookeeper: no answer from the server within the session timeout %v, which one attempt takes at most", timeout))
+			defer c()
+		}
+		h, err := l.attempt(actx, key, wait)
 		if err == nil {
 			return h, nil
 		}
-		if wait && errors.Is(err, errNodeGone) && cctx.Err() == nil {
+		if wait && sessionEnded(err) && cctx.Err() == nil {
 			continue // the session changed under us: start again
+		}
+		if cctx.Err() == nil && actx.Err() != nil && errors.Is(err, actx.Err()) {
+			err = context.Cause(actx) // not the caller's context: say why
 		}
 		return nil, locker.KeyError(op, key, ctxErr(err))
 	}
@@ -315,6 +369,19 @@ func (l *Locker) enter() bool {
 	l.ops.Add(1)
 	return true
 }
+
+// connGen returns the connection generation: a count of the session
+// events the Locker has seen. A Connect Locker counts each one on
+// go-zookeeper's own goroutine before go-zookeeper goes on (the callback
+// runs inline), so before a new connection re-arms the old watches: a
+// watch set at generation g whose event is read at generation g came on
+// the connection it was set on, in transaction order with every other
+// such watch. After a reconnect go-zookeeper sets the old watches again
+// in no particular order, and the server fires those whose nodes changed
+// meanwhile at once, in that order. New counts the events as the
+// supervisor reads them from the caller's channel, a little later (see
+// the package documentation).
+func (l *Locker) connGen() uint64 { return l.gen.Load() }
 
 // attempt creates a node for key and contends with it.
 func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, error) {
@@ -334,6 +401,7 @@ func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, e
 			l.removeNode(c.node)
 			return nil, err
 		}
+		h.setDup(c, dir)
 		return h, nil
 	}
 	h, err := l.contend(ctx, key, dir, c, wait)
@@ -341,6 +409,7 @@ func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, e
 		l.removeNode(c.node)
 		return nil, err
 	}
+	h.setDup(c, dir)
 	return h, nil
 }
 
@@ -349,6 +418,17 @@ func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, e
 func isConnErr(err error) bool {
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
 		errors.Is(err, zk.ErrSessionMoved) || errors.Is(err, zk.ErrClosing)
+}
+
+// sessionEnded reports an error after which the contender's node is gone
+// with its session: the node vanished (errNodeGone), or a request was
+// answered "session expired". go-zookeeper passes that on for a request
+// the server processed after it had begun closing the expired session and
+// before it closed the connection (a short window, but the answer is
+// certain): nothing of the request was applied, and the session's nodes
+// are deleted. A waiting Acquire starts over in the next session.
+func sessionEnded(err error) bool {
+	return errors.Is(err, errNodeGone) || errors.Is(err, zk.ErrSessionExpired)
 }
 
 // createdNode is what the create of a contender's node told.
@@ -360,6 +440,9 @@ type createdNode struct {
 	// the node's czxid.
 	dir *zk.Stat
 	sid int64 // the session that answered, with dir
+	// retried: an earlier create of the same GUID lost its answer, so a
+	// second node of ours may yet appear (see Handle.dup).
+	retried bool
 }
 
 // createNode creates the contender's protected ephemeral-sequential node in
@@ -375,6 +458,7 @@ type createdNode struct {
 // creates from then on.
 func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode, error) {
 	prefix := dir + "/" + nodeName(guid)
+	retried := false
 	for tries := 0; ; tries++ {
 		var c createdNode
 		multi := !l.noMulti.Load() && !l.hot.recent(dir)
@@ -419,6 +503,7 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 		var refused errMultiRefused
 		switch {
 		case err == nil:
+			c.retried = retried
 			return c, nil
 		case errors.As(err, &refused) || errors.Is(err, zk.ErrUnknown) || errors.Is(err, zk.ErrAPIError) || isUnimplemented(err):
 			// Nothing was applied: go on with plain creates.
@@ -432,13 +517,14 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 			// The create may have been applied: look for our GUID, until
 			// a listing answers (creating again before that could leave
 			// the first node behind as a ghost of our own).
+			retried = true
 			found, err := l.findOwnRetrying(ctx, dir, guid)
 			if err != nil {
 				l.dropCreate(dir, guid, sid)
 				return createdNode{}, err
 			}
 			if found != "" {
-				return createdNode{node: found}, nil
+				return createdNode{node: found, retried: true}, nil
 			}
 		default:
 			if isConnErr(err) {
@@ -494,12 +580,15 @@ func (l *Locker) findOwn(ctx context.Context, dir, guid string) (string, error) 
 	if err != nil {
 		return "", err
 	}
+	// Should a create have been applied twice, the lowest node keeps our
+	// place in the queue (contend deletes the others).
+	found, seq := "", int64(0)
 	for _, k := range kids {
-		if n, ok := parseNode(k); ok && n.guid == guid {
-			return dir + "/" + k, nil
+		if n, ok := parseNode(k); ok && n.guid == guid && (found == "" || n.seq < seq) {
+			found, seq = dir+"/"+k, n.seq
 		}
 	}
-	return "", nil
+	return found, nil
 }
 
 // ensureDir creates dir and its missing parents as container nodes (or
@@ -561,6 +650,11 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 		// which nodes they are on ("": none set).
 		pch, ppch          *nodeWatch
 		armedPred, armedPP string
+		// The connection generations of the watch on our own node and of
+		// the news that emptied lower (a watch's event, or a GetW's
+		// answer): a handoff with no request trusts their order, which
+		// holds only within one connection (see connGen).
+		ownGen, emptiedGen uint64
 	)
 	if c.dir != nil {
 		czxid, owner, known = c.dir.Mzxid, c.sid, true
@@ -591,6 +685,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 				ch      <-chan zk.Event
 				st      *zk.Stat
 				kidsErr error
+				g       = l.connGen()
 			)
 			if !known {
 				// An adopted node: its stat comes with the watch on it.
@@ -629,18 +724,22 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			}
 			if !known {
 				own, czxid, owner, known = ch, st.Czxid, st.EphemeralOwner, true
+				ownGen = g
 			}
 			nodes := sortNodes(kids)
 			idx := slices.IndexFunc(nodes, func(n lockNode) bool { return n.name == name })
 			if idx < 0 {
 				return nil, errNodeGone
 			}
-			// A node of ours that is not the one we contend with (it
-			// cannot happen with the search in createNode; should a
-			// create be applied twice all the same) would block us for
-			// good: delete it.
-			for _, n := range nodes[:idx] {
-				if n.guid == nodes[idx].guid {
+			// A node of ours that is not the one we contend with would
+			// block the queue: one before ours would block us for good,
+			// one after ours everyone once we are done, until the session
+			// ends. A create retried after a lost answer makes one when
+			// its first attempt was applied after all but the listing
+			// that looked for it did not show it yet (on an ensemble, a
+			// server behind the leader answered it). Delete it.
+			for i, n := range nodes {
+				if i != idx && n.guid == nodes[idx].guid {
 					l.deleteDetached(dir + "/" + n.name)
 				}
 			}
@@ -662,6 +761,13 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			} else if !fresh {
 				// Without a watch on our own node its deletion could have
 				// gone unseen: list again to be sure.
+				listed = false
+				continue
+			}
+			if !fresh && (ownGen != l.connGen() || emptiedGen != ownGen) {
+				// The connection changed since the watches were set: the
+				// deletion of our own node may come after the news of the
+				// predecessor's, though it happened first. List again.
 				listed = false
 				continue
 			}
@@ -700,6 +806,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			ppReq = &watchReq{path: pp, shared: true}
 			reqs = append(reqs, ppReq)
 		}
+		reqGen := l.connGen()
 		l.watchAll(ctx, reqs)
 		var errs []error
 		if ownReq != nil {
@@ -707,7 +814,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			case errors.Is(ownReq.err, zk.ErrNoNode):
 				return nil, errNodeGone
 			case ownReq.err == nil:
-				own = ownReq.ch
+				own, ownGen = ownReq.ch, reqGen
 			default:
 				errs = append(errs, ownReq.err)
 			}
@@ -716,7 +823,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			switch {
 			case errors.Is(predReq.err, zk.ErrNoNode):
 				armedPred, pch = "", nil
-				lower, fresh = lower[:len(lower)-1], false
+				lower, fresh, emptiedGen = lower[:len(lower)-1], false, reqGen
 				listed = len(lower) == 0
 			case predReq.err == nil:
 				armedPred, pch = pred, predReq.w
@@ -753,11 +860,14 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 		}
 		select {
 		case <-pch.fired():
-			ev := pch.ev
+			ev, evGen := pch.ev, pch.gen
+			if l.connGen() != evGen {
+				evGen = 0 // read after a reconnect: maybe a re-armed watch's
+			}
 			armedPred, pch = "", nil
 			switch ev.Type {
 			case zk.EventNodeDeleted:
-				lower, fresh = lower[:len(lower)-1], false
+				lower, fresh, emptiedGen = lower[:len(lower)-1], false, evGen
 				// With nodes left before it, the one that went gave up
 				// waiting (the holder goes first, seen on the other
 				// watch) or the listing is behind: list again.
@@ -841,6 +951,7 @@ func (l *Locker) watchAll(ctx context.Context, reqs []*watchReq) {
 // connection empties the table (see onSession).
 type nodeWatch struct {
 	path string
+	gen  uint64        // the connection generation before its GetW went out
 	set  chan struct{} // closed once the GetW was answered
 	err  error         // the GetW's error, set before set is closed
 	done chan struct{} // closed once the watch fired
@@ -862,8 +973,10 @@ func (w *nodeWatch) fired() <-chan struct{} {
 func (l *Locker) watchNode(ctx context.Context, path string) (*nodeWatch, error) {
 	l.wmu.Lock()
 	w := l.watches[path]
-	if w == nil {
-		w = &nodeWatch{path: path, set: make(chan struct{}), done: make(chan struct{})}
+	if g := l.connGen(); w == nil || w.gen != g {
+		// None, or one set on an older connection (the supervisor empties
+		// the table on a new one, maybe not yet): set a new one.
+		w = &nodeWatch{path: path, gen: g, set: make(chan struct{}), done: make(chan struct{})}
 		l.watches[path] = w
 		// Counted with the Locker's calls: this runs inside an Acquire,
 		// which Close waits for before it waits for the calls.

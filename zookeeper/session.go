@@ -19,6 +19,7 @@ func (l *Locker) enqueue(ev zk.Event) {
 	if ev.Type != zk.EventSession {
 		return // watch events reach their watchers through go-zookeeper
 	}
+	l.gen.Add(1) // before go-zookeeper re-arms any watch (see connGen)
 	if ev.State == zk.StateExpired && l.link != nil {
 		// The server is reachable and said so: get the new session now,
 		// not after go-zookeeper's one-second pause between rounds.
@@ -43,13 +44,12 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 	timer.Stop()
 	defer timer.Stop()
 	// lease checks, while connected, that some request was answered
-	// recently enough (Connect only: see checkLease).
+	// recently enough (Connect only: see checkLease). It is armed when a
+	// session is established (onSession), at the timeout the server
+	// granted: the one asked for may be far longer.
 	lease := time.NewTimer(time.Hour)
 	lease.Stop()
 	defer lease.Stop()
-	if l.link != nil {
-		lease.Reset(l.cfg.sessionTimeout / 3)
-	}
 	for {
 		select {
 		case <-l.bgCtx.Done():
@@ -59,8 +59,11 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 				events = nil
 				continue
 			}
+			if ev.Type == zk.EventSession {
+				l.gen.Add(1) // see connGen
+			}
 			if ev.Type == zk.EventSession && !l.staleEvent(ev.State) {
-				l.onSession(ev.State, timer)
+				l.onSession(ev.State, timer, lease)
 			}
 		case <-l.kick:
 			l.qmu.Lock()
@@ -68,7 +71,7 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 			l.queue = nil
 			l.qmu.Unlock()
 			for _, ev := range q {
-				l.onSession(ev.State, timer)
+				l.onSession(ev.State, timer, lease)
 			}
 		case <-timer.C:
 			l.mu.Lock()
@@ -90,7 +93,7 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 			// Events nobody read may have been dropped by go-zookeeper:
 			// trust the connection's own state.
 			if l.conn.State() == zk.StateHasSession {
-				l.onSession(zk.StateHasSession, timer)
+				l.onSession(zk.StateHasSession, timer, lease)
 			}
 		}
 	}
@@ -114,8 +117,9 @@ func (l *Locker) staleEvent(s zk.State) bool {
 	return l.connected && l.conn.SessionID() == l.sessID
 }
 
-// onSession applies one session state change.
-func (l *Locker) onSession(state zk.State, timer *time.Timer) {
+// onSession applies one session state change. timer is the supervisor's
+// disconnect deadline, lease its lease check.
+func (l *Locker) onSession(state zk.State, timer, lease *time.Timer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch state {
@@ -142,6 +146,15 @@ func (l *Locker) onSession(state zk.State, timer *time.Timer) {
 			if g := time.Duration(l.link.granted.Load()); g > 0 {
 				l.timeout = g
 			}
+			// The connect response just came (the handshake is a request
+			// answered, so heard is now about its send time): the next
+			// lease check is due when the lease of that answer ends, by
+			// the timeout just granted. Left armed as it was, the check
+			// would come at a third of the timeout asked for on the first
+			// connect, or of an older grant after a reconnect: with a
+			// server that grants far less than asked (its
+			// maxSessionTimeout), after the session may have expired.
+			lease.Reset(l.nextLeaseCheckLocked(time.Now()))
 		}
 		timer.Stop()
 		l.broadcastLocked()
@@ -345,6 +358,16 @@ func (l *Locker) leaseStaleLocked(now time.Time) bool {
 // leaseEnd is when the locks of a session last heard of at h are given up.
 func (l *Locker) leaseEnd(h time.Time) time.Time {
 	return h.Add(l.timeout - l.cfg.driftMargin(l.timeout))
+}
+
+// nextLeaseCheckLocked is how long after now the lease check is next due:
+// when the lease of the latest answer ends, or in a third of the session
+// timeout when nothing was answered yet.
+func (l *Locker) nextLeaseCheckLocked(now time.Time) time.Duration {
+	if h := l.link.heard(); !h.IsZero() {
+		return max(l.leaseEnd(h).Sub(now), 0)
+	}
+	return l.timeout / 3
 }
 
 // checkLease gives the locks of the session up when, while connected, no

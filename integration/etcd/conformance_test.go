@@ -27,6 +27,8 @@ func TestConformance(t *testing.T) {
 		// lease again; the server expires the lease one TTL after the last
 		// renewal and deletes its keys.
 		Crash: func(t *testing.T, l locker.Locker) { reg.Get(t, l, "Crash").Crash(t) },
+		// Every connection of the client closed from outside; it reconnects.
+		Reset: func(t *testing.T, l locker.Locker) { reg.Get(t, l, "Reset").ResetAll(t) },
 		// A partition: nothing passes either way until it heals.
 		Cut: func(t *testing.T, l locker.Locker) func() {
 			px := reg.Get(t, l, "Cut")

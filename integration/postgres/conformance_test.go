@@ -51,6 +51,9 @@ func TestConformance(t *testing.T) {
 		// sessions and so frees their locks, and the client can no longer
 		// reach the server.
 		Crash: func(t *testing.T, l locker.Locker) { proxies.Get(t, l, "Crash").Crash(t) },
+		// Every connection of the client closed from outside (its sessions
+		// end on the server, and their advisory locks with them).
+		Reset: func(t *testing.T, l locker.Locker) { proxies.Get(t, l, "Reset").ResetAll(t) },
 		// Cut partitions the client's proxy: its connections stay open but
 		// nothing passes, as in a partition, and what was sent meanwhile
 		// arrives when it heals (Proxy.Partition; a Blackhole's heal would

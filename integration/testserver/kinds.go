@@ -91,7 +91,10 @@ func (e *engine) serverSpec(kind string, ports []int) (sp spec, addr, dsn string
 }
 
 // startServer starts one server of kind in a new container and waits until it answers.
-func startServer(kind string) (*Server, error) {
+func startServer(kind string) (*Server, error) { return startServerWith(kind, nil) }
+
+// startServerWith is startServer with the container's spec changed by mod (nil: as is).
+func startServerWith(kind string, mod func(e *engine, sp *spec, ports []int)) (*Server, error) {
 	e, err := getEngine()
 	if err != nil {
 		return nil, err
@@ -103,6 +106,9 @@ func startServer(kind string) (*Server, error) {
 			return nil, err
 		}
 		sp, addr, dsn := e.serverSpec(kind, ports)
+		if mod != nil {
+			mod(e, &sp, ports)
+		}
 		s, err := runServers(e, kind, sp, []*Server{{kind: kind, addr: addr, dsn: dsn}}, nil)
 		if err == nil {
 			return s[0], nil
@@ -113,6 +119,34 @@ func startServer(kind string) (*Server, error) {
 		}
 	}
 	return nil, lastErr
+}
+
+// zooCfgExtra makes a ZooKeeper container add lines to its zoo.cfg: the
+// official image appends the space-separated entries of ZOO_CFG_EXTRA
+// itself; for the local image, whose entry script writes zoo.cfg and starts
+// the server at once, the script is run through a copy with the lines put
+// in just before the end of its zoo.cfg (so build/docker, and the image
+// every other test uses, stay as they are). The Go side checks the lines
+// (key=value, no spaces); whether the server took them is for the test to
+// check (see NewZooKeeperWith).
+func zooCfgExtra(lines []string) func(e *engine, sp *spec, ports []int) {
+	return func(e *engine, sp *spec, ports []int) {
+		if sp.env == nil {
+			sp.env = map[string]string{}
+		}
+		sp.env["ZOO_CFG_EXTRA"] = strings.Join(lines, " ")
+		if e.profile != profileLocal {
+			return
+		}
+		const script = `set -eu
+awk 'BEGIN { n = split(ENVIRON["ZOO_CFG_EXTRA"], extra, " ") }
+/^CFG$/ && !done { for (i = 1; i <= n; i++) print extra[i]; done = 1 }
+{ print }
+END { if (!done) exit 3 }' /usr/local/bin/locker-serve >/tmp/locker-serve-zk
+exec sh /tmp/locker-serve-zk zookeeper "$1"`
+		sp.entrypoint = []string{"/bin/sh", "-c", script, "locker-serve-zk"}
+		sp.cmd = []string{strconv.Itoa(ports[0])}
+	}
 }
 
 // runServers runs the container sp for the given servers, waits until each answers,

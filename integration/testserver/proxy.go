@@ -54,6 +54,45 @@ const holdFlushWait = time.Second
 
 func init() { toxics.Register(holdToxicType, new(holdToxic)) }
 
+// swallowToxic drops everything, the end of the stream included: the far
+// end's close is kept back until the toxic is removed, then passed on. It is
+// the one toxic that stands for a partition in which a FIN is lost like any
+// other packet (the timeout and hold toxics pass a close at once).
+type swallowToxic struct{}
+
+// swallowState records that the stream ended while the toxic held it,
+// across the restarts of Pipe when other toxics are added after it.
+type swallowState struct{ ended bool }
+
+func (*swallowToxic) NewState() interface{} { return new(swallowState) }
+
+func (*swallowToxic) Pipe(stub *toxics.ToxicStub) {
+	st := stub.State.(*swallowState)
+	for !st.ended {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				st.ended = true // the input is closed: read it no more
+			}
+			// Drop the data on the ground.
+		}
+	}
+	<-stub.Interrupt
+}
+
+// Cleanup passes on the end of the stream kept back, once removed.
+func (*swallowToxic) Cleanup(stub *toxics.ToxicStub) {
+	if stub.State.(*swallowState).ended {
+		stub.Close()
+	}
+}
+
+const swallowToxicType = "locker_swallow"
+
+func init() { toxics.Register(swallowToxicType, new(swallowToxic)) }
+
 // Proxy is a TCP fault proxy (Toxiproxy, run in this process) between a client and a
 // server: the client connects to Addr, the proxy to the upstream.
 type Proxy struct {
@@ -120,6 +159,19 @@ func (p *Proxy) Blackhole(t testing.TB) {
 	}
 }
 
+// BlackholeDownstream drops everything the server sends to the client,
+// while the client's requests still reach the server: the server applies
+// them, and the client never hears the answers. Heal closes the
+// connections it held, as after Blackhole.
+func (p *Proxy) BlackholeDownstream(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.p.Toxics.GetToxic("blackhole_downstream") == nil {
+		p.addToxic(t, "blackhole_downstream", "timeout", "downstream", `{"timeout":0}`)
+	}
+}
+
 // Partition stops all traffic through the proxy, both ways, as a network
 // partition does, until Heal: current and new connections stay open, nothing
 // passes, and what was sent meanwhile arrives once it heals (TCP would
@@ -163,6 +215,26 @@ func (p *Proxy) CutUpstream(t testing.TB) {
 		if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
 			t.Fatalf("testserver: proxy %s: cut upstream: %v", p.addr, err)
 		}
+	}
+}
+
+// SilenceDownstream drops everything the server sends to the client from
+// now on, the end of a connection included (a server that closes the
+// connection is not heard of by the client until Heal), leaving the other
+// direction as it is. Together with CutUpstream it is a partition that also
+// loses FINs, as a real one does: then the client can learn nothing from
+// the server, not even that it closed the connection (a ZooKeeper server
+// does, as it expires a session). Unlike Partition or Blackhole it adds no
+// toxic on the upstream direction, so a CutUpstream in place keeps holding
+// what it held (adding a toxic to a direction restarts its toxics, and a
+// restarted hold lets what it held through). Heal undoes it; what the
+// server sent meanwhile is lost.
+func (p *Proxy) SilenceDownstream(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.p.Toxics.GetToxic("silence_downstream") == nil {
+		p.addToxic(t, "silence_downstream", swallowToxicType, "downstream", `{}`)
 	}
 }
 

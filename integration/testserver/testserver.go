@@ -391,6 +391,31 @@ func NewZooKeeper(t testing.TB) *Server {
 	return private(t, kindZooKeeper, EnvZooKeeperAddr)
 }
 
+// NewZooKeeperWith returns a fresh ZooKeeper server private to the test, removed
+// at t.Cleanup, whose zoo.cfg has the given lines added ("key=value", e.g.
+// "maxSessionTimeout=1600"), on top of the test servers' own (tickTime=500). A
+// server named by LOCKER_TEST_ZOOKEEPER_ADDR cannot be configured so: then the
+// test is skipped. The server does not say which settings it took; a test
+// should check their effect (a granted session timeout, say).
+func NewZooKeeperWith(t testing.TB, cfg ...string) *Server {
+	t.Helper()
+	for _, line := range cfg {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || k == "" || v == "" || strings.ContainsAny(line, " \t\r\n") {
+			t.Fatalf("testserver: NewZooKeeperWith: bad zoo.cfg line %q (want key=value, no spaces)", line)
+		}
+	}
+	if v := fromEnv(EnvZooKeeperAddr); v != "" {
+		t.Skipf("testserver: this test needs a ZooKeeper server with %v in its zoo.cfg; the one %s names cannot be configured by the tests: unset %s to let them start their own", cfg, EnvZooKeeperAddr, EnvZooKeeperAddr)
+	}
+	s, err := startServerWith(kindZooKeeper, zooCfgExtra(cfg))
+	if err != nil {
+		unavailable(t, kindZooKeeper, EnvZooKeeperAddr, err)
+	}
+	t.Cleanup(func() { terminate(s) })
+	return s
+}
+
 // Etcd returns the etcd server shared by the tests of this binary; Addr is the
 // host:port of its client URL (http://Addr).
 func Etcd(t testing.TB) *Server {

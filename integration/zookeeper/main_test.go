@@ -71,3 +71,16 @@ type quiet struct{}
 func (quiet) Printf(string, ...any) {}
 
 // registry maps the Lockers the harness made to their proxies.
+
+// plainConn is a go-zookeeper connection to addr and its events channel,
+// for New; it is closed when the test ends (after the Lockers on it, whose
+// cleanups come later and so run first).
+func plainConn(t testing.TB, addr string) (*zk.Conn, <-chan zk.Event) {
+	t.Helper()
+	c, events, err := zk.Connect([]string{addr}, sessionTimeout, zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatalf("zk.Connect: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c, events
+}

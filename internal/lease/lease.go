@@ -8,6 +8,7 @@ package lease
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"time"
 
@@ -97,4 +98,51 @@ func NewOwner() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// MinLeft is the least of a lease of ttl that an acquisition must leave
+// when its grant comes back: the lease runs from the moment the request
+// was sent, so a grant that took longer (a slow server, a congested
+// network) is nearly or already over, and a Handle of it would be lost at
+// once. A backend gives such a grant back instead of handing it out. A
+// tenth of the TTL, as Redlock's minimum validity.
+func MinLeft(ttl time.Duration) time.Duration { return ttl / 10 }
+
+// LateTries is how many grants in a row that came back too late (see
+// LateGrant) a TryAcquire gives back before it fails; an Acquire tries
+// again for as long as its ctx allows.
+const LateTries = 3
+
+// LateGrant is a grant that came back with less than MinLeft of its lease
+// left, measured from the moment the acquiring request was sent, and was
+// given back. It is a failure of the backend's speed, not a holder's:
+// never locker.ErrNotAcquired.
+type LateGrant struct {
+	Backend string // "redis", "sqltable": names the backend in the message
+	Server  string // what granted it: "the server", "the database"
+	Took    time.Duration
+	Left    time.Duration // of the lease, less the drift margin, when the grant came back
+	TTL     time.Duration
+}
+
+func (e *LateGrant) Error() string {
+	return fmt.Sprintf("%s: %s granted the lock after %v, leaving %v of its %v lease (at least %v needed): too slow for this TTL; the grant was given back",
+		e.Backend, e.Server, e.Took.Round(time.Millisecond), max(e.Left, 0).Round(time.Millisecond), e.TTL, MinLeft(e.TTL))
+}
+
+// Late returns a *LateGrant if a grant whose request was sent at sent, for
+// a lease of ttl with drift margin drift, has less than MinLeft(ttl) left
+// now; nil if it may be handed out.
+func Late(backend, server string, sent time.Time, ttl, drift time.Duration) error {
+	left := time.Until(sent.Add(ttl - drift))
+	if left >= MinLeft(ttl) {
+		return nil
+	}
+	return &LateGrant{Backend: backend, Server: server, Took: time.Since(sent), Left: left, TTL: ttl}
+}
+
+// IsLate reports whether err is (or wraps) a LateGrant.
+func IsLate(err error) bool {
+	var e *LateGrant
+	return errors.As(err, &e)
 }
