@@ -67,6 +67,12 @@ func TestConformance(t *testing.T) {
 						}
 					}
 				},
+				// Every node drops the client's connections at once.
+				Reset: func(t *testing.T, l locker.Locker) {
+					for _, px := range of(t, l, "Reset").pxs {
+						px.ResetAll(t)
+					}
+				},
 				// An operator (or eviction) deletes the lock on every node.
 				Steal: func(t *testing.T, h locker.Handle) {
 					lock, _, _ := namer.KeyNames(h.Key())
