@@ -232,6 +232,15 @@ func TestConformanceCluster(t *testing.T) {
 				px.Crash(t)
 			}
 		},
+		// Every connection of the client, to every master, closed from
+		// outside; it reconnects.
+		Reset: func(t *testing.T, l locker.Locker) {
+			cp := proxyOf(l)
+			cp.check(t)
+			for _, px := range cp.byAddr {
+				px.ResetAll(t)
+			}
+		},
 		Cut: func(t *testing.T, l locker.Locker) func() {
 			cp := proxyOf(l)
 			cp.check(t)

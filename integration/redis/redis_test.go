@@ -75,6 +75,9 @@ func TestConformance(t *testing.T) {
 				// to the server again, so nothing is released or renewed and
 				// its locks stay until their lease runs out.
 				Crash: func(t *testing.T, l locker.Locker) { proxies.Get(t, l, "Crash").Crash(t) },
+				// Every connection of the client closed from outside (CLIENT
+				// KILL, a proxy, a restart of the connection); it reconnects.
+				Reset: func(t *testing.T, l locker.Locker) { proxies.Get(t, l, "Reset").ResetAll(t) },
 				Cut: func(t *testing.T, l locker.Locker) func() {
 					px := proxies.Get(t, l, "Cut")
 					px.Blackhole(t)
