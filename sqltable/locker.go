@@ -33,6 +33,10 @@ type Locker struct {
 	listen  *listener
 	fw      *fileWake // SQLite: the database file's signal to other processes; set by init
 	bell    *bell     // MySQL: the named locks that wake other processes' waiters; nil if none
+	pins    *pinSet   // the connections kept by the listener and the bell (see pool.go)
+	pinned  atomic.Int32
+	// watching: watchPool runs (while the Locker holds pins).
+	watching atomic.Bool
 
 	// ctx ends when Close begins: calls in progress return ErrClosed.
 	ctx  context.Context
@@ -91,6 +95,9 @@ func New(db *sql.DB, opts ...Option) *Locker {
 		l.table, _ = parseTable(cfg.table) // checked by WithTable
 		l.st = newStatements(l.dialect, l.table)
 		l.hubKey = l.dialect.String() + ":" + fmt.Sprintf("%p", db) + ":" + l.table.String() // refined by init
+		if l.dialect == PostgreSQL || l.dialect == MySQL {
+			l.pins = joinPins(db)
+		}
 		l.listen = newListener(l)
 		l.bell = newBell(l)
 	}
@@ -688,8 +695,9 @@ func (l *Locker) Close() error {
 	if l.listen != nil {
 		l.listen.close()
 	}
-	l.wg.Wait()             // goroutines, Releases in flight, drops of a racing acquire
-	l.bell.close()          // frees the bells it still holds
+	l.wg.Wait()    // goroutines, Releases in flight, drops of a racing acquire
+	l.bell.close() // frees the bells it still holds
+	l.pins.leave()
 	l.initSem <- struct{}{} // no init in progress; none starts (closing)
 	if l.fw != nil {
 		l.fw.leave(l.hubKey, l.cfg.notify)

@@ -231,25 +231,19 @@ type listener struct {
 	done      chan struct{}
 }
 
-// minListenPool is the least pool limit at which a Locker takes a
-// connection for listening: below it the listener would starve the
-// statements of acquires, renewals and releases.
-const minListenPool = 4
-
 func newListener(l *Locker) *listener {
 	ls := &listener{l: l, ready: make(chan struct{})}
-	if l.dialect == PostgreSQL && l.cfg.notify {
-		max := l.db.Stats().MaxOpenConnections
-		ls.enabled.Store(max == 0 || max >= minListenPool)
-	}
+	// The pool's limit is read when the listener takes its connection
+	// (see pool.go), not here: the caller may change it after New.
+	ls.enabled.Store(l.dialect == PostgreSQL && l.cfg.notify)
 	return ls
 }
 
 // ensure starts the listener if it is not running and waits, boundedly,
 // until it listens; it reports whether it does.
 func (ls *listener) ensure(ctx context.Context) bool {
-	if ls == nil || !ls.enabled.Load() {
-		return false
+	if ls == nil || !ls.enabled.Load() || !ls.l.pins.fits() {
+		return false // no listener, or a pool too small for one now
 	}
 	ls.mu.Lock()
 	if !ls.started {
@@ -327,10 +321,18 @@ func (ls *listener) run(ctx context.Context) {
 	}
 }
 
-// listenOnce takes a connection, listens on it until it fails or ctx ends,
-// then discards it (a connection that listened must not go back to the
-// pool). It reports whether LISTEN took effect.
+// listenOnce takes a connection, listens on it until it fails, ctx ends or
+// the pool's limit drops too low for it (see pool.go), then discards it (a
+// connection that listened must not go back to the pool). It reports
+// whether LISTEN took effect.
 func (ls *listener) listenOnce(ctx context.Context) (listened bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p := ls.l.pins.take(ls.l, false, cancel)
+	if p == nil {
+		return false // no room in the pool now: waiters poll
+	}
+	defer ls.l.pins.drop(p)
 	conn, err := ls.l.db.Conn(ctx)
 	if err != nil {
 		return false
