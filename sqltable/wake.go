@@ -31,8 +31,9 @@ import (
 // the row's lock). A waiter that leaves with a wake-up it did not act on
 // passes it to the next one, so a wake-up is never lost. Releases are
 // identified by the owner string of the lock released, so that the same
-// release heard twice (from this process's own release, then from one or
-// more listeners) wakes one waiter, not one per report.
+// release heard twice by the waiters of one table and key (from this
+// process's own release, then from one or more listeners) wakes one
+// waiter, not one per report.
 var procHub = &hub{keys: map[string][]*waiter{}, tables: map[string]map[string]struct{}{}, seen: recentReleases{at: map[string]time.Time{}}, held: map[string]int{}}
 
 type hub struct {
@@ -133,14 +134,26 @@ func (h *hub) needsBell(w *waiter) bool {
 }
 
 // wake wakes the longest waiting waiter of key, once per release: a
-// release ID (the released lock's owner) already heard is ignored.
+// release ID (the released lock's owner) already heard by the waiters of
+// this table and key is ignored. A heard mark stops only a duplicate that
+// would reach the same waiters: Lockers of one process whose database
+// identity differs (another search_path, host string or address of the
+// same server) keep their waiters apart, and the releasing Locker's own
+// wake, which reaches none of the other's, must not stop the NOTIFY that
+// reaches them. A report that finds no waiter leaves no mark either: a
+// waiter that registers later tries again anyway, and a later report only
+// costs it a try.
 func (h *hub) wake(table, key, release string) {
+	id := hubID(table, key)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if release != "" && h.seen.heard(release, time.Now()) {
+	if len(h.keys[id]) == 0 {
 		return
 	}
-	h.wakeOneLocked(hubID(table, key))
+	if release != "" && h.seen.heard(id+"\x00"+release, time.Now()) {
+		return
+	}
+	h.wakeOneLocked(id)
 }
 
 // The release IDs a hub remembers: those heard in the last releaseMemory
