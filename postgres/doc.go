@@ -87,7 +87,11 @@
 // before the connection returns to the pool: a held lock outlives the
 // timeout. idle_in_transaction_session_timeout does not apply (a session
 // lock is held outside any transaction); a LockTx transaction that it
-// aborts takes its lock and its writes with it.
+// aborts takes its lock and its writes with it. A proxy, load balancer or
+// NAT between client and server that drops connections idle for some time
+// ends the session as surely, and may tell the server before the holder:
+// keep WithHealthCheckInterval below its idle timeout, so that the health
+// checks keep the link busy (tested with a proxy that drops idle links).
 //
 // The holder learns of the loss through a health monitor on each held lock.
 // A session that the server ends (pg_terminate_backend, shutdown, restart,

@@ -146,3 +146,38 @@ func requirePG(t *testing.T, version int, what string) {
 		t.Skipf("server version %d has no %s", v, what)
 	}
 }
+
+// TestProxyDropsIdleConnections: a proxy between the holder and the server
+// closes connections on which the client sent nothing for a while (a load
+// balancer's or NAT's idle timeout). Closing the link ends the session, and
+// the server frees the lock as soon as it sees the close, which may be
+// before the holder sees its end of it: no timeout of the client can order
+// that. "ChecksBelowIdle": health checks more frequent than the proxy's
+// idle timeout keep the link busy, and the holder keeps its lock.
+// "ChecksAboveIdle": the link is dropped while held; the holder must not
+// still say held once another client holds the key.
+func TestProxyDropsIdleConnections(t *testing.T) {
+	srv := testserver.Postgres(t)
+	for _, c := range []struct {
+		name           string
+		idle, interval time.Duration
+		mustKeep       bool
+	}{
+		{"ChecksBelowIdle", 2 * time.Second, 500 * time.Millisecond, true},
+		{"ChecksAboveIdle", time.Second, 10 * time.Second, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			px := testserver.NewProxy(t, srv.Addr())
+			px.DropIdle(t, c.idle)
+			l1 := newLocker(t, newPool(t, withHost(t, srv.DSN(), px.Addr(), nil), 4), postgres.WithHealthCheckInterval(c.interval))
+			l2 := newLocker(t, sharedPool(t, 4))
+			k := testKey(t, "")
+			h1 := mustAcquire(t, ctx, l1, k)
+			kept := noSecondHolder(t, ctx, h1, l2, k, 5*time.Second)
+			if c.mustKeep && !kept {
+				t.Errorf("the holder lost its lock although its health checks (every %v) kept the link busier than the proxy's idle timeout (%v)", c.interval, c.idle)
+			}
+		})
+	}
+}

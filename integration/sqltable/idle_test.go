@@ -21,8 +21,9 @@ import (
 // wait_timeout. The pool's connections, the PostgreSQL listener's and the
 // MySQL bell's die between renewals (TTL 2s, renewals every 667ms; the
 // timeouts are 250ms on PostgreSQL and 1s, the least MySQL takes, on
-// MariaDB). The holder must keep its lock or report its loss before
-// another client holds the key; then its Release must succeed or say why.
+// MariaDB); "ProxyDropsIdle": a proxy drops them instead. The holder must
+// keep its lock or report its loss before another client holds the key;
+// then its Release must succeed or say why.
 func TestIdleConnectionKillers(t *testing.T) {
 	t.Run("PostgreSQL", func(t *testing.T) {
 		requireSQLPG(t, 140000)
@@ -43,6 +44,23 @@ func TestIdleConnectionKillers(t *testing.T) {
 		db := openDB(t, "mysql", dsn+sep+"wait_timeout=1")
 		requireSetting(t, db, "SELECT @@SESSION.wait_timeout", "1")
 		idleKiller(t, db, dialectNamed(t, "MariaDB").admin(t))
+	})
+	// A proxy that drops connections on which the client sent nothing for
+	// 250ms (a load balancer's or NAT's idle timeout).
+	t.Run("ProxyDropsIdle", func(t *testing.T) {
+		t.Run("PostgreSQL", func(t *testing.T) {
+			srv := testserver.Postgres(t)
+			px := testserver.NewProxy(t, srv.Addr())
+			px.DropIdle(t, 250*time.Millisecond)
+			idleKiller(t, openDB(t, "pgx", withQuery(t, srv.DSN(), px.Addr(), nil)), dialectNamed(t, "PostgreSQL").admin(t))
+		})
+		t.Run("MariaDB", func(t *testing.T) {
+			srv := testserver.MySQL(t)
+			px := testserver.NewProxy(t, srv.Addr())
+			px.DropIdle(t, 250*time.Millisecond)
+			user, pass, dbName := mysqlCreds(t, srv.DSN())
+			idleKiller(t, openDB(t, "mysql", user+":"+pass+"@tcp("+px.Addr()+")/"+dbName), dialectNamed(t, "MariaDB").admin(t))
+		})
 	})
 }
 
@@ -111,7 +129,16 @@ func idleKiller(t *testing.T, db, other *sql.DB) {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if err := h1.Release(rctx); err != nil {
-			t.Fatalf("Release: %v", err)
+			// A statement on a pooled connection that the proxy had
+			// dropped fails (pgx learns of the close only by using it),
+			// and a failed release cannot tell whether it took effect: it
+			// gives the lock up, says so, and frees the row in the
+			// background (which the waiters below must then see). Not a
+			// second holder; a known limitation.
+			if errors.Is(err, locker.ErrLost) || !errors.Is(h1.Err(), locker.ErrReleased) {
+				t.Fatalf("Release: %v (Err: %v)", err, h1.Err())
+			}
+			t.Logf("Release on a dropped connection: %v", err)
 		}
 	}
 	for range 2 {
