@@ -27,6 +27,16 @@ var ErrInvalidKey = errors.New("locker: invalid key")
 // as a TTL that is zero, negative or below the backend's minimum.
 var ErrInvalidOption = errors.New("locker: invalid option")
 
+// ErrUnsafeConfig reports a configuration the Locker refuses because it would
+// break the contract: a Redis that may evict locks or their fence counters, a
+// temporary SQL schema (every connection would see a table of its own), one
+// Redlock server listed under two names (it would count twice towards a
+// majority). The error names the setting or option at fault and how to fix
+// it. Backends refuse such a configuration at construction when they can see
+// it there, else at the first call that finds it; the same configuration is
+// refused on every backend where it can arise, with an error wrapping this one.
+var ErrUnsafeConfig = errors.New("locker: unsafe configuration")
+
 // ErrClosed reports use of a Locker after Close.
 var ErrClosed = errors.New("locker: closed")
 

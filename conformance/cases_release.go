@@ -278,7 +278,14 @@ func (s *suite) fencingAfterCrash(t *testing.T, ctx context.Context) {
 // no later than another client acquires it.
 func (s *suite) doneOnCut(t *testing.T, ctx context.Context) {
 	s.needCut(t)
-	a, b := s.newLocker(t), s.newLocker(t)
+	s.lossBeforeNext(t, ctx, s.newLocker(t), s.newLocker(t))
+}
+
+// lossBeforeNext: a, holding a key, is cut off; b's Acquire of the key
+// succeeds within ExpiryBound, and by then a's Done is closed and its Err
+// wraps ErrLost; b's token is greater.
+func (s *suite) lossBeforeNext(t *testing.T, ctx context.Context, a, b locker.Locker) {
+	t.Helper()
 	k := key(t, "")
 	ha := mustAcquire(t, ctx, a, k, ttl(s))
 	heal := s.cut(t, a)

@@ -11,7 +11,8 @@ import (
 )
 
 // waiterFault: holder H, waiters W1 and W2 on Lockers of their own. W1 is
-// cancelled, cut off or crashes (fault) while both wait; H releases; W2
+// cancelled, cut off or crashes (fault) while both wait; W2 still waits
+// while H holds (until W1's claim has surely ended); H releases; W2
 // holds the key within bound of the release. A fault on one waiter must not
 // strand the others (a queue entry that nobody will ever act on, a wake-up
 // spent on a waiter that is gone), and a cut waiter whose wait ended must not
@@ -28,6 +29,7 @@ func (s *suite) waiterFault(t *testing.T, ctx context.Context, fault string) {
 	stillWaiting(t, ch2, "second waiter")
 	bound := s.h.HandoffBound
 	heal := func() {}
+	faulted := time.Now()
 	switch fault {
 	case "cancel":
 		w1cancel()
@@ -45,6 +47,25 @@ func (s *suite) waiterFault(t *testing.T, ctx context.Context, fault string) {
 	case "crash":
 		s.h.Crash(t, w1)
 		bound = s.h.ExpiryBound + s.h.HandoffBound
+	}
+	// The holder still holds: whatever the first waiter's fault does on the
+	// server (its queue entry removed, its session expired, a watch fired),
+	// the second waiter must still wait. A cut or crashed waiter's claim
+	// ends within ExpiryBound, so watch that long.
+	watch := quick
+	if fault != "cancel" {
+		watch = s.h.ExpiryBound
+	}
+	select {
+	case r := <-ch2:
+		if r.err == nil {
+			_ = r.h.Release(ctx)
+			t.Fatalf("second waiter acquired the key %v after the first waiter %s, while the holder still held it (holder's Err: %v)", time.Since(faulted).Round(time.Millisecond), faultPast[fault], hh.Err())
+		}
+		t.Fatalf("second waiter failed after the first waiter %s, while the holder held the key: %v", faultPast[fault], r.err)
+	case <-hh.Done():
+		t.Fatalf("the holder lost its lock while the first waiter %s: %v", faultPast[fault], hh.Err())
+	case <-time.After(watch):
 	}
 	released := time.Now()
 	mustRelease(t, ctx, hh)
@@ -218,4 +239,64 @@ func (s *suite) closeWhileInFlight(t *testing.T, ctx context.Context) {
 	if late := r.at.Sub(start); late > s.h.CtxSlack+quick {
 		t.Errorf("Acquire in flight returned %v after Close; Close must end it at once", late)
 	}
+}
+
+// waiterLapses: Curator's killed-session test, for a Locker that holds one
+// key and waits for another. A holds k1 and waits for k2, which B holds; A
+// is cut off until its lease or session must have lapsed on the server
+// (ExpiryBound), then healed; B releases k2. A's k1 must be lost, and A's
+// wait for k2 must end on its own, not only when its ctx does: A either
+// holds k2 within ExpiryBound + HandoffBound of B's release (really holds
+// it: Done open, others refused, a greater token) or its Acquire has failed
+// with an error. A waiter stranded on a claim its lapsed session lost (a
+// queue node gone with the session, a watch on a predecessor that will
+// never fire) fails this case.
+func (s *suite) waiterLapses(t *testing.T, ctx context.Context) {
+	s.needCut(t)
+	a, b, c := s.newLocker(t), s.newLocker(t), s.newLocker(t)
+	k1, k2 := key(t, "-held"), key(t, "-waited")
+	h1 := mustAcquire(t, ctx, a, k1, ttl(s))
+	h2 := mustAcquire(t, ctx, b, k2, ttl(s))
+	ch := goAcquire(ctx, a, k2, ttl(s))
+	stillWaiting(t, ch, "waiter for a held key")
+	heal := s.cut(t, a)
+	defer heal()
+	cut := time.Now()
+	waitDone(t, h1, s.h.ExpiryBound+prompt, "holder cut off")
+	if err := h1.Err(); !errors.Is(err, locker.ErrLost) {
+		t.Errorf("Err() of a holder cut off past its lease = %v, want an error wrapping locker.ErrLost", err)
+	}
+	// The fault itself: keep A cut off until its lease or session has
+	// surely lapsed on the server.
+	select {
+	case r := <-ch:
+		ch = nil
+		if r.err == nil {
+			_ = r.h.Release(ctx)
+			t.Fatalf("a waiter cut off from the backend acquired a key that another client holds")
+		}
+		t.Logf("the cut-off waiter failed on its own while cut off: %v", r.err)
+	case <-time.After(time.Until(cut.Add(s.h.ExpiryBound))):
+	}
+	heal()
+	released := time.Now()
+	mustRelease(t, ctx, h2)
+	if ch == nil {
+		return
+	}
+	r := await(t, ch, s.h.ExpiryBound+s.h.HandoffBound+prompt, "the waiter whose lease or session lapsed, after the holder released")
+	if r.err != nil {
+		t.Logf("the waiter whose lease or session lapsed failed %v after the release: %v", r.at.Sub(released).Round(time.Millisecond), r.err)
+		return
+	}
+	t.Logf("the waiter whose lease or session lapsed held the key %v after the release", r.at.Sub(released).Round(time.Millisecond))
+	if isClosed(r.h.Done()) {
+		t.Errorf("the waiter whose lease or session lapsed returned a handle already ended: %v", r.h.Err())
+	} else {
+		mustNotTry(t, ctx, c, k2, "the waiter whose lease or session lapsed says it holds it")
+	}
+	if r.h.Token() <= h2.Token() {
+		t.Errorf("token %d of the waiter whose lease or session lapsed is not greater than the previous holder's %d", r.h.Token(), h2.Token())
+	}
+	_ = r.h.Release(ctx)
 }

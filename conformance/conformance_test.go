@@ -18,6 +18,7 @@ func toyHarness(f flaw) conformance.Harness {
 		NewLocker: func(t *testing.T) locker.Locker { return newToy(store, f) },
 		Crash:     func(t *testing.T, l locker.Locker) { l.(*toyLocker).crash() },
 		Steal:     func(t *testing.T, h locker.Handle) { store.steal(h.(*toyHandle)) },
+		Reset:     func(t *testing.T, l locker.Locker) { l.(*toyLocker).reset() },
 		// The toy is an in-process map; processLocal forgets to say so.
 		InProcess: f != processLocal,
 		Cut: func(t *testing.T, l locker.Locker) func() {
@@ -26,6 +27,26 @@ func toyHarness(f flaw) conformance.Harness {
 		},
 		TTL:      300 * time.Millisecond,
 		ManyKeys: 500,
+		Unsafe: []conformance.UnsafeConfig{
+			{
+				Name:    "store=private",
+				Mention: "store=private",
+				New: func(t *testing.T) (locker.Locker, error) {
+					if f != acceptsPrivateStore {
+						return nil, errToyPrivate
+					}
+					return newToy(newToyStore(), f), nil
+				},
+			},
+			{
+				// The toy's own configuration, made safe by being what it is:
+				// it proves the MadeSafe check passes a locker that keeps the
+				// contract.
+				Name:     "made-safe",
+				MadeSafe: true,
+				New:      func(t *testing.T) (locker.Locker, error) { return newToy(store, f), nil },
+			},
+		},
 	}
 }
 
@@ -63,6 +84,10 @@ var flaws = []struct {
 	{"LateCtx", lateCtx, []string{"Context/CancelWhileWaiting", "Context/DeadlineWhileWaiting"}},
 	{"LostWakeup", lostWakeup, []string{"Waiters/WaiterCancelled"}},
 	{"CloseWaitsInFlight", closeWaitsInFlight, []string{"Close/WhileInFlight"}},
+	{"AcceptsPrivateStore", acceptsPrivateStore, []string{"Config/UnsafeRefused"}},
+	{"FaultGrantsWaiter", faultGrantsWaiter, []string{"Waiters/WaiterCut", "Waiters/WaiterCrashes"}},
+	{"StrandsCutWaiter", strandsCutWaiter, []string{"Waiters/SessionLapse"}},
+	{"ResetFreesSilently", resetFreesSilently, []string{"Loss/ConnectionsReset"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"

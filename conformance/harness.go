@@ -38,6 +38,13 @@ type Harness struct {
 	// Context/*WhileCut, Close/WhileInFlight and Waiters/WaiterCut cases skip.
 	Cut func(t *testing.T, l locker.Locker) (heal func())
 
+	// Reset closes every connection l has to the backend at once, from
+	// outside, as a server dropping its clients, an idle-connection killer,
+	// a pooler or an operator's kill would; new connections are accepted at
+	// once. For a client behind a fault proxy, that is the proxy's reset of
+	// all its connections. Optional: without it Loss/ConnectionsReset skips.
+	Reset func(t *testing.T, l locker.Locker)
+
 	// Steal takes h's lock away on the server without telling its holder,
 	// as an eviction, a failover or an operator would: delete or overwrite
 	// the lock (Redis: DEL of the lock key; PostgreSQL: terminate the
@@ -128,10 +135,46 @@ type Harness struct {
 	// suite fail the run, so a renamed case cannot silently run again.
 	Skip map[string]string
 
+	// Unsafe lists configurations of the backend that would break a rule of
+	// the contract if accepted: an evicting Redis, a temporary SQL schema, one
+	// server listed twice among Redlock's nodes, a session the server grants
+	// far shorter than asked. Config/UnsafeRefused checks that each is refused
+	// with an error wrapping locker.ErrUnsafeConfig, or, where the entry says
+	// MadeSafe, that the rule it threatens holds all the same. Optional:
+	// without entries the case skips.
+	Unsafe []UnsafeConfig
+
 	// IgnoreGoroutines lists functions whose goroutines the leak check
 	// ignores when the function is anywhere in their stack (see
 	// goleak.IgnoreAnyFunction): for client libraries' own, and for test
 	// infrastructure the harness runs in process, such as a fault proxy
 	// whose connections wind down after the case.
 	IgnoreGoroutines []string
+}
+
+// UnsafeConfig is one configuration a backend must refuse, or make safe (see
+// Harness.Unsafe).
+type UnsafeConfig struct {
+	// Name says what is unsafe; it names the subtest: "maxmemory-policy=allkeys-lru".
+	Name string
+
+	// New builds a Locker in that configuration, the way a user would (a
+	// constructor, or Open with a URL), and returns it or the error with which
+	// the backend refused it. The suite closes a Locker it gets. For a
+	// MadeSafe entry, each call must return an independent client (like
+	// Harness.NewLocker) that Harness.Cut can cut off.
+	New func(t *testing.T) (locker.Locker, error)
+
+	// Mention is text the refusal must contain, case-insensitively: the
+	// option, parameter or server setting it names ("maxmemory-policy",
+	// "lock_table"). Empty: no text is required.
+	Mention string
+
+	// MadeSafe says the backend accepts the configuration and makes it safe
+	// instead of refusing it. The suite then checks the rule a "far shorter
+	// session than asked" threatens: a holder cut off from the backend
+	// reports its loss (Done closed, Err wrapping locker.ErrLost) before
+	// another client of the same configuration holds the key, and the next
+	// holder's token is greater. It needs Harness.Cut.
+	MadeSafe bool
 }

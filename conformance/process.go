@@ -36,6 +36,13 @@ const (
 	childRunEnv  = "LOCKER_CONFORMANCE_CHILD_RUN"
 	childTokenAt = "locker-conformance-child: holds token="
 	childFailAt  = "locker-conformance-child: failed: "
+	// The parent writes childWatch to the child's standard input before it
+	// pauses the child (Process/PausedHolder); the child answers
+	// childWatching, and once it resumes, childResumed with what its handle
+	// said at the first look.
+	childWatch    = "watch-pause"
+	childWatching = "locker-conformance-child: watching for a pause"
+	childResumed  = "locker-conformance-child: resumed: "
 )
 
 // runChild is Run in a child process: hold the key it was given.
@@ -57,10 +64,41 @@ func runChild(t *testing.T, h Harness) {
 	}
 	fmt.Printf("%s%d\n", childTokenAt, hd.Token())
 	// Hold until the parent closes stdin (or kills this process).
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	if err := hd.Release(ctx); err != nil {
+	paused := false
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		if sc.Text() == childWatch && !paused {
+			paused = true
+			watchPause(hd, ttl)
+		}
+	}
+	if err := hd.Release(ctx); err != nil && !(paused && errors.Is(err, locker.ErrLost)) {
 		t.Errorf("conformance child: Release: %v", err)
 	}
+}
+
+// watchPause looks at hd the moment this process resumes from a pause of
+// more than ttl/2: a goroutine reads the clock in a loop, with no call that
+// would let the runtime's timers run first, and on the first gap reads Err
+// and Done. A backend whose handle answers from a timer that has not fired
+// yet says "held" then, although its lease has run out.
+func watchPause(hd locker.Handle, ttl time.Duration) {
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		last := time.Now()
+		for {
+			now := time.Now()
+			if gap := now.Sub(last); gap > ttl/2 {
+				err, done := hd.Err(), isClosed(hd.Done())
+				fmt.Printf("%slost=%t done=%t gap=%v err=%v\n", childResumed, errors.Is(err, locker.ErrLost), done, gap.Round(time.Millisecond), err)
+				return
+			}
+			last = now
+		}
+	}()
+	<-started
+	fmt.Println(childWatching)
 }
 
 // childHolder is a child process that holds a key.
@@ -69,6 +107,7 @@ type childHolder struct {
 	stdin io.WriteCloser
 	token int64
 	exit  chan error
+	lines chan string // what the child prints after its token
 }
 
 // startChild runs the test binary again to hold k, and waits until it holds
@@ -96,7 +135,7 @@ func (s *suite) startChild(t *testing.T, k string) *childHolder {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("conformance: start a child process to hold a key: %v", err)
 	}
-	c := &childHolder{cmd: cmd, stdin: stdin, exit: make(chan error, 1)}
+	c := &childHolder{cmd: cmd, stdin: stdin, exit: make(chan error, 1), lines: make(chan string, 16)}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-c.exit
@@ -111,6 +150,11 @@ func (s *suite) startChild(t *testing.T, k string) *childHolder {
 			if !sent && (strings.HasPrefix(line, childTokenAt) || strings.HasPrefix(line, childFailAt)) {
 				got <- line
 				sent = true
+			} else if sent && strings.HasPrefix(line, "locker-conformance-child: ") {
+				select {
+				case c.lines <- line:
+				default:
+				}
 			}
 			if out.Len() < 4000 {
 				out.WriteString(line + "\n")

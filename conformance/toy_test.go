@@ -44,7 +44,16 @@ const (
 	lateCtx                  // waits notice their context only every 2.5s
 	lostWakeup               // a change wakes one waiter only, even one that has gone
 	closeWaitsInFlight       // Close waits for requests in flight instead of interrupting them
+	acceptsPrivateStore      // a Locker with a store of its own (a temporary schema's like) is accepted
+	faultGrantsWaiter        // a waiter woken by another waiter's crash or cut takes the key, held or not
+	strandsCutWaiter         // a waiter whose Locker was cut off waits until its ctx ends, whatever happens
+	resetFreesSilently       // a reset of its connections frees the Locker's keys, its handles unaware
 )
+
+// errToyPrivate is the toy's refusal of a store private to one Locker, the
+// like of a temporary SQL schema: every client would lock in a keyspace of
+// its own.
+var errToyPrivate = fmt.Errorf("%w: toy: store=private gives every Locker a keyspace of its own; use store=shared", locker.ErrUnsafeConfig)
 
 // toyMaxStoredKey is where truncatedKeys cuts keys, as a VARCHAR(250) would.
 const toyMaxStoredKey = 250
@@ -56,6 +65,7 @@ type toyStore struct {
 	wake    chan struct{}   // closed and replaced on every change
 	waiters []chan struct{} // for lostWakeup: one is woken per change
 	oneWake bool            // lostWakeup
+	faults  int             // for faultGrantsWaiter: crashes and cuts so far
 }
 
 func newToyStore() *toyStore {
@@ -107,6 +117,7 @@ type toyLocker struct {
 	healed  chan struct{} // closed when a cut heals
 	dead    bool
 	tokens  int64 // for perLockerToken
+	cuts    int   // for strandsCutWaiter: cuts so far
 	handles map[*toyHandle]struct{}
 	quit    chan struct{} // closed by Close: ends waits and watchdogs
 	wg      sync.WaitGroup
@@ -193,7 +204,7 @@ func (l *toyLocker) storeKey(key string) string {
 
 // try makes one attempt; on failure it returns the channel that signals the
 // next change and when the current lease runs out.
-func (l *toyLocker) try(ctx context.Context, key string, ttl time.Duration) (*toyHandle, <-chan struct{}, time.Time, error) {
+func (l *toyLocker) try(ctx context.Context, key string, ttl time.Duration, force bool) (*toyHandle, <-chan struct{}, time.Time, error) {
 	if l.flaw == outageNotAcquired && l.reachable() != nil && l.isCut() {
 		return nil, nil, time.Time{}, locker.ErrNotAcquired
 	}
@@ -215,7 +226,7 @@ func (l *toyLocker) try(ctx context.Context, key string, ttl time.Duration) (*to
 			delete(s.held, sk)
 		}
 	}
-	if cur := s.held[sk]; cur != nil && l.flaw != noExclusion {
+	if cur := s.held[sk]; cur != nil && l.flaw != noExclusion && !force {
 		if now.Before(cur.expires) {
 			return nil, s.waitChanLocked(), cur.expires, nil
 		}
@@ -268,8 +279,12 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 	if !wait {
 		op = "try-acquire"
 	}
+	force := false // faultGrantsWaiter
+	l.mu.Lock()
+	cuts := l.cuts // strandsCutWaiter
+	l.mu.Unlock()
 	for {
-		h, wake, expires, err := l.try(ctx, key, o.TTL)
+		h, wake, expires, err := l.try(ctx, key, o.TTL, force)
 		if err != nil {
 			return nil, locker.KeyError(op, key, err)
 		}
@@ -279,6 +294,9 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 		if !wait && giveUp == nil {
 			return nil, locker.KeyError("try-acquire", key, locker.ErrNotAcquired)
 		}
+		l.s.mu.Lock()
+		faults := l.s.faults
+		l.s.mu.Unlock()
 		timer := time.NewTimer(time.Until(expires))
 		if l.flaw == pollingWaiter {
 			wake = nil
@@ -312,6 +330,22 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 			return nil, locker.KeyError("acquire", key, ctx.Err())
 		}
 		timer.Stop()
+		l.mu.Lock()
+		stranded := l.flaw == strandsCutWaiter && l.cuts != cuts
+		l.mu.Unlock()
+		if stranded {
+			select { // its claim went with the cut; nothing will wake it
+			case <-ctx.Done():
+				return nil, locker.KeyError("acquire", key, ctx.Err())
+			case <-l.quit:
+				return nil, locker.KeyError("acquire", key, locker.ErrClosed)
+			}
+		}
+		if l.flaw == faultGrantsWaiter {
+			l.s.mu.Lock()
+			force = l.s.faults != faults
+			l.s.mu.Unlock()
+		}
 	}
 }
 
@@ -498,16 +532,57 @@ func (l *toyLocker) crash() {
 	l.mu.Lock()
 	l.dead = true
 	l.mu.Unlock()
+	l.fault()
+}
+
+// reset is the toy's Harness.Reset: its connections are closed. The toy
+// keeps its locks through it (they live in the store, not in a connection),
+// but resetFreesSilently frees them in the store and tells nobody.
+func (l *toyLocker) reset() {
+	if l.flaw != resetFreesSilently {
+		return
+	}
+	l.mu.Lock()
+	var hs []*toyHandle
+	for h := range l.handles {
+		hs = append(hs, h)
+	}
+	l.mu.Unlock()
+	l.s.mu.Lock()
+	for _, h := range hs {
+		if l.s.held[h.sk] == h {
+			delete(l.s.held, h.sk)
+		}
+	}
+	l.s.changedLocked()
+	l.s.mu.Unlock()
+}
+
+// fault tells the store's waiters, for faultGrantsWaiter, that a client
+// crashed or was cut off, as a session backend's queue does when a node goes.
+func (l *toyLocker) fault() {
+	if l.flaw != faultGrantsWaiter {
+		return
+	}
+	l.s.mu.Lock()
+	l.s.faults++
+	l.s.changedLocked()
+	l.s.mu.Unlock()
 }
 
 func (l *toyLocker) setCut(v bool) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	began := v && !l.cut
 	switch {
-	case v && !l.cut:
+	case began:
 		l.healed = make(chan struct{})
+		l.cuts++
 	case !v && l.cut:
 		close(l.healed)
 	}
 	l.cut = v
+	l.mu.Unlock()
+	if began {
+		l.fault()
+	}
 }

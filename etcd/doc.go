@@ -109,6 +109,10 @@
 // TryAcquire puts its key only if the directory is empty (a compare over
 // the whole directory: create revision 0 for every key in it), in one
 // round trip, and so writes nothing when the key is held or waited for.
+// It makes one attempt: when the cluster does not answer (the lease grant
+// or the create), it fails within three attempt windows (see below: about
+// one TTL, at least 3s, at most 15s, plus at most 300ms of clean-up),
+// whatever its context, with an error of its own (not ErrNotAcquired).
 //
 // An Acquire whose context ends, or that fails, deletes its waiter key
 // (guarded by its create revision) with deadlines of its own (2s per
@@ -151,6 +155,18 @@
 // delete by name alone, so a stale Release after the key went to another
 // holder deletes nothing. Close revokes the Locker's leases, which deletes
 // every key on them at once; a Release in flight ends with it.
+//
+// The same transaction writes the lease's release record, the key
+// <prefix>/%released/<lease id in hex> (on the lease, so it ends with it;
+// in no lock directory), holding the token of the key it deleted. A
+// Release whose attempt got no answer tries again; should it then find
+// the key gone, the record tells whether its own attempt deleted it (the
+// record names its key, or, if a later release on the lease wrote it
+// since, the history shows the record written at the very revision that
+// deleted the key). Release returns nil only when that is proved; a key
+// taken away meanwhile (deleted from outside, its lease revoked) while
+// another contender acquired, or a history compacted before it could
+// tell, is reported as a loss (an error wrapping locker.ErrLost).
 //
 // Inspect (locker.Inspector) reads the directory's oldest key and its
 // lease's remaining time (TimeToLive): two reads, no writes.

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/go-locker/locker"
@@ -46,11 +47,21 @@ func (h *Handle) Key() string { return h.key }
 func (h *Handle) Token() int64 { return h.rev }
 
 // Done is closed once the lock is released or lost.
-func (h *Handle) Done() <-chan struct{} { return h.state.Done() }
+func (h *Handle) Done() <-chan struct{} { h.checkLease(); return h.state.Done() }
 
 // Err is nil while the lock is held, then locker.ErrReleased or an error
 // wrapping locker.ErrLost.
-func (h *Handle) Err() error { return h.state.Err() }
+func (h *Handle) Err() error { h.checkLease(); return h.state.Err() }
+
+// checkLease declares the loss of the lease now if its deadline has passed
+// and its loss timer has not fired yet (see renew.Lease.Check). The keeper
+// is set before the lease's grant is announced, so before any Handle on it
+// exists.
+func (h *Handle) checkLease() {
+	if k := h.ls.keeper; k != nil {
+		k.Check()
+	}
+}
 
 // EtcdKey returns the holder's etcd key, for operators and tests.
 func (h *Handle) EtcdKey() string { return h.ekey }
@@ -88,6 +99,12 @@ func (l *Locker) forget(h *Handle) {
 // lock is given up all the same: the deletion goes on in the background,
 // and the key ends with the lease otherwise.
 //
+// The same transaction writes the lease's release record (see
+// releaseRecord), so that a retried deletion that finds the key gone after
+// an attempt whose answer was lost can tell whether that attempt deleted
+// it: Release returns nil only when an attempt of its own is proved to
+// have deleted the key, and the loss otherwise.
+//
 // After a loss the client's clock declared, the server may still have the
 // key (a partition that healed before the server expired the lease): the
 // first Release after it still sends the guarded deletion, in the
@@ -124,12 +141,14 @@ func (h *Handle) Release(ctx context.Context) error {
 		err   error
 		tries int
 	)
+	mark := releaseMark(h.rev)
 	for {
 		tries++
 		actx, acancel := context.WithTimeout(ctx, attemptWait(h.ls.ttl))
 		resp, err = l.cli.Txn(actx).
 			If(clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", h.rev)).
-			Then(clientv3.OpDelete(h.ekey)).
+			Then(clientv3.OpDelete(h.ekey), clientv3.OpPut(h.ls.marker, mark, clientv3.WithLease(h.ls.id))).
+			Else(clientv3.OpGet(h.ls.marker)).
 			Commit()
 		acancel()
 		if err == nil || ctx.Err() != nil || !retryable(err) || !pause(ctx, backoff(tries)/2) {
@@ -137,23 +156,43 @@ func (h *Handle) Release(ctx context.Context) error {
 		}
 	}
 	l.forget(h)
-	if err == nil && !resp.Succeeded && tries > 1 && !leaseLost(h.ls) && !expired {
-		// The key is gone, after an attempt whose answer we did not get:
-		// most likely that attempt deleted it. (The lease is not lost,
-		// so it did not expire; a deletion from outside in the same
-		// moment is not told apart.)
-		resp.Succeeded = true
-	}
-	switch {
-	case err == nil && resp.Succeeded:
+	if err == nil {
+		ours, why := resp.Succeeded && resp.Responses[0].GetResponseDeleteRange().GetDeleted() == 1, ""
+		if !resp.Succeeded {
+			why = "the lock key was gone: deleted on the server, or its lease expired"
+			if tries > 1 {
+				// An earlier attempt got no answer: it may be the one
+				// that deleted the key, or the key was taken away
+				// (deleted from outside, its lease revoked) while the
+				// attempts could not reach the server.
+				var cerr error
+				ours, cerr = l.ownDeletion(ctx, h, mark, resp)
+				if cerr != nil {
+					why = fmt.Sprintf("the lock key was gone after a deletion attempt that got no answer, and whether that attempt deleted it could not be told (%v): it may have been deleted on the server, or its lease expired, before", cerr)
+				}
+			}
+		}
 		h.keyGone.Store(true)
 		h.name.free()
-		h.state.End(locker.ErrReleased)
+		if !ours {
+			h.state.End(h.lostErr(why))
+			return locker.KeyError("release", h.key, h.state.Err())
+		}
+		if !h.state.End(locker.ErrReleased) {
+			// A loss (or Close) ended the lock while the deletion was on
+			// its way: Release says what Err says.
+			return locker.KeyError("release", h.key, h.state.Err())
+		}
 		return nil
-	case err == nil:
-		h.keyGone.Store(true)
-		h.name.free()
-		h.state.End(h.lostErr("the lock key was gone: deleted on the server, or its lease expired"))
+	}
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		// The key is ours (the guard held) but the lease the release
+		// record names is gone on the server: the key was detached
+		// from it (a put from outside) and the lease ended. Every lock
+		// on the lease is lost; the key is deleted, guarded.
+		h.ls.lose("the lease expired or was revoked on the server")
+		l.deleteDetached(h.name, h.rev, false)
+		h.state.End(h.lostErr("the lease of the lock expired or was revoked on the server"))
 		return locker.KeyError("release", h.key, h.state.Err())
 	}
 	if expired {

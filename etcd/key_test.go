@@ -60,3 +60,21 @@ func FuzzEncodeKey(f *testing.F) {
 		}
 	})
 }
+
+// The lease's release record lies in no lock directory: no key encodes to
+// "%released", so no directory's prefix range (the owner read, TryAcquire's
+// compare) ever sees it.
+func TestReleaseRecordInNoLockDir(t *testing.T) {
+	rec := releaseRecord(DefaultPrefix, 0x1234)
+	if want := DefaultPrefix + "/%released/0000000000001234"; rec != want {
+		t.Fatalf("releaseRecord = %q, want %q", rec, want)
+	}
+	if _, ok := DecodeKey("%released"); ok {
+		t.Fatal(`DecodeKey("%released") succeeded: some key's lock directory would hold the release records`)
+	}
+	for _, k := range []string{"%released", "%", "%r", "%25released", "/%released", "%released/0000000000001234", "released"} {
+		if dir := LockDir(DefaultPrefix, k); strings.HasPrefix(rec, dir) {
+			t.Errorf("the release record %q lies in the lock directory %q of key %q", rec, dir, k)
+		}
+	}
+}

@@ -25,6 +25,7 @@ type lease struct {
 
 	id      clientv3.LeaseID
 	granted time.Duration // the TTL the server granted
+	marker  string        // the lease's release record (see releaseRecord)
 	keeper  *renew.Lease  // renews it and times its loss; set before ready closes
 
 	lostCtx    context.Context    // ends once the lease is given up
@@ -140,6 +141,7 @@ func (ls *lease) grant(ctx context.Context) {
 		return
 	}
 	ls.id = clientv3.LeaseID(resp.ID)
+	ls.marker = releaseRecord(l.cfg.prefix, ls.id)
 	ls.granted = time.Duration(resp.TTL) * time.Second
 	interval := min(ls.ttl, ls.granted) / 3
 	if time.Since(sent) > interval {

@@ -160,12 +160,26 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	defer cancel()
 	stop := context.AfterFunc(l.opsCtx, cancel)
 	defer stop()
+	// TryAcquire makes one attempt: its retries (of the grant, of a
+	// create that got no answer) end after tryWait, whatever the
+	// caller's deadline, so that a cluster that does not answer makes it
+	// fail rather than hang.
+	var tryCtx context.Context
+	if !wait {
+		var tcancel context.CancelFunc
+		tryCtx, tcancel = context.WithTimeout(cctx, tryWait(ttl))
+		defer tcancel()
+		cctx = tryCtx
+	}
 	ctxErr := func(err error) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if l.opsCtx.Err() != nil {
 			return locker.ErrClosed
+		}
+		if tryCtx != nil && tryCtx.Err() != nil {
+			return fmt.Errorf("etcd: the cluster did not answer within %v (TryAcquire makes one attempt): %v", tryWait(ttl), err)
 		}
 		return err
 	}
@@ -194,6 +208,11 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		return nil, locker.KeyError(op, key, ctxErr(err))
 	}
 }
+
+// tryWait bounds a TryAcquire whose calls the cluster does not answer: three
+// attempt windows (see attemptWait), about one TTL, at least 3s and at most
+// 15s, so that a member that hangs still leaves time for another to answer.
+func tryWait(ttl time.Duration) time.Duration { return 3 * attemptWait(ttl) }
 
 // errLeaseGone says the server no longer knows the lease a put named.
 var errLeaseGone = errors.New("etcd: the lease was revoked or expired on the server")
@@ -413,6 +432,15 @@ func (l *Locker) hold(ls *lease, key string, name *waiterName, rev int64) (*Hand
 		h.watch.Stop()
 		h.state.End(err)
 		return nil, err
+	}
+	// The lease's deadline may have passed without its loss reported yet:
+	// the process was paused past it, or the loss timer has not run yet on
+	// a busy machine, and the answer that made us the holder came first.
+	// The server may have expired the lease (and given the key to the
+	// next waiter) since that answer: declare the loss now (Check, which
+	// takes l.mu), so that add below refuses the lease.
+	if ls.keeper != nil {
+		ls.keeper.Check()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -95,6 +95,47 @@
 // database's time of the release), so that the key's next token follows on
 // from its last one; Prune deletes the rows of keys unused for a long time.
 //
+// A Locker settles which table it uses once, at its first call, and
+// qualifies the name with its schema in every statement, so that all the
+// connections of its pool reach that one table whatever their search_path
+// or current database. An unqualified name is, on PostgreSQL, the table it
+// resolves to on the search_path if there is one, else the table CREATE
+// makes in the first schema of the path (current_schema()); on MySQL, in
+// the connection's database; on SQLite, in the main database. Lockers that
+// must share a table whatever their connections' settings name it with
+// its schema.
+//
+// A Locker whose tables exist runs no DDL (with or without WithoutDDL), so
+// a role with only SELECT, INSERT, UPDATE and DELETE on the two tables
+// (and USAGE on the schema) is enough: PostgreSQL 15 and later and MySQL
+// check the CREATE privilege for CREATE TABLE IF NOT EXISTS even when the
+// table exists.
+//
+// # Unsafe configurations
+//
+// A table of which each connection has its own copy would let every
+// process hold every key at once. Such configurations are refused with an
+// error wrapping locker.ErrUnsafeConfig that names the option:
+//
+//   - a table in a temporary schema: SQLite's temp (and an attached
+//     database with no file), PostgreSQL's pg_temp, pg_temp_N or
+//     pg_toast_temp_N in any case (WithTable, URL parameter lock_table;
+//     refused by New and Open, the error also wraps
+//     locker.ErrInvalidOption);
+//   - on PostgreSQL, an unqualified name that resolves to a temporary
+//     table, or that CREATE would make one of (a search_path with pg_temp
+//     first and no such table in the later schemas): refused at the first
+//     call;
+//   - an in-memory SQLite database (refused by Open; on a *sql.DB of one,
+//     at the first call, which finds it cannot use WAL mode).
+//
+// MySQL has no temporary schema, but a session's TEMPORARY table hides a
+// base table of the same name, qualified or not, on that connection only.
+// The Locker never creates one; a program that runs CREATE TEMPORARY TABLE
+// with the lock table's name on connections of the Locker's pool splits
+// the table in two, and no server-side check can see it from another
+// connection. Do not.
+//
 // # Time
 //
 // Leases are measured on the database's clock only: expires_us is
@@ -199,9 +240,9 @@
 //     of the same database, whatever its *sql.DB, wakes that key's
 //     longest-waiting waiter at once, on every dialect. The database is
 //     told by what it says of itself when a Locker first uses it (SQLite:
-//     the file; PostgreSQL: the server's address, port and start time, the
-//     database and the current schema; MySQL: the server's host name and
-//     port and the database), or by the *sql.DB when it cannot say. One
+//     the file; PostgreSQL: the server's address, port and start time and
+//     the database; MySQL: the server's host name and port; with the
+//     table's qualified name), or by the *sql.DB when it cannot say. One
 //     waiter, not all: the others would only fail their tries; a waiter
 //     that leaves without the lock (its context ended, a statement failed)
 //     before acting on a wake-up passes it on.
@@ -336,6 +377,13 @@
 //     on SQLite the statement is over when its call returns and one drop
 //     does. Close stops the repeats; a row taken after them (a statement
 //     held up longer on the server) frees at the end of its lease.
+//   - The acquire statement's answer comes back with less than a tenth of
+//     the lease left (the lease runs from the moment it was sent, less the
+//     drift margin: a slow database or network): the grant is given back
+//     (guarded by the attempt's owner) instead of handing out a Handle that
+//     is lost at once or already. Acquire tries again within ctx;
+//     TryAcquire tries up to three times, then fails with an error saying
+//     how long the grant took (never locker.ErrNotAcquired).
 //   - Close begins while an Acquire is taking its lock: the Acquire returns
 //     an error wrapping locker.ErrClosed, never a Handle, and Close
 //     releases the row (once).

@@ -47,11 +47,22 @@ func (h *Handle) Owner() string { return h.owner }
 func (h *Handle) TTL() time.Duration { return h.ttl }
 
 // Done is closed once the lock is released or lost.
-func (h *Handle) Done() <-chan struct{} { return h.st.Done() }
+func (h *Handle) Done() <-chan struct{} { h.checkLease(); return h.st.Done() }
 
 // Err is nil while the lock is held, then locker.ErrReleased or an error
 // wrapping locker.ErrLost.
-func (h *Handle) Err() error { return h.st.Err() }
+func (h *Handle) Err() error { h.checkLease(); return h.st.Err() }
+
+// checkLease declares the loss now if the lease's deadline has passed and
+// its loss timer has not fired yet (see renew.Lease.Check).
+func (h *Handle) checkLease() {
+	h.mu.Lock()
+	ls := h.lease
+	h.mu.Unlock()
+	if ls != nil {
+		ls.Check()
+	}
+}
 
 // start begins the lease: renewals every TTL/3 (unless the watchdog is off)
 // and the loss timer at sent + TTL − drift on the local monotonic clock.
@@ -60,7 +71,7 @@ func (h *Handle) start(sent time.Time, drift time.Duration) {
 		TTL:   h.ttl,
 		Drift: drift,
 		Lost:  h.lost,
-		Go:    h.l.spawn,
+		Go:    h.l.run,
 	}
 	if h.l.cfg.watchdog {
 		cfg.Renew = h.renew

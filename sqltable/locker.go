@@ -93,6 +93,9 @@ func New(db *sql.DB, opts ...Option) *Locker {
 	}
 	if l.cfgErr == nil {
 		l.table, _ = parseTable(cfg.table) // checked by WithTable
+		l.cfgErr = checkTable(l.dialect, l.table)
+	}
+	if l.cfgErr == nil {
 		l.st = newStatements(l.dialect, l.table)
 		l.hubKey = l.dialect.String() + ":" + fmt.Sprintf("%p", db) + ":" + l.table.String() // refined by init
 		if l.dialect == PostgreSQL || l.dialect == MySQL {
@@ -156,7 +159,10 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	}
 
 	h, err := l.try(cctx, key, ttl, drift)
-	if err != nil || h != nil {
+	for n := 1; isLate(err) && !wait && n < lateTries; n++ {
+		h, err = l.try(cctx, key, ttl, drift)
+	}
+	if (err != nil && !(wait && isLate(err))) || h != nil {
 		return l.keep(ctx, op, key, h, err)
 	}
 	if !wait {
@@ -175,6 +181,9 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	bellNext := true // MySQL: wait for the key's bell next, not sleep (see bell)
 	for {
 		h, err := l.try(cctx, key, ttl, drift)
+		if isLate(err) {
+			continue // given back; the next try may be quicker
+		}
 		if err != nil || h != nil {
 			acquired = h != nil
 			return l.keep(ctx, op, key, h, err)
@@ -263,6 +272,15 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 	if !ok {
 		return nil, nil
 	}
+	if left := time.Until(sent.Add(ttl - drift)); left < lease.MinLeft(ttl) {
+		// The grant came back too late to be of use: the Handle would be
+		// lost at once, or already is. Give it back (guarded by this
+		// attempt's owner); Acquire tries again within its ctx.
+		if _, err := l.dropOnce(ctx, key, owner); err != nil {
+			l.cleanup(key, owner, ttl)
+		}
+		return nil, &lateError{took: time.Since(sent), left: left, ttl: ttl, min: lease.MinLeft(ttl)}
+	}
 	h := &Handle{l: l, key: key, owner: owner, token: token, ttl: ttl, st: backend.NewState()}
 	if !l.register(h) {
 		// Close has begun and will not release h: free the row now,
@@ -273,6 +291,27 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 	h.start(sent, drift)
 	l.bell.schedule(h)
 	return h, nil
+}
+
+// lateTries is how many grants in a row that came back too late (see
+// lateError) TryAcquire gives back before it fails.
+const lateTries = 3
+
+// lateError is a grant that came back with less than lease.MinLeft of its
+// lease left, measured from the moment the acquire statement was sent, and
+// was given back.
+type lateError struct {
+	took, left, ttl, min time.Duration
+}
+
+func (e *lateError) Error() string {
+	return fmt.Sprintf("sqltable: the database granted the lock after %v, leaving %v of its %v lease (at least %v needed): too slow for this TTL; the grant was given back",
+		e.took.Round(time.Millisecond), max(e.left, 0).Round(time.Millisecond), e.ttl, e.min)
+}
+
+func isLate(err error) bool {
+	var e *lateError
+	return errors.As(err, &e)
 }
 
 // keep is what acquire returns for try's outcome: h, unless Close began
@@ -612,6 +651,23 @@ func (l *Locker) unregister(h *Handle) {
 }
 
 func (l *Locker) isClosing() bool { return l.ctx.Err() != nil }
+
+// run runs f on the calling goroutine while Close counts it as active, for
+// the lease keeper (renew.Config.Go): a renewal on its timer's goroutine,
+// and a loss declared by Handle.Err, which must have ended the handle when
+// it returns. It returns false without running f once Close is draining.
+func (l *Locker) run(f func()) bool {
+	l.mu.Lock()
+	if l.draining {
+		l.mu.Unlock()
+		return false
+	}
+	l.wg.Add(1)
+	l.mu.Unlock()
+	defer l.wg.Done()
+	f()
+	return true
+}
 
 // spawn runs f on a goroutine that Close waits for; false (f not run) once
 // Close has begun waiting.

@@ -77,7 +77,12 @@ func WithDialect(d Dialect) Option {
 // schema-qualified ("locks.app"). It must be ASCII letters, digits and
 // underscores, not starting with a digit, at most 58 bytes per part; it is
 // quoted, so its case is kept. The meta table is the same name with "_meta"
-// appended.
+// appended. An unqualified name is qualified with its schema at the
+// Locker's first call (see "The table" in the package documentation). A
+// table in a temporary schema (SQLite's temp, PostgreSQL's pg_temp or
+// pg_temp_N, in any case), where each connection would have one of its
+// own, is refused by New with an error wrapping locker.ErrUnsafeConfig
+// and locker.ErrInvalidOption.
 func WithTable(name string) Option {
 	return func(c *config) error {
 		if _, err := parseTable(name); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
 
+	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/internal/pgrace"
 )
 
@@ -34,27 +35,32 @@ func (l *Locker) init(ctx context.Context) error {
 			return err
 		}
 	}
-	if l.cfg.ddl {
-		for _, stmt := range l.st.ddl {
-			err := l.retry(ctx, func(ctx context.Context) error {
-				_, err := l.db.ExecContext(ctx, stmt)
-				return err
-			})
-			for try := 0; try < 3 && err != nil && l.dialect == PostgreSQL && pgrace.Lost(err); try++ {
-				// Clients creating the table at once: PostgreSQL's IF NOT
-				// EXISTS is not atomic, and another one won (it committed
-				// before this statement failed): run it again, now a no-op.
-				_, err = l.db.ExecContext(ctx, stmt)
-			}
-			if err != nil {
-				return fmt.Errorf("sqltable: create the lock table %s: %w", l.table, err)
-			}
+	if err := l.resolveTable(ctx); err != nil {
+		return err
+	}
+	exist, err := l.tablesExist(ctx)
+	if err != nil {
+		return err
+	}
+	if l.cfg.ddl && !exist {
+		if err := l.runDDL(ctx, l.st.ddl); err != nil {
+			return err
 		}
 	}
 	var v string
-	err := l.retry(ctx, func(ctx context.Context) error {
-		return l.db.QueryRowContext(ctx, l.st.version).Scan(&v)
-	})
+	readVersion := func() error {
+		return l.retry(ctx, func(ctx context.Context) error {
+			return l.db.QueryRowContext(ctx, l.st.version).Scan(&v)
+		})
+	}
+	err = readVersion()
+	if errors.Is(err, sql.ErrNoRows) && l.cfg.ddl && exist {
+		// Tables made by another client that has not recorded the
+		// version yet (or by hand): record it, as the DDL would.
+		if err = l.runDDL(ctx, l.st.ddl[len(l.st.ddl)-1:]); err == nil {
+			err = readVersion()
+		}
+	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("sqltable: table %s_meta has no schema_version row; create it with the DDL of the package documentation", l.table)
@@ -95,22 +101,154 @@ func (l *Locker) init(ctx context.Context) error {
 	return nil
 }
 
+// resolveTable settles which table the Locker uses, once, and qualifies its
+// name with the schema, so that every statement on every connection of the
+// pool, whatever its search_path or current database, reaches that one
+// table, and the wake-up identity names it (see Locker.hubKey). It refuses
+// a table that resolves to a temporary schema.
+//
+// PostgreSQL: an unqualified name is the table it resolves to on the
+// search_path if there is one, else the one CREATE would make in the first
+// schema of the path (current_schema()). MySQL: an unqualified name is in
+// the connection's database. SQLite: in the main database, unless
+// WithoutDDL was given and it has none of that name.
+func (l *Locker) resolveTable(ctx context.Context) error {
+	t, _ := parseTable(l.cfg.table) // checked by WithTable
+	var schema sql.NullString
+	var temp bool
+	var q string
+	var args []any
+	switch {
+	case l.dialect == SQLite && t.schema != "":
+		// An attached database of its own per connection (in memory, or
+		// a temporary file) is no more shared than temp is.
+		var file sql.NullString
+		err := l.retry(ctx, func(ctx context.Context) error {
+			return l.db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = ?1 COLLATE NOCASE", t.schema).Scan(&file)
+		})
+		if err == nil && file.String == "" {
+			return fmt.Errorf("%w: sqltable: table %q (WithTable, URL parameter lock_table) is in the SQLite database %q, which has no file: each connection has a database of its own there, so two holders of one key would never see each other; name a table in a database file", locker.ErrUnsafeConfig, t.String(), t.schema)
+		}
+		return l.useTable(t) // an unknown schema: the statements say so
+	case t.schema != "":
+		return l.useTable(t)
+	case l.dialect == SQLite && l.cfg.ddl:
+		t.schema = "main"
+		return l.useTable(t)
+	case l.dialect == SQLite:
+		q, args = "SELECT 'main' FROM main.sqlite_master WHERE type = 'table' AND name = ?1", []any{t.name}
+	case l.dialect == MySQL:
+		q = "SELECT DATABASE()"
+	case l.dialect == PostgreSQL:
+		// The table the name resolves to, if any, and whether it is a
+		// temporary one (pg_temp is searched first, and may be listed
+		// first in search_path); else the schema CREATE would use.
+		q = `SELECT coalesce((SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)), current_schema()),
+	coalesce((SELECT c.relpersistence = 't' FROM pg_class c WHERE c.oid = to_regclass($1)), false)`
+		args = []any{t.quoted(PostgreSQL, "")}
+	}
+	err := l.retry(ctx, func(ctx context.Context) error {
+		if l.dialect == PostgreSQL {
+			return l.db.QueryRowContext(ctx, q, args...).Scan(&schema, &temp)
+		}
+		return l.db.QueryRowContext(ctx, q, args...).Scan(&schema)
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return l.useTable(t) // SQLite: not in main; as SQLite resolves it
+	case err != nil:
+		return fmt.Errorf("sqltable: find the schema of the lock table %s: %w", t, err)
+	case !schema.Valid && l.dialect == PostgreSQL:
+		return fmt.Errorf("sqltable: the lock table %s is unqualified and the connection's search_path names no schema that exists; qualify the name (WithTable, URL parameter lock_table) or set search_path", t)
+	case !schema.Valid:
+		return l.useTable(t) // MySQL without a current database: the statements say so
+	}
+	if _, bad := tempSchema(l.dialect, schema.String); bad || temp {
+		return fmt.Errorf("%w: sqltable: the lock table %q resolves to the temporary schema %q (the connection's search_path puts pg_temp first, or a temporary table of that name exists), where each connection has a table of its own: two holders of one key would never see each other; name the table with a permanent schema (WithTable, URL parameter lock_table: \"public.%s\") or take pg_temp out of search_path", locker.ErrUnsafeConfig, t.name, schema.String, t.name)
+	}
+	t.schema = schema.String
+	return l.useTable(t)
+}
+
+// useTable makes t the Locker's table, and its statements t's.
+func (l *Locker) useTable(t tableName) error {
+	if t != l.table {
+		l.table = t
+		l.st = newStatements(l.dialect, t)
+	}
+	return nil
+}
+
+// tablesExist reports whether the lock table and its meta table exist
+// (PostgreSQL, MySQL; false on SQLite, where CREATE TABLE IF NOT EXISTS
+// needs no privilege), so that a role with only the rights to read and
+// write them needs no CREATE on the schema: PostgreSQL 15 and later and
+// MySQL check it for CREATE TABLE IF NOT EXISTS even when the table exists.
+func (l *Locker) tablesExist(ctx context.Context) (bool, error) {
+	var q string
+	var args []any
+	switch l.dialect {
+	case PostgreSQL:
+		q = "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL"
+		args = []any{l.table.quoted(PostgreSQL, ""), l.table.quoted(PostgreSQL, "_meta")}
+	case MySQL:
+		if l.table.schema == "" {
+			return false, nil
+		}
+		q = "SELECT COUNT(*) = 2 FROM information_schema.tables WHERE table_schema = ? AND table_name IN (?, ?)"
+		args = []any{l.table.schema, l.table.name, l.table.name + "_meta"}
+	default:
+		return false, nil
+	}
+	var ok bool
+	err := l.retry(ctx, func(ctx context.Context) error {
+		return l.db.QueryRowContext(ctx, q, args...).Scan(&ok)
+	})
+	if err != nil {
+		return false, fmt.Errorf("sqltable: look for the lock table %s: %w", l.table, err)
+	}
+	return ok, nil
+}
+
+// runDDL runs statements of the DDL.
+func (l *Locker) runDDL(ctx context.Context, stmts []string) error {
+	for _, stmt := range stmts {
+		err := l.retry(ctx, func(ctx context.Context) error {
+			_, err := l.db.ExecContext(ctx, stmt)
+			return err
+		})
+		for try := 0; try < 3 && err != nil && l.dialect == PostgreSQL && pgrace.Lost(err); try++ {
+			// Clients creating the table at once: PostgreSQL's IF NOT
+			// EXISTS is not atomic, and another one won (it committed
+			// before this statement failed): run it again, now a no-op.
+			_, err = l.db.ExecContext(ctx, stmt)
+		}
+		if err != nil {
+			return fmt.Errorf("sqltable: create the lock table %s: %w", l.table, err)
+		}
+	}
+	return nil
+}
+
 // dbIdentity names the database the Locker's pool reaches, for the
 // process-wide wake-up hub: Lockers of one process on one database (each
 // with a pool of its own, or sharing one) wake each other's waiters, and a
 // release on another database with a table of the same name wakes none.
 // SQLite: the main database's file; PostgreSQL: the server's address, port
-// and start time, the database and the schema unqualified names resolve
-// to; MySQL: the server's host name and port and the database.
+// and start time and the database; MySQL: the server's host name and port.
+// The table's name, qualified by resolveTable, completes it.
 func (l *Locker) dbIdentity(ctx context.Context) (string, error) {
 	var q string
 	switch l.dialect {
 	case SQLite:
 		q = "SELECT file FROM pragma_database_list WHERE name = 'main'"
 	case PostgreSQL:
-		q = "SELECT concat_ws('/', host(inet_server_addr()), inet_server_port(), pg_postmaster_start_time(), current_database(), current_schema())"
+		q = "SELECT concat_ws('/', host(inet_server_addr()), inet_server_port(), pg_postmaster_start_time(), current_database())"
 	case MySQL:
-		q = "SELECT CONCAT_WS('/', @@hostname, @@port, DATABASE())"
+		q = "SELECT CONCAT_WS('/', @@hostname, @@port)"
+		if l.table.schema == "" {
+			q = "SELECT CONCAT_WS('/', @@hostname, @@port, DATABASE())"
+		}
 	}
 	var id sql.NullString
 	err := l.retry(ctx, func(ctx context.Context) error {
@@ -138,7 +276,11 @@ func (l *Locker) walMode(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sqltable: set SQLite journal mode to WAL: %w", err)
 	}
-	if mode != "wal" {
+	switch mode {
+	case "wal":
+	case "memory":
+		return fmt.Errorf("%w: sqltable: SQLite database refuses WAL mode (journal mode %q): an in-memory database cannot be shared between connections; use a file", locker.ErrUnsafeConfig, mode)
+	default:
 		return fmt.Errorf("sqltable: SQLite database refuses WAL mode (journal mode %q): an in-memory database cannot be shared between connections; use a file", mode)
 	}
 	return nil

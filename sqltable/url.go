@@ -176,7 +176,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 			}
 			mode = int(m)
 		}
-		if err := finish(q, uo); err != nil {
+		if err := finish(q, SQLite, uo); err != nil {
 			return nil, err
 		}
 		db, err = openSQLite(u, os.FileMode(mode))
@@ -187,7 +187,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		if cerr != nil {
 			return nil, cerr
 		}
-		if err := finish(q, uo); err != nil {
+		if err := finish(q, MySQL, uo); err != nil {
 			return nil, err
 		}
 		conn, cerr := mysql.NewConnector(cfg)
@@ -201,7 +201,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		if err := q.Err(); err != nil {
 			return nil, err
 		}
-		if err := checkOptions(scheme, uo); err != nil {
+		if err := checkOptions(scheme, PostgreSQL, uo); err != nil {
 			return nil, err
 		}
 		db, err = openPostgres(u, q)
@@ -219,18 +219,25 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 }
 
 // finish rejects unknown parameters and invalid options.
-func finish(q *backend.Query, uo urlOptions) error {
+func finish(q *backend.Query, d Dialect, uo urlOptions) error {
 	if err := q.Finish(); err != nil {
 		return err
 	}
-	return checkOptions("sqltable", uo)
+	return checkOptions("sqltable", d, uo)
 }
 
-func checkOptions(scheme string, uo urlOptions) error {
+// checkOptions rejects invalid options, and a table that d cannot share
+// between connections.
+func checkOptions(scheme string, d Dialect, uo urlOptions) error {
 	if uo.err != nil {
 		return uo.err
 	}
-	if _, err := newConfig(uo.opts); err != nil {
+	cfg, err := newConfig(uo.opts)
+	if err == nil {
+		t, _ := parseTable(cfg.table) // checked by WithTable
+		err = checkTable(d, t)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %s: %w", locker.ErrInvalidURL, scheme, err)
 	}
 	return nil
@@ -255,7 +262,7 @@ func sqlitePath(u *url.URL) (string, error) {
 	case p == "":
 		return "", fmt.Errorf("%w: sqlite: URL names no database file (want sqlite:///absolute/path.db or sqlite:relative/path.db)", locker.ErrInvalidURL)
 	case p == ":memory:" || strings.HasPrefix(p, "file:") || strings.Contains(p, "mode=memory"):
-		return "", fmt.Errorf("%w: sqlite: %q: an in-memory database is private to one connection and cannot be shared; name a file", locker.ErrInvalidURL, p)
+		return "", fmt.Errorf("%w: %w: sqlite: %q: an in-memory database is private to one connection and cannot be shared; name a file", locker.ErrInvalidURL, locker.ErrUnsafeConfig, p)
 	case strings.ContainsAny(p, "?#\x00"):
 		return "", fmt.Errorf("%w: sqlite: the path %q contains '?', '#' or NUL, which the driver cannot take", locker.ErrInvalidURL, p)
 	case strings.HasSuffix(p, "/"):

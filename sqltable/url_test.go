@@ -2,6 +2,7 @@ package sqltable_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
@@ -156,5 +157,63 @@ func TestDDLErrors(t *testing.T) {
 		if err != nil || len(stmts) != 3 {
 			t.Errorf("DDL(%v) = %d statements, %v", d, len(stmts), err)
 		}
+	}
+}
+
+// TestTemporarySchemaRefused: a table in a temporary schema, where each
+// connection has tables of its own, is refused by Open and New with an
+// error naming the option; the same names are ordinary schemas elsewhere.
+func TestTemporarySchemaRefused(t *testing.T) {
+	dir := t.TempDir()
+	for _, u := range []string{
+		"sqlite://" + dir + "/x.db?lock_table=temp.locks",
+		"sqlite://" + dir + "/x.db?lock_table=Temp.locks",
+		"postgres+table://u:p@127.0.0.1:1/db?lock_table=pg_temp.locks",
+		"postgres+table://u:p@127.0.0.1:1/db?lock_table=PG_TEMP.locks",
+		"postgres+table://u:p@127.0.0.1:1/db?lock_table=pg_temp_12.locks",
+		"postgres+table://u:p@127.0.0.1:1/db?lock_table=pg_toast_temp_3.locks",
+	} {
+		l, err := locker.Open(context.Background(), u)
+		if err == nil {
+			l.Close()
+			t.Errorf("Open(%q) succeeded", u)
+			continue
+		}
+		if !errors.Is(err, locker.ErrInvalidURL) || !errors.Is(err, locker.ErrInvalidOption) || !errors.Is(err, locker.ErrUnsafeConfig) || !strings.Contains(err.Error(), "lock_table") {
+			t.Errorf("Open(%q) = %v; want ErrInvalidURL, ErrInvalidOption and an unsafe configuration naming lock_table", u, err)
+		}
+	}
+	for _, u := range []string{
+		"sqlite://" + dir + "/x.db?lock_table=pg_temp.locks",
+		"postgres+table://u:p@127.0.0.1:1/db?lock_table=temp.locks",
+		"postgres+table://u:p@127.0.0.1:1/db?lock_table=pg_temporal.locks",
+		"mysql://u:p@127.0.0.1:1/db?lock_table=temp.locks",
+	} {
+		l, err := locker.Open(context.Background(), u)
+		if err != nil {
+			t.Errorf("Open(%q) = %v, want an ordinary schema", u, err)
+			continue
+		}
+		l.Close()
+	}
+	db, _ := sqliteDB(t)
+	l := sqltable.New(db, sqltable.WithTable("temp.locks"))
+	defer l.Close()
+	if err := l.Err(); !errors.Is(err, locker.ErrInvalidOption) || !errors.Is(err, locker.ErrUnsafeConfig) || !strings.Contains(err.Error(), "WithTable") {
+		t.Errorf("New(WithTable(temp.locks)).Err() = %v; want ErrInvalidOption, an unsafe configuration naming WithTable", err)
+	}
+	if _, err := l.TryAcquire(context.Background(), "k"); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("TryAcquire = %v, want the option's error", err)
+	}
+	// An in-memory database, given as a *sql.DB: refused at the first call.
+	mem, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	lm := sqltable.New(mem)
+	defer lm.Close()
+	if _, err := lm.TryAcquire(context.Background(), "k"); !errors.Is(err, locker.ErrUnsafeConfig) {
+		t.Errorf("TryAcquire on an in-memory database = %v, want an unsafe configuration", err)
 	}
 }

@@ -44,11 +44,26 @@ func (h *Handle) Key() string { return h.key }
 func (h *Handle) Token() int64 { return h.token }
 
 // Done is closed once the lock is released or lost.
-func (h *Handle) Done() <-chan struct{} { return h.state.Done() }
+func (h *Handle) Done() <-chan struct{} { h.checkSession(); return h.state.Done() }
 
 // Err is nil while the lock is held, then locker.ErrReleased or an error
 // wrapping locker.ErrLost.
-func (h *Handle) Err() error { return h.state.Err() }
+func (h *Handle) Err() error { h.checkSession(); return h.state.Err() }
+
+// checkSession ends the lock as lost now if the session may have expired
+// already (see expiredBy) although the supervisor has not said so yet: the
+// process was paused past the session timeout, say, and the caller ran
+// first when it resumed. Its node is deleted all the same, in case the
+// session lives.
+func (h *Handle) checkSession() {
+	if h.state.Ended() || h.releasing.Load() {
+		return
+	}
+	if why := h.l.expiredBy(time.Now()); why != "" && h.state.End(h.lostErr(why)) {
+		h.l.forget(h)
+		h.l.deleteDetached(h.node)
+	}
+}
 
 // Node returns the path of the holder's node, for operators and tests.
 func (h *Handle) Node() string { return h.node }

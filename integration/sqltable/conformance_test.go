@@ -3,7 +3,9 @@ package sqltable_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,6 +67,7 @@ func TestConformance(t *testing.T) {
 			// by default).
 			HandoffBound: 1500 * time.Millisecond,
 			ManyKeys:     500,
+			Unsafe:       sqliteUnsafe(file),
 		})
 	})
 	for _, d := range dialects[1:] {
@@ -72,7 +75,7 @@ func TestConformance(t *testing.T) {
 			addr := d.addr(t)
 			admin := d.admin(t)
 			var proxies testserver.Registry[*testserver.Proxy]
-			conformance.Run(t, conformance.Harness{
+			h := conformance.Harness{
 				IgnoreGoroutines: testserver.ProxyGoroutines,
 				NewLocker: func(t *testing.T) locker.Locker {
 					px := testserver.NewProxy(t, addr)
@@ -95,7 +98,86 @@ func TestConformance(t *testing.T) {
 				MinTTL:       sqltable.MinTTL,
 				HandoffBound: time.Second,
 				ManyKeys:     500,
-			})
+			}
+			if d.name == "PostgreSQL" {
+				// MySQL and MariaDB have no temporary schema to refuse
+				// (see "Unsafe configurations" in the package
+				// documentation).
+				h.Unsafe = pgUnsafe(t, d, admin, &proxies)
+			}
+			conformance.Run(t, h)
 		})
+	}
+}
+
+// sqliteUnsafe are the SQLite configurations a Locker refuses: a table in
+// the temporary schema (each connection has its own) and an in-memory
+// database.
+func sqliteUnsafe(file string) []conformance.UnsafeConfig {
+	openURL := func(raw string) func(t *testing.T) (locker.Locker, error) {
+		return func(t *testing.T) (locker.Locker, error) {
+			l, err := sqltable.Open(context.Background(), raw)
+			if err != nil {
+				return nil, err
+			}
+			return l, nil
+		}
+	}
+	newDB := func(dsn string, opts ...sqltable.Option) func(t *testing.T) (locker.Locker, error) {
+		return func(t *testing.T) (locker.Locker, error) {
+			db := openDB(t, "sqlite", dsn)
+			l := sqltable.New(db, opts...)
+			return l, l.Err()
+		}
+	}
+	return []conformance.UnsafeConfig{
+		{Name: "lock_table=temp.locks", New: openURL("sqlite://" + file + "?lock_table=temp.locks"), Mention: "lock_table"},
+		{Name: "WithTable(TEMP.locks)", New: newDB(file, sqltable.WithTable("TEMP.locks")), Mention: "WithTable"},
+		{Name: "sqlite::memory:", New: openURL("sqlite::memory:"), Mention: "in-memory"},
+		{Name: "New(db of :memory:)", New: newDB(":memory:"), Mention: "in-memory"},
+	}
+}
+
+// pgUnsafe are the PostgreSQL configurations a Locker refuses, or makes
+// safe: a table in pg_temp (by name, or by a search_path that puts pg_temp
+// first where the table does not exist) is refused; a search_path with
+// pg_temp first where public has the table uses public's table.
+func pgUnsafe(t *testing.T, d dialect, admin *sql.DB, proxies *testserver.Registry[*testserver.Proxy]) []conformance.UnsafeConfig {
+	openURL := func(extra url.Values) func(t *testing.T) (locker.Locker, error) {
+		return func(t *testing.T) (locker.Locker, error) {
+			l, err := sqltable.Open(context.Background(), d.url(t, "", extra))
+			if err != nil {
+				return nil, err
+			}
+			return l, nil
+		}
+	}
+	fresh := fmt.Sprintf("tmp_first_%d", time.Now().UnixNano())
+	return []conformance.UnsafeConfig{
+		{Name: "lock_table=pg_temp.locks", New: openURL(url.Values{"lock_table": {"pg_temp.locks"}}), Mention: "lock_table"},
+		{Name: "lock_table=PG_TEMP_3.locks", New: openURL(url.Values{"lock_table": {"PG_TEMP_3.locks"}}), Mention: "lock_table"},
+		{Name: "WithTable(pg_temp.locks)", Mention: "WithTable", New: func(t *testing.T) (locker.Locker, error) {
+			l := sqltable.New(openDB(t, "pgx", testserver.Postgres(t).DSN()), sqltable.WithTable("pg_temp.locks"))
+			return l, l.Err()
+		}},
+		{Name: "search_path=pg_temp,public/new-table", New: openURL(url.Values{"search_path": {"pg_temp,public"}, "lock_table": {fresh}}), Mention: "search_path"},
+		{Name: "search_path=pg_temp,public/existing-table", MadeSafe: true, New: func(t *testing.T) (locker.Locker, error) {
+			ddl, err := sqltable.DDL(sqltable.PostgreSQL, "public."+sqltable.DefaultTable)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range ddl {
+				if _, err := admin.Exec(s); err != nil && !strings.Contains(err.Error(), "already exists") {
+					t.Fatalf("%s: %v", s, err)
+				}
+			}
+			px := testserver.NewProxy(t, d.addr(t))
+			l, err := sqltable.Open(context.Background(), d.url(t, px.Addr(), url.Values{"search_path": {"pg_temp,public"}}))
+			if err != nil {
+				return nil, err
+			}
+			proxies.Put(l, px)
+			return l, nil
+		}},
 	}
 }

@@ -9,16 +9,17 @@ import (
 )
 
 // upsertWaiting reports whether the server shows an acquire statement on
-// the default table waiting (for a row lock) in another session.
+// the default table (its name qualified with the schema) waiting (for a
+// row lock) in another session.
 func upsertWaiting(t *testing.T, d dialect, admin *sql.DB) bool {
 	t.Helper()
 	var q string
 	switch d.name {
 	case "PostgreSQL":
 		q = `SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database()
-AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "locker_locks"%'`
+AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO %"locker_locks" %'`
 	default:
-		q = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE 'INSERT INTO `locker_locks`%'"
+		q = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE 'INSERT INTO %`locker_locks` %'"
 	}
 	var n int
 	if err := admin.QueryRow(q).Scan(&n); err != nil {

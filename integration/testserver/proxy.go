@@ -160,6 +160,19 @@ func (p *Proxy) Blackhole(t testing.TB) {
 	}
 }
 
+// BlackholeDownstream drops everything the server sends to the client,
+// while the client's requests still reach the server: the server applies
+// them, and the client never hears the answers. Heal closes the
+// connections it held, as after Blackhole.
+func (p *Proxy) BlackholeDownstream(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.p.Toxics.GetToxic("blackhole_downstream") == nil {
+		p.addToxic(t, "blackhole_downstream", "timeout", "downstream", `{"timeout":0}`)
+	}
+}
+
 // Partition stops all traffic through the proxy, both ways, as a network
 // partition does, until Heal: current and new connections stay open, nothing
 // passes, and what was sent meanwhile arrives once it heals (TCP would

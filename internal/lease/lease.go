@@ -98,3 +98,11 @@ func NewOwner() string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
+
+// MinLeft is the least of a lease of ttl that an acquisition must leave
+// when its grant comes back: the lease runs from the moment the request
+// was sent, so a grant that took longer (a slow server, a congested
+// network) is nearly or already over, and a Handle of it would be lost at
+// once. A backend gives such a grant back instead of handing it out. A
+// tenth of the TTL, as Redlock's minimum validity.
+func MinLeft(ttl time.Duration) time.Duration { return ttl / 10 }

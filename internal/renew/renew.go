@@ -80,6 +80,7 @@ type Lease struct {
 	lastErr  error              // the last failed renewal, for the loss message
 	stopped  bool
 	lost     bool
+	lostDone chan struct{} // closed once Lost has returned
 }
 
 // Start keeps a lease whose acquiring request was sent at sent. It panics if
@@ -89,7 +90,7 @@ func Start(sent time.Time, cfg Config) *Lease {
 	if cfg.TTL <= 0 || cfg.Drift < 0 || cfg.Drift >= cfg.TTL || cfg.Lost == nil {
 		panic(fmt.Sprintf("renew.Start: bad config: TTL %v, Drift %v, Lost set %t", cfg.TTL, cfg.Drift, cfg.Lost != nil))
 	}
-	l := &Lease{cfg: cfg, interval: cfg.Interval, retry: cfg.Retry, deadline: sent.Add(cfg.TTL - cfg.Drift)}
+	l := &Lease{cfg: cfg, interval: cfg.Interval, retry: cfg.Retry, deadline: sent.Add(cfg.TTL - cfg.Drift), lostDone: make(chan struct{})}
 	if l.interval <= 0 {
 		l.interval = cfg.TTL / 3
 	}
@@ -130,6 +131,36 @@ func (l *Lease) Expired(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return !now.Before(l.deadline)
+}
+
+// Check declares the loss at once, on the calling goroutine (inside Go, if
+// set), when the deadline has passed and the lease is still kept: Lost runs
+// before Check returns. Handle.Err and Handle.Done call it, so that a holder
+// looking at its lock after a pause past the deadline (a GC pause, a stopped
+// process, a suspended VM) is told it is lost at its first look, not only
+// once the loss timer, due during the pause, has had its turn to run. It
+// costs a lock and a clock reading while the lease is kept.
+//
+// If the loss timer is declaring the loss at that moment, Check waits until
+// it has (Lost must therefore not call Check, nor Err or Done of a handle on
+// the lease).
+func (l *Lease) Check() {
+	l.mu.Lock()
+	due := !l.stopped && !time.Now().Before(l.deadline)
+	losing := l.lost
+	l.mu.Unlock()
+	switch {
+	case due:
+		l.run(l.check)
+		l.mu.Lock()
+		losing = l.lost
+		l.mu.Unlock()
+		if losing {
+			<-l.lostDone
+		}
+	case losing:
+		<-l.lostDone
+	}
 }
 
 // Extended records a renewal that succeeded and whose request was sent at
@@ -187,6 +218,7 @@ func (l *Lease) lose(cause error) {
 	l.lost = true
 	l.stopLocked()
 	l.mu.Unlock()
+	defer close(l.lostDone)
 	l.cfg.Lost(cause)
 }
 

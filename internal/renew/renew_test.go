@@ -270,3 +270,33 @@ func TestExpired(t *testing.T) {
 		t.Fatal("Expired before the deadline")
 	}
 }
+
+// TestCheckDeclaresLossAtOnce: once the deadline has passed, Check returns
+// only after Lost has been called, whether Check or the loss timer (due at
+// the same moment, as after a pause) declared it; before the deadline it
+// does nothing.
+func TestCheckDeclaresLossAtOnce(t *testing.T) {
+	for i := range 200 {
+		var calls atomic.Int32
+		var done atomic.Bool
+		l := Start(time.Now().Add(-2*time.Hour), Config{TTL: time.Hour, Drift: time.Minute, Lost: func(error) {
+			calls.Add(1)
+			done.Store(true)
+		}})
+		l.Check()
+		if !done.Load() {
+			t.Fatalf("round %d: Check returned on a lease past its deadline before Lost was called", i)
+		}
+		l.Check()
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("round %d: Lost called %d times, want once", i, n)
+		}
+	}
+	var called atomic.Bool
+	l := Start(time.Now(), Config{TTL: time.Hour, Drift: time.Minute, Lost: func(error) { called.Store(true) }})
+	defer l.Stop()
+	l.Check()
+	if called.Load() {
+		t.Fatal("Check declared the loss of a lease whose deadline is an hour away")
+	}
+}

@@ -54,11 +54,22 @@ func (h *Handle) Owner() string { return h.owner }
 func (h *Handle) TTL() time.Duration { return h.tm.ttl }
 
 // Done is closed once the lock is released or lost.
-func (h *Handle) Done() <-chan struct{} { return h.st.Done() }
+func (h *Handle) Done() <-chan struct{} { h.checkLease(); return h.st.Done() }
 
 // Err is nil while the lock is held, then locker.ErrReleased or an error
 // wrapping locker.ErrLost.
-func (h *Handle) Err() error { return h.st.Err() }
+func (h *Handle) Err() error { h.checkLease(); return h.st.Err() }
+
+// checkLease declares the loss now if the lease's deadline has passed and
+// its loss timer has not fired yet (see renew.Lease.Check).
+func (h *Handle) checkLease() {
+	h.mu.Lock()
+	ls := h.lease
+	h.mu.Unlock()
+	if ls != nil {
+		ls.Check()
+	}
+}
 
 // Validity returns until when the lock is surely held on a majority of the
 // nodes, on this process's monotonic clock: the send time of the last
