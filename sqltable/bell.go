@@ -268,6 +268,16 @@ func (b *bell) connLocked(ctx context.Context, f func(*sql.Conn) error) error {
 			return errNoRoom
 		}
 		c, err := b.l.db.Conn(ctx)
+		if err == nil {
+			// The bell connection is idle while it holds bells: a
+			// wait_timeout would free them under their holders (their
+			// waiters would only poll). It is discarded afterwards, never
+			// pooled.
+			_, err = c.ExecContext(ctx, "SET SESSION wait_timeout = 2147483")
+			if err != nil {
+				discard(c)
+			}
+		}
 		if err != nil {
 			b.l.pins.drop(p)
 			return err

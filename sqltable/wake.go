@@ -316,6 +316,10 @@ func (ls *listener) setListening(on bool) {
 	}
 }
 
+// listenIdle turns off the listening session's idle_session_timeout where
+// the server has one.
+const listenIdle = `SELECT pg_catalog.set_config('idle_session_timeout', '0', false) WHERE pg_catalog.current_setting('idle_session_timeout', true) IS NOT NULL`
+
 // run listens until ctx ends, reconnecting after a failure.
 func (ls *listener) run(ctx context.Context) {
 	wait := 50 * time.Millisecond
@@ -359,6 +363,13 @@ func (ls *listener) listenOnce(ctx context.Context) (listened bool) {
 		}
 		c := sc.Conn()
 		if _, err := c.Exec(ctx, `LISTEN "`+ls.l.table.channel()+`"`); err != nil {
+			return driver.ErrBadConn
+		}
+		// The listening session is idle by design: a server that ends
+		// idle sessions (idle_session_timeout, PostgreSQL 14+) would end
+		// it again and again, each time costing the waiters a round of
+		// tries. The connection is discarded afterwards, never pooled.
+		if _, err := c.Exec(ctx, listenIdle); err != nil {
 			return driver.ErrBadConn
 		}
 		listened = true

@@ -33,7 +33,19 @@ func TestIdleConnectionKillers(t *testing.T) {
 		})
 		db := openDB(t, "pgx", dsn)
 		requireSetting(t, db, "SHOW idle_session_timeout", "250ms")
-		idleKiller(t, db, dialectNamed(t, "PostgreSQL").admin(t))
+		admin := dialectNamed(t, "PostgreSQL").admin(t)
+		idleKiller(t, db, admin, func(t *testing.T, l *sqltable.Locker, k string) {
+			// The listener's session, idle by design, was not ended
+			// again and again: one has lived for the whole hold.
+			var n int
+			q := "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE '%set_config(''idle_session_timeout'', ''0''%' AND backend_start < now() - interval '4 seconds'"
+			if err := admin.QueryRowContext(testCtx(t), q).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				t.Error("no listening session has lived through the hold: idle_session_timeout keeps ending the listener")
+			}
+		})
 	})
 	t.Run("MariaDB", func(t *testing.T) {
 		dsn := testserver.MySQL(t).DSN()
@@ -43,7 +55,18 @@ func TestIdleConnectionKillers(t *testing.T) {
 		}
 		db := openDB(t, "mysql", dsn+sep+"wait_timeout=1")
 		requireSetting(t, db, "SELECT @@SESSION.wait_timeout", "1")
-		idleKiller(t, db, dialectNamed(t, "MariaDB").admin(t))
+		admin := dialectNamed(t, "MariaDB").admin(t)
+		idleKiller(t, db, admin, func(t *testing.T, l *sqltable.Locker, k string) {
+			// The bell of the held key is still rung: wait_timeout did
+			// not end the bell connection under it.
+			var id sql.NullInt64
+			if err := admin.QueryRowContext(testCtx(t), "SELECT IS_USED_LOCK(?)", l.BellName(k)).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			if !id.Valid {
+				t.Error("the held key's bell is free after the hold: wait_timeout ended the bell connection")
+			}
+		})
 	})
 	// A proxy that drops connections on which the client sent nothing for
 	// 250ms (a load balancer's or NAT's idle timeout).
@@ -52,14 +75,14 @@ func TestIdleConnectionKillers(t *testing.T) {
 			srv := testserver.Postgres(t)
 			px := testserver.NewProxy(t, srv.Addr())
 			px.DropIdle(t, 250*time.Millisecond)
-			idleKiller(t, openDB(t, "pgx", withQuery(t, srv.DSN(), px.Addr(), nil)), dialectNamed(t, "PostgreSQL").admin(t))
+			idleKiller(t, openDB(t, "pgx", withQuery(t, srv.DSN(), px.Addr(), nil)), dialectNamed(t, "PostgreSQL").admin(t), nil)
 		})
 		t.Run("MariaDB", func(t *testing.T) {
 			srv := testserver.MySQL(t)
 			px := testserver.NewProxy(t, srv.Addr())
 			px.DropIdle(t, 250*time.Millisecond)
 			user, pass, dbName := mysqlCreds(t, srv.DSN())
-			idleKiller(t, openDB(t, "mysql", user+":"+pass+"@tcp("+px.Addr()+")/"+dbName), dialectNamed(t, "MariaDB").admin(t))
+			idleKiller(t, openDB(t, "mysql", user+":"+pass+"@tcp("+px.Addr()+")/"+dbName), dialectNamed(t, "MariaDB").admin(t), nil)
 		})
 	})
 }
@@ -69,8 +92,9 @@ func TestIdleConnectionKillers(t *testing.T) {
 // Locker on other wait for it, and decides by the order of events: a
 // waiter that gets the key must find the holder's handle already Done
 // with ErrLost; a holder still held at the end releases without error and
-// a waiter then gets the key.
-func idleKiller(t *testing.T, db, other *sql.DB) {
+// a waiter then gets the key. held, if not nil, checks more at the end of
+// the hold while the key is still held.
+func idleKiller(t *testing.T, db, other *sql.DB, held func(t *testing.T, l *sqltable.Locker, k string)) {
 	t.Helper()
 	ctx := testCtx(t)
 	l1 := sqltable.New(db, sqltable.WithTTL(2*time.Second))
@@ -126,6 +150,9 @@ func idleKiller(t *testing.T, db, other *sql.DB) {
 		t.Logf("the holder lost its lock (reported): %v", err)
 	} else {
 		t.Logf("the holder kept its lock for 5s")
+		if held != nil {
+			held(t, l1, k)
+		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if err := h1.Release(rctx); err != nil {
