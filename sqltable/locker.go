@@ -404,9 +404,17 @@ func (l *Locker) remaining(ctx context.Context, key string) (time.Duration, erro
 // release runs the guarded release of h; true when it freed the row. It is
 // bounded by ctx only, not by Close, which would otherwise cut a Release
 // short that Close no longer releases itself.
+//
+// A release whose connection was found gone (see connGone) runs again on
+// another (at most maxGoneRetries times, while connections are found
+// gone): the guarded statement frees the row only if it is still
+// this holder's, so a second run never touches another holder's lock. If
+// that run frees the row, the first did not, and the release succeeded;
+// if it finds nothing, the first may have freed it before its connection
+// went, and the first error stands.
 func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 	var ok bool
-	err := l.retry(ctx, func(ctx context.Context) error {
+	run := func(ctx context.Context) error {
 		// On PostgreSQL the statement is a SELECT of pg_notify over the
 		// updated row: its rows affected ("SELECT 1" or "SELECT 0") tell
 		// whether the row was freed. Exec, not Query: database/sql starts a
@@ -419,13 +427,30 @@ func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 		n, err := res.RowsAffected()
 		ok = n == 1
 		return err
-	})
+	}
+	err := l.retry(ctx, run)
+	for try := 0; try < maxGoneRetries && err != nil && connGone(err) && ctx.Err() == nil; try++ {
+		// Each dead connection found is dropped from the pool; the next
+		// run gets another, or a new one.
+		switch err2 := l.retry(ctx, run); {
+		case err2 == nil && ok:
+			err = nil
+		case err2 == nil:
+			try = maxGoneRetries // nothing freed: the first error stands
+		case !connGone(err2):
+			try = maxGoneRetries
+		}
+	}
 	if err == nil && ok {
 		procHub.wake(l.hubKey, h.key, h.owner)
 		l.fw.signal()
 	}
 	return ok, err
 }
+
+// maxGoneRetries bounds the runs of a release after its connection was
+// found gone: a pool's idle connections may all have died.
+const maxGoneRetries = 4
 
 // cleanupTimeout bounds the background frees of rows nobody holds any more
 // (with the lease, whichever is shorter).
