@@ -76,9 +76,22 @@
 //   - holder's machine or network gone silently: the server's TCP keepalive.
 //     Set tcp_keepalives_idle, tcp_keepalives_interval and
 //     tcp_keepalives_count (e.g. 10s, 5s, 3: about 25s), and tcp_user_timeout
-//     (e.g. 30s) for data in flight; idle_session_timeout ends sessions
-//     idle outside a transaction and would end every held lock, so leave it
-//     off for the locking role, or set it well above the longest hold.
+//     (e.g. 30s) for data in flight.
+//
+// A held lock's connection is idle between health checks, and
+// idle_session_timeout (PostgreSQL 14+, per role, database or session)
+// ends sessions idle that long, freeing their locks at once, while the
+// server's FATAL message may still be on its way to the holder. So the
+// session that holds a lock has it turned off (set_config, one more round
+// trip after the grant, only when it is on), and the release sets it back
+// before the connection returns to the pool: a held lock outlives the
+// timeout. idle_in_transaction_session_timeout does not apply (a session
+// lock is held outside any transaction); a LockTx transaction that it
+// aborts takes its lock and its writes with it. A proxy, load balancer or
+// NAT between client and server that drops connections idle for some time
+// ends the session as surely, and may tell the server before the holder:
+// keep WithHealthCheckInterval below its idle timeout, so that the health
+// checks keep the link busy (tested with a proxy that drops idle links).
 //
 // The holder learns of the loss through a health monitor on each held lock.
 // A session that the server ends (pg_terminate_backend, shutdown, restart,

@@ -29,7 +29,10 @@ type handle struct {
 	id    int64
 	token int64
 	pid   uint32
-	state *backend.State
+	// idleTimeout is the session's idle_session_timeout to set back at
+	// release ("": none), see keepIdle.
+	idleTimeout string
+	state       *backend.State
 
 	relMu sync.Mutex // one Release at a time
 	gone  sync.Once
@@ -46,15 +49,16 @@ var _ locker.Handle = (*handle)(nil)
 
 func newHandle(l *Locker, conn *pgxpool.Conn, key string, id int64, g grant) *handle {
 	return &handle{
-		l:      l,
-		conn:   conn,
-		pgc:    conn.Conn().PgConn(),
-		key:    key,
-		id:     id,
-		token:  g.token,
-		pid:    g.pid,
-		state:  backend.NewState(),
-		exited: make(chan struct{}),
+		l:           l,
+		conn:        conn,
+		pgc:         conn.Conn().PgConn(),
+		key:         key,
+		id:          id,
+		token:       g.token,
+		pid:         g.pid,
+		idleTimeout: g.idle,
+		state:       backend.NewState(),
+		exited:      make(chan struct{}),
 	}
 }
 
@@ -123,7 +127,14 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 	backstop := h.l.releaseQ.Add(func() { _ = nc.Close() })
 	var ok bool
 	var pid int32
-	err := h.conn.QueryRow(ctx, sqlUnlock, h.id).Scan(&ok, &pid)
+	var err error
+	if h.idleTimeout == "" {
+		err = h.conn.QueryRow(ctx, sqlUnlock, h.id).Scan(&ok, &pid)
+	} else {
+		// The session's idle_session_timeout, off while held, goes back
+		// to what it was (see keepIdle).
+		err = h.conn.QueryRow(ctx, sqlUnlockIdle, h.id, h.idleTimeout).Scan(&ok, &pid)
+	}
 	// The socket was closed at the bound, perhaps just after the answer
 	// came: then the connection must not go back to the pool.
 	closed := !backstop.Stop()

@@ -336,6 +336,10 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
 	}
+	if err := keepIdle(ctx, conn, g); err != nil {
+		destroy(conn) // frees the lock
+		return nil, locker.KeyError(op, key, err)
+	}
 	h := newHandle(l, conn, key, id, g)
 	if !l.register(h) {
 		// Close began while the lock was being granted: give it back.

@@ -30,12 +30,20 @@ import (
 // a batch of two saves a
 // statement's work on the server on every wait (about 10 µs a handoff on
 // the test machine).
+//
+// Both also return the session's idle_session_timeout (PostgreSQL 14+;
+// NULL before), see keepIdle.
 const (
-	sqlLockWait = `SELECT pg_catalog.nextval($2::text::regclass), pg_catalog.pg_backend_pid()
+	sqlLockWait = `SELECT pg_catalog.nextval($2::text::regclass), pg_catalog.pg_backend_pid(), pg_catalog.current_setting('idle_session_timeout', true)
 		FROM pg_catalog.pg_advisory_lock(CASE WHEN pg_catalog.set_config('lock_timeout', $3, true) IS NOT NULL THEN $1::bigint END) AS g(v)
 		WHERE g.v IS NOT NULL`
-	sqlLockTry = `SELECT CASE WHEN pg_catalog.pg_try_advisory_lock($1) THEN pg_catalog.nextval($2::text::regclass) END, pg_catalog.pg_backend_pid()`
+	sqlLockTry = `SELECT CASE WHEN pg_catalog.pg_try_advisory_lock($1) THEN pg_catalog.nextval($2::text::regclass) END, pg_catalog.pg_backend_pid(), pg_catalog.current_setting('idle_session_timeout', true)`
 	sqlUnlock  = `SELECT pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_backend_pid()`
+
+	// sqlKeepIdle turns the session's idle_session_timeout off while it
+	// holds a lock; sqlUnlockIdle unlocks and sets it back to $2.
+	sqlKeepIdle   = `SELECT pg_catalog.set_config('idle_session_timeout', '0', false)`
+	sqlUnlockIdle = `SELECT pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_backend_pid() FROM pg_catalog.set_config('idle_session_timeout', $2, false) AS r`
 
 	// sqlHeld asks which backend answers and whether it holds the lock whose
 	// bigint key has the given high and low halves (pg_locks shows a bigint
@@ -56,6 +64,38 @@ const (
 type grant struct {
 	token int64
 	pid   uint32 // the server backend that holds the lock
+	// idle is the session's idle_session_timeout when it is on (not "0"),
+	// which keepIdle turns off while the lock is held and the release
+	// sets back; "" when off, or on a server without it.
+	idle string
+}
+
+// idleSetting is the idle_session_timeout column of a lock statement.
+func idleSetting(v *string) string {
+	if v == nil || *v == "0" {
+		return ""
+	}
+	return *v
+}
+
+// keepIdle turns off, when it is on, the idle_session_timeout of the
+// session that was just granted a lock. A held lock's connection is idle
+// between health checks, and a server that ends an idle session frees its
+// locks: another client could be granted the key while the FATAL message
+// that tells the holder is still on its way (a slower link than the next
+// client's), a second holder. The session keeps the lock instead; the
+// release sets the timeout back before the connection returns to the pool.
+// On error the lock must not be handed out: the caller destroys conn.
+func keepIdle(ctx context.Context, conn *pgxpool.Conn, g grant) error {
+	if g.idle == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cancelGrace)
+	defer cancel()
+	if _, err := conn.Exec(ctx, sqlKeepIdle); err != nil {
+		return fmt.Errorf("turning off idle_session_timeout (%s) for the session that holds the lock: %w", g.idle, err)
+	}
+	return nil
 }
 
 // lockTry runs pg_try_advisory_lock on conn. On success conn stays pinned to
@@ -63,7 +103,8 @@ type grant struct {
 func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64) (grant, error) {
 	var token *int64
 	var pid int32
-	err := conn.QueryRow(ctx, sqlLockTry, id, l.cfg.sequence).Scan(&token, &pid)
+	var idle *string
+	err := conn.QueryRow(ctx, sqlLockTry, id, l.cfg.sequence).Scan(&token, &pid, &idle)
 	if err != nil {
 		// Whether the lock was granted is unknown: closing the session
 		// frees it if it was.
@@ -74,7 +115,7 @@ func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64) (gra
 		conn.Release() // nothing was taken; the connection is clean
 		return grant{}, errNotAcquired
 	}
-	g := grant{token: *token, pid: uint32(pid)}
+	g := grant{token: *token, pid: uint32(pid), idle: idleSetting(idle)}
 	if err := l.verifySession(ctx, conn, id, g.pid); err != nil {
 		destroy(conn)
 		return grant{}, err
@@ -87,9 +128,10 @@ func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64) (gra
 func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (grant, error) {
 	var token int64
 	var pid int32
+	var idle *string
 	out := l.runWait(ctx, conn.Conn().PgConn(), func(qctx context.Context) error {
 		for {
-			err := l.waitSlice(qctx, conn, id, &token, &pid)
+			err := l.waitSlice(qctx, conn, id, &token, &pid, &idle)
 			// The slice's lock_timeout, or a statement_timeout or
 			// lock_timeout of the session (a role's default, say), ended
 			// the wait on the server while ctx still allows more: wait
@@ -123,7 +165,7 @@ func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (gr
 		destroy(conn)
 		return grant{}, fmt.Errorf("waiting for the lock: %w", out.err)
 	case !out.interrupted:
-		g := grant{token: token, pid: uint32(pid)}
+		g := grant{token: token, pid: uint32(pid), idle: idleSetting(idle)}
 		if err := l.verifySession(ctx, conn, id, g.pid); err != nil {
 			destroy(conn)
 			return grant{}, err
@@ -162,11 +204,11 @@ var errSilent = errors.New("postgres: the server stopped answering while the loc
 // The price: at each slice's end the waiter leaves the server's queue and
 // joins it again at the back, so waiters are served about, not exactly, in
 // the order they came.
-func (l *Locker) waitSlice(ctx context.Context, conn *pgxpool.Conn, id int64, token *int64, pid *int32) error {
+func (l *Locker) waitSlice(ctx context.Context, conn *pgxpool.Conn, id int64, token *int64, pid *int32, idle **string) error {
 	slice := l.cfg.interval
 	nc := conn.Conn().PgConn().Conn()
 	backstop := l.backstopQ.Add(func() { _ = nc.Close() })
-	err := conn.QueryRow(ctx, sqlLockWait, id, l.cfg.sequence, lockTimeout(slice)).Scan(token, pid)
+	err := conn.QueryRow(ctx, sqlLockWait, id, l.cfg.sequence, lockTimeout(slice)).Scan(token, pid, idle)
 	if !backstop.Stop() {
 		// Whatever the statement returned, the socket is (being) closed.
 		return fmt.Errorf("%w: no answer within %v of asking for the lock with lock_timeout %v; the link seems dead, so the connection is closed, which ends the wait on the server (%v)",

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/base64"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -50,12 +51,6 @@ import (
 // bellDelay is how long a holder holds before it rings its key's bell.
 const bellDelay = 5 * time.Millisecond
 
-// maxBellWaits bounds the pool connections that waiters keep waiting for
-// bells (one per waited key, its head waiter in this process), per *sql.DB
-// whatever the number of its Lockers: a quarter of a limited pool, at most
-// this many.
-const maxBellWaits = 4
-
 // A waiter may hold the bell for a moment (between its GET_LOCK and its
 // RELEASE_LOCK), and the previous holder (in another process) gives it back
 // a moment after its release: a ring that finds the bell taken tries again
@@ -69,13 +64,13 @@ const (
 type bell struct {
 	l          *Locker
 	rings      *timerq.Queue // bellDelay after each grant
-	waits      chan struct{} // the waits for bells in flight, shared by the Lockers of one *sql.DB
 	fractional bool          // the server takes fractional GET_LOCK timeouts (MariaDB); set by init
 
 	stateMu sync.Mutex // guards the Handles' bellState
 
 	connMu sync.Mutex // one statement at a time on conn
 	conn   *sql.Conn  // holds the bells this Locker rings; nil until needed, or after a failure
+	pin    *pin       // conn's pin (see pool.go)
 }
 
 // A Handle's bell, guarded by bell.stateMu. While the state is scheduled,
@@ -88,56 +83,15 @@ const (
 	bellDone             // the lock ended: no ring any more
 )
 
-// newBell returns the bell of a MySQL Locker with WithNotify(true) whose
-// pool has room for it (see minListenPool), else nil.
+// newBell returns the bell of a MySQL Locker with WithNotify(true), else
+// nil. Whether the pool has room for its connections is decided when it
+// takes them (see pool.go), not here: the caller may change the pool's
+// limit after New.
 func newBell(l *Locker) *bell {
 	if l.dialect != MySQL || !l.cfg.notify {
 		return nil
 	}
-	max := l.db.Stats().MaxOpenConnections
-	if max != 0 && max < minListenPool {
-		return nil
-	}
-	return &bell{l: l, rings: timerq.New(bellDelay), waits: bellWaits(l.db, max)}
-}
-
-// bellWaitSems bounds the waits for bells per *sql.DB, whichever of its
-// Lockers waits: maxBellWaits, or a quarter of a limited pool. An entry
-// lives while a Locker with a bell uses its *sql.DB.
-var bellWaitSems = struct {
-	sync.Mutex
-	m map[*sql.DB]*bellSem
-}{m: map[*sql.DB]*bellSem{}}
-
-type bellSem struct {
-	c    chan struct{}
-	refs int
-}
-
-func bellWaits(db *sql.DB, max int) chan struct{} {
-	bellWaitSems.Lock()
-	defer bellWaitSems.Unlock()
-	s := bellWaitSems.m[db]
-	if s == nil {
-		n := maxBellWaits
-		if max != 0 {
-			n = min(n, max/minListenPool)
-		}
-		s = &bellSem{c: make(chan struct{}, n)}
-		bellWaitSems.m[db] = s
-	}
-	s.refs++
-	return s.c
-}
-
-func releaseBellWaits(db *sql.DB) {
-	bellWaitSems.Lock()
-	defer bellWaitSems.Unlock()
-	if s := bellWaitSems.m[db]; s != nil {
-		if s.refs--; s.refs <= 0 {
-			delete(bellWaitSems.m, db)
-		}
-	}
+	return &bell{l: l, rings: timerq.New(bellDelay)}
 }
 
 // name is key's bell, quoted as an SQL string literal. The statements
@@ -193,6 +147,10 @@ func (b *bell) schedule(h *Handle) {
 // A bell that another session holds for a moment is tried again; a ring
 // that finds h ended by the time the bell is its own gives it back at once.
 func (b *bell) ring(h *Handle) {
+	if !b.l.pins.fits() {
+		b.setUnrung(h) // a pool too small for a bell connection now
+		return
+	}
 	name := b.name(h.key)
 	for try := 1; ; try++ {
 		if got, _ := b.ringOnce(h, name); got {
@@ -304,11 +262,27 @@ func (b *bell) giveBackLocked(ctx context.Context, name string) {
 // is held.
 func (b *bell) connLocked(ctx context.Context, f func(*sql.Conn) error) error {
 	if b.conn == nil {
+		var p *pin
+		p = b.l.pins.take(b.l, false, func() { b.l.spawn(func() { b.dropPin(&p) }) })
+		if p == nil {
+			return errNoRoom
+		}
 		c, err := b.l.db.Conn(ctx)
+		if err == nil {
+			// The bell connection is idle while it holds bells: a
+			// wait_timeout would free them under their holders (their
+			// waiters would only poll). It is discarded afterwards, never
+			// pooled.
+			_, err = c.ExecContext(ctx, "SET SESSION wait_timeout = 2147483")
+			if err != nil {
+				discard(c)
+			}
+		}
 		if err != nil {
+			b.l.pins.drop(p)
 			return err
 		}
-		b.conn = c
+		b.conn, b.pin = c, p
 	}
 	err := f(b.conn)
 	if err != nil {
@@ -324,8 +298,25 @@ func (b *bell) dropLocked() {
 		return
 	}
 	discard(b.conn)
-	b.conn = nil
+	b.l.pins.drop(b.pin)
+	b.conn, b.pin = nil, nil
 }
+
+// dropPin discards the bell connection if *p is still its pin: the pool's
+// limit dropped too low for it (see pool.go). The bells it held are freed;
+// their waiters try the keys and, finding them held, poll.
+// (*p is read once connMu is held: connLocked sets it under connMu.)
+func (b *bell) dropPin(p **pin) {
+	b.connMu.Lock()
+	defer b.connMu.Unlock()
+	if b.pin == *p {
+		b.dropLocked()
+	}
+}
+
+// errNoRoom is a bell connection not taken: the pool's limit leaves no room
+// for it now (see pool.go).
+var errNoRoom = errors.New("sqltable: no room in the pool for the bell connection")
 
 // discard closes c without giving it back to the pool: it may hold named
 // locks.
@@ -343,7 +334,6 @@ func (b *bell) close() {
 	b.connMu.Lock()
 	b.dropLocked()
 	b.connMu.Unlock()
-	releaseBellWaits(b.l.db)
 }
 
 // wait waits, on a connection of the pool, until key's bell is free or
@@ -352,17 +342,13 @@ func (b *bell) close() {
 // holder gave it back. ok is false when it did not wait: too many waits
 // already, no connection, a bell that nobody held (it came at once), a
 // server that answered before limit (one that takes whole seconds only),
-// and the caller sleeps instead.
+// and the caller sleeps instead. The waits of the Lockers of one *sql.DB
+// take at most maxBellWaits connections, or a quarter of a limited pool,
+// and end early when the pool's limit drops too low (see pool.go).
 func (b *bell) wait(ctx context.Context, key string, limit time.Duration) (rang, ok bool) {
 	if b == nil || limit < bellDelay || !b.fractional && limit < time.Second {
 		return false, false // a short wait: sleep it
 	}
-	select {
-	case b.waits <- struct{}{}:
-	default:
-		return false, false
-	}
-	defer func() { <-b.waits }()
 	// The wait ends a little after limit whatever happens (a pool with no
 	// free connection, a dead link, a server that waits longer than asked:
 	// the driver then closes the connection, which ends the wait on the
@@ -371,6 +357,11 @@ func (b *bell) wait(ctx context.Context, key string, limit time.Duration) (rang,
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, limit+100*time.Millisecond)
 	defer cancel()
+	p := b.l.pins.take(b.l, true, cancel)
+	if p == nil {
+		return false, false // too many waits, or no room in the pool now
+	}
+	defer b.l.pins.drop(p)
 	c, err := b.l.db.Conn(sctx)
 	if err != nil {
 		return false, false

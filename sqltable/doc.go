@@ -252,9 +252,13 @@
 //     first wait until Close; in every process the longest-waiting waiter
 //     of the key wakes within a round trip (a release heard twice, from its
 //     own process and from a listener, wakes one). The listener is off with
-//     WithNotify(false), and on a pool limited to fewer than four
-//     connections, which it would starve. The check is per Locker, when it
-//     is made: several Lockers on one *sql.DB each keep a listening
+//     WithNotify(false), and while the pool is limited to fewer than four
+//     connections, which it would starve. The limit is read when the
+//     listener takes its connection, and again before every lock statement
+//     and every 200ms while it keeps it: a pool whose limit drops below
+//     four after New (SetMaxOpenConns) gets the connection back at once,
+//     and waiters poll until the limit allows a listener again. The check
+//     is per Locker: several Lockers on one *sql.DB each keep a listening
 //     connection, so give the pool at least one connection per Locker on
 //     top of what the locks and the rest of the program use (or share one
 //     Locker; a listener shared per *sql.DB is not built yet).
@@ -295,12 +299,14 @@
 //     for its bells from the first key it has held for 5ms until Close,
 //     and waits take one connection each, at most four per *sql.DB (a
 //     quarter of a limited pool). Like the PostgreSQL listener, the bell
-//     is off with WithNotify(false) and on a pool limited to fewer than
-//     four connections, and the check is per Locker: give a pool shared by
-//     several Lockers one connection per Locker on top of what the locks
-//     use. MariaDB takes fractional GET_LOCK timeouts; MySQL takes whole
-//     seconds, so there a waiter waits for the bell only when it would
-//     sleep a second or more (the default retry interval is one). Several
+//     is off with WithNotify(false) and while the pool is limited to fewer
+//     than four connections (read when a connection is taken, and given
+//     back when the limit drops, as for the PostgreSQL listener), and the
+//     check is per Locker: give a pool shared by several Lockers one
+//     connection per Locker on top of what the locks use. MariaDB takes
+//     fractional GET_LOCK timeouts; MySQL takes whole seconds, so there a
+//     waiter waits for the bell only when it would sleep a second or more
+//     (the default retry interval is one). Several
 //     named locks per session need MySQL 5.7 or MariaDB 10.0.2. Tested on
 //     MariaDB only.
 //   - Otherwise (PostgreSQL and SQLite while the listener or the watch is
@@ -356,8 +362,9 @@
 //   - A row is changed or deleted from outside: the holder learns at its
 //     next renewal (within TTL/3) and ends with locker.ErrLost; its Release
 //     never frees a row it no longer owns.
-//   - A pool of one connection (SetMaxOpenConns(1)): statements queue for
-//     the connection, nothing pins it, no listener takes it; a renewal that
+//   - A pool of one connection (SetMaxOpenConns(1), also set after New):
+//     statements queue for the connection, nothing pins it, no listener or
+//     bell takes it (one that had it gives it back); a renewal that
 //     cannot get the connection before its deadline is a loss, never a
 //     deadlock.
 //   - An Acquire whose statement failed or was cancelled after it may have

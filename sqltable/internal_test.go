@@ -321,3 +321,34 @@ func BenchmarkRecentReleases(b *testing.B) {
 		r.heard(ids[i%len(ids)]+"-"+fmt.Sprint(i/len(ids)), time.Now())
 	}
 }
+
+// TestHeardMarkPerWaiters: a release heard by the waiters of one identity
+// (the releasing Locker's own wake) does not stop its report to the waiters
+// of another identity of the same table and key (a listener's NOTIFY), nor
+// does a report that reached no waiter; a second report to the same
+// waiters is a duplicate and wakes nobody.
+func TestHeardMarkPerWaiters(t *testing.T) {
+	ta, tb := "pg:identity-a:locks", "pg:identity-b:locks"
+	wb := procHub.watch(tb, "k")
+	defer procHub.leave(wb, false)
+
+	procHub.wake(ta, "k", "owner-1") // the releasing Locker's own wake: no waiter of ta
+	if pending(wb) {
+		t.Fatal("a wake of identity a woke a waiter of identity b")
+	}
+	procHub.wake(tb, "k", "owner-1") // the NOTIFY, through b's listener
+	if !pending(wb) {
+		t.Fatal("the NOTIFY of a release was dropped as heard: the releasing Locker's own wake of another identity marked it")
+	}
+	procHub.wake(tb, "k", "owner-1") // another listener's copy
+	if pending(wb) {
+		t.Fatal("the same release woke the waiters of one identity twice")
+	}
+
+	wa := procHub.watch(ta, "k")
+	defer procHub.leave(wa, false)
+	procHub.wake(ta, "k", "owner-1") // reached nobody of ta before: not heard there
+	if !pending(wa) {
+		t.Fatal("a report that reached no waiter marked the release heard")
+	}
+}

@@ -33,6 +33,10 @@ type Locker struct {
 	listen  *listener
 	fw      *fileWake // SQLite: the database file's signal to other processes; set by init
 	bell    *bell     // MySQL: the named locks that wake other processes' waiters; nil if none
+	pins    *pinSet   // the connections kept by the listener and the bell (see pool.go)
+	pinned  atomic.Int32
+	// watching: watchPool runs (while the Locker holds pins).
+	watching atomic.Bool
 
 	// ctx ends when Close begins: calls in progress return ErrClosed.
 	ctx  context.Context
@@ -94,6 +98,9 @@ func New(db *sql.DB, opts ...Option) *Locker {
 	if l.cfgErr == nil {
 		l.st = newStatements(l.dialect, l.table)
 		l.hubKey = l.dialect.String() + ":" + fmt.Sprintf("%p", db) + ":" + l.table.String() // refined by init
+		if l.dialect == PostgreSQL || l.dialect == MySQL {
+			l.pins = joinPins(db)
+		}
 		l.listen = newListener(l)
 		l.bell = newBell(l)
 	}
@@ -376,9 +383,17 @@ func (l *Locker) remaining(ctx context.Context, key string) (time.Duration, erro
 // release runs the guarded release of h; true when it freed the row. It is
 // bounded by ctx only, not by Close, which would otherwise cut a Release
 // short that Close no longer releases itself.
+//
+// A release whose connection was found gone (see connGone) runs again on
+// another (at most maxGoneRetries times, while connections are found
+// gone): the guarded statement frees the row only if it is still
+// this holder's, so a second run never touches another holder's lock. If
+// that run frees the row, the first did not, and the release succeeded;
+// if it finds nothing, the first may have freed it before its connection
+// went, and the first error stands.
 func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 	var ok bool
-	err := l.retry(ctx, func(ctx context.Context) error {
+	run := func(ctx context.Context) error {
 		// On PostgreSQL the statement is a SELECT of pg_notify over the
 		// updated row: its rows affected ("SELECT 1" or "SELECT 0") tell
 		// whether the row was freed. Exec, not Query: database/sql starts a
@@ -391,13 +406,30 @@ func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 		n, err := res.RowsAffected()
 		ok = n == 1
 		return err
-	})
+	}
+	err := l.retry(ctx, run)
+	for try := 0; try < maxGoneRetries && err != nil && connGone(err) && ctx.Err() == nil; try++ {
+		// Each dead connection found is dropped from the pool; the next
+		// run gets another, or a new one.
+		switch err2 := l.retry(ctx, run); {
+		case err2 == nil && ok:
+			err = nil
+		case err2 == nil:
+			try = maxGoneRetries // nothing freed: the first error stands
+		case !connGone(err2):
+			try = maxGoneRetries
+		}
+	}
 	if err == nil && ok {
 		procHub.wake(l.hubKey, h.key, h.owner)
 		l.fw.signal()
 	}
 	return ok, err
 }
+
+// maxGoneRetries bounds the runs of a release after its connection was
+// found gone: a pool's idle connections may all have died.
+const maxGoneRetries = 4
 
 // cleanupTimeout bounds the background frees of rows nobody holds any more
 // (with the lease, whichever is shorter).
@@ -723,8 +755,9 @@ func (l *Locker) Close() error {
 	if l.listen != nil {
 		l.listen.close()
 	}
-	l.wg.Wait()             // goroutines, Releases in flight, drops of a racing acquire
-	l.bell.close()          // frees the bells it still holds
+	l.wg.Wait()    // goroutines, Releases in flight, drops of a racing acquire
+	l.bell.close() // frees the bells it still holds
+	l.pins.leave()
 	l.initSem <- struct{}{} // no init in progress; none starts (closing)
 	if l.fw != nil {
 		l.fw.leave(l.hubKey, l.cfg.notify)

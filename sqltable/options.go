@@ -146,14 +146,15 @@ func WithoutDDL() Option {
 // WithNotify turns on (the default) or off the wake-ups of this Locker's
 // waiters by releases in other processes. On PostgreSQL the Locker then
 // keeps one connection of the pool listening (LISTEN) from its first wait
-// until Close (not on a pool limited to fewer than four connections,
-// SetMaxOpenConns, which one listener would starve). On SQLite the process
+// until Close (not while the pool is limited to fewer than four
+// connections, SetMaxOpenConns, which one listener would starve; the limit
+// is read when the connection is taken and watched while it is kept). On SQLite the process
 // watches the signal file beside the database ("<file>-locker") from its
 // first wait until its last Locker on the file closes (not on Windows,
 // where waiters always back off). On MySQL and MariaDB the Locker rings
 // each key's bell (a named lock on a connection of its own) once it has
 // held the key for 5ms, and its waiters wait for the bells of other
-// processes' holders (not on a pool limited to fewer than four
+// processes' holders (not while the pool is limited to fewer than four
 // connections). On or off, the Locker's releases still notify (pg_notify,
 // the signal file), for the waiters of other processes that listen; off, a
 // MySQL Locker rings no bell. Without wake-ups its waiters retry with a

@@ -335,6 +335,7 @@ func transient(err error) bool {
 // retry runs f until it succeeds, fails for good, or ctx ends, sleeping a
 // little (jittered, growing to 50ms) after each transient failure.
 func (l *Locker) retry(ctx context.Context, f func(context.Context) error) error {
+	l.pins.check() // a pool shrunk below the pins: they give way (pool.go)
 	wait := time.Millisecond
 	for {
 		err := f(ctx)

@@ -31,8 +31,9 @@ import (
 // the row's lock). A waiter that leaves with a wake-up it did not act on
 // passes it to the next one, so a wake-up is never lost. Releases are
 // identified by the owner string of the lock released, so that the same
-// release heard twice (from this process's own release, then from one or
-// more listeners) wakes one waiter, not one per report.
+// release heard twice by the waiters of one table and key (from this
+// process's own release, then from one or more listeners) wakes one
+// waiter, not one per report.
 var procHub = &hub{keys: map[string][]*waiter{}, tables: map[string]map[string]struct{}{}, seen: recentReleases{at: map[string]time.Time{}}, held: map[string]int{}}
 
 type hub struct {
@@ -133,14 +134,26 @@ func (h *hub) needsBell(w *waiter) bool {
 }
 
 // wake wakes the longest waiting waiter of key, once per release: a
-// release ID (the released lock's owner) already heard is ignored.
+// release ID (the released lock's owner) already heard by the waiters of
+// this table and key is ignored. A heard mark stops only a duplicate that
+// would reach the same waiters: Lockers of one process whose database
+// identity differs (another search_path, host string or address of the
+// same server) keep their waiters apart, and the releasing Locker's own
+// wake, which reaches none of the other's, must not stop the NOTIFY that
+// reaches them. A report that finds no waiter leaves no mark either: a
+// waiter that registers later tries again anyway, and a later report only
+// costs it a try.
 func (h *hub) wake(table, key, release string) {
+	id := hubID(table, key)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if release != "" && h.seen.heard(release, time.Now()) {
+	if len(h.keys[id]) == 0 {
 		return
 	}
-	h.wakeOneLocked(hubID(table, key))
+	if release != "" && h.seen.heard(id+"\x00"+release, time.Now()) {
+		return
+	}
+	h.wakeOneLocked(id)
 }
 
 // The release IDs a hub remembers: those heard in the last releaseMemory
@@ -231,25 +244,19 @@ type listener struct {
 	done      chan struct{}
 }
 
-// minListenPool is the least pool limit at which a Locker takes a
-// connection for listening: below it the listener would starve the
-// statements of acquires, renewals and releases.
-const minListenPool = 4
-
 func newListener(l *Locker) *listener {
 	ls := &listener{l: l, ready: make(chan struct{})}
-	if l.dialect == PostgreSQL && l.cfg.notify {
-		max := l.db.Stats().MaxOpenConnections
-		ls.enabled.Store(max == 0 || max >= minListenPool)
-	}
+	// The pool's limit is read when the listener takes its connection
+	// (see pool.go), not here: the caller may change it after New.
+	ls.enabled.Store(l.dialect == PostgreSQL && l.cfg.notify)
 	return ls
 }
 
 // ensure starts the listener if it is not running and waits, boundedly,
 // until it listens; it reports whether it does.
 func (ls *listener) ensure(ctx context.Context) bool {
-	if ls == nil || !ls.enabled.Load() {
-		return false
+	if ls == nil || !ls.enabled.Load() || !ls.l.pins.fits() {
+		return false // no listener, or a pool too small for one now
 	}
 	ls.mu.Lock()
 	if !ls.started {
@@ -309,6 +316,10 @@ func (ls *listener) setListening(on bool) {
 	}
 }
 
+// listenIdle turns off the listening session's idle_session_timeout where
+// the server has one.
+const listenIdle = `SELECT pg_catalog.set_config('idle_session_timeout', '0', false) WHERE pg_catalog.current_setting('idle_session_timeout', true) IS NOT NULL`
+
 // run listens until ctx ends, reconnecting after a failure.
 func (ls *listener) run(ctx context.Context) {
 	wait := 50 * time.Millisecond
@@ -327,10 +338,18 @@ func (ls *listener) run(ctx context.Context) {
 	}
 }
 
-// listenOnce takes a connection, listens on it until it fails or ctx ends,
-// then discards it (a connection that listened must not go back to the
-// pool). It reports whether LISTEN took effect.
+// listenOnce takes a connection, listens on it until it fails, ctx ends or
+// the pool's limit drops too low for it (see pool.go), then discards it (a
+// connection that listened must not go back to the pool). It reports
+// whether LISTEN took effect.
 func (ls *listener) listenOnce(ctx context.Context) (listened bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p := ls.l.pins.take(ls.l, false, cancel)
+	if p == nil {
+		return false // no room in the pool now: waiters poll
+	}
+	defer ls.l.pins.drop(p)
 	conn, err := ls.l.db.Conn(ctx)
 	if err != nil {
 		return false
@@ -344,6 +363,13 @@ func (ls *listener) listenOnce(ctx context.Context) (listened bool) {
 		}
 		c := sc.Conn()
 		if _, err := c.Exec(ctx, `LISTEN "`+ls.l.table.channel()+`"`); err != nil {
+			return driver.ErrBadConn
+		}
+		// The listening session is idle by design: a server that ends
+		// idle sessions (idle_session_timeout, PostgreSQL 14+) would end
+		// it again and again, each time costing the waiters a round of
+		// tries. The connection is discarded afterwards, never pooled.
+		if _, err := c.Exec(ctx, listenIdle); err != nil {
 			return driver.ErrBadConn
 		}
 		listened = true

@@ -24,28 +24,49 @@ func TestConformance(t *testing.T) {
 	srv := testserver.Postgres(t)
 	var proxies testserver.Registry[*testserver.Proxy]
 	admin := newPool(t, srv.DSN(), 4)
+	// Each client gets a proxy of its own, so that Crash and Cut act on
+	// exactly that client, and a pool of its own (it is another process).
+	// 30 connections cover ManyKeys plus waiters.
+	client := func(t *testing.T, extra url.Values) (locker.Locker, error) {
+		px := testserver.NewProxy(t, srv.Addr())
+		params := url.Values{
+			"pool_max_conns":       {"30"},
+			"lock_health_interval": {suiteInterval.String()},
+			"lock_namespace":       {"conformance"},
+		}
+		for k, v := range extra {
+			params[k] = v
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := locker.Open(ctx, withHost(t, srv.DSN(), px.Addr(), params))
+		if err != nil {
+			return nil, err
+		}
+		proxies.Put(l, px)
+		t.Cleanup(func() { l.Close() })
+		return l, nil
+	}
 	conformance.Run(t, conformance.Harness{
 		IgnoreGoroutines: testserver.ProxyGoroutines,
 		NewLocker: func(t *testing.T) locker.Locker {
-			// Each client gets a proxy of its own, so that Crash and Cut act
-			// on exactly that client, and a pool of its own (it is another
-			// process). 30 connections cover ManyKeys plus waiters.
-			px := testserver.NewProxy(t, srv.Addr())
-			dsn := withHost(t, srv.DSN(), px.Addr(), url.Values{
-				"pool_max_conns":       {"30"},
-				"lock_health_interval": {suiteInterval.String()},
-				"lock_namespace":       {"conformance"},
-			})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			l, err := locker.Open(ctx, dsn)
+			l, err := client(t, nil)
 			if err != nil {
 				t.Fatalf("locker.Open: %v", err)
 			}
-			proxies.Put(l, px)
-			t.Cleanup(func() { l.Close() })
 			return l
 		},
+		// A server that ends sessions idle for idle_session_timeout (1.5s,
+		// above pgxpool's 1s ping of idle connections, so that the pool
+		// hands out no dead ones) would free a held lock between health
+		// checks; the session that holds a lock has it turned off.
+		Unsafe: []conformance.UnsafeConfig{{
+			Name: "idle_session_timeout=1500ms",
+			New: func(t *testing.T) (locker.Locker, error) {
+				return client(t, url.Values{"options": {"--idle_session_timeout=1500ms"}})
+			},
+			MadeSafe: true,
+		}},
 		// Crash closes every connection of the client without an unlock, as
 		// the kernel does for a killed process: the server ends those
 		// sessions and so frees their locks, and the client can no longer

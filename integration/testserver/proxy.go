@@ -52,7 +52,47 @@ const holdToxicType = "locker_hold"
 // healed hold toxic lets through.
 const holdFlushWait = time.Second
 
-func init() { toxics.Register(holdToxicType, new(holdToxic)) }
+// idleToxic closes a connection through which the client has sent nothing
+// for Idle milliseconds: a proxy, load balancer or NAT that drops idle
+// connections. It watches the client's bytes only (the upstream stream), as
+// the server only speaks when spoken to, except for notifications.
+type idleToxic struct {
+	Idle int64 `json:"idle"`
+}
+
+func (t *idleToxic) Pipe(stub *toxics.ToxicStub) {
+	d := time.Duration(t.Idle) * time.Millisecond
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case <-timer.C:
+			stub.Close()
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			if stub.WriteOutput(c, time.Second) != nil {
+				return
+			}
+			if !timer.Stop() {
+				<-timer.C
+			}
+			timer.Reset(d)
+		}
+	}
+}
+
+const idleToxicType = "locker_idle"
+
+func init() {
+	toxics.Register(holdToxicType, new(holdToxic))
+	toxics.Register(idleToxicType, new(idleToxic))
+}
 
 // swallowToxic drops everything, the end of the stream included: the far
 // end's close is kept back until the toxic is removed, then passed on. It is
@@ -250,6 +290,18 @@ func (p *Proxy) Latency(t testing.TB, d time.Duration) {
 		}
 	}
 	p.addToxic(t, "latency_downstream", "latency", "downstream", fmt.Sprintf(`{"latency":%d,"jitter":0}`, d.Milliseconds()))
+}
+
+// DropIdle closes every connection through the proxy, current or new, once
+// the client has sent nothing on it for d (a proxy, load balancer or NAT
+// that drops idle connections), until Heal.
+func (p *Proxy) DropIdle(t testing.TB, d time.Duration) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.p.Toxics.GetToxic("idle_upstream") == nil {
+		p.addToxic(t, "idle_upstream", idleToxicType, "upstream", fmt.Sprintf(`{"idle":%d}`, d.Milliseconds()))
+	}
 }
 
 // ResetAll closes every current connection through the proxy at once; clients see an

@@ -1,0 +1,193 @@
+package sqltable
+
+import (
+	"database/sql"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A pin is a connection of the caller's pool that a Locker keeps beyond a
+// statement: the PostgreSQL listener's, the MySQL bell connection, a wait
+// for a MySQL bell. Pins are only for speed (they wake waiters); the lock's
+// own statements (acquire, renewal, release) must never starve for them.
+// The caller may change the pool's limit at any time (SetMaxOpenConns), so
+// the limit is read when a pin is taken, not once at New, and pins let go
+// of their connections as soon as the limit drops below minListenPool:
+// before every lock statement of any Locker on the *sql.DB (the statement
+// then gets the connection they free), and, for the races a statement's
+// check cannot see (a limit lowered while a statement already waits for a
+// connection, or by another Locker on the same *sql.DB), on a tick of each
+// Locker that holds pins. A pin that lets go comes back at its next use
+// once the limit allows it again; meanwhile waiters poll with the back-off.
+
+// minListenPool is the least pool limit at which a Locker pins connections:
+// below it one pin could take the connection that a renewal needs.
+const minListenPool = 4
+
+// maxBellWaits bounds the pool connections that waiters keep waiting for
+// bells (one per waited key, its head waiter in this process), per *sql.DB
+// whatever the number of its Lockers: a quarter of a limited pool, at most
+// this many.
+const maxBellWaits = 4
+
+// pinCheckEvery is how often a Locker that holds pins reads the pool's
+// limit.
+const pinCheckEvery = 200 * time.Millisecond
+
+// pinSets are the pins of each *sql.DB used by a Locker, shared by its
+// Lockers. An entry lives while a Locker uses its *sql.DB.
+var pinSets = struct {
+	sync.Mutex
+	m map[*sql.DB]*pinSet
+}{m: map[*sql.DB]*pinSet{}}
+
+type pinSet struct {
+	db   *sql.DB
+	refs int // guarded by pinSets
+	n    atomic.Int32
+
+	mu    sync.Mutex
+	pins  map[*pin]struct{}
+	waits int // pins that are bell waits
+}
+
+type pin struct {
+	owner   *Locker
+	wait    bool
+	letGo   func() // makes the holder give its connection back; may be called more than once
+	evicted bool   // letGo has been called; guarded by pinSet.mu
+}
+
+// joinPins returns db's pins; the Locker leaves them when it closes.
+func joinPins(db *sql.DB) *pinSet {
+	pinSets.Lock()
+	defer pinSets.Unlock()
+	ps := pinSets.m[db]
+	if ps == nil {
+		ps = &pinSet{db: db, pins: map[*pin]struct{}{}}
+		pinSets.m[db] = ps
+	}
+	ps.refs++
+	return ps
+}
+
+func (ps *pinSet) leave() {
+	if ps == nil {
+		return
+	}
+	pinSets.Lock()
+	defer pinSets.Unlock()
+	if ps.refs--; ps.refs <= 0 {
+		delete(pinSets.m, ps.db)
+	}
+}
+
+// limit is the pool's current limit (0: none).
+func (ps *pinSet) limit() int { return ps.db.Stats().MaxOpenConnections }
+
+func roomFor(limit int) bool { return limit == 0 || limit >= minListenPool }
+
+// fits reports whether the pool's limit allows pins now.
+func (ps *pinSet) fits() bool { return ps != nil && roomFor(ps.limit()) }
+
+// take records a pin of owner that letGo ends, if the pool has room for
+// one now (for a bell wait: if fewer than a quarter of a limited pool, at
+// most maxBellWaits, are in flight); nil when it has not. The holder calls
+// drop once it has given the connection back.
+func (ps *pinSet) take(owner *Locker, wait bool, letGo func()) *pin {
+	if ps == nil {
+		return nil
+	}
+	limit := ps.limit()
+	if !roomFor(limit) {
+		return nil
+	}
+	ps.mu.Lock()
+	if wait {
+		n := maxBellWaits
+		if limit != 0 {
+			n = min(n, limit/minListenPool)
+		}
+		if ps.waits >= n {
+			ps.mu.Unlock()
+			return nil
+		}
+		ps.waits++
+	}
+	p := &pin{owner: owner, wait: wait, letGo: letGo}
+	ps.pins[p] = struct{}{}
+	ps.n.Add(1)
+	ps.mu.Unlock()
+	owner.pinned.Add(1)
+	if owner.watching.CompareAndSwap(false, true) && !owner.spawn(owner.watchPool) {
+		owner.watching.Store(false) // Close has begun: it ends the pins
+	}
+	return p
+}
+
+// drop forgets p: its holder no longer has the connection.
+func (ps *pinSet) drop(p *pin) {
+	if p == nil {
+		return
+	}
+	ps.mu.Lock()
+	if _, ok := ps.pins[p]; ok {
+		delete(ps.pins, p)
+		ps.n.Add(-1)
+		if p.wait {
+			ps.waits--
+		}
+		p.owner.pinned.Add(-1)
+	}
+	ps.mu.Unlock()
+}
+
+// check makes every pin on the pool let go of its connection when the
+// pool's limit no longer allows pins; cheap when there are none. It runs
+// before each lock statement.
+func (ps *pinSet) check() {
+	if ps == nil || ps.n.Load() == 0 || ps.fits() {
+		return
+	}
+	ps.evict()
+}
+
+func (ps *pinSet) evict() {
+	var letGo []func()
+	ps.mu.Lock()
+	for p := range ps.pins {
+		if !p.evicted {
+			p.evicted = true
+			letGo = append(letGo, p.letGo)
+		}
+	}
+	ps.mu.Unlock()
+	for _, f := range letGo {
+		f()
+	}
+}
+
+// watchPool reads the pool's limit every pinCheckEvery while l holds pins,
+// until Close, and makes the pins on the pool let go of their connections
+// when the limit drops too low.
+func (l *Locker) watchPool() {
+	t := time.NewTicker(pinCheckEvery)
+	defer t.Stop()
+	for {
+		for l.pinned.Load() > 0 {
+			select {
+			case <-t.C:
+				l.pins.check()
+			case <-l.ctx.Done():
+				l.watching.Store(false)
+				return
+			}
+		}
+		l.watching.Store(false)
+		// A pin taken since the loop ended found the watch still on.
+		if l.pinned.Load() == 0 || !l.watching.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
