@@ -55,6 +55,13 @@ func TestClusterConformance(t *testing.T) {
 				px.Crash(t)
 			}
 		},
+		// Every connection of the client, to every member, closed from
+		// outside; it reconnects.
+		Reset: func(t *testing.T, l locker.Locker) {
+			for _, px := range reg.Get(t, l, "Reset") {
+				px.ResetAll(t)
+			}
+		},
 		// Cut puts the partition between the client and every member.
 		Cut: func(t *testing.T, l locker.Locker) func() {
 			pxs := reg.Get(t, l, "Cut")
