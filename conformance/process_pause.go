@@ -55,6 +55,11 @@ func (s *suite) pausedHolder(t *testing.T, ctx context.Context) {
 	default:
 		t.Fatalf("Acquire while the holder is paused: %v", err)
 	}
+	// Keep the pause at least a TTL long, so that the child, which looks
+	// for a gap of half a TTL, surely sees it.
+	if rest := time.Until(paused.Add(s.h.TTL)); rest > 0 {
+		time.Sleep(rest)
+	}
 	resume()
 	got := child.expect(t, childResumed, time.Minute)
 	t.Logf("child, at its first look after the pause: %s", got)
