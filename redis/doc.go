@@ -44,12 +44,12 @@
 // A key k is stored under these names, which share one Cluster hash tag, so
 // that the scripts, which touch several of them, run on one slot:
 //
-//	<prefix>{base64url(k)}:lock         owner token, expires with the lease
-//	<prefix>{base64url(k)}:fence        fencing counter, never expires (but see WithFenceExpiry)
-//	<prefix>{base64url(k)}:released     owner token of the last release, for 15s
-//	<prefix>{base64url(k)}:queue        sorted set: the waiters, by arrival
-//	<prefix>{base64url(k)}:waiters      sorted set: the same waiters, by deadline (ms, server clock)
-//	<prefix>{base64url(k)}:wake:<id>    Pub/Sub channel of the Locker with that id: "your turn"
+//	<prefix>{base64url(k)}:lock             owner token, expires with the lease
+//	<prefix>{base64url(k)}:fence            fencing counter, never expires (but see WithFenceExpiry)
+//	<prefix>{base64url(k)}:recent-releases  sorted set: owner tokens of the latest 32 releases, for 15s
+//	<prefix>{base64url(k)}:queue            sorted set: the waiters, by arrival
+//	<prefix>{base64url(k)}:waiters          sorted set: the same waiters, by deadline (ms, server clock)
+//	<prefix>{base64url(k)}:wake:<id>        Pub/Sub channel of the Locker with that id: "your turn"
 //
 // The base64url encoding (no padding) is injective and contains no braces
 // or colons, so no user key, whatever bytes it holds ("{", "}", "/", "*",
@@ -62,10 +62,14 @@
 // trip (see "Waiting"). Release deletes the lock and, in the same script,
 // publishes the owner token of the first live waiter on that waiter's
 // Locker's channel, so a handoff costs about two round trips (the release,
-// the waiter's attempt). The release also leaves its owner token under
-// :released for 15s, so that a retry of the same release by go-redis (after
-// a reply lost to a connection reset or a read timeout) is told that it
-// succeeded, not that the lock was lost.
+// the waiter's attempt). The release also adds its owner token to
+// :recent-releases, which keeps the key's latest 32 releases until 15s after
+// the last, so that a retry of the same release by go-redis (after a reply
+// lost to a connection reset or a read timeout) is told that it succeeded,
+// not that the lock was lost, even when other holders took the key and
+// released it in between. (Versions before it kept the last release only,
+// in a string under :released; the new name lets old and new Lockers share
+// a key during an upgrade.)
 //
 // # Waiting
 //

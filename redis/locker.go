@@ -16,6 +16,7 @@ import (
 	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/internal/tracker"
 	"github.com/go-locker/locker/redis/internal/guard"
+	"github.com/go-locker/locker/redis/internal/releases"
 )
 
 var _ locker.Locker = (*Locker)(nil)
@@ -123,7 +124,7 @@ var errNilClient = fmt.Errorf("%w: redis: nil client", locker.ErrInvalidOption)
 type keys struct {
 	lock     string // holds the owner token while locked; expires with the lease
 	fence    string // the fencing counter; never expires (see WithFenceExpiry)
-	released string // the owner token of the last release, for a few seconds
+	released string // the owner tokens of the recent releases (see package releases)
 	queue    string // the waiters' entries, by arrival (see luaQueue)
 	waiters  string // the same entries, by deadline
 	wakeBase string // a Locker's wake-up channel is wakeBase + its id
@@ -140,7 +141,7 @@ func (l *Locker) keysFor(key string) keys {
 	var stack [96]byte // the encoded key, on the stack unless the key is long
 	tag := base64.RawURLEncoding.AppendEncode(stack[:0], []byte(key))
 	tagLen := len(l.cfg.prefix) + 2 + len(tag)
-	suffixes := [...]string{":lock", ":fence", ":released", ":queue", ":waiters", ":wake:"}
+	suffixes := [...]string{":lock", ":fence", releases.Suffix, ":queue", ":waiters", ":wake:"}
 	n := len(l.id)
 	for _, s := range suffixes {
 		n += tagLen + len(s)
@@ -184,9 +185,10 @@ func (l *Locker) keysFor(key string) keys {
 // Cluster slot, watching its handoffs, writing ACLs. Never delete or
 // overwrite the fence counter: tokens would start again (see "Fencing tokens
 // and persistence"). The other names of the key are the lock's with
-// ":released" (the last release, for a few seconds), ":queue" and ":waiters"
-// (the waiters' queue) in place of ":lock" (see "How it works"). KeyNames
-// neither validates key nor talks to Redis.
+// ":recent-releases" (a sorted set: the owner tokens of the latest
+// releases, for a few seconds), ":queue" and ":waiters" (the waiters'
+// queue) in place of ":lock" (see "How it works"). KeyNames neither
+// validates key nor talks to Redis.
 func (l *Locker) KeyNames(key string) (lock, fence, wake string) {
 	k := l.keysFor(key)
 	return k.lock, k.fence, k.wake

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker/redis/internal/releases"
 )
 
 // The scripts run atomically on the server, so no other client can act
@@ -199,32 +201,37 @@ return {0, -1, place}
 // and then, in the same atomic step, tells the first live waiter in the
 // key's queue, and only it, that its turn has come.
 //
-//	KEYS[1] lock key, KEYS[2] last release, KEYS[3] queue, KEYS[4] waiters
+//	KEYS[1] lock key, KEYS[2] recent releases, KEYS[3] queue, KEYS[4] waiters
 //	ARGV[1] owner token, ARGV[2] "1" to publish on a shard channel (Cluster),
 //	ARGV[3] how long to remember the release, in milliseconds
 //	returns 1 when released (now or by an earlier attempt of the same
 //	release), 0 when the lock was no longer ours
 //
-// The release is remembered (the owner token under KEYS[2], for ARGV[3])
-// because go-redis retries a request whose reply was lost (a connection
-// reset, a read timeout): the retry finds the lock gone, and without the
-// record it would report a release that succeeded as a lost lock. One record
-// per key, overwritten by the next release: a retry comes within seconds.
+// The release is remembered (the owner token in the sorted set KEYS[2],
+// which holds the key's latest releases.Records releases until ARGV[3]
+// after the last; see package releases) because go-redis retries a request
+// whose reply was lost (a connection reset, a read timeout), and so does
+// exec after an inline attempt timed out: the retry finds the lock gone,
+// and without the record it would report a release that succeeded as a
+// lost lock. A set, not one record per key: the next holder may take the
+// key and release it before the retry comes, and its record must not hide
+// ours (TestReleaseRetriedAfterNextHolderReleased).
 // The record is written after the DEL, which matters on a server that is
 // full (maxmemory under noeviction refuses every write that may grow
 // memory): Redis refuses such a write only as a script's first write, since
-// it cannot stop a script midway, so the SET after the DEL always succeeds
-// and the release, which frees memory, always happens (TestFullServerUnder
-// Noeviction). It runs under redis.call, not pcall: pcall measured 4-6% of
-// an uncontended Acquire+Release on loopback (see BENCHMARKS.md), and has
-// nothing to catch here. Dropping dead queue entries (ZREM) frees memory too.
+// it cannot stop a script midway, so the writes after the DEL always
+// succeed and the release, which frees memory, always happens
+// (TestFullServerUnderNoeviction). It runs under redis.call, not pcall:
+// pcall measured 4-6% of an uncontended Acquire+Release on loopback (see
+// BENCHMARKS.md), and has nothing to catch here. Dropping dead queue
+// entries (ZREM) frees memory too.
 //
 // SPUBLISH runs under pcall: on a server without it (Redis < 7) the release
 // must still succeed, since the DEL cannot be rolled back; waiters then wake
 // by their timers.
-var releaseScript = goredis.NewScript(luaQueue + `
+var releaseScript = goredis.NewScript(luaQueue + releases.Lua + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  if redis.call('GET', KEYS[2]) == ARGV[1] then
+  if released_before(KEYS[2], ARGV[1]) then
     return 1
   end
   return 0
@@ -232,7 +239,7 @@ end
 local queued = redis.call('EXISTS', KEYS[3]) == 1
 if queued and redis.replicate_commands then redis.replicate_commands() end
 redis.call('DEL', KEYS[1])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
+remember_release(KEYS[2], ARGV[1], ARGV[3])
 if queued then
   prune(KEYS[3], KEYS[4], now_ms())
   wake(KEYS[3], ARGV[2])

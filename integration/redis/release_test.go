@@ -39,10 +39,10 @@ func (r *replayReleases) ProcessHook(next goredis.ProcessHook) goredis.ProcessHo
 }
 
 // isRelease reports whether cmd runs the release script, which names the
-// key's ":released" record.
+// key's ":recent-releases" record.
 func isRelease(cmd goredis.Cmder) bool {
 	for _, a := range cmd.Args() {
-		if s, ok := a.(string); ok && strings.HasSuffix(s, ":released") {
+		if s, ok := a.(string); ok && strings.HasSuffix(s, ":recent-releases") {
 			return true
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/internal/tracker"
 	"github.com/go-locker/locker/redis/internal/guard"
+	"github.com/go-locker/locker/redis/internal/releases"
 )
 
 var _ locker.Locker = (*Locker)(nil)
@@ -200,7 +201,7 @@ func (k keys) acquireKeys() []string { return []string{k.lock, k.fence, k.releas
 // base64url of its bytes (no braces, no ':') inside braces after the prefix.
 func (l *Locker) keysFor(key string) keys {
 	base := l.cfg.prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
-	return keys{lock: base + ":lock", fence: base + ":fence", channel: base + ":released", released: base + ":recent-releases"}
+	return keys{lock: base + ":lock", fence: base + ":fence", channel: base + ":released", released: base + releases.Suffix}
 }
 
 // KeyNames returns the names under which the Locker keeps key on every

@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker/redis/internal/guard"
+	"github.com/go-locker/locker/redis/internal/releases"
 )
 
 // The scripts run atomically on one node each; no script touches two
@@ -49,7 +50,7 @@ end
 //
 // INCR comes before SET so that a failing INCR (a foreign value under our
 // prefix) leaves no lock behind: Redis does not roll a script back.
-var acquireScript = goredis.NewScript(luaOurs + `
+var acquireScript = goredis.NewScript(luaOurs + releases.Lua + `
 local holder = redis.call('GET', KEYS[1])
 if ours(holder, ARGV[1]) then
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
@@ -57,7 +58,7 @@ end
 if holder then
   return {0, redis.call('PTTL', KEYS[1]), holder}
 end
-if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+if released_before(KEYS[3], ARGV[1]) then
   return {0, -1, ARGV[1]}
 end
 local n = redis.call('INCR', KEYS[2])
@@ -118,7 +119,7 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 //
 // The release is remembered (our owner token in the sorted set KEYS[2],
 // scored in the order of the releases, which holds the latest
-// releaseRecords owner tokens of the key and
+// releases.Records owner tokens of the key and
 // expires ARGV[4] milliseconds after the last release), as the redis
 // package's release is, because go-redis retries a request whose reply was
 // lost (a connection reset): the retry finds the lock gone, and without
@@ -134,34 +135,23 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 // script's first write, so the release still happens, record and all (see
 // the redis package's release script); a clean-up that finds nothing to
 // delete on a full server fails, as nothing grants there either.
-var releaseScript = goredis.NewScript(luaOurs + `
-local function remember()
-  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-  redis.call('ZADD', KEYS[2], (tonumber(last[2]) or 0) + 1, ARGV[1])
-  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -` + strconv.Itoa(releaseRecords+1) + `)
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
-end
+var releaseScript = goredis.NewScript(luaOurs + releases.Lua + `
 if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then
-  if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  if released_before(KEYS[2], ARGV[1]) then
     return 1
   end
   if ARGV[3] ~= '1' then
-    remember()
+    remember_release(KEYS[2], ARGV[1], ARGV[4])
   end
   return 0
 end
 redis.call('DEL', KEYS[1])
-remember()
+remember_release(KEYS[2], ARGV[1], ARGV[4])
 if ARGV[3] == '1' then
   redis.call('PUBLISH', ARGV[2], '1')
 end
 return 1
 `)
-
-// releaseRecords is how many recent releases of a key a node remembers:
-// enough for as many other holders to come and go before a retried release
-// arrives, which each takes an acquisition and a release of their own.
-const releaseRecords = 32
 
 // releaseMemory is how long the release script remembers a release, so that
 // a retry of it by go-redis is recognised (see releaseScript). go-redis
