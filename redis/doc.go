@@ -170,7 +170,8 @@
 // An ACL user needs, on its prefix's keys (~prefix*) and channels
 // (&prefix*): EVALSHA and EVAL, and inside the scripts GET, SET, INCR, PTTL,
 // DEL, EXISTS, PEXPIRE, TIME, ZADD, ZREM, ZRANGE, ZRANGEBYSCORE, ZSCORE,
-// ZRANK and PUBLISH (SPUBLISH on Cluster); for waiting, SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE and
+// ZRANK, ZREMRANGEBYRANK and PUBLISH (SPUBLISH on Cluster); for waiting,
+// SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE and
 // SUNSUBSCRIBE on Cluster), plus PING. To let the Locker check the eviction
 // policy, also CONFIG GET (+config|get) or INFO; without both it cannot
 // check, and takes locks without knowing (see "Eviction").

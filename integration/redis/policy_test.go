@@ -145,7 +145,7 @@ func TestEvictionPolicyWithoutConfig(t *testing.T) {
 	admin := testClient(t, srv.Addr(), true)
 	setPolicy(t, ctx, admin, "volatile-lru")
 	base := []string{"~*", "&*", "+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+del", "+exists", "+pexpire", "+time",
-		"+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+zrank",
+		"+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+zrank", "+zremrangebyrank",
 		"+publish", "+subscribe", "+unsubscribe", "+ping", "+hello", "+client"}
 	for _, tc := range []struct {
 		name   string

@@ -41,7 +41,7 @@ func TestURLACLUser(t *testing.T) {
 	if err := admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">"+pass,
 		"~"+prefix+"*", "&"+prefix+"*",
 		"+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+del", "+exists", "+pexpire", "+time",
-		"+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+zrank",
+		"+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+zrank", "+zremrangebyrank",
 		"+publish", "+spublish", "+subscribe", "+unsubscribe", "+ping", "+hello", "+client",
 	).Err(); err != nil {
 		t.Skipf("ACL SETUSER: %v (server without ACLs?)", err)
