@@ -25,7 +25,7 @@ type Handle struct {
 	drift time.Duration
 	sent  time.Time // when the acquiring request left: the lease starts no earlier
 	st    *backend.State
-	lease *renew.Lease // set by start
+	lease renew.Slot // set by start
 
 	mu        sync.Mutex
 	releasing bool
@@ -54,22 +54,11 @@ func (h *Handle) Token() int64 { return h.token }
 func (h *Handle) Owner() string { return h.owner }
 
 // Done is closed once the lock is released or lost.
-func (h *Handle) Done() <-chan struct{} { h.checkLease(); return h.st.Done() }
+func (h *Handle) Done() <-chan struct{} { h.lease.Check(); return h.st.Done() }
 
 // Err is nil while the lock is held, then locker.ErrReleased or an error
 // wrapping locker.ErrLost.
-func (h *Handle) Err() error { h.checkLease(); return h.st.Err() }
-
-// checkLease declares the loss now if the lease's deadline has passed and
-// its loss timer has not fired yet (see renew.Lease.Check).
-func (h *Handle) checkLease() {
-	h.mu.Lock()
-	ls := h.lease
-	h.mu.Unlock()
-	if ls != nil {
-		ls.Check()
-	}
-}
+func (h *Handle) Err() error { h.lease.Check(); return h.st.Err() }
 
 // TTL returns the lease of the lock.
 func (h *Handle) TTL() time.Duration { return h.ttl }
@@ -87,9 +76,7 @@ func (h *Handle) start() {
 	if h.l.cfg.watchdog {
 		cfg.Renew = h.renew
 	}
-	h.mu.Lock()
-	h.lease = renew.Start(h.sent, cfg)
-	h.mu.Unlock()
+	h.lease.Set(renew.Start(h.sent, cfg))
 }
 
 // renew extends the lease once; ctx ends at the loss deadline.
@@ -143,14 +130,7 @@ func (h *Handle) end(err error) bool {
 
 // stopRenewal stops the watchdog and the loss timer without waiting for
 // them.
-func (h *Handle) stopRenewal() {
-	h.mu.Lock()
-	lease := h.lease
-	h.mu.Unlock()
-	if lease != nil {
-		lease.Stop()
-	}
-}
+func (h *Handle) stopRenewal() { h.lease.Stop() }
 
 // Release deletes the lock if it is still ours, and wakes waiters. It never
 // deletes another holder's lock. After loss it returns an error wrapping
@@ -173,7 +153,7 @@ func (h *Handle) Release(ctx context.Context) error {
 		return h.closeVerdict(ctx)
 	}
 	defer h.l.exit()
-	expired := h.lease != nil && h.lease.Expired(time.Now())
+	expired := h.lease.Expired(time.Now())
 	h.stopRenewal()
 	var released bool
 	err := h.l.exec(ctx, func(ctx context.Context) error {

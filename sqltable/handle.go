@@ -22,7 +22,7 @@ type Handle struct {
 	token int64
 	ttl   time.Duration
 	st    *backend.State
-	lease *renew.Lease
+	lease renew.Slot
 
 	bellState int           // see bell; guarded by the Locker's bell.stateMu
 	bellEntry *timerq.Entry // rings the bell; guarded by bell.stateMu
@@ -47,22 +47,11 @@ func (h *Handle) Owner() string { return h.owner }
 func (h *Handle) TTL() time.Duration { return h.ttl }
 
 // Done is closed once the lock is released or lost.
-func (h *Handle) Done() <-chan struct{} { h.checkLease(); return h.st.Done() }
+func (h *Handle) Done() <-chan struct{} { h.lease.Check(); return h.st.Done() }
 
 // Err is nil while the lock is held, then locker.ErrReleased or an error
 // wrapping locker.ErrLost.
-func (h *Handle) Err() error { h.checkLease(); return h.st.Err() }
-
-// checkLease declares the loss now if the lease's deadline has passed and
-// its loss timer has not fired yet (see renew.Lease.Check).
-func (h *Handle) checkLease() {
-	h.mu.Lock()
-	ls := h.lease
-	h.mu.Unlock()
-	if ls != nil {
-		ls.Check()
-	}
-}
+func (h *Handle) Err() error { h.lease.Check(); return h.st.Err() }
 
 // start begins the lease: renewals every TTL/3 (unless the watchdog is off)
 // and the loss timer at sent + TTL − drift on the local monotonic clock.
@@ -76,9 +65,7 @@ func (h *Handle) start(sent time.Time, drift time.Duration) {
 	if h.l.cfg.watchdog {
 		cfg.Renew = h.renew
 	}
-	h.mu.Lock()
-	h.lease = renew.Start(sent, cfg)
-	h.mu.Unlock()
+	h.lease.Set(renew.Start(sent, cfg))
 }
 
 // renew extends the lease when the row still carries this holder's owner
@@ -133,14 +120,7 @@ func (h *Handle) claim() bool {
 }
 
 // stop stops renewals and the loss timer.
-func (h *Handle) stop() {
-	h.mu.Lock()
-	lease := h.lease
-	h.mu.Unlock()
-	if lease != nil {
-		lease.Stop()
-	}
-}
+func (h *Handle) stop() { h.lease.Stop() }
 
 // Release frees the lock if this holder still has it, and wakes waiters.
 // It never frees another holder's lock. After loss it returns an error
@@ -159,7 +139,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	if counted {
 		defer h.l.wg.Done()
 	}
-	expired := h.lease != nil && h.lease.Expired(time.Now())
+	expired := h.lease.Expired(time.Now())
 	h.stop()
 	// Close, if it has begun, left this lock to us (we claimed it first);
 	// the release is bounded by ctx and by Close's own bound.

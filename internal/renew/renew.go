@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -289,4 +290,36 @@ func (l *Lease) renewOnce() {
 		l.renew.Reset(l.retry)
 	}
 	l.mu.Unlock()
+}
+
+// Slot holds a handle's Lease, stored once renew.Start has returned; until
+// then (and in a zero Slot) its methods do nothing, or report the lease as
+// not expired. Handles keep their lease in a Slot so that Err, Done, Release
+// and the loss path read it the same way, without a lock of their own.
+type Slot struct{ p atomic.Pointer[Lease] }
+
+// Set stores l.
+func (s *Slot) Set(l *Lease) { s.p.Store(l) }
+
+// Get returns the Lease, or nil before Set.
+func (s *Slot) Get() *Lease { return s.p.Load() }
+
+// Check is Lease.Check on the stored Lease, if any.
+func (s *Slot) Check() {
+	if l := s.p.Load(); l != nil {
+		l.Check()
+	}
+}
+
+// Stop is Lease.Stop on the stored Lease, if any.
+func (s *Slot) Stop() {
+	if l := s.p.Load(); l != nil {
+		l.Stop()
+	}
+}
+
+// Expired is Lease.Expired on the stored Lease; false before Set.
+func (s *Slot) Expired(now time.Time) bool {
+	l := s.p.Load()
+	return l != nil && l.Expired(now)
 }

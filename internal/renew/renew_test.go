@@ -300,3 +300,23 @@ func TestCheckDeclaresLossAtOnce(t *testing.T) {
 		t.Fatal("Check declared the loss of a lease whose deadline is an hour away")
 	}
 }
+
+// TestSlotBeforeSet: a Slot whose lease has not started yet does nothing
+// and reports nothing expired; once set, it forwards to the Lease.
+func TestSlotBeforeSet(t *testing.T) {
+	var s Slot
+	s.Check()
+	s.Stop()
+	if s.Expired(time.Now().Add(time.Hour)) || s.Get() != nil {
+		t.Fatal("an empty Slot reports a lease")
+	}
+	var lost atomic.Bool
+	s.Set(Start(time.Now().Add(-2*time.Hour), Config{TTL: time.Hour, Drift: time.Minute, Lost: func(error) { lost.Store(true) }}))
+	if !s.Expired(time.Now()) {
+		t.Fatal("a Slot holding a lease past its deadline does not report it expired")
+	}
+	s.Check()
+	if !lost.Load() {
+		t.Fatal("Slot.Check did not declare the loss of a lease past its deadline")
+	}
+}

@@ -29,7 +29,7 @@ type Handle struct {
 	st    *backend.State
 
 	mu        sync.Mutex
-	lease     *renew.Lease
+	lease     renew.Slot
 	releasing bool
 }
 
@@ -54,45 +54,30 @@ func (h *Handle) Owner() string { return h.owner }
 func (h *Handle) TTL() time.Duration { return h.tm.ttl }
 
 // Done is closed once the lock is released or lost.
-func (h *Handle) Done() <-chan struct{} { h.checkLease(); return h.st.Done() }
+func (h *Handle) Done() <-chan struct{} { h.lease.Check(); return h.st.Done() }
 
 // Err is nil while the lock is held, then locker.ErrReleased or an error
 // wrapping locker.ErrLost.
-func (h *Handle) Err() error { h.checkLease(); return h.st.Err() }
-
-// checkLease declares the loss now if the lease's deadline has passed and
-// its loss timer has not fired yet (see renew.Lease.Check).
-func (h *Handle) checkLease() {
-	h.mu.Lock()
-	ls := h.lease
-	h.mu.Unlock()
-	if ls != nil {
-		ls.Check()
-	}
-}
+func (h *Handle) Err() error { h.lease.Check(); return h.st.Err() }
 
 // Validity returns until when the lock is surely held on a majority of the
 // nodes, on this process's monotonic clock: the send time of the last
 // successful acquiring or renewing round plus the TTL minus the drift.
 func (h *Handle) Validity() time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.lease == nil {
-		return h.sent.Add(h.tm.ttl - h.tm.drift)
+	if ls := h.lease.Get(); ls != nil {
+		return ls.Deadline()
 	}
-	return h.lease.Deadline()
+	return h.sent.Add(h.tm.ttl - h.tm.drift)
 }
 
 // start keeps the lease: a renewal round every TTL/3, and the loss
 // declared at the validity's end when no renewal round succeeded on a
 // majority in time (internal/renew: runtime timers, no goroutine).
 func (h *Handle) start() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.lease = renew.Start(h.sent, renew.Config{
+	h.lease.Set(renew.Start(h.sent, renew.Config{
 		TTL: h.tm.ttl, Drift: h.tm.drift,
 		Renew: h.renew, Lost: h.leaseLost, Go: h.l.run,
-	})
+	}))
 }
 
 // renew extends the lease on every node where the lock is still ours. It
@@ -188,14 +173,7 @@ func (h *Handle) end(err error) bool {
 	return first
 }
 
-func (h *Handle) stopRenewal() {
-	h.mu.Lock()
-	lease := h.lease
-	h.mu.Unlock()
-	if lease != nil {
-		lease.Stop()
-	}
-}
+func (h *Handle) stopRenewal() { h.lease.Stop() }
 
 // releaseCounts runs the owner-checked delete on every node, announcing it,
 // and counts the answers. Its requests are not bound by ctx, which only
@@ -243,7 +221,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	// process was paused past it, and this ran first on resuming): then a
 	// release that reaches no majority must report the loss.
 	h.mu.Lock()
-	expired := h.lease != nil && h.lease.Expired(time.Now())
+	expired := h.lease.Expired(time.Now())
 	h.mu.Unlock()
 	h.stopRenewal()
 	deleted, notOurs, failed, err := h.releaseCounts(ctx)
