@@ -1,6 +1,7 @@
 package locker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -87,4 +88,16 @@ func KeyError(op, key string, err error) error {
 		return nil
 	}
 	return &Error{Op: op, Key: key, Err: err}
+}
+
+// contextError is the error of a call that ctx ended: ctx.Err(), and ctx's
+// cause when it has another (context.WithCancelCause, WithDeadlineCause),
+// so that errors.Is finds both. backend.ContextError is the same for
+// backends.
+func contextError(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, err) {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }

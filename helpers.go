@@ -3,8 +3,9 @@ package locker
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
+
+	"github.com/go-locker/locker/internal/backoff"
 )
 
 // HandleContext returns a copy of ctx that is also cancelled as soon as h's
@@ -62,7 +63,7 @@ func TryDo(ctx context.Context, l Locker, key string, fn func(ctx context.Contex
 // The current leader's fencing token is h.Token(): a newer leader's is
 // higher, so a resource can refuse a deposed leader's late writes.
 func Lead(ctx context.Context, l Locker, key string, fn func(ctx context.Context, h Handle) error, opts ...Option) error {
-	backoff := leadRetryMin
+	retry := backoff.New(leadRetryMin, leadRetryMax)
 	for {
 		h, err := l.Acquire(ctx, key, opts...)
 		switch {
@@ -70,28 +71,22 @@ func Lead(ctx context.Context, l Locker, key string, fn func(ctx context.Context
 			if err == nil {
 				releaseDetached(ctx, h)
 			}
-			return KeyError("lead", key, context.Cause(ctx))
+			return KeyError("lead", key, contextError(ctx))
 		case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidOption), errors.Is(err, ErrClosed):
 			return err
 		case err != nil:
 			// Jittered, so that the followers of a failed backend do not
 			// all come back in the same instant.
-			d := backoff/2 + rand.N(backoff/2+1)
-			backoff = min(2*backoff, leadRetryMax)
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return KeyError("lead", key, context.Cause(ctx))
+			if !retry.Wait(ctx) {
+				return KeyError("lead", key, contextError(ctx))
 			}
 			continue
 		}
-		backoff = leadRetryMin
+		retry.Reset()
 		ferr := hold(ctx, h, fn)
 		switch herr := h.Err(); {
 		case ctx.Err() != nil:
-			return KeyError("lead", key, context.Cause(ctx))
+			return KeyError("lead", key, contextError(ctx))
 		case errors.Is(herr, ErrClosed):
 			return KeyError("lead", key, herr)
 		case errors.Is(herr, ErrLost):

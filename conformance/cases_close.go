@@ -97,16 +97,23 @@ func (s *suite) noGoroutineLeak(t *testing.T, ctx context.Context) {
 			t.Fatal("cancelled Acquire succeeded")
 		}
 		mustNotTry(t, ctx, b, k, "another client holds it")
-		if _, err := a.Acquire(ctx, key(t, "/other"), ttl(s)); err != nil {
+		other := key(t, "/other")
+		if _, err := a.Acquire(ctx, other, ttl(s)); err != nil {
 			t.Fatalf("Acquire: %v", err)
 		}
 		mustRelease(t, ctx, h)
-		// The second lock is still held: Close must release it and stop
-		// whatever keeps it alive.
-		for _, l := range []locker.Locker{a, b} {
+		// b waits for the second lock, held by a, when both close: Close
+		// must end that wait, release the lock and stop whatever keeps it
+		// alive, and leave no goroutine behind for either.
+		held := goAcquire(ctx, b, other, ttl(s))
+		stillWaiting(t, held, "Acquire of a held key")
+		for _, l := range []locker.Locker{b, a} {
 			if err := l.Close(); err != nil {
 				t.Errorf("Close: %v", err)
 			}
+		}
+		if r := await(t, held, prompt, "Acquire whose Locker closed"); r.err == nil {
+			t.Error("Acquire whose Locker closed while it waited succeeded")
 		}
 	})
 	if err := goleak.Find(opts...); err != nil {

@@ -176,3 +176,99 @@ func (s *suite) cutCalls(t *testing.T, ctx context.Context, how string, want err
 	mustRelease(t, ctx, s.awaitAfterFault(t, goAcquire(ctx, b, held), healed, h,
 		"the heal of a client whose Release failed while cut off"))
 }
+
+// errCallerGaveUp is the cause the Context/Cause case cancels with.
+var errCallerGaveUp = errors.New("conformance: the caller gave up")
+
+// cancelCause: a call ended by a context.WithCancelCause (or a deadline
+// with a cause) reports both: errors.Is(err, context.Canceled) (or
+// DeadlineExceeded), which callers test for, and errors.Is(err, cause),
+// which says why. So do locker.Do, TryDo and Lead over the backend.
+func (s *suite) cancelCause(t *testing.T, ctx context.Context) {
+	holder, waiter := s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	check := func(what string, err, want error) {
+		t.Helper()
+		switch {
+		case err == nil:
+			t.Errorf("%s: succeeded, want an error wrapping %v and the cause", what, want)
+		case !errors.Is(err, want) || !errors.Is(err, errCallerGaveUp):
+			t.Errorf("%s: %v, want an error wrapping both %v and the cause %q", what, err, want, errCallerGaveUp)
+		}
+	}
+	cancelled := func() context.Context {
+		c, cancel := context.WithCancelCause(ctx)
+		cancel(errCallerGaveUp)
+		return c
+	}
+	// Ended before the call.
+	for _, call := range []struct {
+		name string
+		fn   func(context.Context, string, ...locker.Option) (locker.Handle, error)
+	}{{"Acquire", waiter.Acquire}, {"TryAcquire", waiter.TryAcquire}} {
+		h, err := call.fn(cancelled(), k)
+		if err == nil {
+			_ = h.Release(ctx)
+		}
+		check(call.name+" with a context cancelled with a cause", err, context.Canceled)
+	}
+	noWork := func(context.Context, locker.Handle) error { return errors.New("conformance: fn ran") }
+	check("TryDo with a context cancelled with a cause", locker.TryDo(cancelled(), waiter, k, noWork), context.Canceled)
+
+	// Ended while waiting for a held key.
+	h := mustAcquire(t, ctx, holder, k)
+	wait := func(name string, mk func() (context.Context, func()), want error, call func(context.Context) error) {
+		t.Helper()
+		wctx, end := mk()
+		ch := make(chan error, 1)
+		go func() { ch <- call(wctx) }()
+		select {
+		case err := <-ch:
+			t.Fatalf("%s of a held key returned before its context ended: %v", name, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		end()
+		select {
+		case err := <-ch:
+			check(name+" whose context ended with a cause while waiting", err, want)
+		case <-time.After(prompt):
+			t.Fatalf("%s whose context ended with a cause is still waiting after %v", name, prompt)
+		}
+	}
+	withCause := func() (context.Context, func()) {
+		c, cancel := context.WithCancelCause(ctx)
+		return c, func() { cancel(errCallerGaveUp) }
+	}
+	acquire := func(c context.Context) error {
+		hw, err := waiter.Acquire(c, k)
+		if err == nil {
+			_ = hw.Release(ctx)
+		}
+		return err
+	}
+	wait("Acquire", withCause, context.Canceled, acquire)
+	wait("Acquire", func() (context.Context, func()) {
+		c, cancel := context.WithTimeoutCause(ctx, 400*time.Millisecond, errCallerGaveUp)
+		return c, func() { <-c.Done(); cancel() }
+	}, context.DeadlineExceeded, acquire)
+	wait("Do", withCause, context.Canceled, func(c context.Context) error { return locker.Do(c, waiter, k, noWork) })
+	wait("Lead (campaigning)", withCause, context.Canceled, func(c context.Context) error { return locker.Lead(c, waiter, k, noWork) })
+	mustRelease(t, ctx, h)
+
+	// Ended while leading: fn returns when its context ends.
+	led := make(chan struct{}, 1)
+	wait("Lead (leading)", withCause, context.Canceled, func(c context.Context) error {
+		return locker.Lead(c, waiter, k, func(fctx context.Context, _ locker.Handle) error {
+			led <- struct{}{}
+			<-fctx.Done()
+			return nil
+		})
+	})
+	select {
+	case <-led:
+	default:
+		t.Error("Lead of a free key never ran fn")
+	}
+	// Nothing is left behind.
+	mustRelease(t, ctx, mustTry(t, ctx, holder, k))
+}

@@ -140,6 +140,7 @@ func (s *suite) cases() []testCase {
 		{"Context/DeadlineWhileWaiting", s.deadlineWhileWaiting},
 		{"Context/DeadlineWhileCut", s.deadlineWhileCut},
 		{"Context/CancelWhileCut", s.cancelWhileCut},
+		{"Context/Cause", s.cancelCause},
 		{"Close/ReleasesHeld", s.closeReleasesHeld},
 		{"Close/WakesOwnWaiters", s.closeWakesOwnWaiters},
 		{"Close/WhileInFlight", s.closeWhileInFlight},

@@ -88,6 +88,7 @@ var flaws = []struct {
 	{"FaultGrantsWaiter", faultGrantsWaiter, []string{"Waiters/WaiterCut", "Waiters/WaiterCrashes"}},
 	{"StrandsCutWaiter", strandsCutWaiter, []string{"Waiters/SessionLapse"}},
 	{"ResetFreesSilently", resetFreesSilently, []string{"Loss/ConnectionsReset"}},
+	{"DropsCause", dropsCause, []string{"Context/Cause"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"

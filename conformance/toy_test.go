@@ -48,6 +48,7 @@ const (
 	faultGrantsWaiter        // a waiter woken by another waiter's crash or cut takes the key, held or not
 	strandsCutWaiter         // a waiter whose Locker was cut off waits until its ctx ends, whatever happens
 	resetFreesSilently       // a reset of its connections frees the Locker's keys, its handles unaware
+	dropsCause               // a call its context ended reports ctx.Err() without the cause
 )
 
 // errToyPrivate is the toy's refusal of a store private to one Locker, the
@@ -268,8 +269,8 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 	if o.TTL == 0 {
 		o.TTL = toyTTL
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	if ctx.Err() != nil {
+		return nil, l.ctxErr(ctx)
 	}
 	var giveUp <-chan time.Time // for tryWaits
 	if !wait && l.flaw == tryWaits {
@@ -315,7 +316,7 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 		case <-poll:
 			if ctx.Err() != nil {
 				timer.Stop()
-				return nil, locker.KeyError("acquire", key, ctx.Err())
+				return nil, locker.KeyError("acquire", key, l.ctxErr(ctx))
 			}
 		case <-wake:
 		case <-timer.C:
@@ -327,7 +328,7 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 			return nil, locker.KeyError("acquire", key, locker.ErrClosed)
 		case <-done:
 			timer.Stop()
-			return nil, locker.KeyError("acquire", key, ctx.Err())
+			return nil, locker.KeyError("acquire", key, l.ctxErr(ctx))
 		}
 		timer.Stop()
 		l.mu.Lock()
@@ -336,7 +337,7 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 		if stranded {
 			select { // its claim went with the cut; nothing will wake it
 			case <-ctx.Done():
-				return nil, locker.KeyError("acquire", key, ctx.Err())
+				return nil, locker.KeyError("acquire", key, l.ctxErr(ctx))
 			case <-l.quit:
 				return nil, locker.KeyError("acquire", key, locker.ErrClosed)
 			}
@@ -585,4 +586,12 @@ func (l *toyLocker) setCut(v bool) {
 	if began {
 		l.fault()
 	}
+}
+
+// ctxErr is the error of a call that ctx ended; dropsCause loses the cause.
+func (l *toyLocker) ctxErr(ctx context.Context) error {
+	if l.flaw == dropsCause {
+		return ctx.Err()
+	}
+	return backend.ContextError(ctx)
 }

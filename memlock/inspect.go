@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 var _ locker.Inspector = (*Locker)(nil)
@@ -16,8 +17,8 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	if err := locker.ValidateKey(key); err != nil {
 		return locker.LockInfo{}, locker.KeyError("inspect", key, err)
 	}
-	if err := ctx.Err(); err != nil {
-		return locker.LockInfo{}, locker.KeyError("inspect", key, err)
+	if ctx.Err() != nil {
+		return locker.LockInfo{}, locker.KeyError("inspect", key, backend.ContextError(ctx))
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

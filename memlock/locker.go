@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 // DefaultTTL is the lease of a lock when neither locker.WithTTL nor
@@ -124,8 +125,8 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, locker.KeyError(op, key, err)
+	if ctx.Err() != nil {
+		return nil, locker.KeyError(op, key, backend.ContextError(ctx))
 	}
 
 	l.mu.Lock()
@@ -161,12 +162,12 @@ func (l *Locker) await(ctx context.Context, w *waiter) (*handle, error) {
 	select {
 	case r = <-w.ready:
 	case <-ctx.Done():
-		l.store.cancelWait(w, ctx.Err())
+		l.store.cancelWait(w, backend.ContextError(ctx))
 		if r = <-w.ready; r.g != nil {
 			// The key was handed to us as ctx ended: give it straight back,
 			// so that the abandoned wait leaves nothing behind.
 			l.store.release(r.g, locker.ErrReleased)
-			r = reply{err: ctx.Err()}
+			r = reply{err: backend.ContextError(ctx)}
 		}
 	}
 

@@ -1,0 +1,125 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+var errCause = errors.New("the caller gave up")
+
+func TestEnterRefuses(t *testing.T) {
+	cfgErr := errors.New("bad option")
+	if _, _, err := NewLife[int](cfgErr).Enter(context.Background(), "acquire", "k"); !errors.Is(err, cfgErr) {
+		t.Errorf("Enter with a config error = %v", err)
+	}
+	l := NewLife[int](nil)
+	if _, _, err := l.Enter(context.Background(), "acquire", ""); !errors.Is(err, locker.ErrInvalidKey) {
+		t.Errorf("Enter of an empty key = %v", err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errCause)
+	_, _, err := l.Enter(ctx, "acquire", "k")
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, errCause) {
+		t.Errorf("Enter with a cancelled context = %v, want context.Canceled and its cause", err)
+	}
+	if err := l.Close(Closer[int]{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Enter(context.Background(), "acquire", "k"); !errors.Is(err, locker.ErrClosed) {
+		t.Errorf("Enter after Close = %v", err)
+	}
+	if l.Go(func() {}) || l.Run(func() {}) {
+		t.Error("Go or Run ran after Close")
+	}
+	if l.Active() != 0 {
+		t.Errorf("Active() = %d after refused calls", l.Active())
+	}
+}
+
+func TestWhy(t *testing.T) {
+	l := NewLife[int](nil)
+	parent, cancel := context.WithCancelCause(context.Background())
+	ctx, done, err := l.Enter(parent, "acquire", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := errors.New("other")
+	if got := l.Why(ctx, other); got != other {
+		t.Errorf("Why before the end = %v", got)
+	}
+	cancel(errCause)
+	if got := l.Why(ctx, other); !errors.Is(got, context.Canceled) || !errors.Is(got, errCause) {
+		t.Errorf("Why after the caller's cancel = %v", got)
+	}
+	done()
+
+	ctx, done, err = l.Enter(context.Background(), "acquire", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error)
+	go func() { closed <- l.Close(Closer[int]{Grace: time.Minute}) }()
+	<-ctx.Done()
+	if got := l.Why(ctx, other); !errors.Is(got, locker.ErrClosed) || errors.Is(got, context.Canceled) {
+		t.Errorf("Why after Close = %v, want locker.ErrClosed only", got)
+	}
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a call was in progress and the grace not over")
+	case <-time.After(20 * time.Millisecond):
+	}
+	done()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCloseReleasesHeldAndWaits(t *testing.T) {
+	l := NewLife[int](nil)
+	for i := range 3 {
+		if !l.Hold(i) {
+			t.Fatal("Hold before Close = false")
+		}
+	}
+	l.Drop(1)
+	release := make(chan struct{})
+	if !l.Go(func() { <-release }) {
+		t.Fatal("Go before Close = false")
+	}
+	var got []int
+	var order []string
+	errShut := errors.New("shut")
+	go func() { <-l.Abandoned().Done(); close(release) }()
+	err := l.Close(Closer[int]{
+		Release: func(held []int) error {
+			got = held
+			order = append(order, "release")
+			if l.Hold(9) {
+				t.Error("Hold during Close = true")
+			}
+			if !l.Go(func() {}) {
+				t.Error("Go during Close (before the grace is over) = false")
+			}
+			return nil
+		},
+		Grace:    10 * time.Millisecond,
+		Shutdown: func() error { order = append(order, "shutdown"); return errShut },
+		Wait:     true,
+	})
+	if !errors.Is(err, errShut) {
+		t.Errorf("Close = %v, want Shutdown's error", err)
+	}
+	if len(got) != 2 || len(order) != 2 || order[0] != "release" {
+		t.Errorf("Release got %v, steps %v", got, order)
+	}
+	if l.Active() != 0 {
+		t.Errorf("Active() = %d after Close with Wait", l.Active())
+	}
+	if err := l.Close(Closer[int]{}); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+}
