@@ -105,6 +105,15 @@ func (l *Life[H]) Why(ctx context.Context, err error) error {
 	}
 }
 
+// Begin counts one call in progress that Enter did not admit (a Handle's
+// Release, say), so that Close waits for it, and reports true; after Close
+// has begun it counts nothing and reports false. Each true Begin needs one
+// End.
+func (l *Life[H]) Begin() bool { return l.add(false) }
+
+// End ends a call that Begin counted.
+func (l *Life[H]) End() { l.done() }
+
 // Go runs f in a new goroutine that Close waits for (boundedly), and reports
 // true; once Close has stopped waiting it runs nothing and reports false.
 // A goroutine of the Locker that Close would not wait for is a leak: start

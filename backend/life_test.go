@@ -32,7 +32,7 @@ func TestEnterRefuses(t *testing.T) {
 	if _, _, err := l.Enter(context.Background(), "acquire", "k"); !errors.Is(err, locker.ErrClosed) {
 		t.Errorf("Enter after Close = %v", err)
 	}
-	if l.Go(func() {}) || l.Run(func() {}) {
+	if l.Go(func() {}) || l.Run(func() {}) || l.Begin() {
 		t.Error("Go or Run ran after Close")
 	}
 	if l.Active() != 0 {
