@@ -43,7 +43,7 @@ func (h *handle) Release(ctx context.Context) error {
 	if err := h.g.state.Err(); err != nil {
 		return locker.KeyError("release", h.g.key, err)
 	}
-	if l.closed { // crashed: a dead process releases nothing
+	if l.crashed { // a dead process releases nothing
 		return locker.KeyError("release", h.g.key, locker.ErrClosed)
 	}
 	l.forgetLocked(h)
@@ -61,9 +61,14 @@ func (h *handle) Release(ctx context.Context) error {
 }
 
 // holdLocked makes a handle for a grant the store just gave l and puts it
-// under the watchdog.
-func (l *Locker) holdLocked(g *grant) *handle {
+// under the watchdog. Once Close (or crash) has begun, it gives the grant
+// back instead and fails with locker.ErrClosed: Close could not see it.
+func (l *Locker) holdLocked(g *grant) (*handle, error) {
 	h := &handle{l: l, g: g, next: g.start.Add(g.ttl / 3)}
+	if !l.life.Hold(h) {
+		l.store.release(g, locker.ErrReleased)
+		return nil, locker.ErrClosed
+	}
 	heap.Push(&l.held, h)
 	if l.alarm.IsZero() || h.next.Before(l.alarm) {
 		// The watchdog sleeps until l.alarm; wake it to rearm its timer
@@ -75,11 +80,13 @@ func (l *Locker) holdLocked(g *grant) *handle {
 		default:
 		}
 	}
-	return h
+	return h, nil
 }
 
-// forgetLocked takes h from the watchdog.
+// forgetLocked takes h from the watchdog and from the handles Close
+// releases.
 func (l *Locker) forgetLocked(h *handle) {
+	l.life.Drop(h)
 	if h.index >= 0 {
 		heap.Remove(&l.held, h.index)
 	}
@@ -87,9 +94,8 @@ func (l *Locker) forgetLocked(h *handle) {
 
 // watchdog is the Locker's one goroutine. It renews each held lease every
 // TTL/3, sleeping on a single timer until the earliest renewal is due; it
-// never polls. It returns when Close or crash closes l.quit.
+// never polls. It returns when Close or crash begins.
 func (l *Locker) watchdog() {
-	defer close(l.exited)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -105,7 +111,7 @@ func (l *Locker) watchdog() {
 		l.mu.Unlock()
 
 		select {
-		case <-l.quit:
+		case <-l.life.Closing().Done():
 			return
 		case <-l.wake:
 		case <-timer.C:

@@ -57,22 +57,25 @@ func checkTTL(ttl time.Duration) error {
 // Locker is one client of a Store: what a process is to a lock server. It is
 // safe for concurrent use. Its locks are kept alive by a watchdog goroutine
 // that Close stops.
+//
+// Its lifecycle (admission of calls, their contexts tied to Close, the
+// handles Close releases, the watchdog Close waits for) is a backend.Life:
+// what follows is only what is memlock's own.
 type Locker struct {
 	store *Store
 	cfg   config
+	life  *backend.Life[*handle]
 
 	// mu guards the client state below. Lock order: Locker.mu, then
 	// Store.mu (the client calls the server, never the reverse).
 	mu      sync.Mutex
-	closed  bool                 // by Close or crash
+	crashed bool                 // by the test hook crash
 	isCut   bool                 // by the test hook cut, until healed
 	waiters map[*waiter]struct{} // this Locker's blocked Acquires
 	held    renewQueue           // this Locker's handles, by next renewal
 	alarm   time.Time            // when the watchdog's timer fires; zero when unarmed
 
-	wake   chan struct{} // tells the watchdog to rearm for an earlier renewal
-	quit   chan struct{} // closed to stop the watchdog
-	exited chan struct{} // closed by the watchdog when it returns
+	wake chan struct{} // tells the watchdog to rearm for an earlier renewal
 }
 
 var _ locker.Locker = (*Locker)(nil)
@@ -89,12 +92,11 @@ func (s *Store) NewLocker(opts ...Option) *Locker {
 	l := &Locker{
 		store:   s,
 		cfg:     cfg,
+		life:    backend.NewLife[*handle](cfg.err),
 		waiters: make(map[*waiter]struct{}),
 		wake:    make(chan struct{}, 1),
-		quit:    make(chan struct{}),
-		exited:  make(chan struct{}),
 	}
-	go l.watchdog()
+	l.life.Go(l.watchdog)
 	return l
 }
 
@@ -118,21 +120,22 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Opti
 }
 
 func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (locker.Handle, error) {
-	if err := locker.ValidateKey(key); err != nil {
-		return nil, locker.KeyError(op, key, err)
+	// Enter checks the key, the Locker's options, Close and ctx, and gives
+	// a ctx that also ends when Close begins.
+	ctx, done, err := l.life.Enter(ctx, op, key)
+	if err != nil {
+		return nil, err
 	}
+	defer done()
 	ttl, err := l.ttl(opts)
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
 	}
-	if ctx.Err() != nil {
-		return nil, locker.KeyError(op, key, backend.ContextError(ctx))
-	}
 
 	l.mu.Lock()
-	if err := l.usableLocked(); err != nil {
+	if l.isCut {
 		l.mu.Unlock()
-		return nil, locker.KeyError(op, key, err)
+		return nil, locker.KeyError(op, key, errUnreachable)
 	}
 	g, w, err := l.store.acquire(key, ttl, wait)
 	if err != nil {
@@ -140,8 +143,11 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		return nil, locker.KeyError(op, key, err)
 	}
 	if g != nil {
-		h := l.holdLocked(g)
+		h, err := l.holdLocked(g)
 		l.mu.Unlock()
+		if err != nil {
+			return nil, locker.KeyError(op, key, err)
+		}
 		return h, nil
 	}
 	// Queued: remember the waiter so that Close, crash and cut can end it.
@@ -155,19 +161,20 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	return h, nil
 }
 
-// await waits for the store's answer to w, or for ctx to end, and returns
-// the key's new handle.
+// await waits for the store's answer to w, or for ctx (which Close ends)
+// to end, and returns the key's new handle.
 func (l *Locker) await(ctx context.Context, w *waiter) (*handle, error) {
 	var r reply
 	select {
 	case r = <-w.ready:
 	case <-ctx.Done():
-		l.store.cancelWait(w, backend.ContextError(ctx))
+		why := l.life.Why(ctx, nil)
+		l.store.cancelWait(w, why)
 		if r = <-w.ready; r.g != nil {
 			// The key was handed to us as ctx ended: give it straight back,
 			// so that the abandoned wait leaves nothing behind.
 			l.store.release(r.g, locker.ErrReleased)
-			r = reply{err: backend.ContextError(ctx)}
+			r = reply{err: why}
 		}
 	}
 
@@ -177,19 +184,11 @@ func (l *Locker) await(ctx context.Context, w *waiter) (*handle, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	if l.closed {
-		// Granted while Close or crash ran, which could not see this lock.
-		l.store.release(r.g, locker.ErrReleased)
-		return nil, locker.ErrClosed
-	}
-	return l.holdLocked(r.g), nil
+	return l.holdLocked(r.g)
 }
 
 // ttl returns the lease a call asks for.
 func (l *Locker) ttl(opts []locker.Option) (time.Duration, error) {
-	if l.cfg.err != nil {
-		return 0, l.cfg.err
-	}
 	o, err := locker.ApplyOptions(opts...)
 	if err != nil {
 		return 0, err
@@ -203,55 +202,44 @@ func (l *Locker) ttl(opts []locker.Option) (time.Duration, error) {
 	return o.TTL, nil
 }
 
-// usableLocked says why the Locker cannot talk to its store, if it cannot.
-func (l *Locker) usableLocked() error {
-	switch {
-	case l.closed:
-		return locker.ErrClosed
-	case l.isCut:
-		return errUnreachable
-	}
-	return nil
-}
-
 // Close releases every lock the Locker holds, so that waiters elsewhere get
 // them at once, ends its blocked Acquires with an error wrapping
 // locker.ErrClosed, and stops its watchdog. The handles it held end with
 // locker.ErrReleasedByClose, which wraps both locker.ErrReleased and
 // locker.ErrClosed. Close is idempotent.
 //
+// Close is bounded: releasing never blocks here, and Close then waits at
+// most backend.CloseGrace for calls and the watchdog to end (they end at
+// once); nothing of the Locker outlives it.
+//
 // A Locker cut off from its store cannot release: its locks stay until their
 // leases run out, and Close says so in its error.
 func (l *Locker) Close() error {
+	return l.life.Close(backend.Closer[*handle]{Release: l.releaseAll})
+}
+
+// releaseAll is Close's release of the locks held when it began; the
+// blocked Acquires have given up already (Life ended their contexts), and a
+// grant that reaches one of them now is given back, as Life.Hold refuses it.
+func (l *Locker) releaseAll(held []*handle) error {
 	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil
-	}
-	l.closed = true
-	cut := l.isCut
+	defer l.mu.Unlock()
 	// Waiters first, so that the releases below cannot hand a key to one
 	// of our own waiters.
 	l.endWaitersLocked(locker.ErrClosed)
-	held := l.held
-	l.held = nil
 	// Released by Close; or, when cut off, given up in our own view while
 	// the store keeps the lease until it runs out: then the handle says
 	// lost, and Close returns an error.
 	unreleased := fmt.Errorf("%w: %w: the backend could not be reached to release it", locker.ErrLost, locker.ErrClosed)
 	left := 0 // locks a cut-off Locker leaves in the store
 	for _, h := range held {
-		h.index = -1
-		if !cut {
+		l.forgetLocked(h)
+		if !l.isCut {
 			l.store.release(h.g, locker.ErrReleasedByClose)
 		} else if h.g.state.End(unreleased) {
-			left++ // ended here, in our own view only: the store keeps the lease until it runs out
+			left++
 		}
 	}
-	close(l.quit)
-	l.mu.Unlock()
-	<-l.exited
-
 	if left > 0 {
 		return fmt.Errorf("memlock: close: %w: %d lock(s) left to expire", errUnreachable, left)
 	}
@@ -262,52 +250,11 @@ func (l *Locker) Close() error {
 func (l *Locker) endWaitersLocked(err error) {
 	for w := range l.waiters {
 		// If the key was granted to w already, cancelWait does nothing: its
-		// Acquire gets the grant and, seeing l.closed, gives it back (or,
-		// after cut, keeps it: the answer arrived just before the cut).
+		// Acquire gets the grant and, refused by Life.Hold after Close, gives
+		// it back (or, after cut, keeps it: the answer arrived just before
+		// the cut).
 		l.store.cancelWait(w, err)
 		delete(l.waiters, w)
-	}
-}
-
-// crash is the fault hook for tests: l dies as a process killed with SIGKILL
-// would. It stops renewing and forgets its handles without releasing them or
-// ending them, so its locks stay in the store until their leases expire (the
-// store then ends the handles with ErrLost). Its blocked Acquires end with
-// ErrClosed, and every later call fails with ErrClosed.
-func (l *Locker) crash() {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return
-	}
-	l.closed = true
-	l.endWaitersLocked(locker.ErrClosed)
-	for _, h := range l.held {
-		h.index = -1
-	}
-	l.held = nil
-	close(l.quit)
-	l.mu.Unlock()
-	<-l.exited
-}
-
-// cut is the fault hook for tests: l keeps running but can no longer reach
-// its store, as in a network partition. Until heal is called, its renewals
-// fail (so its locks are lost when their leases expire, and the store then
-// ends its handles with ErrLost), its blocked Acquires end with an error,
-// and its calls fail at once. heal may be called more than once.
-func (l *Locker) cut() (heal func()) {
-	l.mu.Lock()
-	l.isCut = true
-	l.endWaitersLocked(errUnreachable)
-	l.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			l.mu.Lock()
-			l.isCut = false
-			l.mu.Unlock()
-		})
 	}
 }
 

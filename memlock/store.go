@@ -241,3 +241,38 @@ func (s *Store) handOffLocked(e *entry) {
 	w.elem = nil
 	w.ready <- reply{g: s.grantLocked(e, key, w.ttl)}
 }
+
+func (s *Store) inspect(key string) locker.LockInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info := locker.LockInfo{Key: key}
+	if e := s.keys[key]; e != nil && e.holder != nil {
+		info.Held = true
+		info.Token = e.holder.token
+		info.TTL = max(time.Until(e.holder.deadline), 0)
+	}
+	return info
+}
+
+// Revoke takes key's lock away from its holder, as an operator deleting a
+// lock on a server would, and reports whether the key was held. The holder's
+// Handle reports the loss (Done closes, Err wraps locker.ErrLost) and the key
+// goes to the next waiter, with a higher token. It is for testing how a
+// program handles the loss of a lock: its Release then returns an error
+// wrapping locker.ErrLost and touches nothing of the next holder's.
+//
+// Unlike a server, the Store can tell the holder at once; a network backend's
+// holder finds out at its next renewal at the latest.
+func (s *Store) Revoke(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[key]
+	if e == nil || e.holder == nil {
+		return false
+	}
+	g := e.holder
+	g.timer.Stop()
+	g.state.End(locker.KeyError("hold", key, fmt.Errorf("%w: revoked in the store (Store.Revoke)", locker.ErrLost)))
+	s.handOffLocked(e)
+	return true
+}
