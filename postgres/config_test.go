@@ -156,22 +156,6 @@ func TestOpenURLDoesNotConnect(t *testing.T) {
 	}
 }
 
-// withoutOurs keeps the other parameters byte for byte.
-func TestWithoutOurs(t *testing.T) {
-	for raw, want := range map[string]string{
-		"":                                  "",
-		"lock_namespace=x":                  "",
-		"a=1&lock_ddl=false&b=%2B+c":        "a=1&b=%2B+c",
-		"lock%5Fnamespace=x&options=-c%20a": "options=-c%20a",
-		"LOCK_DDL=false&x=1":                "x=1",
-		"&&a=1&":                            "a=1",
-	} {
-		if got := withoutOurs(raw); got != want {
-			t.Errorf("withoutOurs(%q) = %q, want %q", raw, got, want)
-		}
-	}
-}
-
 // The token sequence must hand out positive, increasing values: a cache
 // (each session has its own block), a cycle, a negative increment or a
 // minimum below 1 is refused, naming what to change.
