@@ -185,3 +185,26 @@ func TestSequenceCheck(t *testing.T) {
 		}
 	}
 }
+
+// A call whose context was cancelled with a cause, or that comes after
+// Close, is refused before anything reaches the server; the first error
+// wraps both context.Canceled and the cause (86a479e reported only
+// context.Canceled), the second ErrClosed.
+func TestRefusedCalls(t *testing.T) {
+	l := New(unreachablePool(t))
+	cause := errors.New("the caller gave up")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, context.Canceled) || !errors.Is(err, cause) {
+		t.Errorf("TryAcquire with a context cancelled with a cause: %v, want context.Canceled and the cause", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(context.Background(), "k"); !errors.Is(err, locker.ErrClosed) {
+		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
