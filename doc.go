@@ -1,8 +1,10 @@
 // Package locker is one API for distributed locks over many backends: Redis
-// (single node, Sentinel, Cluster), PostgreSQL advisory locks, ZooKeeper,
-// etcd, and an in-process backend, with more to come (Redlock, a SQL lock
-// table). A deployment picks its backend by constructor or by URL with Open,
-// and the code that takes locks does not change.
+// (single node, Sentinel, Cluster; package redis), Redlock across
+// independent Redis nodes (redis/redlock), PostgreSQL advisory locks
+// (postgres), ZooKeeper (zookeeper), etcd (etcd), a SQL lock table on
+// PostgreSQL, MySQL/MariaDB or SQLite (sqltable), and an in-process backend
+// (memlock). A deployment picks its backend by constructor or by URL with
+// Open, and the code that takes locks does not change.
 //
 // # The contract
 //

@@ -81,10 +81,6 @@ func Open(ctx context.Context, rawURL string) (Locker, error) {
 	return opener(ctx, u)
 }
 
-// redactParseError returns what url.Parse said without the URL, and without
-// the fragment of it that net/url quotes in some messages: a password with
-// an unescaped '/', '?' or '#' ends the host early, and the rest of the
-// password then shows up as an "invalid port".
 // hostPortOnly reports whether raw is "host:port" (perhaps with a path), which
 // url.Parse reads as the scheme "host" (or fails on, for an IP address), so
 // that Open would answer with an unknown scheme or a parse error instead of
@@ -113,6 +109,10 @@ func redactHostPort(raw string) string {
 	return hp
 }
 
+// redactParseError returns what url.Parse said without the URL, and without
+// the fragment of it that net/url quotes in some messages: a password with
+// an unescaped '/', '?' or '#' ends the host early, and the rest of the
+// password then shows up as an "invalid port".
 func redactParseError(err error) error {
 	var ue *url.Error
 	if !errors.As(err, &ue) {

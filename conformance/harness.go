@@ -120,7 +120,11 @@ type Harness struct {
 	HandoffBound time.Duration
 
 	// CaseTimeout is the deadline of each case; a case that deadlocks fails
-	// when it passes instead of hanging the test binary. Zero: 60s.
+	// when it passes instead of hanging the test binary (a case still
+	// running 30s later aborts the binary with a dump of every goroutine).
+	// Zero: the larger of 60s and 4 × ExpiryBound + 4 × TTL (those two
+	// after their own defaults), so that slow-expiry backends get time for
+	// the cases that wait out several expiries.
 	CaseTimeout time.Duration
 
 	// SkipLeakCheck turns off the goroutine-leak check after Close, for

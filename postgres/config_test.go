@@ -156,22 +156,6 @@ func TestOpenURLDoesNotConnect(t *testing.T) {
 	}
 }
 
-// withoutOurs keeps the other parameters byte for byte.
-func TestWithoutOurs(t *testing.T) {
-	for raw, want := range map[string]string{
-		"":                                  "",
-		"lock_namespace=x":                  "",
-		"a=1&lock_ddl=false&b=%2B+c":        "a=1&b=%2B+c",
-		"lock%5Fnamespace=x&options=-c%20a": "options=-c%20a",
-		"LOCK_DDL=false&x=1":                "x=1",
-		"&&a=1&":                            "a=1",
-	} {
-		if got := withoutOurs(raw); got != want {
-			t.Errorf("withoutOurs(%q) = %q, want %q", raw, got, want)
-		}
-	}
-}
-
 // The token sequence must hand out positive, increasing values: a cache
 // (each session has its own block), a cycle, a negative increment or a
 // minimum below 1 is refused, naming what to change.
@@ -199,5 +183,28 @@ func TestSequenceCheck(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want a refusal saying %q", c.sp, err, c.want)
 		}
+	}
+}
+
+// A call whose context was cancelled with a cause, or that comes after
+// Close, is refused before anything reaches the server; the first error
+// wraps both context.Canceled and the cause (86a479e reported only
+// context.Canceled), the second ErrClosed.
+func TestRefusedCalls(t *testing.T) {
+	l := New(unreachablePool(t))
+	cause := errors.New("the caller gave up")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, context.Canceled) || !errors.Is(err, cause) {
+		t.Errorf("TryAcquire with a context cancelled with a cause: %v, want context.Canceled and the cause", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(context.Background(), "k"); !errors.Is(err, locker.ErrClosed) {
+		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
 	}
 }

@@ -148,7 +148,7 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 			h.discard() // a closed session holds no lock either
 			return nil
 		}
-		h.l.forget(h)
+		h.l.life.Drop(h)
 		h.gone.Do(h.conn.Release)
 		return nil
 	case err == nil && uint32(pid) != h.pid:
@@ -180,7 +180,7 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 // discard destroys the connection (once) and forgets the handle.
 func (h *handle) discard() {
 	h.gone.Do(func() { destroy(h.conn) })
-	h.l.forget(h)
+	h.l.life.Drop(h)
 }
 
 func releasedErr(byClose bool) error {

@@ -37,7 +37,6 @@ const monitorDelay = 10 * time.Millisecond
 // goroutine switches; a session that ends within the delay is still noticed
 // the moment the monitor starts and finds the socket closed.
 func (h *handle) monitor() {
-	defer h.l.monitors.Done()
 	defer close(h.exited)
 	nc := h.pgc.Conn()
 	interval := h.l.cfg.interval
@@ -81,6 +80,18 @@ func (h *handle) monitor() {
 	}
 }
 
+// scheduleMonitor starts the monitor, in a goroutine of the Locker's Life,
+// monitorDelay from now.
+func (h *handle) scheduleMonitor() {
+	h.mmu.Lock()
+	defer h.mmu.Unlock()
+	h.startTimer = h.l.monitorQ.Add(func() {
+		if !h.l.life.Go(h.monitor) {
+			close(h.exited) // Close is over: so is the hold
+		}
+	})
+}
+
 // stopMonitor asks the monitor to return, waking it if it waits on the
 // socket. A check in progress is left to finish.
 func (h *handle) stopMonitor() {
@@ -94,7 +105,6 @@ func (h *handle) stopMonitor() {
 	case h.startTimer.Stop():
 		// The monitor never started, and now never will.
 		close(h.exited)
-		h.l.monitors.Done()
 	case h.idle:
 		_ = h.pgc.Conn().SetReadDeadline(time.Now())
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/pgrace"
 	"github.com/go-locker/locker/internal/timerq"
 )
@@ -72,28 +73,14 @@ type Locker struct {
 	ownsPool bool
 	cfg      config
 
-	// closing is cancelled by Close; every wait listens to it. hurry is
-	// cancelled closeAbandon later: the waits Close interrupted then stop
-	// waiting for the server to acknowledge.
-	closing     context.Context
-	closeCancel context.CancelFunc
-	hurry       context.Context
-	hurryCancel context.CancelFunc
+	// life admits the calls, ties their contexts to Close, counts the
+	// calls and goroutines in flight (health monitors, the clean-ups of
+	// abandoned waits) and keeps the held handles for Close.
+	life *backend.Life[*handle]
 
 	// sockets tracks the sockets of a pool the Locker opened (nil for a
 	// caller's pool), so that Close can end them on a dead link.
 	sockets *sockets
-
-	mu      sync.Mutex
-	closed  bool
-	handles map[*handle]struct{}
-
-	// ops counts Acquire, TryAcquire and the LockTx calls in flight, so that
-	// Close can wait for them; monitors counts health-check goroutines;
-	// cleanups counts the goroutines that clean up after abandoned waits.
-	ops      sync.WaitGroup
-	monitors sync.WaitGroup
-	cleanups sync.WaitGroup
 
 	seqMu    sync.Mutex
 	seqReady atomic.Bool // read without seqMu on every acquisition
@@ -205,19 +192,13 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 	if pool == nil {
 		cfg.setErr(fmt.Errorf("%w: nil *pgxpool.Pool", locker.ErrInvalidOption))
 	}
-	closing, cancel := context.WithCancel(context.Background())
-	hurry, hurryCancel := context.WithCancel(context.Background())
 	return &Locker{
-		pool:        pool,
-		cfg:         cfg,
-		closing:     closing,
-		closeCancel: cancel,
-		hurry:       hurry,
-		hurryCancel: hurryCancel,
-		handles:     map[*handle]struct{}{},
-		monitorQ:    timerq.New(monitorDelay),
-		backstopQ:   timerq.New(2 * cfg.interval),
-		releaseQ:    timerq.New(locker.ReleaseTimeout),
+		pool:      pool,
+		cfg:       cfg,
+		life:      backend.NewLife[*handle](cfg.err),
+		monitorQ:  timerq.New(monitorDelay),
+		backstopQ: timerq.New(2 * cfg.interval),
+		releaseQ:  timerq.New(locker.ReleaseTimeout),
 	}
 }
 
@@ -294,24 +275,15 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Opti
 }
 
 func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (_ locker.Handle, err error) {
-	if err := locker.ValidateKey(key); err != nil {
-		return nil, locker.KeyError(op, key, err)
-	}
 	if _, err := locker.ApplyOptions(opts...); err != nil {
 		return nil, locker.KeyError(op, key, err)
 	}
-	if l.cfg.err != nil {
-		return nil, locker.KeyError(op, key, l.cfg.err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, locker.KeyError(op, key, err)
-	}
-	ctx, done, err := l.begin(ctx)
+	ctx, done, err := l.life.Enter(ctx, op, key)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, err
 	}
 	defer done()
-	defer func() { err = l.closedErr(ctx, op, key, err) }()
+	defer func() { err = l.why(ctx, op, key, err) }()
 
 	if err := l.ensureSequence(ctx); err != nil {
 		return nil, locker.KeyError(op, key, err)
@@ -341,67 +313,50 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		return nil, locker.KeyError(op, key, err)
 	}
 	h := newHandle(l, conn, key, id, g)
-	if !l.register(h) {
+	// The monitor is scheduled before the handle is held, so that a Close
+	// that releases it at once finds a monitor to stop.
+	h.scheduleMonitor()
+	if !l.life.Hold(h) {
 		// Close began while the lock was being granted: give it back.
 		rctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
 		defer cancel()
-		_ = h.unlock(rctx, true)
+		_ = h.release(rctx, true)
 		return nil, locker.KeyError(op, key, locker.ErrClosed)
 	}
 	return h, nil
 }
 
-// begin registers a call in flight and returns its context, which Close
-// cancels with cause locker.ErrClosed.
-func (l *Locker) begin(ctx context.Context) (context.Context, func(), error) {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil, nil, locker.ErrClosed
-	}
-	l.ops.Add(1)
-	l.mu.Unlock()
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.closing, func() { cancel(locker.ErrClosed) })
-	return ctx, func() {
-		stop()
-		cancel(nil)
-		l.ops.Done()
-	}, nil
-}
+// ctxErr is the error of a call whose context (from Life.Enter) has ended:
+// locker.ErrClosed when Close ended it, else the caller's context error with
+// its cause (backend.ContextError).
+func (l *Locker) ctxErr(ctx context.Context) error { return l.life.Why(ctx, ctx.Err()) }
 
-// closedErr turns the context error of a call that Close interrupted into
-// locker.ErrClosed.
-func (l *Locker) closedErr(ctx context.Context, op, key string, err error) error {
-	if err != nil && errors.Is(context.Cause(ctx), locker.ErrClosed) && !errors.Is(err, locker.ErrClosed) {
-		// err already names op and key: quote only its cause.
-		var ke *locker.Error
-		if errors.As(err, &ke) {
-			err = ke.Err
-		}
-		return locker.KeyError(op, key, fmt.Errorf("%w (while: %v)", locker.ErrClosed, err))
+// why makes sure that the error of a call whose context ended says why
+// (see ctxErr): a call that Close interrupted fails with locker.ErrClosed
+// only (quoting what it was doing), and one whose caller gave up wraps
+// both the context's error and its cause, keeping what err wraps too (such
+// as ErrPoolExhausted).
+func (l *Locker) why(ctx context.Context, op, key string, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
 	}
-	return err
-}
-
-func (l *Locker) register(h *handle) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
+	why := l.ctxErr(ctx)
+	closed := errors.Is(why, locker.ErrClosed)
+	switch {
+	case closed && errors.Is(err, locker.ErrClosed):
+		return err
+	case !closed && errors.Is(err, ctx.Err()) && errors.Is(err, context.Cause(ctx)):
+		return err
 	}
-	l.handles[h] = struct{}{}
-	l.monitors.Add(1)
-	h.mmu.Lock()
-	h.startTimer = l.monitorQ.Add(func() { go h.monitor() })
-	h.mmu.Unlock()
-	return true
-}
-
-func (l *Locker) forget(h *handle) {
-	l.mu.Lock()
-	delete(l.handles, h)
-	l.mu.Unlock()
+	// err already names op and key: quote only its cause.
+	var ke *locker.Error
+	if errors.As(err, &ke) {
+		err = ke.Err
+	}
+	if closed {
+		return locker.KeyError(op, key, fmt.Errorf("%w (while: %v)", why, err))
+	}
+	return locker.KeyError(op, key, fmt.Errorf("%w (while: %w)", why, err))
 }
 
 // acquireConn takes a connection to pin for one lock. When ctx ends while
@@ -416,9 +371,9 @@ func (l *Locker) acquireConn(ctx context.Context) (*pgxpool.Conn, error) {
 		st := l.pool.Stat()
 		if st.AcquiredConns() >= st.MaxConns() {
 			return nil, fmt.Errorf("%w: all %d connections are in use (each held lock pins one; raise pool_max_conns or hold fewer locks at once): %w",
-				ErrPoolExhausted, st.MaxConns(), ctx.Err())
+				ErrPoolExhausted, st.MaxConns(), l.ctxErr(ctx))
 		}
-		return nil, fmt.Errorf("waiting for a connection: %w", ctx.Err())
+		return nil, fmt.Errorf("waiting for a connection: %w", l.ctxErr(ctx))
 	}
 	return nil, fmt.Errorf("connecting: %w", err)
 }
@@ -505,35 +460,41 @@ func createSequenceSQL(seq string) string {
 	return "CREATE SEQUENCE IF NOT EXISTS " + seq + " AS bigint MINVALUE 1 NO CYCLE CACHE 1"
 }
 
-// Close releases every lock the Locker holds (each unlock bounded by
-// locker.ReleaseTimeout), ends the calls in flight with locker.ErrClosed and
+// Close releases every lock the Locker holds, ends the calls in flight
+// with locker.ErrClosed (a wait on the server is first cancelled there) and
 // stops the health checks. It closes the pool only when the Locker opened
-// it (locker.Open). A call in flight ends at once, or — a wait on the
-// server, which Close first tries to cancel there — within closeAbandon
-// (200ms), even when the link to the server is dead; so does closing an
-// opened pool. A second Close returns nil.
+// it (locker.Open).
+//
+// Close is bounded: it waits at most locker.ReleaseTimeout for the release
+// of the held locks, then at most closeAbandon (200ms) for calls and
+// goroutines in flight. Then it closes the sockets of the waits still on
+// the server (a dead link) and waits at most 200ms more for what that ends;
+// a pool it opened it closes, past 200ms by closing its sockets, and waits
+// for the rest. Nothing of the Locker outlives Close, except, on a caller's
+// pool, a statement whose pgx context-watcher handler (a custom
+// BuildContextWatcherHandler) keeps it past its context on a dead link,
+// until that handler gives up. A second Close returns nil.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil
-	}
-	l.closed = true
-	l.mu.Unlock()
-	hurry := time.AfterFunc(closeAbandon, l.hurryCancel)
-	defer func() {
-		hurry.Stop()
-		l.hurryCancel()
-	}()
-	l.closeCancel()
-	l.ops.Wait() // calls end promptly: their contexts are cancelled
+	return l.life.Close(backend.Closer[*handle]{
+		Release: releaseAll,
+		Grace:   closeAbandon,
+		Shutdown: func() error {
+			if l.ownsPool {
+				l.closePool()
+			} else {
+				l.life.Settle(closeAbandon)
+			}
+			return nil
+		},
+		// Once an opened pool's sockets are closed, everything in flight
+		// ends at once.
+		Wait: l.ownsPool,
+	})
+}
 
-	l.mu.Lock()
-	held := make([]*handle, 0, len(l.handles))
-	for h := range l.handles {
-		held = append(held, h)
-	}
-	l.mu.Unlock()
+// releaseAll releases the handles Close found held, each bounded by
+// locker.ReleaseTimeout, all at once.
+func releaseAll(held []*handle) error {
 	var wg sync.WaitGroup
 	for _, h := range held {
 		wg.Add(1)
@@ -541,15 +502,10 @@ func (l *Locker) Close() error {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
 			defer cancel()
-			h.release(ctx, true)
+			_ = h.release(ctx, true)
 		}()
 	}
 	wg.Wait()
-	l.monitors.Wait()
-	l.cleanups.Wait()
-	if l.ownsPool {
-		l.closePool()
-	}
 	return nil
 }
 

@@ -60,24 +60,15 @@ func (l *Locker) TryLockTx(ctx context.Context, tx pgx.Tx, key string) (token in
 }
 
 func (l *Locker) lockTx(ctx context.Context, op string, tx pgx.Tx, key string, wait bool) (_ int64, err error) {
-	if err := locker.ValidateKey(key); err != nil {
-		return 0, locker.KeyError(op, key, err)
+	ctx, done, err := l.life.Enter(ctx, op, key)
+	if err != nil {
+		return 0, err
 	}
-	if l.cfg.err != nil {
-		return 0, locker.KeyError(op, key, l.cfg.err)
-	}
+	defer done()
+	defer func() { err = l.why(ctx, op, key, err) }()
 	if tx == nil {
 		return 0, locker.KeyError(op, key, fmt.Errorf("%w: nil pgx.Tx", locker.ErrInvalidOption))
 	}
-	if err := ctx.Err(); err != nil {
-		return 0, locker.KeyError(op, key, err)
-	}
-	ctx, done, err := l.begin(ctx)
-	if err != nil {
-		return 0, locker.KeyError(op, key, err)
-	}
-	defer done()
-	defer func() { err = l.closedErr(ctx, op, key, err) }()
 
 	if err := l.ensureSequence(ctx); err != nil {
 		return 0, locker.KeyError(op, key, err)
@@ -98,7 +89,7 @@ func (l *Locker) lockTx(ctx context.Context, op string, tx pgx.Tx, key string, w
 		return tx.QueryRow(qctx, sqlXactWait, id, l.cfg.sequence).Scan(&token)
 	})
 	if out.interrupted {
-		return 0, locker.KeyError(op, key, fmt.Errorf("waiting for the lock (roll the transaction back): %w", context.Cause(ctx)))
+		return 0, locker.KeyError(op, key, fmt.Errorf("waiting for the lock (roll the transaction back): %w", l.ctxErr(ctx)))
 	}
 	if out.err != nil {
 		return 0, locker.KeyError(op, key, fmt.Errorf("waiting for the lock: %w", out.err))

@@ -102,7 +102,7 @@ func openURL(ctx context.Context, u *url.URL) (locker.Locker, error) {
 	}
 
 	dsn := *u
-	dsn.RawQuery = withoutOurs(u.RawQuery)
+	dsn.RawQuery = backend.StripParams(u.RawQuery, ourPrefix) // the others exactly as written
 	password, _ := u.User.Password()
 	cfg, err := pgxpool.ParseConfig(dsn.String())
 	if err != nil {
@@ -146,27 +146,6 @@ func checkPgxParams(scheme string, rest url.Values) error {
 			locker.ErrInvalidURL, scheme, strings.Join(unknown, ", "))
 	}
 	return nil
-}
-
-// withoutOurs returns the raw query without our parameters. The others are
-// kept exactly as written: pgx decodes them as libpq does, where a "+" is a
-// plus sign, not a space as for net/url, so decoding and encoding them again
-// could change their values.
-func withoutOurs(raw string) string {
-	var kept []string
-	for pair := range strings.SplitSeq(raw, "&") {
-		if pair == "" {
-			continue
-		}
-		name, _, _ := strings.Cut(pair, "=")
-		if dec, err := url.QueryUnescape(name); err == nil {
-			name = dec
-		}
-		if !strings.HasPrefix(strings.ToLower(name), ourPrefix) {
-			kept = append(kept, pair)
-		}
-	}
-	return strings.Join(kept, "&")
 }
 
 // redact returns err's message without the password. pgx already redacts

@@ -182,7 +182,7 @@ func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (gr
 	default:
 		destroy(conn)
 	}
-	return grant{}, fmt.Errorf("waiting for the lock: %w", context.Cause(ctx))
+	return grant{}, fmt.Errorf("waiting for the lock: %w", l.ctxErr(ctx))
 }
 
 // errSilent marks a wait whose connection stopped answering.
@@ -309,7 +309,7 @@ type waitOutcome struct {
 
 // runWait runs run(qctx), a statement that may wait a long time, on pc in the
 // calling goroutine; qctx is not cancelled by ctx. When ctx ends first, a
-// goroutine (counted in l.cleanups, which Close waits for) sends the server a
+// goroutine (counted by l.life, which Close waits for) sends the server a
 // cancel request, as psql's Ctrl-C does, rather than closing the connection:
 // a closed connection's backend would stay queued for the lock, holding a
 // server connection slot, until granted the lock only to drop it then.
@@ -317,7 +317,7 @@ type waitOutcome struct {
 // cannot be delivered, or the statement has not ended abandonWait after ctx
 // did (a dead link: nothing sent could reach the server anyway), the socket
 // is closed instead, which ends the statement at once. Close shortens both
-// bounds to closeAbandon (l.hurry), so that it returns promptly.
+// bounds to its grace (l.life.Abandoned), so that it returns promptly.
 //
 // When runWait returns interrupted with cancelAcked, the cancel request has
 // reached the server; a connection whose statement it ended may be reused.
@@ -339,14 +339,12 @@ func (l *Locker) runWait(ctx context.Context, pc *pgconn.PgConn, run func(qctx c
 		stopQuery()
 		_ = pc.Conn().Close()
 	}
-	l.cleanups.Add(1)
-	stop := context.AfterFunc(ctx, func() {
-		defer l.cleanups.Done()
+	cleanup := func() {
 		giveUp := time.AfterFunc(abandonWait, breakConn)
 		defer giveUp.Stop()
-		stopHurry := context.AfterFunc(l.hurry, breakConn)
+		stopHurry := context.AfterFunc(l.life.Abandoned(), breakConn)
 		defer stopHurry()
-		cctx, cancel := context.WithTimeout(l.hurry, cancelRequestTimeout)
+		cctx, cancel := context.WithTimeout(l.life.Abandoned(), cancelRequestTimeout)
 		err := pc.CancelRequest(cctx)
 		cancel()
 		if err != nil {
@@ -355,11 +353,15 @@ func (l *Locker) runWait(ctx context.Context, pc *pgconn.PgConn, run func(qctx c
 			settle(true)
 		}
 		<-finished
+	}
+	stop := context.AfterFunc(ctx, func() {
+		if !l.life.Run(cleanup) {
+			breakConn() // Close is over: no time to be polite
+		}
 	})
 	err := run(qctx)
 	close(finished)
 	if stop() {
-		l.cleanups.Done()
 		return waitOutcome{err: err}
 	}
 	<-settled

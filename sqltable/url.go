@@ -376,32 +376,13 @@ func openPostgres(u *url.URL, q *backend.Query) (*sql.DB, error) {
 	}
 	dsn := *u
 	dsn.Scheme = "postgres"
-	dsn.RawQuery = withoutOurs(u.RawQuery)
+	dsn.RawQuery = backend.StripParams(u.RawQuery, "lock_")
 	password, _ := u.User.Password()
 	cfg, err := pgx.ParseConfig(dsn.String())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %s", locker.ErrInvalidURL, u.Scheme, redact(err, password))
 	}
 	return stdlib.OpenDB(*cfg), nil
-}
-
-// withoutOurs returns the raw query without our lock_ parameters, the
-// others exactly as written.
-func withoutOurs(raw string) string {
-	var kept []string
-	for pair := range strings.SplitSeq(raw, "&") {
-		if pair == "" {
-			continue
-		}
-		name, _, _ := strings.Cut(pair, "=")
-		if dec, err := url.QueryUnescape(name); err == nil {
-			name = dec
-		}
-		if !strings.HasPrefix(strings.ToLower(name), "lock_") {
-			kept = append(kept, pair)
-		}
-	}
-	return strings.Join(kept, "&")
 }
 
 // redact returns err's message without the password.
