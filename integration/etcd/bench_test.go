@@ -20,7 +20,7 @@ import (
 // of its own (like separate processes), whose requests (KV, Lease and Watch
 // calls, keep-alives included) are counted.
 //
-//	cd integration && go test -run '^$' -bench Lock -benchtime 400x ./etcd
+//	cd integration && go test -run '^$' -bench '^BenchmarkLock$' -benchtime 400x ./etcd
 func BenchmarkLock(b *testing.B) {
 	addr := testserver.Etcd(b).Addr()
 	var lockerRPC, mutexRPC, floorRPC rpcCounter

@@ -63,7 +63,7 @@ func benchLocker(b testing.TB, dsn string, maxConns int32) *postgres.Locker {
 // contenders share up to 8 Lockers (like 8 processes), each on a pool of
 // lockerConns.
 //
-//	cd integration && go test -run '^$' -bench Lock -benchtime 1000x ./postgres
+//	cd integration && go test -run '^$' -bench '^BenchmarkLock$' -benchtime 1000x ./postgres
 func BenchmarkLock(b *testing.B) {
 	dsn := testserver.Postgres(b).DSN()
 	open := func(tb testing.TB) locker.Locker { return benchLocker(tb, dsn, lockerConns) }

@@ -112,7 +112,7 @@ func (r *requestCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) g
 // (ContextTimeoutEnabled; BenchmarkLockPlainClient: the go-redis default),
 // whose requests are counted (Pub/Sub commands aside).
 //
-//	cd integration && go test -run '^$' -bench Lock -benchtime 1000x ./redis
+//	cd integration && go test -run '^$' -bench '^BenchmarkLock$' -benchtime 1000x ./redis
 func BenchmarkLock(b *testing.B) {
 	benchLock(b, true, benchmark.Harness{Hold: handoffHold})
 }

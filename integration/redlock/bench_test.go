@@ -56,7 +56,7 @@ func newRedsync(cs []*goredis.Client) *redsync.Redsync {
 // never to give up) and the single-node redis backend on node 1 (single):
 // every contender on clients of its own, like processes.
 //
-//	cd integration && go test -run '^$' -bench Lock -benchtime 400x ./redlock
+//	cd integration && go test -run '^$' -bench '^BenchmarkLock$' -benchtime 400x ./redlock
 func BenchmarkLock(b *testing.B) {
 	addrs := nodeAddrs(b, 3)
 	benchmark.Run(b, benchmark.Harness{Sides: []benchmark.Side{

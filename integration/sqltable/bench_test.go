@@ -139,7 +139,7 @@ func benchDB(b testing.TB, d dialect, n int) *sql.DB {
 // (see newPglock; its FailIfLocked try); on MariaDB, in every case,
 // sanketplus/go-mysql-lock (GET_LOCK, a waiter queued on the server).
 //
-//	cd integration && go test -run '^$' -bench Lock -benchtime 400x ./sqltable
+//	cd integration && go test -run '^$' -bench '^BenchmarkLock$' -benchtime 400x ./sqltable
 func BenchmarkLock(b *testing.B) {
 	for _, d := range dialects {
 		b.Run(d.name, func(b *testing.B) {

@@ -49,7 +49,7 @@ func benchLocker(b testing.TB, addr string) *zookeeper.Locker {
 // holder keeps the lock handoffHold, long enough for the previous holder
 // to be queued again (its create written to disk) before the release.
 //
-//	cd integration && go test -run '^$' -bench Lock -benchtime 400x ./zookeeper
+//	cd integration && go test -run '^$' -bench '^BenchmarkLock$' -benchtime 400x ./zookeeper
 func BenchmarkLock(b *testing.B) {
 	addr := testserver.ZooKeeper(b).Addr()
 	benchmark.Run(b, benchmark.Harness{Hold: handoffHold, Sides: []benchmark.Side{
