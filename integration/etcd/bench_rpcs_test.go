@@ -93,4 +93,3 @@ func (w countingWatcher) Watch(ctx context.Context, key string, opts ...clientv3
 	w.c.n.Add(1)
 	return w.Watcher.Watch(ctx, key, opts...)
 }
-
