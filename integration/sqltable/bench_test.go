@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
-	"net/url"
 	"testing"
 
 	"cirello.io/pglock"
@@ -128,8 +127,9 @@ func benchDB(b testing.TB, d dialect, n int) *sql.DB {
 
 // BenchmarkLock runs the shared cases (conformance/benchmark) on each
 // dialect: the Locker (contenders spread over up to 8 Lockers, each on a
-// pool of its own, like processes) and, uncontended, the raw upsert+delete
-// on a pool of four, with context.Background() (raw) and with a
+// pool of its own of six connections, like processes) and, uncontended,
+// the raw upsert+delete on a pool of four, both pools opened alike (so that
+// on SQLite both run with the same pragmas), with context.Background() (raw) and with a
 // cancellable context (raw-ctx). The Locker must stay interruptible by its
 // Close, so its statements always carry a cancellable context; the drivers
 // watch such a context on a goroutine per statement (go-sql-driver/mysql
@@ -156,7 +156,7 @@ func BenchmarkLock(b *testing.B) {
 			}
 			sides := []benchmark.Side{
 				benchmark.LockerSide("locker", 8, func(tb testing.TB) locker.Locker {
-					return open(tb, d.url(tb, "", url.Values{"lock_max_conns": {"6"}}))
+					return sqltable.New(benchDB(tb, d, 6))
 				}),
 				rawSide("raw", false), rawSide("raw-ctx", true),
 			}
