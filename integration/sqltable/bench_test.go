@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"net/url"
 	"testing"
 
 	"cirello.io/pglock"
@@ -125,11 +126,24 @@ func benchDB(b testing.TB, d dialect, n int) *sql.DB {
 	return db
 }
 
+// rawDB is benchDB for the raw sides of BenchmarkLock: on SQLite with the
+// pragmas sqltable.Open sets (WAL, synchronous=NORMAL), so that the raw
+// statements and the Locker commit alike.
+func rawDB(b testing.TB, d dialect, n int) *sql.DB {
+	if d.name != "SQLite" {
+		return benchDB(b, d, n)
+	}
+	db := openDB(b, "sqlite", sqliteFile(b)+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	return db
+}
+
 // BenchmarkLock runs the shared cases (conformance/benchmark) on each
-// dialect: the Locker (contenders spread over up to 8 Lockers, each on a
-// pool of its own of six connections, like processes) and, uncontended,
-// the raw upsert+delete on a pool of four, both pools opened alike (so that
-// on SQLite both run with the same pragmas), with context.Background() (raw) and with a
+// dialect: the Locker (contenders spread over up to 8 Lockers, each opened
+// by URL on a pool of its own of six connections, like processes) and,
+// uncontended, the raw upsert+delete on a pool of four (rawDB: on SQLite
+// with the pragmas the Locker's URL sets), with context.Background() (raw) and with a
 // cancellable context (raw-ctx). The Locker must stay interruptible by its
 // Close, so its statements always carry a cancellable context; the drivers
 // watch such a context on a goroutine per statement (go-sql-driver/mysql
@@ -145,7 +159,7 @@ func BenchmarkLock(b *testing.B) {
 		b.Run(d.name, func(b *testing.B) {
 			rawSide := func(name string, cancellable bool) benchmark.Side {
 				return benchmark.Side{Name: name, Floor: true, New: func(tb testing.TB, key string, _ int) benchmark.Lock {
-					r := newRaw(tb, d, benchDB(tb, d, 4))
+					r := newRaw(tb, d, rawDB(tb, d, 4))
 					return func(ctx context.Context) (func(context.Context) error, error) {
 						if !cancellable {
 							ctx = context.Background()
@@ -156,7 +170,7 @@ func BenchmarkLock(b *testing.B) {
 			}
 			sides := []benchmark.Side{
 				benchmark.LockerSide("locker", 8, func(tb testing.TB) locker.Locker {
-					return sqltable.New(benchDB(tb, d, 6))
+					return open(tb, d.url(tb, "", url.Values{"lock_max_conns": {"6"}}))
 				}),
 				rawSide("raw", false), rawSide("raw-ctx", true),
 			}
