@@ -2,6 +2,8 @@ package benchmark_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,7 +40,7 @@ func BenchmarkLock(b *testing.B) {
 }
 
 // TestGroup: a Handoff phase counts exactly the handoffs asked for, every
-// one to another contender, each contender getting its turn; a Contended
+// one to another contender (two contenders alternate); a Contended
 // phase the acquisitions asked for; a phase bounded by its context ends
 // with it; never two holders at once.
 func TestGroup(t *testing.T) {
@@ -55,7 +57,7 @@ func TestGroup(t *testing.T) {
 		return ls
 	}
 	var counted atomic.Int64
-	g := benchmark.NewGroup(benchmark.Handoff, locks(3))
+	g := benchmark.NewGroup(benchmark.Handoff, locks(2))
 	g.OnCount = func() { counted.Add(1) }
 	g.Stall = 10 * time.Second
 	defer g.Stop()
@@ -68,8 +70,8 @@ func TestGroup(t *testing.T) {
 		t.Fatalf("handoff: %d acquired, %d handoffs, %d counted; want 60", g.Acquired, len(g.Handoffs), counted.Load())
 	}
 	for i, n := range g.Counts {
-		if n != 20 {
-			t.Errorf("handoff: contender %d had %d turns, want 20 (round robin): %v", i, n, g.Counts)
+		if n != 30 {
+			t.Errorf("handoff: contender %d had %d turns, want 30 (they alternate): %v", i, n, g.Counts)
 		}
 	}
 
@@ -89,5 +91,33 @@ func TestGroup(t *testing.T) {
 	}
 	if c.Acquired <= 100 {
 		t.Fatalf("a phase of 50ms counted nothing")
+	}
+}
+
+// TestGroupErrors: a Lock's error ends the phase with it, the other
+// contenders' waits included; a phase in which nobody gets the lock fails
+// after Stall.
+func TestGroupErrors(t *testing.T) {
+	ctx := context.Background()
+	boom := errors.New("boom")
+	var calls atomic.Int64
+	block := func(ctx context.Context) (func(context.Context) error, error) {
+		<-ctx.Done() // waits until the phase ends
+		return nil, context.Cause(ctx)
+	}
+	failing := func(context.Context) (func(context.Context) error, error) {
+		calls.Add(1)
+		return nil, boom
+	}
+	g := benchmark.NewGroup(benchmark.Contended, []benchmark.Lock{block, failing})
+	defer g.Stop()
+	if err := g.Phase(ctx, 10); !errors.Is(err, boom) {
+		t.Fatalf("Phase with a failing Lock: %v, want %v", err, boom)
+	}
+	s := benchmark.NewGroup(benchmark.Handoff, []benchmark.Lock{block, block})
+	s.Stall = 50 * time.Millisecond
+	defer s.Stop()
+	if err := s.Phase(ctx, 10); err == nil || !strings.Contains(err.Error(), "no contender took the lock") {
+		t.Fatalf("Phase where nobody takes the lock: %v, want a stall", err)
 	}
 }

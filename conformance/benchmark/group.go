@@ -98,8 +98,9 @@ type Group struct {
 	gen       int // acquisitions so far, counted or not
 	quota     int // to count in this phase; <0 until the phase ends
 	released  time.Time
-	ctx       context.Context // the phase's
-	err       error           // the phase's first error
+	ctx       context.Context         // the phase's
+	cancel    context.CancelCauseFunc // ends ctx
+	err       error                   // the phase's first error
 }
 
 // Phase runs the contenders until n acquisitions (Contended) or handoffs
@@ -118,7 +119,7 @@ func (g *Group) Phase(ctx context.Context, n int) error {
 		g.mu.Unlock()
 		return errors.New("benchmark: Phase after Stop")
 	}
-	g.on, g.quota, g.released, g.ctx, g.err = true, n, time.Time{}, ctx, nil
+	g.on, g.quota, g.released, g.ctx, g.cancel, g.err = true, n, time.Time{}, ctx, cancel, nil
 	if n <= 0 {
 		g.quota = -1
 	}
@@ -129,7 +130,7 @@ func (g *Group) Phase(ctx context.Context, n int) error {
 	if g.Stall > 0 {
 		done := make(chan struct{})
 		defer close(done)
-		go g.watch(done, cancel)
+		go g.watch(done)
 	}
 	start := time.Now()
 	g.mu.Lock()
@@ -143,7 +144,7 @@ func (g *Group) Phase(ctx context.Context, n int) error {
 }
 
 // watch fails the phase when no contender took the lock within Stall.
-func (g *Group) watch(done <-chan struct{}, cancel context.CancelCauseFunc) {
+func (g *Group) watch(done <-chan struct{}) {
 	t := time.NewTicker(g.Stall)
 	defer t.Stop()
 	last := -1
@@ -161,12 +162,13 @@ func (g *Group) watch(done <-chan struct{}, cancel context.CancelCauseFunc) {
 		if stalled {
 			err := fmt.Errorf("no contender took the lock within %v of the last acquisition (%d waiting)", g.Stall, waiting)
 			g.fail(err)
-			cancel(err)
 		}
 	}
 }
 
-// fail ends the phase, with err the first error if not nil.
+// fail ends the phase, with err the first error if not nil; an error also
+// ends the phase's context, so that the contenders waiting in their Lock
+// return (a lock a failed release left behind might never come free).
 func (g *Group) fail(err error) {
 	g.mu.Lock()
 	if err != nil && g.err == nil && g.on {
@@ -174,7 +176,11 @@ func (g *Group) fail(err error) {
 	}
 	g.on = false
 	g.cond.Broadcast()
+	cancel := g.cancel
 	g.mu.Unlock()
+	if err != nil && cancel != nil {
+		cancel(err)
+	}
 }
 
 // Stop ends the contenders and waits for them.
@@ -248,6 +254,7 @@ func (g *Group) contend(i int, lock Lock) {
 		g.holding++
 		if g.holding != 1 && g.err == nil {
 			g.err, g.on = errors.New("two holders at once"), false
+			g.cancel(g.err)
 		}
 		counted := g.on && g.quota != 0 && (g.Mode == Contended || !g.released.IsZero())
 		if counted {
