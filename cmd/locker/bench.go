@@ -12,18 +12,15 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
-	"github.com/go-locker/locker/internal/benchstats"
+	"github.com/go-locker/locker/conformance/benchmark"
 )
 
 type benchOpts struct {
@@ -143,70 +140,10 @@ func (o *benchOpts) validate() error {
 	return nil
 }
 
-// intList is a flag of comma-separated integers; the empty string is none.
-type intList []int
-
-func (l *intList) String() string {
-	s := make([]string, len(*l))
-	for i, n := range *l {
-		s[i] = strconv.Itoa(n)
-	}
-	return strings.Join(s, ",")
-}
-
-func (l *intList) Set(v string) error {
-	var ns []int
-	for f := range strings.SplitSeq(v, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			return fmt.Errorf("%q is not a comma-separated list of integers", v)
-		}
-		ns = append(ns, n)
-	}
-	*l = ns
-	return nil
-}
-
-func (l *intList) Type() string { return "ints" }
-
 // signalError is the cause of a run ended by a signal.
 type signalError struct{ s syscall.Signal }
 
 func (e signalError) Error() string { return "interrupted by " + e.s.String() }
-
-// caseResult is what one case measured.
-type caseResult struct {
-	name    string
-	what    string // what its latency is, for the plot's legend
-	clients int
-	lat     []time.Duration // sorted
-	elapsed time.Duration
-	ops     int   // operations counted for ops/s
-	share   []int // acquisitions per client, where fairness means something
-}
-
-// opsPerSec is the case's operations per second of its running time.
-func (r *caseResult) opsPerSec() float64 {
-	if r.elapsed <= 0 {
-		return 0
-	}
-	return float64(r.ops) / r.elapsed.Seconds()
-}
-
-// shares is the least and greatest share of the acquisitions a client had.
-func (r *caseResult) shares() (lo, hi float64, ok bool) {
-	total := 0
-	for _, n := range r.share {
-		total += n
-	}
-	if len(r.share) == 0 || total == 0 {
-		return 0, 0, false
-	}
-	return float64(slices.Min(r.share)) / float64(total), float64(slices.Max(r.share)) / float64(total), true
-}
 
 // bencher runs the cases against one backend.
 type bencher struct {
@@ -421,28 +358,23 @@ func (b *bencher) uncontended(ctx context.Context) (_ *caseResult, err error) {
 	return r, nil
 }
 
-// handoffState is shared by the clients of one handoff case.
-type handoffState struct {
-	mu        sync.Mutex
-	cond      *sync.Cond
-	waiters   int       // W
-	target    int       // handoffs to measure
-	inAcquire int       // clients inside Acquire
-	gen       int       // acquisitions so far
-	released  time.Time // start of the last Release; zero before the first
-	lat       []time.Duration
-	share     []int
-	done      bool
-	err       error
-}
-
-func (s *handoffState) fail(err error) {
-	if !s.done {
-		s.done, s.err = true, err
+// group is the case's clients on key as a benchmark.Group, each Acquire
+// with --ttl, each release bounded by --timeout, every counted acquisition
+// shown on task.
+func (b *bencher) group(mode benchmark.Mode, ls []locker.Locker, key string, task *task) *benchmark.Group {
+	locks := make([]benchmark.Lock, len(ls))
+	for i, l := range ls {
+		locks[i] = benchmark.LockOf(l, key, b.opts...)
 	}
-	s.cond.Broadcast()
+	g := benchmark.NewGroup(mode, locks)
+	g.ReleaseTimeout = b.o.timeout
+	g.OnCount = func() { task.add(1) }
+	return g
 }
 
+// handoff runs W+1 clients on one key: the holder waits until the W others
+// are inside Acquire, then releases; the client that released waits for
+// the next holder before it asks again (benchmark.Handoff).
 func (b *bencher) handoff(ctx context.Context, w int) (_ *caseResult, err error) {
 	name := fmt.Sprintf("handoff/%d", w)
 	key := b.prefix + fmt.Sprintf("handoff-%d", w)
@@ -454,132 +386,28 @@ func (b *bencher) handoff(ctx context.Context, w int) (_ *caseResult, err error)
 	task := b.prog.count(name, int64(b.o.handoffs), "handoffs")
 	defer task.end()
 
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s := &handoffState{waiters: w, target: b.o.handoffs, share: make([]int, w+1)}
-	s.cond = sync.NewCond(&s.mu)
-	s.lat = make([]time.Duration, 0, s.target)
-	// Every client's wait ends with the case.
-	stopCancel := context.AfterFunc(cctx, func() {
-		s.mu.Lock()
-		s.fail(context.Cause(cctx))
-		s.mu.Unlock()
-	})
-	defer stopCancel()
-
-	var wg sync.WaitGroup
+	g := b.group(benchmark.Handoff, ls, key, task)
+	// Some client must take the lock within --timeout of the last
+	// acquisition, or the case fails instead of hanging.
+	g.Stall = b.o.timeout
 	start := time.Now()
-	for i, l := range ls {
-		wg.Go(func() {
-			if err := b.handoffClient(cctx, cancel, s, i, l, key, task); err != nil {
-				s.mu.Lock()
-				s.fail(err)
-				s.mu.Unlock()
-				cancel()
-			}
-		})
-	}
-	// A watchdog: some client must take the lock within --timeout of the
-	// last acquisition, or the case fails instead of hanging.
-	stall := make(chan struct{})
-	go func() {
-		t := time.NewTicker(b.o.timeout)
-		defer t.Stop()
-		last := -1
-		for {
-			select {
-			case <-stall:
-				return
-			case <-t.C:
-			}
-			s.mu.Lock()
-			if s.gen == last && !s.done {
-				s.fail(fmt.Errorf("%s: no client took %q within --timeout %v of the last handoff (%d waiting)", name, key, b.o.timeout, s.inAcquire))
-				cancel()
-			}
-			last = s.gen
-			s.mu.Unlock()
-		}
-	}()
-	wg.Wait()
-	close(stall)
+	err = g.Phase(ctx, b.o.handoffs)
+	g.Stop()
 	elapsed := time.Since(start)
-	if s.err != nil && !errors.Is(s.err, errHandoffsDone) {
-		return nil, s.err
+	if err != nil {
+		return nil, fmt.Errorf("%s on %q (--timeout %v): %w", name, key, b.o.timeout, err)
 	}
-	slices.Sort(s.lat)
-	task.done(fmt.Sprintf("%d handoffs in %v", len(s.lat), elapsed.Round(time.Millisecond)))
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	slices.Sort(g.Handoffs)
+	task.done(fmt.Sprintf("%d handoffs in %v", len(g.Handoffs), elapsed.Round(time.Millisecond)))
 	return &caseResult{name: name, what: fmt.Sprintf("Release to next Acquire, %d waiting", w), clients: w + 1,
-		lat: s.lat, elapsed: elapsed, ops: len(s.lat), share: s.share}, nil
+		lat: g.Handoffs, elapsed: elapsed, ops: len(g.Handoffs), share: g.Counts}, nil
 }
 
-var errHandoffsDone = errors.New("all handoffs measured")
-
-// handoffClient is one client of a handoff case: it waits for the lock;
-// as holder it records the handoff, waits until the W others are inside
-// Acquire and releases; then it waits for the next holder before asking
-// again.
-func (b *bencher) handoffClient(ctx context.Context, cancel context.CancelFunc, s *handoffState, i int, l locker.Locker, key string, task *task) error {
-	for {
-		s.mu.Lock()
-		if s.done {
-			s.mu.Unlock()
-			return nil
-		}
-		s.inAcquire++
-		s.cond.Broadcast()
-		s.mu.Unlock()
-
-		h, err := l.Acquire(ctx, key, b.opts...)
-		now := time.Now()
-
-		s.mu.Lock()
-		s.inAcquire--
-		if err != nil {
-			s.mu.Unlock()
-			if ctx.Err() != nil {
-				return nil // the case ended
-			}
-			return fmt.Errorf("handoff/%d: %w", s.waiters, err)
-		}
-		if s.done {
-			s.mu.Unlock()
-			return b.release(h)
-		}
-		if !s.released.IsZero() {
-			s.lat = append(s.lat, now.Sub(s.released))
-			s.share[i]++
-			task.add(1)
-		}
-		s.gen++
-		gen := s.gen
-		s.cond.Broadcast()
-		if len(s.lat) >= s.target {
-			s.fail(errHandoffsDone)
-			s.mu.Unlock()
-			cancel()
-			return b.release(h)
-		}
-		for s.inAcquire < s.waiters && !s.done {
-			s.cond.Wait()
-		}
-		if s.done {
-			s.mu.Unlock()
-			return b.release(h)
-		}
-		s.released = time.Now()
-		s.mu.Unlock()
-		if err := b.release(h); err != nil {
-			return fmt.Errorf("handoff/%d: %w", s.waiters, err)
-		}
-		s.mu.Lock()
-		for s.gen == gen && !s.done {
-			s.cond.Wait()
-		}
-		s.mu.Unlock()
-	}
-}
-
+// contended runs n clients that take and release one key as fast as they
+// can for --duration (benchmark.Contended); latency is the wait in Acquire.
 func (b *bencher) contended(ctx context.Context, n int) (_ *caseResult, err error) {
 	name := "contended"
 	key := b.prefix + "contended"
@@ -591,90 +419,24 @@ func (b *bencher) contended(ctx context.Context, n int) (_ *caseResult, err erro
 	task := b.prog.timed(name, b.o.duration)
 	defer task.end()
 
-	start := time.Now()
-	end := start.Add(b.o.duration)
-	cctx, cancel := context.WithDeadline(ctx, end)
+	g := b.group(benchmark.Contended, ls, key, task)
+	cctx, cancel := context.WithTimeout(ctx, b.o.duration)
 	defer cancel()
-	lats := make([][]time.Duration, n)
-	share := make([]int, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i, l := range ls {
-		wg.Go(func() {
-			for {
-				t0 := time.Now()
-				if !t0.Before(end) {
-					return
-				}
-				h, err := l.Acquire(cctx, key, b.opts...)
-				if err != nil {
-					if cctx.Err() == nil || ctx.Err() != nil {
-						errs[i] = fmt.Errorf("%s: %w", name, err)
-						cancel()
-					}
-					return
-				}
-				lats[i] = append(lats[i], time.Since(t0))
-				share[i]++
-				task.add(1)
-				if err := b.release(h); err != nil {
-					errs[i] = fmt.Errorf("%s: %w", name, err)
-					cancel()
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	start := time.Now()
+	err = g.Phase(cctx, 0)
+	g.Stop()
 	elapsed := time.Since(start)
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	r := &caseResult{name: fmt.Sprintf("%s/%d", name, n), what: fmt.Sprintf("wait in Acquire, %d clients", n), clients: n, elapsed: elapsed, share: share}
-	for _, l := range lats {
-		r.lat = append(r.lat, l...)
-		r.ops += len(l)
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
 	}
+	r := &caseResult{name: fmt.Sprintf("%s/%d", name, n), what: fmt.Sprintf("wait in Acquire, %d clients", n), clients: n,
+		elapsed: elapsed, share: g.Counts, lat: g.Waits, ops: len(g.Waits)}
 	slices.Sort(r.lat)
 	task.done(fmt.Sprintf("%d acquisitions in %v", r.ops, elapsed.Round(time.Millisecond)))
 	return r, nil
-}
-
-// printBench writes the table of results.
-func printBench(w io.Writer, results []*caseResult) error {
-	// Numbers align right; the case names, padded here, left.
-	width := len("CASE")
-	for _, r := range results {
-		width = max(width, len(r.name))
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tCLIENTS\tOPS\tP50\tP90\tP99\tMAX\tOPS/S\tSHARE MIN\tSHARE MAX\t\n", width, "CASE")
-	for _, r := range results {
-		p := func(q float64) string { return fmtLatency(benchstats.Percentile(r.lat, q)) }
-		lo, hi := "-", "-"
-		if a, b, ok := r.shares(); ok {
-			lo, hi = fmt.Sprintf("%.1f%%", 100*a), fmt.Sprintf("%.1f%%", 100*b)
-		}
-		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t\n", width, r.name, r.clients, len(r.lat),
-			p(0.5), p(0.9), p(0.99), p(1), r.opsPerSec(), lo, hi)
-	}
-	return tw.Flush()
-}
-
-// fmtLatency prints d with three significant digits or so.
-func fmtLatency(d time.Duration) string {
-	switch {
-	case d <= 0:
-		return "-"
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
-	case d < 10*time.Millisecond:
-		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
-	case d < time.Second:
-		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
-	default:
-		return fmt.Sprintf("%.2fs", d.Seconds())
-	}
 }
 
 // redactURL is u with its password, and query parameters named like one,
@@ -689,14 +451,4 @@ func redactURL(u string) string {
 		return "the backend"
 	}
 	return backend.Redact(p.Redacted(), p)
-}
-
-// plotFormat is the image format --plot's file name asks for.
-func plotFormat(name string) (string, error) {
-	switch ext := strings.ToLower(filepath.Ext(name)); ext {
-	case ".png", ".svg":
-		return ext[1:], nil
-	default:
-		return "", fmt.Errorf("--plot %q: want a file name ending in .png or .svg", name)
-	}
 }

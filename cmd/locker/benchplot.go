@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-locker/locker/internal/benchstats"
@@ -174,4 +176,14 @@ func (msTicks) Ticks(lo, hi float64) []plot.Tick {
 		}
 	}
 	return ticks
+}
+
+// plotFormat is the image format --plot's file name asks for.
+func plotFormat(name string) (string, error) {
+	switch ext := strings.ToLower(filepath.Ext(name)); ext {
+	case ".png", ".svg":
+		return ext[1:], nil
+	default:
+		return "", fmt.Errorf("--plot %q: want a file name ending in .png or .svg", name)
+	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/go-locker/locker/postgres"
 )
 
-// BenchmarkHandoffInterleaved measures one handoff to one waiter: raw
+// BenchmarkHandoffQueued measures one handoff to one waiter: raw
 // pg_advisory_lock, raw pg_advisory_lock drawing a fencing token from a
 // sequence in the same statement (raw-fenced), the Locker on pools of one
 // connection, and the Locker on pools of four, in turn in every iteration,
@@ -30,8 +30,8 @@ import (
 // on pools of four the usual set-up (a pool hands out the connection
 // released last, so both keep using one backend each).
 //
-//	cd integration && go test -run '^$' -bench HandoffInterleaved -benchtime 1000x ./postgres
-func BenchmarkHandoffInterleaved(b *testing.B) {
+//	cd integration && go test -run '^$' -bench HandoffQueued -benchtime 1000x ./postgres
+func BenchmarkHandoffQueued(b *testing.B) {
 	dsn := testserver.Postgres(b).DSN()
 	ctx := context.Background()
 	holderConn, waiterConn, watch := benchConn(b, dsn), benchConn(b, dsn), benchConn(b, dsn)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +13,8 @@ import (
 	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/conformance/benchmark"
 	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/internal/benchstats"
 	"github.com/go-locker/locker/redis"
@@ -37,7 +37,7 @@ import (
 // 100ms; redsync sleeps a random 50-250ms), so their handoff latency is
 // near its best and their cost shows in the commands they send.
 //
-//	cd integration && go test -run '^$' -bench . -benchmem -count 5 ./redis
+//	cd integration && go test -run '^$' -bench . -benchtime 1000x ./redis
 
 const rawPoll = time.Millisecond
 
@@ -103,149 +103,63 @@ func (r *requestCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) g
 	}
 }
 
-// BenchmarkUncontended: one goroutine takes and gives back a free lock.
-func BenchmarkUncontended(b *testing.B) {
-	addr := testserver.Redis(b).Addr()
-	ctx := context.Background()
-	b.Run("impl=locker", func(b *testing.B) {
-		c := benchClient(b, addr)
-		defer c.Close()
-		l := redis.New(c)
-		defer l.Close()
-		key := "bench/uncontended/" + randomID()
-		b.ReportAllocs()
-		b.ResetTimer()
-		for range b.N {
-			h, err := l.Acquire(ctx, key)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := h.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("impl=raw", func(b *testing.B) {
-		c := benchClient(b, addr)
-		defer c.Close()
-		key := "bench/uncontended-raw/" + randomID()
-		b.ReportAllocs()
-		b.ResetTimer()
-		for range b.N {
-			owner := randomID()
-			if err := rawLock(ctx, c, key, owner); err != nil {
-				b.Fatal(err)
-			}
-			if err := rawUnlock(ctx, c, key, owner); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+// BenchmarkLock runs the shared cases (conformance/benchmark) on the
+// Locker (a Locker per contender, like separate processes) beside
+// locker-shared (every contender on one Locker), the raw lock, redislock
+// and redsync (see competitors) and, uncontended, raw-fenced: the least a
+// lock with a fencing token costs (rawFencedAcquire, then the same
+// compare-and-delete release). Each side has a client of its own
+// (ContextTimeoutEnabled; BenchmarkLockPlainClient: the go-redis default),
+// whose requests are counted (Pub/Sub commands aside).
+//
+//	cd integration && go test -run '^$' -bench '^BenchmarkLock$' -benchtime 1000x ./redis
+func BenchmarkLock(b *testing.B) {
+	benchLock(b, true, benchmark.Harness{Hold: handoffHold})
 }
 
-// BenchmarkUncontendedInterleaved runs the Locker, the raw lock above,
-// raw-fenced, the least a lock with a fencing token costs (rawFencedAcquire,
-// then the same compare-and-delete release), redislock and redsync in turn
-// within one loop, so
-// that all see the same machine load (the sub-benchmarks above run one after
-// the other, and a busy machine skews them differently); which goes first
-// rotates. It runs on a client with ContextTimeoutEnabled and on a plain one
-// (the go-redis default), every side on the same client. ns/op is one cycle
-// of each; the medians of each and the Locker's ratios to the others are
-// reported.
-func BenchmarkUncontendedInterleaved(b *testing.B) {
+// BenchmarkLockPlainClient is BenchmarkLock's Uncontended case on plain
+// clients (no ContextTimeoutEnabled).
+func BenchmarkLockPlainClient(b *testing.B) {
+	benchLock(b, false, benchmark.Harness{Waiters: []int{}, Clients: -1})
+}
+
+func benchLock(b *testing.B, ctxAware bool, h benchmark.Harness) {
 	addr := testserver.Redis(b).Addr()
-	for _, tc := range []struct {
-		name     string
-		ctxAware bool
-	}{{"client=context-timeout", true}, {"client=plain", false}} {
-		b.Run(tc.name, func(b *testing.B) {
-			ctx := context.Background()
-			c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: tc.ctxAware, PoolSize: 128})
-			defer c.Close()
-			l := redis.New(c)
-			defer l.Close()
-			key, rawKey := "bench/interleaved/"+randomID(), "bench/interleaved-raw/"+randomID()
-			lockerT := make([]time.Duration, 0, b.N)
-			rawT := make([]time.Duration, 0, b.N)
-			lockerCycle := func() {
-				start := time.Now()
-				h, err := l.Acquire(ctx, key)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := h.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-				lockerT = append(lockerT, time.Since(start))
-			}
-			rawCycle := func() {
-				start := time.Now()
-				owner := randomID()
-				if err := rawLock(ctx, c, rawKey, owner); err != nil {
-					b.Fatal(err)
-				}
-				if err := rawUnlock(ctx, c, rawKey, owner); err != nil {
-					b.Fatal(err)
-				}
-				rawT = append(rawT, time.Since(start))
-			}
-			fid := randomID() // one hash tag: the script's two keys share a Cluster slot
-			fencedKey, fenceKey := "bench/{"+fid+"}/interleaved-fenced", "bench/{"+fid+"}/interleaved-fence"
-			fencedT := make([]time.Duration, 0, b.N)
-			fencedCycle := func() {
-				start := time.Now()
-				owner := randomID()
-				token, err := rawFencedAcquire.Run(ctx, c, []string{fencedKey, fenceKey}, owner, 30000).Int64()
-				if err != nil || token <= 0 {
-					b.Fatalf("fenced acquire: not taken (token %d, %v); nobody else uses the key", token, err)
-				}
-				if err := rawUnlock(ctx, c, fencedKey, owner); err != nil {
-					b.Fatal(err)
-				}
-				fencedT = append(fencedT, time.Since(start))
-			}
-			// The two libraries users would otherwise pick, on the same
-			// client (see competitors; one competitor each, so no retry).
-			libCycle := func(impl string) (func(), *[]time.Duration) {
-				locks, closeAll := competitors(b, impl, c, "bench/interleaved-"+impl+"/"+randomID(), 1)
-				b.Cleanup(closeAll)
-				ts := make([]time.Duration, 0, b.N)
-				return func() {
-					start := time.Now()
-					release, err := locks[0](ctx)
-					if err != nil {
-						b.Fatalf("%s: %v", impl, err)
-					}
-					if err := release(ctx); err != nil {
-						b.Fatalf("%s: %v", impl, err)
-					}
-					ts = append(ts, time.Since(start))
-				}, &ts
-			}
-			redislockCycle, redislockT := libCycle(implRedislock)
-			redsyncCycle, redsyncT := libCycle(implRedsync)
-			b.ResetTimer()
-			for i := range b.N {
-				benchstats.Rotated(i, lockerCycle, rawCycle, fencedCycle, redislockCycle, redsyncCycle)
-			}
-			b.StopTimer()
-			p50 := func(ts []time.Duration) float64 {
-				slices.Sort(ts)
-				return benchstats.Micros(benchstats.Percentile(ts, 0.5))
-			}
-			lp, rp, fp, rlp, rsp := p50(lockerT), p50(rawT), p50(fencedT), p50(*redislockT), p50(*redsyncT)
-			b.ReportMetric(lp, "locker-p50-µs")
-			b.ReportMetric(rp, "raw-p50-µs")
-			b.ReportMetric(fp, "raw-fenced-p50-µs")
-			b.ReportMetric(rlp, "redislock-p50-µs")
-			b.ReportMetric(rsp, "redsync-p50-µs")
-			b.ReportMetric(lp/rp, "locker/raw")
-			b.ReportMetric(lp/fp, "locker/raw-fenced")
-			b.ReportMetric(lp/rlp, "locker/redislock")
-			b.ReportMetric(lp/rsp, "locker/redsync")
-		})
+	client := func() (*goredis.Client, *requestCounter) {
+		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: ctxAware, PoolSize: 128})
+		b.Cleanup(func() { _ = c.Close() })
+		reqs := &requestCounter{}
+		c.AddHook(reqs)
+		return c, reqs
 	}
+	side := func(impl string) benchmark.Side {
+		c, reqs := client()
+		if impl == implLockerShared {
+			s := benchmark.LockerSide(impl, 1, func(testing.TB) locker.Locker { return redis.New(c) })
+			s.Requests = reqs.n.Load
+			return s
+		}
+		return benchmark.Side{Name: impl, Requests: reqs.n.Load, New: func(tb testing.TB, key string, _ int) benchmark.Lock {
+			locks, closeAll := competitors(tb, impl, c, key, 1)
+			tb.Cleanup(closeAll)
+			return benchmark.Lock(locks[0])
+		}}
+	}
+	fc, freqs := client()
+	fenced := benchmark.Side{Name: "raw-fenced", Floor: true, Requests: freqs.n.Load, New: func(_ testing.TB, key string, _ int) benchmark.Lock {
+		fid := randomID() // one hash tag: the script's two keys share a Cluster slot
+		lockKey, fenceKey := "bench/{"+fid+"}/"+key, "bench/{"+fid+"}/fence"
+		return func(ctx context.Context) (func(context.Context) error, error) {
+			owner := randomID()
+			token, err := rawFencedAcquire.Run(ctx, fc, []string{lockKey, fenceKey}, owner, 30000).Int64()
+			if err != nil || token <= 0 {
+				return nil, fmt.Errorf("fenced acquire: not taken (token %d, %v); nobody else uses the key", token, err)
+			}
+			return func(ctx context.Context) error { return rawUnlock(ctx, fc, lockKey, owner) }, nil
+		}
+	}}
+	h.Sides = []benchmark.Side{side(implLocker), side(implLockerShared), side(implRaw), fenced, side(implRedislock), side(implRedsync)}
+	benchmark.Run(b, h)
 }
 
 // Implementations the handoff and contention benchmarks compare.
@@ -268,7 +182,7 @@ type lockFunc func(ctx context.Context) (release func(context.Context) error, er
 // with a Locker, redislock client or redsync instance of its own (as
 // separate processes would have; locker-shared: one Locker for all), and a
 // func that closes the Lockers.
-func competitors(b *testing.B, impl string, c *goredis.Client, key string, n int) ([]lockFunc, func()) {
+func competitors(b testing.TB, impl string, c *goredis.Client, key string, n int) ([]lockFunc, func()) {
 	fs := make([]lockFunc, n)
 	var lockers []*redis.Locker
 	for i := range fs {
@@ -334,105 +248,13 @@ func competitors(b *testing.B, impl string, c *goredis.Client, key string, n int
 // include (see commandStats.clientCommands).
 func sendsSet(impl string) bool { return impl == implRaw || impl == implRedsync }
 
-// BenchmarkHandoff measures the time from the start of a release to the
-// moment the next waiter holds the lock, with 1, 8 and 64 waiters: with
-// impl=locker each on its own Locker (like separate processes), with
-// impl=locker-shared all on one Locker, and beside them raw, redislock and
-// redsync (see competitors). A goroutine that released does not compete
-// again until another has taken the lock, so every sample is a real
-// handoff. Reported: p50 and p99 in microseconds; the requests sent per
-// handoff as the client counts them (reqs/handoff: all goroutines, failed
-// attempts and polls included, Pub/Sub commands not) and as the server
-// counts them (srv-reqs/handoff, from INFO commandstats: client commands,
-// Pub/Sub ones included, not the commands scripts run); and the wake-up
-// messages published per handoff (pub/handoff). ns/op is the mean cycle
-// (hold + release + handoff).
-func BenchmarkHandoff(b *testing.B) {
-	addr := testserver.Redis(b).Addr()
-	for _, waiters := range []int{1, 8, 64} {
-		for _, impl := range []string{implLocker, implLockerShared, implRaw, implRedislock, implRedsync} {
-			b.Run(fmt.Sprintf("waiters=%d/impl=%s", waiters, impl), func(b *testing.B) {
-				benchHandoff(b, addr, waiters, impl)
-			})
-		}
-	}
-}
-
-// handoffHold is how long each holder keeps the lock in BenchmarkHandoff.
+// handoffHold is how long each holder keeps the lock in BenchmarkLock's
+// Handoff and Contended cases, once the others wait.
 const handoffHold = 2 * time.Millisecond
 
-func benchHandoff(b *testing.B, addr string, waiters int, impl string) {
-	c := benchClient(b, addr)
-	defer c.Close()
-	admin := benchClient(b, addr)
-	defer admin.Close()
-	key := "bench/handoff/" + randomID()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	var (
-		mu       sync.Mutex
-		samples  = make([]time.Duration, 0, b.N)
-		released atomic.Int64 // nanoseconds since base when the last release began
-		gen      atomic.Int64 // acquisitions so far
-		base     = time.Now()
-		wg       sync.WaitGroup
-	)
-	reqs := &requestCounter{}
-	c.AddHook(reqs)
-	locks, closeAll := competitors(b, impl, c, key, waiters+1)
-	defer closeAll()
-	before := readCommandStats(b, ctx, admin)
-	b.ResetTimer()
-	for _, lock := range locks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				release, err := lock(ctx)
-				if err != nil {
-					return
-				}
-				now := time.Since(base)
-				my := gen.Add(1)
-				if rel := released.Load(); rel != 0 {
-					mu.Lock()
-					samples = append(samples, now-time.Duration(rel))
-					n := len(samples)
-					mu.Unlock()
-					if n >= b.N {
-						cancel()
-					}
-				}
-				// Hold long enough for every other goroutine, the previous
-				// holder included, to be waiting when the release comes;
-				// otherwise the measurement would see barging, not handoff.
-				time.Sleep(handoffHold)
-				released.Store(int64(time.Since(base)))
-				if err := release(context.Background()); err != nil {
-					b.Error(err)
-					return
-				}
-				// Stand back until someone else has taken the lock.
-				for gen.Load() == my && ctx.Err() == nil {
-					time.Sleep(50 * time.Microsecond)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	srv := readCommandStats(b, context.Background(), admin).sub(before)
-	n := float64(len(samples) + 1)
-	benchstats.ReportPercentiles(b, samples)
-	b.ReportMetric(float64(reqs.n.Load())/n, "reqs/handoff")
-	b.ReportMetric(float64(srv.clientCommands(sendsSet(impl)))/n, "srv-reqs/handoff")
-	b.ReportMetric(float64(srv.published())/n, "pub/handoff")
-}
-
 // contendedHold is how long each holder keeps the lock in
-// BenchmarkContended: about the critical section of a real job, and what
-// issue 10 measured.
+// BenchmarkContendedScaling: about the critical section of a real job, and
+// what issue 10 measured.
 const contendedHold = time.Millisecond
 
 // contention is a group of competitors (like separate processes, one
@@ -502,46 +324,22 @@ func (g *contention) report(sfx string) {
 	g.b.ReportMetric(float64(g.srv.published())/n, "pub/acq"+sfx)
 }
 
-// BenchmarkContended: 8 or 64 competitors (like separate processes, one
-// goroutine each) take and give back one key as fast as they can, holding
-// it contendedHold each time, after a warm-up (see contention.warm): Lockers,
-// and raw, redislock and redsync (see competitors). ns/op is per
-// acquisition; also reported: acquisitions per second (acq/s); requests per
-// acquisition as the client counts them (reqs/acq: attempts, failed ones
-// included, renewals and the release; Pub/Sub commands not counted) and as
-// the server does (srv-reqs/acq, INFO commandstats: client commands, Pub/Sub
-// ones included); the wake-ups published per acquisition (pub/acq); and
-// fairness, the fewest acquisitions any competitor made over the most
-// (share; 1 is perfectly fair). Run with -benchtime 3s or more: share needs
-// many acquisitions per competitor to mean anything.
-func BenchmarkContended(b *testing.B) {
-	addr := testserver.Redis(b).Addr()
-	for _, n := range []int{8, 64} {
-		for _, impl := range []string{implLocker, implRaw, implRedislock, implRedsync} {
-			b.Run(fmt.Sprintf("lockers=%d/impl=%s", n, impl), func(b *testing.B) {
-				g := newContention(b, addr, n, impl)
-				defer g.close()
-				g.warm()
-				b.ResetTimer()
-				g.run(int64(b.N))
-				b.StopTimer()
-				g.report("")
-			})
-		}
-	}
-}
-
-// BenchmarkContendedInterleaved compares 8 and 64 contending Lockers (two
+// BenchmarkContendedScaling compares 8 and 64 contending Lockers (two
 // groups, each on a key of its own) in one loop, phase by phase (256
 // acquisitions of one group, then 256 of the other), so that both see the
-// same machine load. b.N acquisitions per group, rounded up to whole
-// phases; the metrics of BenchmarkContended are reported for each (suffix
-// -8 and -64), and throughput-64/8, the throughput of the 64 over that of
+// same machine load, after a warm-up (see contention.warm): issue 10's
+// targets. b.N acquisitions per group, rounded up to whole phases.
+// Reported for each (suffix -8 and -64): acquisitions per second (acq/s),
+// share (fewest acquisitions of a Locker over the most), the handoff p50
+// and p99, requests per acquisition as the client counts them (reqs/acq:
+// attempts, renewals and the release; Pub/Sub commands not counted) and as
+// the server does (srv-reqs/acq, INFO commandstats: client commands,
+// Pub/Sub ones included), the wake-ups published per acquisition
+// (pub/acq); and throughput-64/8, the throughput of the 64 over that of
 // the 8. A phase is a multiple of both group sizes, so that a fair lock
 // gives each Locker the same number of turns in it, give or take the one
-// that the start and the end of a phase can shift; share is the better
-// measured by BenchmarkContended, which runs in one phase.
-func BenchmarkContendedInterleaved(b *testing.B) {
+// that the start and the end of a phase can shift.
+func BenchmarkContendedScaling(b *testing.B) {
 	addr := testserver.Redis(b).Addr()
 	const phase = 256
 	g8, g64 := newContention(b, addr, 8, implLocker), newContention(b, addr, 64, implLocker)
@@ -557,45 +355,4 @@ func BenchmarkContendedInterleaved(b *testing.B) {
 	g8.report("-8")
 	g64.report("-64")
 	b.ReportMetric(g64.Throughput()/g8.Throughput(), "throughput-64/8")
-}
-
-// BenchmarkCompareInterleaved runs 8 or 64 competitors of each of locker,
-// raw, redislock and redsync (see competitors), each implementation on a key
-// of its own, in phases of 256 acquisitions, rotating which implementation
-// runs, so that all see the same machine load (while one runs, the others'
-// goroutines are stopped). b.N acquisitions per implementation, rounded up
-// to whole phases. The metrics of BenchmarkContended are reported for each,
-// suffixed with its name, plus the handoff under contention: from the
-// start of a release to the next acquisition by anyone, the releaser
-// included (handoff-p50-µs, handoff-p99-µs); and the Locker's throughput
-// and handoff p50 over each other's (locker/x-acq/s above 1 and
-// locker/x-handoff-p50 below 1 favour the Locker).
-func BenchmarkCompareInterleaved(b *testing.B) {
-	addr := testserver.Redis(b).Addr()
-	impls := []string{implLocker, implRaw, implRedislock, implRedsync}
-	const phase = 256
-	for _, n := range []int{8, 64} {
-		b.Run(fmt.Sprintf("lockers=%d", n), func(b *testing.B) {
-			gs := make([]*contention, len(impls))
-			sides := make([]func(), len(impls))
-			for i, impl := range impls {
-				g := newContention(b, addr, n, impl)
-				defer g.close()
-				g.warm()
-				gs[i], sides[i] = g, func() { g.run(phase) }
-			}
-			b.ResetTimer()
-			for i, done := 0, 0; done < b.N; i, done = i+1, done+phase {
-				benchstats.Rotated(i, sides...)
-			}
-			b.StopTimer()
-			for i, g := range gs {
-				g.report("-" + impls[i])
-			}
-			for _, g := range gs[1:] {
-				b.ReportMetric(gs[0].Throughput()/g.Throughput(), "locker/"+g.impl+"-acq/s")
-				b.ReportMetric(float64(gs[0].HandoffP50())/float64(g.HandoffP50()), "locker/"+g.impl+"-handoff-p50")
-			}
-		})
-	}
 }

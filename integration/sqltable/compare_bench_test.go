@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/internal/benchstats"
-	"github.com/go-locker/locker/sqltable"
 )
 
 // The comparison benchmarks run the Locker on PostgreSQL beside
@@ -25,7 +23,7 @@ import (
 // otherwise pick (and one of the anchors the backend's issue names), in the
 // same process, on the same server:
 //
-//	cd integration && go test -run '^$' -bench PglockUncontended -benchtime 2000x -count 3 ./sqltable
+//	cd integration && go test -run '^$' -bench 'Lock/PostgreSQL/Uncontended' -benchtime 2000x -count 3 ./sqltable
 //	cd integration && go test -run '^$' -bench PglockContended -benchtime 256x ./sqltable
 //
 // pglock keeps its defaults (a 20s lease, a heartbeat every 5s, which it also
@@ -95,100 +93,6 @@ func pglockTake(ctx context.Context, c *pglock.Client, name string, poll time.Du
 			return nil, ctx.Err()
 		}
 	}
-}
-
-// cycle is one side of compareUncontended: a name and one acquisition
-// and release.
-type cycle struct {
-	name string
-	run  func() error
-}
-
-// compareUncontended runs the cycles, one of each per iteration in
-// rotation so that all see the same load (the Locker's first), and reports
-// each one's p50 and the Locker's over each other's (locker/x below 1
-// favours the Locker).
-func compareUncontended(b *testing.B, cycles ...cycle) {
-	times := make([][]time.Duration, len(cycles))
-	runs := make([]func(), len(cycles))
-	for i, c := range cycles {
-		for range 3 { // create the tables, warm the statements and pools
-			if err := c.run(); err != nil {
-				b.Fatalf("%s: %v", c.name, err)
-			}
-		}
-		times[i] = make([]time.Duration, 0, b.N)
-		runs[i] = func() {
-			start := time.Now()
-			if err := c.run(); err != nil {
-				b.Fatalf("%s: %v", c.name, err)
-			}
-			times[i] = append(times[i], time.Since(start))
-		}
-	}
-	b.ResetTimer()
-	for i := range b.N {
-		benchstats.Rotated(i, runs...)
-	}
-	b.StopTimer()
-	p50 := make([]time.Duration, len(cycles))
-	for i, c := range cycles {
-		slices.Sort(times[i])
-		p50[i] = benchstats.Percentile(times[i], 0.5)
-		b.ReportMetric(benchstats.Micros(p50[i]), c.name+"-p50-µs")
-	}
-	for i, c := range cycles[1:] {
-		b.ReportMetric(float64(p50[0])/float64(p50[i+1]), "locker/"+c.name)
-	}
-}
-
-// uncontendedBase returns the cycles every comparison on d runs: a
-// Locker's Acquire+Release and the raw upsert+delete with a cancellable
-// context (raw-ctx, see BenchmarkUncontendedInterleaved), each on a pool of
-// its own of four connections, on keys that start with key.
-func uncontendedBase(b *testing.B, d dialect, key string) (lockerC, rawC cycle) {
-	ctx := context.Background()
-	l := sqltable.New(benchDB(b, d, 4))
-	b.Cleanup(func() { l.Close() })
-	r := newRaw(b, d, benchDB(b, d, 4))
-	lockerC = cycle{"locker", func() error {
-		h, err := l.Acquire(ctx, key)
-		if err != nil {
-			return err
-		}
-		return h.Release(ctx)
-	}}
-	rawC = cycle{"raw-ctx", func() error {
-		cctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		return r.cycle(cctx, key+"/raw")
-	}}
-	return lockerC, rawC
-}
-
-// BenchmarkPglockUncontended compares an uncontended Acquire+Release of
-// the Locker on PostgreSQL with pglock's acquire and release on lib/pq (its
-// supported driver), on pgx, and on lib/pq without its heartbeat
-// (pglock-nohb: pglock starts a lock's heartbeat with one at once, and a
-// release that comes while it runs cancels it, which lib/pq does on a new
-// connection), and with raw-ctx (see compareUncontended), each on a pool of
-// its own of four connections.
-func BenchmarkPglockUncontended(b *testing.B) {
-	ctx := context.Background()
-	key := "bench/compare/" + randomID()
-	lockerC, rawC := uncontendedBase(b, dialectNamed(b, "PostgreSQL"), key)
-	pglockC := func(name string, c *pglock.Client) cycle {
-		return cycle{name, func() error {
-			lk, err := c.AcquireContext(ctx, key+"/pglock", pglock.FailIfLocked())
-			if err != nil {
-				return err
-			}
-			return lk.Close()
-		}}
-	}
-	compareUncontended(b, lockerC, pglockC("pglock", newPglock(b, false, 4)),
-		pglockC("pglock-pgx", newPglock(b, true, 4)),
-		pglockC("pglock-nohb", newPglock(b, false, 4, pglock.WithHeartbeatFrequency(0))), rawC)
 }
 
 // contention is a group of competitors of one implementation on one
@@ -367,7 +271,7 @@ func BenchmarkPglockContended(b *testing.B) {
 // GET_LOCK on the server, queued, so it does not poll. Names are limited to
 // 64 characters.
 //
-//	cd integration && go test -run '^$' -bench MysqlLockUncontended -benchtime 2000x -count 3 ./sqltable
+//	cd integration && go test -run '^$' -bench 'Lock/MariaDB' -benchtime 400x ./sqltable
 //	cd integration && go test -run '^$' -bench MysqlLockContended -benchtime 1024x ./sqltable
 
 // newMysqlLock opens a go-mysql-lock locker on a pool of its own of at
@@ -385,24 +289,6 @@ func newMysqlLock(b testing.TB, conns int) *gomysqllock.MysqlLocker {
 // MariaDB a user must give a timeout: an hour here.
 func mysqlLockTake(ctx context.Context, l *gomysqllock.MysqlLocker, name string) (*gomysqllock.Lock, error) {
 	return l.ObtainTimeoutContext(ctx, name, 3600)
-}
-
-// BenchmarkMysqlLockUncontended compares an uncontended Acquire+Release of
-// the Locker on MariaDB with go-mysql-lock's Obtain and Release and with
-// raw-ctx (see compareUncontended), each on a pool of its own of four
-// connections.
-func BenchmarkMysqlLockUncontended(b *testing.B) {
-	ctx := context.Background()
-	key := "bench/compare/" + randomID()
-	lockerC, rawC := uncontendedBase(b, dialectNamed(b, "MariaDB"), key)
-	ml := newMysqlLock(b, 4)
-	compareUncontended(b, lockerC, cycle{"mysql-lock", func() error {
-		lk, err := mysqlLockTake(ctx, ml, key+"/mysql-lock")
-		if err != nil {
-			return err
-		}
-		return lk.Release()
-	}}, rawC)
 }
 
 // BenchmarkMysqlLockContended compares the Locker under contention on

@@ -31,7 +31,7 @@ const (
 // is the time from just before the child's Release to this process's
 // Acquire returning (both read the same wall clock, on one host). Within
 // one process waiters are woken at once by the process's own releases
-// (BenchmarkHandoff); across processes a waiter learns of a release from
+// (BenchmarkLock/<dialect>/Handoff); across processes a waiter learns of a release from
 // PostgreSQL's NOTIFY, from the SQLite file's wake-up signal, or on MySQL
 // from the holder's bell (a named lock; see TestBellAcrossProcesses).
 //
