@@ -16,6 +16,8 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/backoff"
 )
 
 // cleanupWait bounds how long an Acquire that gives up (its context ended,
@@ -23,7 +25,9 @@ import (
 // it returns; the deletion itself goes on until the server answers.
 const cleanupWait = 2 * time.Second
 
-// closeWait bounds how long Close waits for the deletion of held nodes.
+// closeWait bounds how long Close waits for the deletion of held nodes,
+// and then, on a caller's connection (New), for the calls and goroutines
+// still in flight.
 const closeWait = 3 * time.Second
 
 // errNodeGone says a contender's own node vanished while it waited: its
@@ -39,10 +43,13 @@ type Locker struct {
 	cfg    config
 	link   *link // nil for New: no view below go-zookeeper
 
-	opsCtx    context.Context // ended when Close starts: ends waits and calls
-	opsCancel context.CancelFunc
-	bgCtx     context.Context // ended when Close is done with the server
-	bgCancel  context.CancelFunc
+	// life admits the calls, holds the handles, runs every goroutine of
+	// the Locker and its Close. Its Closing ends every wait and the
+	// goroutines that follow the session (the supervisor, the handles'
+	// monitors, the shared watches); its Abandoned ends the go-zookeeper
+	// calls still waited for (see call) and the clean-ups (removeNode,
+	// sweepGhost).
+	life *backend.Life[*Handle]
 
 	// Events from the connection's callback, for the supervisor.
 	qmu   sync.Mutex
@@ -50,8 +57,6 @@ type Locker struct {
 	kick  chan struct{}
 
 	mu         sync.Mutex
-	closed     bool
-	held       map[*Handle]struct{}
 	sessID     int64            // the session the Locker knows of; 0 before the first
 	connected  bool             // sessID is live and connected
 	lostSess   int64            // a session whose locks were given up while disconnected
@@ -71,10 +76,6 @@ type Locker struct {
 
 	wmu     sync.Mutex
 	watches map[string]*nodeWatch // live watches on other contenders' nodes, by path
-
-	ops   sync.WaitGroup // Acquire and TryAcquire calls in progress
-	bg    sync.WaitGroup // supervisor and handle monitors
-	calls sync.WaitGroup // go-zookeeper calls that run detached
 }
 
 var _ locker.Locker = (*Locker)(nil)
@@ -83,7 +84,6 @@ func newLocker(cfg config) *Locker {
 	l := &Locker{
 		cfg:        cfg,
 		kick:       make(chan struct{}, 1),
-		held:       make(map[*Handle]struct{}),
 		watches:    make(map[string]*nodeWatch),
 		sessCh:     make(chan struct{}),
 		orphans:    make(map[string]int64),
@@ -91,9 +91,15 @@ func newLocker(cfg config) *Locker {
 		containers: cfg.containers,
 		timeout:    cfg.sessionTimeout,
 	}
-	l.opsCtx, l.opsCancel = context.WithCancel(context.Background())
-	l.bgCtx, l.bgCancel = context.WithCancel(context.Background())
 	return l
+}
+
+// start makes the Locker's lifecycle, once its configuration error (if
+// any) is known, and starts the supervisor, which reads events (New's
+// channel, or nil for Connect: see supervise).
+func (l *Locker) start(events <-chan zk.Event) {
+	l.life = backend.NewLife[*Handle](l.cfg.err)
+	l.life.Go(func() { l.supervise(events) })
 }
 
 // Connect connects to the ensemble at servers ("host:port"; the port
@@ -131,8 +137,7 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Locker, er
 		return nil, fmt.Errorf("zookeeper: Connect: %w", err)
 	}
 	l.conn = conn
-	l.bg.Add(1)
-	go l.supervise(nil)
+	l.start(nil)
 	fail := func(err error) (*Locker, error) {
 		_ = l.Close()
 		return nil, fmt.Errorf("zookeeper: connecting to %s: %w", strings.Join(addrs, ","), err)
@@ -190,8 +195,7 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) *Locker {
 			l.events = events
 		}
 	}
-	l.bg.Add(1)
-	go l.supervise(events)
+	l.start(events)
 	return l
 }
 
@@ -273,38 +277,16 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Opti
 }
 
 func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (*Handle, error) {
-	if err := locker.ValidateKey(key); err != nil {
-		return nil, locker.KeyError(op, key, err)
+	// Close ends the call through cctx; Why tells the caller's context
+	// from Close.
+	cctx, done, err := l.life.Enter(ctx, op, key)
+	if err != nil {
+		return nil, err
 	}
+	defer done()
 	o, err := locker.ApplyOptions(opts...)
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
-	}
-	if l.cfg.err != nil {
-		return nil, locker.KeyError(op, key, l.cfg.err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, locker.KeyError(op, key, err)
-	}
-	if !l.enter() {
-		return nil, locker.KeyError(op, key, locker.ErrClosed)
-	}
-	defer l.ops.Done()
-
-	// Close ends the call through cctx; the caller's ctx stays the one
-	// whose error we report.
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(l.opsCtx, cancel)
-	defer stop()
-	ctxErr := func(err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if l.opsCtx.Err() != nil {
-			return locker.ErrClosed
-		}
-		return err
 	}
 
 	for {
@@ -328,7 +310,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 				}
 				err = fmt.Errorf("zookeeper: no session with the server: %w", err)
 			}
-			return nil, locker.KeyError(op, key, ctxErr(err))
+			return nil, locker.KeyError(op, key, l.life.Why(cctx, err))
 		}
 		if o.TTL != 0 && o.TTL < timeout {
 			return nil, locker.KeyError(op, key, fmt.Errorf("%w: TTL %v is below the session timeout %v, which is the lease of every lock of this Locker (connect with a shorter session timeout for shorter leases)", locker.ErrInvalidOption, o.TTL, timeout))
@@ -355,19 +337,8 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		if cctx.Err() == nil && actx.Err() != nil && errors.Is(err, actx.Err()) {
 			err = context.Cause(actx) // not the caller's context: say why
 		}
-		return nil, locker.KeyError(op, key, ctxErr(err))
+		return nil, locker.KeyError(op, key, l.life.Why(cctx, err))
 	}
-}
-
-// enter registers a call in progress, unless the Locker is closed.
-func (l *Locker) enter() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.ops.Add(1)
-	return true
 }
 
 // connGen returns the connection generation: a count of the session
@@ -513,7 +484,7 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 			if err := l.ensureDir(ctx, dir); err != nil {
 				return createdNode{}, err
 			}
-		case isConnErr(err) && tries < 8 && ctx.Err() == nil && l.opsCtx.Err() == nil:
+		case isConnErr(err) && tries < 8 && ctx.Err() == nil && !l.life.IsClosing():
 			// The create may have been applied: look for our GUID, until
 			// a listing answers (creating again before that could leave
 			// the first node behind as a ghost of our own).
@@ -556,12 +527,8 @@ func (l *Locker) findOwnRetrying(ctx context.Context, dir, guid string) (string,
 			return found, err
 		}
 		// The connection is down and the Locker may not know yet.
-		t := time.NewTimer(50 * time.Millisecond)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return "", ctx.Err()
+		if !backoff.Sleep(ctx, 50*time.Millisecond) {
+			return "", backend.ContextError(ctx)
 		}
 	}
 }
@@ -662,7 +629,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 	// retry reports whether err, from a request on the way, is a broken
 	// connection to wait out (a waiting Acquire) rather than a failure.
 	retry := func(err error) (bool, error) {
-		if wait && isConnErr(err) && ctx.Err() == nil && l.opsCtx.Err() == nil {
+		if wait && isConnErr(err) && ctx.Err() == nil && !l.life.IsClosing() {
 			if _, _, err := l.awaitSession(ctx); err != nil {
 				return false, err
 			}
@@ -691,14 +658,14 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 				// An adopted node: its stat comes with the watch on it.
 				// Both requests go out back to back on the one connection.
 				done := make(chan struct{})
-				go func() {
+				l.spawn(func() {
 					defer close(done)
 					ownErr = l.call(ctx, func() error {
 						var err error
 						_, st, ch, err = l.conn.GetW(node)
 						return err
 					}, nil)
-				}()
+				})
 				kidsErr = l.call(ctx, func() error {
 					k, _, err := l.conn.Children(dir)
 					kids = k
@@ -888,7 +855,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 			}
 			own = nil
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, backend.ContextError(ctx)
 		}
 	}
 }
@@ -925,12 +892,21 @@ func (l *Locker) watchAll(ctx context.Context, reqs []*watchReq) {
 			break
 		}
 		wg.Add(1)
-		go func() {
+		l.spawn(func() {
 			defer wg.Done()
 			get()
-		}()
+		})
 	}
 	wg.Wait()
+}
+
+// spawn runs f on a goroutine of the Locker's (Life.Go), or on the
+// caller's once Close has stopped waiting: for the parallel requests of
+// one call, which waits for them.
+func (l *Locker) spawn(f func()) {
+	if !l.life.Go(f) {
+		f()
+	}
 }
 
 // nodeWatch is a data watch on another contender's node, shared by the
@@ -945,10 +921,10 @@ func (l *Locker) watchAll(ctx context.Context, reqs []*watchReq) {
 // watch out of the table (the next waiter on the node sets a new one) and
 // closes done. Waiters wait for the GetW's answer as long as their context
 // allows; one that gives up leaves the request to finish for the next. The
-// goroutine ends with the event, when the connection closes, or when the
-// Locker's Close is done (on a caller's connection, Close waits for an
-// unanswered GetW at most closeWait, as for every request). A new
-// connection empties the table (see onSession).
+// goroutine ends with the event, when the connection closes, or when
+// Close begins (no waiter is left then; the GetW itself, unanswered, is
+// waited for as Close waits for every request). A new connection empties
+// the table (see onSession).
 type nodeWatch struct {
 	path string
 	gen  uint64        // the connection generation before its GetW went out
@@ -978,10 +954,12 @@ func (l *Locker) watchNode(ctx context.Context, path string) (*nodeWatch, error)
 		// the table on a new one, maybe not yet): set a new one.
 		w = &nodeWatch{path: path, gen: g, set: make(chan struct{}), done: make(chan struct{})}
 		l.watches[path] = w
-		// Counted with the Locker's calls: this runs inside an Acquire,
-		// which Close waits for before it waits for the calls.
-		l.calls.Add(1)
-		go l.runWatch(w)
+		if !l.life.Go(func() { l.runWatch(w) }) {
+			// Close has stopped waiting: no GetW goes out.
+			delete(l.watches, path)
+			w.err = locker.ErrClosed
+			close(w.set)
+		}
 	}
 	l.wmu.Unlock()
 	select {
@@ -991,15 +969,15 @@ func (l *Locker) watchNode(ctx context.Context, path string) (*nodeWatch, error)
 		}
 		return w, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-l.bgCtx.Done():
+		return nil, backend.ContextError(ctx)
+	case <-l.life.Closing().Done():
 		return nil, locker.ErrClosed
 	}
 }
 
-// runWatch sets w (GetW) and waits for it to fire.
+// runWatch sets w (GetW) and waits for it to fire, or for Close to begin
+// (no waiter is left then).
 func (l *Locker) runWatch(w *nodeWatch) {
-	defer l.calls.Done()
 	_, _, ch, err := l.conn.GetW(w.path)
 	if err != nil {
 		w.err = err
@@ -1014,7 +992,7 @@ func (l *Locker) runWatch(w *nodeWatch) {
 		if ev = e; !ok {
 			ev = zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: w.path, Err: zk.ErrClosing}
 		}
-	case <-l.bgCtx.Done():
+	case <-l.life.Closing().Done():
 		ev = zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: w.path, Err: locker.ErrClosed}
 	}
 	w.ev = ev
@@ -1058,7 +1036,7 @@ func (l *Locker) hold(key, node string, czxid, owner int64, own <-chan zk.Event)
 	h := newHandle(l, key, node, czxid, owner)
 	l.mu.Lock()
 	switch {
-	case l.closed:
+	case l.life.IsClosing():
 		l.mu.Unlock()
 		return nil, locker.ErrClosed
 	case owner != l.sessID || l.lostSess == l.sessID:
@@ -1072,15 +1050,20 @@ func (l *Locker) hold(key, node string, czxid, owner int64, own <-chan zk.Event)
 		l.mu.Unlock()
 		return nil, errNodeGone
 	}
-	l.held[h] = struct{}{}
-	l.bg.Add(1) // for the monitor, or the timer that starts it
+	if !l.life.Hold(h) {
+		l.mu.Unlock()
+		return nil, locker.ErrClosed
+	}
 	if own == nil {
-		h.watchTimer = time.AfterFunc(watchDelay, func() { h.monitor(nil) })
+		// The timer only starts the monitor: a lock released (or lost)
+		// sooner stops it (stopWatch); one that fires after Close began
+		// starts a monitor that returns at once, or none.
+		h.watchTimer = time.AfterFunc(watchDelay, func() { l.life.Go(func() { h.monitor(nil) }) })
 		l.mu.Unlock()
 		return h, nil
 	}
 	l.mu.Unlock()
-	go h.monitor(own)
+	l.life.Go(func() { h.monitor(own) })
 	return h, nil
 }
 
@@ -1099,7 +1082,7 @@ func (l *Locker) removeNode(node string) {
 	select {
 	case <-done:
 	case <-t.C:
-	case <-l.bgCtx.Done():
+	case <-l.life.Abandoned().Done():
 	}
 }
 
@@ -1110,7 +1093,7 @@ func (l *Locker) deleteDetached(node string) { l.deleteNode(node, nil) }
 // when the server answered or the attempt is handed to the next reconnect.
 func (l *Locker) deleteNode(node string, done chan struct{}) {
 	l.mu.Lock()
-	sid, connected, closing := l.sessID, l.connected, l.bgCtx.Err() != nil
+	sid, connected, closing := l.sessID, l.connected, l.life.Abandoned().Err() != nil
 	if !connected && !closing {
 		l.orphans[node] = sid
 		l.mu.Unlock()
@@ -1120,13 +1103,11 @@ func (l *Locker) deleteNode(node string, done chan struct{}) {
 		return
 	}
 	l.mu.Unlock()
-	l.calls.Add(1)
-	go func() {
-		defer l.calls.Done()
+	started := l.life.Go(func() {
 		err := l.conn.Delete(node, -1)
 		if isConnErr(err) && !errors.Is(err, zk.ErrClosing) {
 			l.mu.Lock()
-			if l.sessID == sid && !l.closed {
+			if l.sessID == sid && !l.life.IsClosing() {
 				l.orphans[node] = sid
 			}
 			l.mu.Unlock()
@@ -1134,14 +1115,17 @@ func (l *Locker) deleteNode(node string, done chan struct{}) {
 		if done != nil {
 			close(done)
 		}
-	}()
+	})
+	if !started && done != nil {
+		close(done) // Close is over: the node ends with the session
+	}
 }
 
 // call runs fn, one go-zookeeper call (which takes no context), on a
-// goroutine of its own, and returns its error; or ctx's error, or
-// locker.ErrClosed when the Locker closes, if that comes first. An
-// abandoned call keeps running until go-zookeeper answers (or its
-// connection closes); then late, if not nil, gets its error.
+// goroutine of the Locker's, and returns its error; or ctx's error, or
+// locker.ErrClosed once Close stops waiting (Life.Abandoned), if that
+// comes first. An abandoned call keeps running until go-zookeeper answers
+// (or its connection closes); then late, if not nil, gets its error.
 func (l *Locker) call(ctx context.Context, fn func() error, late func(error)) error {
 	var (
 		mu        sync.Mutex
@@ -1150,9 +1134,7 @@ func (l *Locker) call(ctx context.Context, fn func() error, late func(error)) er
 		result    error
 		done      = make(chan struct{})
 	)
-	l.calls.Add(1)
-	go func() {
-		defer l.calls.Done()
+	started := l.life.Go(func() {
 		err := fn()
 		mu.Lock()
 		if abandoned {
@@ -1165,14 +1147,17 @@ func (l *Locker) call(ctx context.Context, fn func() error, late func(error)) er
 		finished, result = true, err
 		mu.Unlock()
 		close(done)
-	}()
+	})
+	if !started {
+		return locker.ErrClosed // Close is over: fn was not sent
+	}
 	var err error
 	select {
 	case <-done:
 		return result
 	case <-ctx.Done():
-		err = ctx.Err()
-	case <-l.bgCtx.Done():
+		err = backend.ContextError(ctx)
+	case <-l.life.Abandoned().Done():
 		err = locker.ErrClosed
 	}
 	mu.Lock()
