@@ -5,12 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
 )
+
+// closeWait bounds how long Close waits for the deletion of held nodes,
+// and then, on a caller's connection (New), for the calls and goroutines
+// still in flight.
+const closeWait = 3 * time.Second
 
 // Close releases every lock the Locker holds (their handles end with
 // locker.ErrReleasedByClose), ends its waiting Acquires with errors
