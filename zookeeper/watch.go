@@ -84,6 +84,14 @@ func (w *nodeWatch) fired() <-chan struct{} {
 	return w.done
 }
 
+// on returns the path w watches; "" for no watch.
+func (w *nodeWatch) on() string {
+	if w == nil {
+		return ""
+	}
+	return w.path
+}
+
 // watchNode returns the Locker's watch on path, setting one (GetW) if there
 // is none, once the server has answered the GetW. A node gone makes it
 // fail with zk.ErrNoNode.
