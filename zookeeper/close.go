@@ -10,13 +10,27 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
+
+// closeWait bounds how long Close waits for the deletion of held nodes,
+// and then, on a caller's connection (New), for the calls and goroutines
+// still in flight.
+const closeWait = 3 * time.Second
 
 // Close releases every lock the Locker holds (their handles end with
 // locker.ErrReleasedByClose), ends its waiting Acquires with errors
 // wrapping locker.ErrClosed, stops its goroutines, and closes the
 // connection if Connect made it (which ends the session, so the server
 // deletes whatever node is left). Close is idempotent.
+//
+// Close is bounded: it waits at most closeWait (3s) for the release of the
+// held locks, then at most closeWait for calls and goroutines in flight
+// (CloseGrace, 250ms, when it owns the connection: it then closes the
+// connection, which ends them all, and waits for that). On a connection
+// the caller keeps (New), a go-zookeeper request the server has not
+// answered by then may outlive Close, with the goroutine that waits for
+// it, until the server answers or go-zookeeper drops the connection.
 //
 // A lock whose node could not be deleted (the server unreachable for
 // closeWait) ends with an error wrapping locker.ErrLost and
@@ -25,84 +39,72 @@ import (
 // the end of the session, so Close of a Locker cut off from the server
 // takes that second.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil
+	c := backend.Closer[*Handle]{
+		Release: l.releaseAll,
+		Grace:   closeWait,
+		Shutdown: func() error {
+			if l.owns {
+				l.conn.Close()
+			}
+			if l.events != nil {
+				eventReaders.CompareAndDelete(l.events, l) // the supervisor reads it no more
+			}
+			return nil
+		},
 	}
-	l.closed = true
-	held := make([]*Handle, 0, len(l.held))
-	for h := range l.held {
-		held = append(held, h)
+	if l.owns {
+		// Closing the connection ends every call still running.
+		c.Grace, c.Wait = backend.CloseGrace, true
 	}
-	l.held = map[*Handle]struct{}{}
-	l.mu.Unlock()
-	l.opsCancel() // waiting Acquires end with ErrClosed
+	return l.life.Close(c)
+}
 
+// releaseAll deletes the nodes of the locks held when Close began, all at
+// once, each within closeWait.
+func (l *Locker) releaseAll(held []*Handle) error {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
 	for _, h := range held {
 		wg.Add(1)
-		go func() {
+		l.spawn(func() {
 			defer wg.Done()
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			if h.state.Ended() {
-				return
+			if err := l.releaseByClose(ctx, h); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
 			}
-			h.releasing.Store(true)
-			h.stopWatch()
-			err := l.call(ctx, func() error { return l.conn.Delete(h.node, -1) }, nil)
-			switch {
-			case err == nil:
-				h.state.End(locker.ErrReleasedByClose)
-			case errors.Is(err, zk.ErrNoNode):
-				h.state.End(h.lostErr("the lock node was gone when Close released it"))
-			default:
-				lost := fmt.Errorf("%w: %w: could not delete the lock node: %v", locker.ErrLost, locker.ErrClosed, err)
-				if h.state.End(locker.KeyError("close", h.key, lost)) {
-					mu.Lock()
-					errs = append(errs, locker.KeyError("close", h.key, lost))
-					mu.Unlock()
-				}
-			}
-		}()
+		})
 	}
 	wg.Wait()
-	cancel()
-	l.ops.Wait()
-
-	if l.owns {
-		l.conn.Close()
-	}
-	l.bgCancel()
-	l.bg.Wait()
-	if l.events != nil {
-		eventReaders.CompareAndDelete(l.events, l) // the supervisor reads it no more
-	}
-	if l.owns {
-		// The connection is closed: every call still running has ended or
-		// ends at once.
-		l.calls.Wait()
-	} else {
-		// On the caller's connection, which stays open, a call ends when
-		// the server answers or go-zookeeper drops the connection: wait
-		// for that, but not longer than closeWait.
-		done := make(chan struct{})
-		go func() {
-			l.calls.Wait()
-			close(done)
-		}()
-		t := time.NewTimer(closeWait)
-		select {
-		case <-done:
-		case <-t.C:
-		}
-		t.Stop()
-	}
 	return errors.Join(errs...)
+}
+
+// releaseByClose deletes h's node for Close, and returns the error Close
+// reports for it.
+func (l *Locker) releaseByClose(ctx context.Context, h *Handle) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state.Ended() {
+		return nil
+	}
+	h.releasing.Store(true)
+	h.stopWatch()
+	err := l.call(ctx, func() error { return l.conn.Delete(h.node, -1) }, nil)
+	switch {
+	case err == nil:
+		h.state.End(locker.ErrReleasedByClose)
+	case errors.Is(err, zk.ErrNoNode):
+		h.state.End(h.lostErr("the lock node was gone when Close released it"))
+	default:
+		lost := locker.KeyError("close", h.key, fmt.Errorf("%w: %w: could not delete the lock node: %v", locker.ErrLost, locker.ErrClosed, err))
+		if h.state.End(lost) {
+			return lost
+		}
+	}
+	return nil
 }

@@ -66,7 +66,7 @@ func (h *Handle) checkSession() {
 		return
 	}
 	if why := h.l.expiredBy(time.Now()); why != "" && h.state.End(h.lostErr(why)) {
-		h.l.forget(h)
+		h.l.life.Drop(h)
 		h.l.deleteDetached(h.node)
 	}
 }
@@ -103,7 +103,7 @@ func (h *Handle) Release(ctx context.Context) error {
 		// was lost, not released; its node is deleted all the same, in
 		// case the session lives.
 		h.state.End(h.lostErr(why))
-		l.forget(h)
+		l.life.Drop(h)
 		l.deleteDetached(h.node)
 		return locker.KeyError("release", h.key, h.state.Err())
 	}
@@ -112,7 +112,7 @@ func (h *Handle) Release(ctx context.Context) error {
 			l.deleteDetached(h.node)
 		}
 	})
-	l.forget(h)
+	l.life.Drop(h)
 	switch {
 	case err == nil:
 		h.state.End(locker.ErrReleased)
@@ -148,21 +148,14 @@ func (h *Handle) setDup(c createdNode, dir string) {
 // stopWatch stops the timer that would start the monitor, if it has not
 // fired yet. Call it once releasing is set.
 func (h *Handle) stopWatch() {
-	if h.watchTimer != nil && h.watchTimer.Stop() {
-		h.l.bg.Done() // the monitor will not run
+	if h.watchTimer != nil {
+		h.watchTimer.Stop()
 	}
-}
-
-// forget takes h from the Locker's held set.
-func (l *Locker) forget(h *Handle) {
-	l.mu.Lock()
-	delete(l.held, h)
-	l.mu.Unlock()
 }
 
 // lose ends h with ErrLost for why.
 func (h *Handle) lose(why string) {
-	h.l.forget(h)
+	h.l.life.Drop(h)
 	h.state.End(h.lostErr(why))
 }
 
@@ -174,9 +167,8 @@ func (h *Handle) lose(why string) {
 // too.
 func (h *Handle) monitor(own <-chan zk.Event) {
 	l := h.l
-	defer l.bg.Done()
 	if own == nil {
-		if h.releasing.Load() || h.state.Ended() || l.bgCtx.Err() != nil {
+		if h.releasing.Load() || h.state.Ended() || l.life.IsClosing() {
 			return
 		}
 		var ok bool
@@ -205,7 +197,7 @@ func (h *Handle) monitor(own <-chan zk.Event) {
 			}
 		case <-h.state.Done():
 			return
-		case <-l.bgCtx.Done():
+		case <-l.life.Closing().Done():
 			return
 		}
 	}
@@ -218,7 +210,7 @@ func (h *Handle) monitor(own <-chan zk.Event) {
 // now), or the Locker is closing.
 func (h *Handle) watch() (<-chan zk.Event, bool) {
 	l := h.l
-	ctx, cancel := context.WithCancel(l.bgCtx)
+	ctx, cancel := context.WithCancel(l.life.Closing())
 	defer cancel()
 	stop := context.AfterFunc(doneContext{h.state.Done()}, cancel)
 	defer stop()
@@ -277,10 +269,9 @@ func (doneContext) Value(any) any { return nil }
 // node still exists.
 func (h *Handle) verify() {
 	l := h.l
-	defer l.bg.Done()
 	var exists bool
 	var st *zk.Stat
-	err := l.call(l.bgCtx, func() error {
+	err := l.call(l.life.Closing(), func() error {
 		var err error
 		exists, st, err = l.conn.Exists(h.node)
 		return err

@@ -21,31 +21,13 @@ var _ locker.Inspector = (*Locker)(nil)
 // lists the directory and reads the stat of the lowest node.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
 	const op = "inspect"
-	if err := locker.ValidateKey(key); err != nil {
-		return locker.LockInfo{}, locker.KeyError(op, key, err)
+	cctx, done, err := l.life.Enter(ctx, op, key)
+	if err != nil {
+		return locker.LockInfo{}, err
 	}
-	if l.cfg.err != nil {
-		return locker.LockInfo{}, locker.KeyError(op, key, l.cfg.err)
-	}
-	if err := ctx.Err(); err != nil {
-		return locker.LockInfo{}, locker.KeyError(op, key, err)
-	}
-	if !l.enter() {
-		return locker.LockInfo{}, locker.KeyError(op, key, locker.ErrClosed)
-	}
-	defer l.ops.Done()
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(l.opsCtx, cancel)
-	defer stop()
+	defer done()
 	fail := func(err error) (locker.LockInfo, error) {
-		switch {
-		case ctx.Err() != nil:
-			err = ctx.Err()
-		case l.opsCtx.Err() != nil:
-			err = locker.ErrClosed
-		}
-		return locker.LockInfo{}, locker.KeyError(op, key, err)
+		return locker.LockInfo{}, locker.KeyError(op, key, l.life.Why(cctx, err))
 	}
 
 	dir := LockDir(l.cfg.root, key)

@@ -9,6 +9,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 // A Release that runs before the supervisor has given the session's locks
@@ -43,9 +44,10 @@ func TestReleaseAfterDeadlineReportsLoss(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLocker(newConfig([]Option{WithSessionTimeout(timeout)}))
 			l.conn, l.sessID, l.timeout = conn, 42, timeout
+			l.life = backend.NewLife[*Handle](nil) // no supervisor
 			tc.setup(l)
 			h := newHandle(l, "k", "/locker/kk/_c_x-lock-0000000001", 7, 42)
-			l.held[h] = struct{}{}
+			l.life.Hold(h)
 			err := h.Release(context.Background())
 			if !errors.Is(err, locker.ErrLost) {
 				t.Fatalf("Release after the deadline: %v, want an error wrapping locker.ErrLost", err)
@@ -53,7 +55,7 @@ func TestReleaseAfterDeadlineReportsLoss(t *testing.T) {
 			if !errors.Is(h.Err(), locker.ErrLost) {
 				t.Fatalf("Err() = %v, want ErrLost", h.Err())
 			}
-			l.bgCancel()
+			_ = l.life.Close(backend.Closer[*Handle]{})
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 // enqueue is the connection's event callback (Connect). It runs on
@@ -37,9 +38,8 @@ func (l *Locker) enqueue(ev zk.Event) {
 // supervise follows the session: it reads events (from events, the
 // caller's channel, for New; from the queue that enqueue fills, for
 // Connect) and gives every lock of the session up when it may have ended.
-// It returns when Close ends l.bgCtx.
+// It returns when Close begins.
 func (l *Locker) supervise(events <-chan zk.Event) {
-	defer l.bg.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -52,7 +52,7 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 	defer lease.Stop()
 	for {
 		select {
-		case <-l.bgCtx.Done():
+		case <-l.life.Closing().Done():
 			return
 		case ev, ok := <-events:
 			if !ok {
@@ -162,9 +162,8 @@ func (l *Locker) onSession(state zk.State, timer, lease *time.Timer) {
 			// Back in the same session: the locks still stand, if their
 			// nodes do. go-zookeeper has set the watches again (a node
 			// deleted meanwhile fires at once); check anyway.
-			for h := range l.held {
-				l.bg.Add(1)
-				go h.verify()
+			for _, h := range l.life.Held() {
+				l.life.Go(h.verify)
 			}
 		}
 		for g, sid := range l.ghosts {
@@ -208,11 +207,11 @@ func (l *Locker) loseSessionLocked(sid int64, why string) {
 		return
 	}
 	l.lostSess = sid
-	for h := range l.held {
+	for _, h := range l.life.Held() {
 		if h.sid != sid {
 			continue
 		}
-		delete(l.held, h)
+		l.life.Drop(h)
 		if h.state.End(h.lostErr(why)) {
 			l.orphans[h.node] = sid
 		}
@@ -229,7 +228,7 @@ func (l *Locker) broadcastLocked() {
 func (l *Locker) awaitSession(ctx context.Context) (int64, time.Duration, error) {
 	for {
 		l.mu.Lock()
-		if l.closed && l.opsCtx.Err() != nil {
+		if l.life.IsClosing() {
 			l.mu.Unlock()
 			return 0, 0, locker.ErrClosed
 		}
@@ -243,8 +242,8 @@ func (l *Locker) awaitSession(ctx context.Context) (int64, time.Duration, error)
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
-		case <-l.bgCtx.Done():
+			return 0, 0, backend.ContextError(ctx)
+		case <-l.life.Closing().Done():
 			return 0, 0, locker.ErrClosed
 		}
 	}
@@ -254,30 +253,27 @@ func (l *Locker) awaitSession(ctx context.Context) (int64, time.Duration, error)
 // Locker gave up while it could not reach the server (orphans), and looks
 // for the nodes of creates whose outcome it never learnt (ghosts).
 func (l *Locker) sweepLocked(id int64) {
-	if l.closed {
+	if l.life.IsClosing() {
 		return
 	}
 	for n, sid := range l.orphans {
 		if sid == id {
 			delete(l.orphans, n)
-			l.calls.Add(1)
-			go func() {
-				defer l.calls.Done()
+			l.life.Go(func() {
 				if err := l.conn.Delete(n, -1); isConnErr(err) {
 					l.mu.Lock()
-					if l.sessID == id && !l.closed {
+					if l.sessID == id && !l.life.IsClosing() {
 						l.orphans[n] = id
 					}
 					l.mu.Unlock()
 				}
-			}()
+			})
 		}
 	}
 	for g, sid := range l.ghosts {
 		if sid == id {
 			delete(l.ghosts, g)
-			l.calls.Add(1)
-			go l.sweepGhost(g, id)
+			l.life.Go(func() { l.sweepGhost(g, id) })
 		}
 	}
 }
@@ -300,23 +296,21 @@ func (l *Locker) dropCreate(dir, guid string, sid int64) {
 	g := ghost{dir, guid}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed || sid != l.sessID {
+	if l.life.IsClosing() || sid != l.sessID {
 		return
 	}
 	if !l.connected {
 		l.ghosts[g] = sid
 		return
 	}
-	l.calls.Add(1)
-	go l.sweepGhost(g, sid)
+	l.life.Go(func() { l.sweepGhost(g, sid) })
 }
 
 // sweepGhost lists g's directory for its GUID and deletes the node found.
 // If the server cannot be asked, the ghost waits for the session to be
 // back (see sweepLocked).
 func (l *Locker) sweepGhost(g ghost, sid int64) {
-	defer l.calls.Done()
-	ctx, cancel := context.WithTimeout(l.bgCtx, cleanupWait)
+	ctx, cancel := context.WithTimeout(l.life.Abandoned(), cleanupWait)
 	defer cancel()
 	found, err := l.findOwn(ctx, g.dir, g.guid)
 	if err == nil && found != "" {
@@ -330,7 +324,7 @@ func (l *Locker) sweepGhost(g ghost, sid int64) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.sessID == sid && !l.closed {
+	if l.sessID == sid && !l.life.IsClosing() {
 		l.ghosts[g] = sid
 	}
 }
@@ -387,7 +381,7 @@ func (l *Locker) checkLease(t *time.Timer) {
 	}()
 	next := l.timeout / 3
 	defer func() { t.Reset(next) }()
-	if l.closed || !l.connected || l.sessID == 0 {
+	if l.life.IsClosing() || !l.connected || l.sessID == 0 {
 		return // the disconnect deadline (or nothing) applies
 	}
 	h := l.link.heard()
@@ -401,11 +395,11 @@ func (l *Locker) checkLease(t *time.Timer) {
 	}
 	why := fmt.Sprintf("no answer from ZooKeeper to any request sent in the last %v, though connected; the server may expire the session (timeout %v) any moment now",
 		now.Sub(h).Round(time.Millisecond), l.timeout)
-	for hd := range l.held {
+	for _, hd := range l.life.Held() {
 		if hd.sid != l.sessID {
 			continue
 		}
-		delete(l.held, hd)
+		l.life.Drop(hd)
 		if hd.state.End(hd.lostErr(why)) {
 			// The session may well be alive: delete the node once the
 			// server answers (deleteNode keeps it for the next

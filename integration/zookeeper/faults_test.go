@@ -210,17 +210,11 @@ func TestShortDisconnect(t *testing.T) {
 		case "reset":
 			a.px.ResetAll(t)
 		case "blackhole":
-			// A request answered just before the cut: the Locker then
-			// knows the server heard from it at that moment, and keeps
-			// its locks until about a session timeout later. (Without it
-			// the last answer, a ping, may be a third of a timeout old,
-			// leaving the reconnect after the heal as little as 0.7s,
-			// which a loaded machine missed once in 12 runs.)
-			if h2, err := a.l.TryAcquire(ctx, k+"/sync"); err != nil {
-				t.Fatal(err)
-			} else if err := h2.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
+			// Without a request answered just before the cut the last
+			// answer, a ping, may be a third of a timeout old, leaving the
+			// reconnect after the heal as little as 0.7s, which a loaded
+			// machine missed once in 12 runs.
+			answeredBeforeCut(t, ctx, a.l, k)
 			a.px.Blackhole(t)
 			time.Sleep(sessionTimeout / 3)
 			a.px.Heal(t)
@@ -432,34 +426,7 @@ func TestOneWayPartition(t *testing.T) {
 	// before the watch goes out).
 	time.Sleep(200 * time.Millisecond)
 
-	type at struct {
-		t   time.Time
-		err error
-	}
-	cGot := make(chan at, 1)
-	go func() {
-		h, err := c.l.Acquire(ctx, k)
-		cGot <- at{time.Now(), err}
-		if err == nil {
-			_ = h.Release(context.Background())
-		}
-	}()
-
-	lost := make(chan time.Time, 1)
-	go func() {
-		<-hA.Done()
-		lost <- time.Now()
-	}()
-	// A request answered just before the cut: the server last hears from
-	// a about now, so it cannot expire the session before cut+timeout.
-	if h, err := a.l.TryAcquire(ctx, k+"/sync"); err != nil {
-		t.Fatal(err)
-	} else if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cut := time.Now()
-	a.px.CutUpstream(t)
-	defer a.px.Heal(t)
+	race := cutHolder(t, ctx, a, c, hA, k)
 	// Notifications for two thirds of the session timeout and more, the
 	// receive timeout go-zookeeper would otherwise disconnect at...
 	for i, h := range held {
@@ -472,9 +439,71 @@ func TestOneWayPartition(t *testing.T) {
 	// expiry from the server (the deletion of its node): only its own
 	// clock can tell it in time.
 	a.px.Partition(t)
-	var got at
+	race.check(t, hA, fmt.Sprintf("session timeout %v", sessionTimeout))
+}
+
+// answeredBeforeCut makes a request of l that the server answers just
+// before a cut: the Locker then knows the server heard from it at that
+// moment, and keeps its locks until about a session timeout later; the
+// server cannot expire the session before then either.
+func answeredBeforeCut(t *testing.T, ctx context.Context, l locker.Locker, k string) {
+	t.Helper()
+	h, err := l.TryAcquire(ctx, k+"/sync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cutRace is a holder cut off one way while another client waits for its
+// key. Decided by order: when the other client gets the key, the holder
+// must have reported the loss already.
+type cutRace struct {
+	got  chan gotAt     // the waiter's Acquire returned
+	lost chan time.Time // the holder's Done closed
+	cut  time.Time
+}
+
+type gotAt struct {
+	t   time.Time
+	err error
+}
+
+// cutHolder starts c's Acquire of k, which a holds with hA, and a watch on
+// hA's loss; then makes a request of a answered just before the cut, and
+// cuts a's upstream (the server hears nothing more from a, a still hears
+// the server), healed when the test ends.
+func cutHolder(t *testing.T, ctx context.Context, a, c client, hA *zookeeper.Handle, k string) *cutRace {
+	t.Helper()
+	r := &cutRace{got: make(chan gotAt, 1), lost: make(chan time.Time, 1)}
+	go func() {
+		h, err := c.l.Acquire(ctx, k)
+		r.got <- gotAt{time.Now(), err}
+		if err == nil {
+			_ = h.Release(context.Background())
+		}
+	}()
+	go func() {
+		<-hA.Done()
+		r.lost <- time.Now()
+	}()
+	answeredBeforeCut(t, ctx, a.l, k)
+	r.cut = time.Now()
+	a.px.CutUpstream(t)
+	t.Cleanup(func() { a.px.Heal(t) })
+	return r
+}
+
+// check waits for the waiter's Acquire and fails the test unless the
+// holder reported the loss (hA's Done closed, Err wrapping ErrLost) before
+// the waiter got the key. session says what session the holder had.
+func (r *cutRace) check(t *testing.T, hA *zookeeper.Handle, session string) {
+	t.Helper()
+	var got gotAt
 	select {
-	case got = <-cGot:
+	case got = <-r.got:
 	case <-time.After(20 * time.Second):
 		t.Fatal("c never got the key: a's session did not expire")
 	}
@@ -483,17 +512,18 @@ func TestOneWayPartition(t *testing.T) {
 	}
 	var lostAt time.Time
 	select {
-	case lostAt = <-lost:
+	case lostAt = <-r.lost:
 	default:
-		t.Fatalf("c holds the key since +%v after the cut, and a's handle has not reported the loss", got.t.Sub(cut).Round(time.Millisecond))
+		t.Fatalf("c holds the key since +%v after the cut (%s), and a's Done() was still open: a holder waiting on it was not told (Err() asked now: %v)",
+			got.t.Sub(r.cut).Round(time.Millisecond), session, hA.Err())
 	}
 	if !errors.Is(hA.Err(), locker.ErrLost) {
 		t.Fatalf("a's Err() = %v, want ErrLost", hA.Err())
 	}
 	t.Logf("after the one-way cut: a reported the loss at +%v (%v), c got the key at +%v",
-		lostAt.Sub(cut).Round(time.Millisecond), hA.Err(), got.t.Sub(cut).Round(time.Millisecond))
+		lostAt.Sub(r.cut).Round(time.Millisecond), hA.Err(), got.t.Sub(r.cut).Round(time.Millisecond))
 	if !lostAt.Before(got.t) {
-		t.Fatalf("a reported the loss at +%v, after c got the key at +%v", lostAt.Sub(cut), got.t.Sub(cut))
+		t.Fatalf("a reported the loss at +%v, after c got the key at +%v", lostAt.Sub(r.cut), got.t.Sub(r.cut))
 	}
 }
 
