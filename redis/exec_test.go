@@ -307,7 +307,7 @@ func TestCloseOwnClientEndsStuckRequests(t *testing.T) {
 	if err := <-done; !errors.Is(err, locker.ErrClosed) {
 		t.Errorf("TryAcquire in flight at Close: %v, want ErrClosed", err)
 	}
-	if !l.active.Wait(0) {
+	if l.life.Active() != 0 {
 		t.Error("a goroutine of the Locker still runs after Close of a Locker that owns its client")
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/redis/internal/guard"
 )
 
@@ -49,7 +48,6 @@ type hub struct {
 	mu     sync.Mutex
 	closed bool
 	nodes  map[string]*node // by master address; "" for a non-cluster client
-	wg     sync.WaitGroup
 }
 
 func newHub(l *Locker) *hub { return &hub{l: l, nodes: map[string]*node{}} }
@@ -145,7 +143,7 @@ func isClosed(c <-chan struct{}) bool {
 // master refuses the subscription with MOVED and the waiter is marked moved
 // again (see node.refused), so a waiter never stays subscribed where no
 // release will be announced.
-func (h *hub) rewatch(ctx context.Context, closing <-chan struct{}, old *waiter, wait time.Duration) *waiter {
+func (h *hub) rewatch(ctx context.Context, old *waiter, wait time.Duration) *waiter {
 	old.leave()
 	if old.n != nil {
 		tick := time.NewTicker(50 * time.Millisecond)
@@ -162,10 +160,8 @@ func (h *hub) rewatch(ctx context.Context, closing <-chan struct{}, old *waiter,
 			case <-tick.C:
 			case <-deadline.C:
 				break poll
-			case <-ctx.Done():
+			case <-ctx.Done(): // also when Close begins (Life.Enter)
 				break poll // the caller returns; watch anyway, for its leave
-			case <-closing:
-				break poll
 			}
 		}
 	}
@@ -233,9 +229,11 @@ func (h *hub) find(ctx context.Context, channel string, create bool) *node {
 		n.retire = h.retireNode
 	}
 	h.nodes[addr] = n
-	h.wg.Add(2)
-	go func() { defer h.wg.Done(); n.writer() }()
-	go func() { defer h.wg.Done(); n.receive() }()
+	// Goroutines of the Locker's life: Close waits for them (boundedly)
+	// after close has stopped them. The hub closes before Close begins, so
+	// Life.Go refuses neither.
+	h.l.life.Go(n.writer)
+	h.l.life.Go(n.receive)
 	return n
 }
 
@@ -263,7 +261,8 @@ func (h *hub) retireNode(n *node) bool {
 	return true
 }
 
-// close drops every subscription and waits for the hub's goroutines.
+// close drops every subscription and stops the hub's goroutines; Close
+// waits for them with the Locker's others.
 func (h *hub) close() {
 	h.mu.Lock()
 	h.closed = true
@@ -273,7 +272,6 @@ func (h *hub) close() {
 	for _, n := range nodes {
 		n.shutdown()
 	}
-	h.wg.Wait()
 }
 
 // shutdown stops n's goroutines and closes its connection, once n is out
@@ -398,8 +396,8 @@ func (n *node) markDirty(ch string) {
 
 // awaitSubscribed waits until the subscription is confirmed, but at most
 // max (capped at one second): a slow subscription delays the next attempt,
-// never the Acquire as a whole.
-func (w *waiter) awaitSubscribed(ctx context.Context, closing <-chan struct{}, max time.Duration) error {
+// never the Acquire as a whole. It returns ctx.Err() if ctx ends first.
+func (w *waiter) awaitSubscribed(ctx context.Context, max time.Duration) error {
 	max = min(max, time.Second)
 	t := time.NewTimer(max)
 	defer t.Stop()
@@ -408,9 +406,7 @@ func (w *waiter) awaitSubscribed(ctx context.Context, closing <-chan struct{}, m
 	case <-w.moved: // refused (see node.refused): watch again
 	case <-t.C:
 	case <-ctx.Done():
-		return ctxErr(ctx)
-	case <-closing:
-		return locker.ErrClosed
+		return ctx.Err()
 	}
 	return nil
 }

@@ -2,11 +2,9 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"reflect"
 	"slices"
@@ -18,8 +16,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/backoff"
 	"github.com/go-locker/locker/internal/lease"
-	"github.com/go-locker/locker/internal/tracker"
 	"github.com/go-locker/locker/redis/internal/guard"
 	"github.com/go-locker/locker/redis/internal/releases"
 )
@@ -56,20 +55,18 @@ type Locker struct {
 	ownClients bool     // opened from a URL: Close closes them too
 	conns      *connSet // of the clients Open made; nil with New
 	cfg        config
-	cfgErr     error
 	subs       *subs
 	contacted  []atomic.Bool // per node: its first request was made (see dialAllowance)
 	vet        vetter        // what each node's server said it is (see vet.go)
 
-	ctx     context.Context // ends when Close begins
-	stop    context.CancelFunc
+	// life admits the calls, holds the handles for Close, and counts the
+	// calls and goroutines that may still talk to the nodes (requests,
+	// renewals, clean-ups, Pub/Sub readers and writers), which Close waits
+	// for, boundedly. Its config error is that of the clients or options.
+	life *backend.Life[*Handle]
+	// closing is life.Closing().Done(): the rounds' fanout stops waiting
+	// when Close begins.
 	closing <-chan struct{}
-
-	mu      sync.Mutex
-	closed  bool
-	handles map[*Handle]struct{}
-
-	active tracker.Tracker
 }
 
 // New returns a Locker over clients, one per independent Redis node: N ≥ 3
@@ -92,15 +89,9 @@ type Locker struct {
 // ReadTimeout.
 func New(clients []goredis.UniversalClient, opts ...Option) *Locker {
 	cfg, cfgErr := newConfig(opts)
-	ctx, stop := context.WithCancel(context.Background())
 	l := &Locker{
 		clients: slices.Clone(clients),
 		cfg:     cfg,
-		cfgErr:  cfgErr,
-		ctx:     ctx,
-		stop:    stop,
-		closing: ctx.Done(),
-		handles: map[*Handle]struct{}{},
 		quorum:  len(clients)/2 + 1,
 	}
 	l.addrs = make([]string, len(clients))
@@ -109,9 +100,11 @@ func New(clients []goredis.UniversalClient, opts ...Option) *Locker {
 	for i := range clients {
 		l.all = append(l.all, i)
 	}
-	if err := l.checkClients(); err != nil && l.cfgErr == nil {
-		l.cfgErr = err
+	if err := l.checkClients(); err != nil && cfgErr == nil {
+		cfgErr = err
 	}
+	l.life = backend.NewLife[*Handle](cfgErr)
+	l.closing = l.life.Closing().Done()
 	l.subs = newSubs(l)
 	return l
 }
@@ -179,7 +172,7 @@ func isNil(c goredis.UniversalClient) bool {
 // Err reports what New found wrong with the clients or the options (an
 // error wrapping locker.ErrInvalidOption), or nil, so that a program can
 // fail at start-up instead of at its first lock.
-func (l *Locker) Err() error { return l.cfgErr }
+func (l *Locker) Err() error { return l.life.ConfigError() }
 
 // Nodes returns the number of nodes and the majority an acquisition needs.
 func (l *Locker) Nodes() (n, quorum int) { return len(l.clients), l.quorum }
@@ -242,23 +235,17 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option)
 	return h, nil
 }
 
+// acquire is Acquire (wait) and TryAcquire past admission: ctx, from
+// Life.Enter, also ends when Close begins.
 func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Option, wait bool) (*Handle, error) {
-	if err := locker.ValidateKey(key); err != nil {
-		return nil, locker.KeyError(op, key, err)
+	ctx, done, err := l.life.Enter(ctx, op, key)
+	if err != nil {
+		return nil, err
 	}
-	if l.cfgErr != nil {
-		return nil, locker.KeyError(op, key, l.cfgErr)
-	}
+	defer done()
 	tm, err := l.cfg.lockTiming(opts)
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
-	}
-	if !l.enter() {
-		return nil, locker.KeyError(op, key, locker.ErrClosed)
-	}
-	defer l.exit()
-	if ctx.Err() != nil {
-		return nil, locker.KeyError(op, key, ctxErr(ctx))
 	}
 	k := l.keysFor(key)
 	if !wait {
@@ -286,23 +273,10 @@ func (l *Locker) try(ctx context.Context, key string, k keys, tm timing) (*Handl
 		if !r.split() || i+1 >= maxSplitRounds {
 			return nil, r.err()
 		}
-		if err := l.sleep(ctx, jitter(splitBackoff<<min(i, 4))); err != nil {
-			return nil, err
+		// ctx is Life.Enter's: it ends when Close begins too.
+		if !backoff.Sleep(ctx, backoff.Jitter(splitBackoff<<min(i, 4))) {
+			return nil, l.life.Why(ctx, nil)
 		}
-	}
-}
-
-// sleep waits d, or until ctx or the Locker ends.
-func (l *Locker) sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctxErr(ctx)
-	case <-l.closing:
-		return locker.ErrClosed
 	}
 }
 
@@ -558,7 +532,7 @@ func (l *Locker) cleanup(ctx context.Context, k keys, owner string, nodes []int,
 			return del(ctx, c, k, owner)
 		}, nil, nil)
 	if err != nil && ctx.Err() != nil {
-		return ctxErr(ctx)
+		return l.life.Why(ctx, nil)
 	}
 	return nil
 }
@@ -582,33 +556,14 @@ func maySent(err error) bool {
 		!errors.Is(err, goredis.ErrPoolExhausted)
 }
 
-// jitter returns a uniform random duration in [0, d).
-func jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	n, err := rand.Int(rand.Reader, big.NewInt(int64(d)))
-	if err != nil {
-		return d / 2
-	}
-	return time.Duration(n.Int64())
-}
+// enter counts a call that Life.Enter did not admit (a Handle's Release,
+// a loss report's clean-up), unless Close has begun; exit ends it.
+func (l *Locker) enter() bool { return l.life.Begin() }
 
-// enter counts a call as active unless the Locker is closed.
-func (l *Locker) enter() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.active.Add()
-	return true
-}
+func (l *Locker) exit() { l.life.End() }
 
-func (l *Locker) exit() { l.active.Done() }
-
-// run runs f as an active goroutine's work unless the Locker is closing
-// (for internal/renew's Go).
+// run runs f as an active call unless Close has begun (for internal/renew's
+// Go).
 func (l *Locker) run(f func()) bool {
 	if !l.enter() {
 		return false
@@ -618,21 +573,11 @@ func (l *Locker) run(f func()) bool {
 	return true
 }
 
-func (l *Locker) register(h *Handle) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.handles[h] = struct{}{}
-	return true
-}
+// register holds h for Close (false once Close has begun); unregister
+// forgets it, released or lost.
+func (l *Locker) register(h *Handle) bool { return l.life.Hold(h) }
 
-func (l *Locker) unregister(h *Handle) {
-	l.mu.Lock()
-	delete(l.handles, h)
-	l.mu.Unlock()
-}
+func (l *Locker) unregister(h *Handle) { l.life.Drop(h) }
 
 // closeGrace is how long Close waits, after releasing the held locks, for
 // requests still in flight. A request to a healthy node ends within a round
@@ -642,61 +587,65 @@ func (l *Locker) unregister(h *Handle) {
 // no effect but deleting what it may have taken.
 const closeGrace = 250 * time.Millisecond
 
-// Close releases every lock the Locker holds (on every node, in parallel,
-// at most locker.ReleaseTimeout in all; their Handles report
-// locker.ErrReleasedByClose, or a loss when a majority could not be told),
-// ends every waiting or in-flight call with locker.ErrClosed, stops the
-// Pub/Sub connections and waits at most 250ms for the requests still in
-// flight (each ends at its node timeout at the latest; see New). It closes
-// the clients only when the Locker was opened from a URL, and then waits
-// for every request, which closing the clients ends. A second Close returns
-// nil.
+// Close releases every lock the Locker holds (on every node, in parallel;
+// their Handles report locker.ErrReleasedByClose, or a loss when a majority
+// could not be told), ends every waiting or in-flight call with
+// locker.ErrClosed and stops the Pub/Sub connections. It closes the clients
+// only when the Locker was opened from a URL.
+//
+// Close is bounded: it waits at most locker.ReleaseTimeout for the release
+// of the held locks, then at most 250ms for calls and goroutines in flight.
+// What may outlive it: a request to a node that stopped answering, of
+// caller-owned clients (New), until its node timeout at the latest (its
+// deadline reaches the socket with ContextTimeoutEnabled); it has no effect
+// but deleting what it may have taken. When the Locker owns the clients
+// (Open), Close closes them, which ends those requests, and waits for them:
+// nothing of the Locker outlives Close. A second Close returns nil.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	// The Pub/Sub connections go first: their goroutines end now rather
+	// than at the grace, and a waiter falls back on its timer until Close
+	// ends its wait a moment later.
+	l.subs.close()
+	return l.life.Close(backend.Closer[*Handle]{
+		Release:  l.releaseAll,
+		Grace:    closeGrace,
+		Shutdown: l.closeClients,
+		Wait:     l.ownClients,
+	})
+}
+
+// releaseAll is Close's release of the locks still held: every one on
+// every node in parallel, at most locker.ReleaseTimeout in all.
+func (l *Locker) releaseAll(held []*Handle) error {
+	ctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(held))
+	for i, h := range held {
+		wg.Add(1)
+		go func() { // joined below
+			defer wg.Done()
+			errs[i] = h.releaseByClose(ctx)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// closeClients closes the clients when the Locker owns them (Open), and
+// every connection they made, also those still in a handshake.
+func (l *Locker) closeClients() error {
+	if !l.ownClients {
 		return nil
 	}
-	l.closed = true
-	held := make([]*Handle, 0, len(l.handles))
-	for h := range l.handles {
-		held = append(held, h)
-	}
-	clear(l.handles)
-	l.mu.Unlock()
-
-	l.stop()
 	var errs []error
-	if len(held) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
-		var wg sync.WaitGroup
-		errc := make(chan error, len(held))
-		for _, h := range held {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errc <- h.releaseByClose(ctx)
-			}()
-		}
-		wg.Wait()
-		cancel()
-		close(errc)
-		for err := range errc {
-			errs = append(errs, err)
+	for _, c := range l.clients {
+		if c != nil {
+			errs = append(errs, c.Close())
 		}
 	}
-	l.subs.close()
-	l.active.Wait(closeGrace)
-	if l.ownClients {
-		for _, c := range l.clients {
-			if c != nil {
-				errs = append(errs, c.Close())
-			}
-		}
-		if l.conns != nil {
-			l.conns.closeAll() // also those in a handshake
-		}
-		l.active.Wait(-1)
+	if l.conns != nil {
+		l.conns.closeAll()
 	}
 	return errors.Join(errs...)
 }
