@@ -128,7 +128,7 @@ type keys struct {
 func (l *Locker) keysFor(key string) keys {
 	var stack [96]byte // the encoded key, on the stack unless the key is long
 	tag := base64.RawURLEncoding.AppendEncode(stack[:0], []byte(key))
-	tagLen := len(l.cfg.prefix) + 2 + len(tag)
+	tagLen := len(l.cfg.Prefix) + 2 + len(tag)
 	suffixes := [...]string{":lock", ":fence", releases.Suffix, ":queue", ":waiters", ":wake:"}
 	n := len(l.id)
 	for _, s := range suffixes {
@@ -138,7 +138,7 @@ func (l *Locker) keysFor(key string) keys {
 	b.Grow(n)
 	var ends [len(suffixes)]int // where each name ends
 	for i, s := range suffixes {
-		b.WriteString(l.cfg.prefix)
+		b.WriteString(l.cfg.Prefix)
 		b.WriteByte('{')
 		b.Write(tag)
 		b.WriteByte('}')
@@ -212,7 +212,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 		return nil, err
 	}
 	defer done()
-	ttl, err := l.cfg.lockTTL(opts)
+	ttl, err := l.cfg.LockTTL(opts)
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
 	}

@@ -59,7 +59,7 @@ func queueLease(ttl time.Duration) time.Duration {
 // It is at most a third of the entry's lease, so that a waiter whose
 // request is slow, or that misses one refresh, keeps its place.
 func (l *Locker) recheckEvery(ttl time.Duration) time.Duration {
-	return min(l.cfg.retryInterval, queueLease(ttl)/3)
+	return min(l.cfg.RetryInterval, queueLease(ttl)/3)
 }
 
 // sleepFor is how long a waiter sleeps after an attempt that did not get the
@@ -105,7 +105,7 @@ func (l *Locker) wait(ctx context.Context, a *attempt) (h *Handle, err error) {
 		// Subscribe, then try again before sleeping: the turn may have
 		// come between the first attempt and the subscription.
 		w = l.hub.watch(ctx, a.k.wake, a.owner)
-		if err := w.awaitSubscribed(ctx, l.cfg.retryInterval); err != nil {
+		if err := w.awaitSubscribed(ctx, l.cfg.RetryInterval); err != nil {
 			return nil, l.life.Why(ctx, err)
 		}
 		if h, res, err = a.tryFresh(ctx); err != nil || h != nil {
@@ -119,7 +119,7 @@ func (l *Locker) wait(ctx context.Context, a *attempt) (h *Handle, err error) {
 			// The key's slot moved to another Cluster master: listen
 			// there, then try again before sleeping, as above.
 			w = l.hub.rewatch(ctx, w, min(l.recheckEvery(a.ttl), time.Second))
-			if err := w.awaitSubscribed(ctx, l.cfg.retryInterval); err != nil {
+			if err := w.awaitSubscribed(ctx, l.cfg.RetryInterval); err != nil {
 				return nil, l.life.Why(ctx, err)
 			}
 		} else {

@@ -25,7 +25,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	}
 	defer done()
 	k := l.keysFor(key)
-	tm, _ := l.cfg.timing(l.cfg.ttl)
+	tm, _ := l.cfg.timing(l.cfg.TTL)
 	res, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
 		func(ctx context.Context, _ int, c goredis.UniversalClient) (lockState, error) {
 			return runInspect(ctx, c, k)

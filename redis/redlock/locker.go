@@ -190,7 +190,7 @@ func (k keys) acquireKeys() []string { return []string{k.lock, k.fence, k.releas
 // keysFor encodes a user key injectively, as the redis package does:
 // base64url of its bytes (no braces, no ':') inside braces after the prefix.
 func (l *Locker) keysFor(key string) keys {
-	base := l.cfg.prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
+	base := l.cfg.Prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
 	return keys{lock: base + ":lock", fence: base + ":fence", channel: base + ":released", released: base + releases.Suffix}
 }
 

@@ -40,7 +40,7 @@ type subs struct {
 
 func newSubs(l *Locker) *subs {
 	nt := MaxNodeTimeout
-	if tm, err := l.cfg.timing(l.cfg.ttl); err == nil {
+	if tm, err := l.cfg.timing(l.cfg.TTL); err == nil {
 		nt = tm.nodeTimeout
 	}
 	return &subs{l: l, opTimeout: nt + maxDialAllowance}

@@ -149,10 +149,13 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Han
 // nodes' grants count. An error (the round's context or the Locker ended,
 // or a node is unsafe: see vet.go) leaves the clean-up to the caller.
 func (l *Locker) grant(ctx context.Context, k keys, owner string, tm timing, plan vetPlan) (outcome[grant], []bool, error) {
+	// The requests read a copy: one that starts late (fanout has stopped
+	// waiting for it) must not read plan.ask while confirm writes it.
+	ask := slices.Clone(plan.ask)
 	grants, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
 		func(ctx context.Context, i int, c goredis.UniversalClient) (grant, error) {
-			if plan.ask[i] {
-				return runAcquireVetted(ctx, c, k, owner, tm.ttl, !l.cfg.allowEviction, l.idKey())
+			if ask[i] {
+				return runAcquireVetted(ctx, c, k, owner, tm.ttl, !l.cfg.AllowEviction, l.idKey())
 			}
 			return runAcquire(ctx, c, k, owner, tm.ttl)
 		},

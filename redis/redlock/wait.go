@@ -78,9 +78,9 @@ func (l *Locker) wait(ctx context.Context, key string, k keys, tm timing) (*Hand
 		var d time.Duration
 		if r.held && r.holderLeft > 0 {
 			fails = 0
-			d = min(r.holderLeft+time.Millisecond, l.cfg.retryInterval)
+			d = min(r.holderLeft+time.Millisecond, l.cfg.RetryInterval)
 		} else {
-			d = min(splitBackoff<<min(fails, 10), l.cfg.retryInterval)
+			d = min(splitBackoff<<min(fails, 10), l.cfg.RetryInterval)
 			fails++
 		}
 		d += backoff.Jitter(min(d/4, 20*time.Millisecond) + time.Millisecond)
