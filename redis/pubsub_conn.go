@@ -11,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/go-locker/locker/internal/backoff"
 	"github.com/go-locker/locker/redis/internal/guard"
 )
 
@@ -259,10 +260,9 @@ const healthInterval = 3 * time.Second
 // socket, so a notification reaches the waiter in one goroutine switch.
 func (n *node) receive() {
 	ctx := n.ctx
-	var (
-		pinged  bool // a PING is unanswered
-		backoff time.Duration
-	)
+	pinged := false // a PING is unanswered
+	// Do not spin on a server that is down.
+	retry := backoff.New(50*time.Millisecond, 2*time.Second)
 	for {
 		n.mu.Lock()
 		ps := n.ps
@@ -274,7 +274,8 @@ func (n *node) receive() {
 		var ne net.Error
 		switch {
 		case err == nil:
-			pinged, backoff = false, 0
+			pinged = false
+			retry.Reset()
 			n.route(msg)
 		case errors.As(err, &ne) && ne.Timeout():
 			if !pinged {
@@ -299,11 +300,7 @@ func (n *node) receive() {
 		default:
 			n.replace(ps)
 			pinged = false
-			// Do not spin on a server that is down.
-			backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
-			select {
-			case <-time.After(backoff):
-			case <-n.stop:
+			if !backoff.Sleep(ctx, retry.Next(), n.stop) {
 				return
 			}
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker/internal/backoff"
 )
 
 // A Locker keeps one Pub/Sub connection per node, made when one of its
@@ -219,7 +221,7 @@ func (n *nodeSub) writer() {
 
 // reader reads the node's messages and wakes the waiters they concern.
 func (n *nodeSub) reader() {
-	backoff := 50 * time.Millisecond
+	retry := backoff.New(50*time.Millisecond, time.Second)
 	healthy := true
 	for {
 		ctx, cancel := context.WithTimeout(n.ctx, quietPing+n.s.opTimeout)
@@ -240,17 +242,13 @@ func (n *nodeSub) reader() {
 				n.lostConnection()
 				healthy = false
 			}
-			t := time.NewTimer(backoff)
-			select {
-			case <-n.ctx.Done():
-				t.Stop()
+			if !backoff.Sleep(n.ctx, retry.Next()) {
 				return
-			case <-t.C:
 			}
-			backoff = min(backoff*2, time.Second)
 			continue
 		}
-		healthy, backoff = true, 50*time.Millisecond
+		healthy = true
+		retry.Reset()
 		switch m := msg.(type) {
 		case *goredis.Subscription:
 			if m.Kind == "subscribe" {
