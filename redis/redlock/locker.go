@@ -292,10 +292,11 @@ const closeGrace = 250 * time.Millisecond
 //
 // Close is bounded: it waits at most locker.ReleaseTimeout for the release
 // of the held locks, then at most 250ms for calls and goroutines in flight.
-// What may outlive it: a request to a node that stopped answering, of
-// caller-owned clients (New), until its node timeout at the latest (its
-// deadline reaches the socket with ContextTimeoutEnabled); it has no effect
-// but deleting what it may have taken. When the Locker owns the clients
+// What may outlive it, with caller-owned clients (New): a request to a node
+// that stopped answering, until its node timeout, and a Pub/Sub command or
+// reconnect to one, until the node timeout plus up to 1s for dialling (on
+// the socket when the client has ContextTimeoutEnabled); a request has no
+// effect then but deleting what it may have taken. When the Locker owns the clients
 // (Open), Close closes them, which ends those requests, and waits for them:
 // nothing of the Locker outlives Close. A second Close returns nil.
 func (l *Locker) Close() error {
