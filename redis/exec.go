@@ -327,11 +327,4 @@ func (l *Locker) exit() { l.life.End() }
 // run runs f as an active call, unless Close has begun (then f does not
 // run and run returns false: Close ends the handles itself). It is the Go
 // hook of the lease keeper.
-func (l *Locker) run(f func()) bool {
-	if !l.enter() {
-		return false
-	}
-	defer l.exit()
-	f()
-	return true
-}
+func (l *Locker) run(f func()) bool { return l.life.Call(f) }

@@ -259,16 +259,10 @@ func (l *Locker) enter() bool { return l.life.Begin() }
 
 func (l *Locker) exit() { l.life.End() }
 
-// run runs f as an active call unless Close has begun (for internal/renew's
-// Go).
-func (l *Locker) run(f func()) bool {
-	if !l.enter() {
-		return false
-	}
-	defer l.exit()
-	f()
-	return true
-}
+// run runs f as an active call, unless Close has begun (then f does not
+// run and run returns false: Close ends the handles itself). It is the Go
+// hook of the lease keeper.
+func (l *Locker) run(f func()) bool { return l.life.Call(f) }
 
 // register holds h for Close (false once Close has begun); unregister
 // forgets it, released or lost.
