@@ -27,6 +27,7 @@ const maxSplitRounds = 8
 // nobody may get the key unless someone tries again: Redlock's
 // contenders all back off after a split).
 func (l *Locker) try(ctx context.Context, key string, k keys, tm timing) (*Handle, error) {
+	pause := backoff.New(splitBackoff, splitBackoff<<4)
 	for i := 0; ; i++ {
 		h, r, err := l.round(ctx, key, k, tm)
 		if h != nil || err != nil {
@@ -36,7 +37,7 @@ func (l *Locker) try(ctx context.Context, key string, k keys, tm timing) (*Handl
 			return nil, r.err()
 		}
 		// ctx is Life.Enter's: it ends when Close begins too.
-		if !backoff.Sleep(ctx, backoff.Jitter(splitBackoff<<min(i, 4))) {
+		if !backoff.Sleep(ctx, pause.Next()) {
 			return nil, l.life.Why(ctx, nil)
 		}
 	}

@@ -56,7 +56,9 @@ func (l *Locker) wait(ctx context.Context, key string, k keys, tm timing) (*Hand
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	fails := 0
+	// After a round that no holder of a majority explains: a few
+	// milliseconds, doubling up to the retry interval, jittered.
+	pause := backoff.New(splitBackoff, l.cfg.RetryInterval)
 	for {
 		last := r
 		h, r, err = l.round(ctx, key, k, tm)
@@ -77,13 +79,12 @@ func (l *Locker) wait(ctx context.Context, key string, k keys, tm timing) (*Hand
 		}
 		var d time.Duration
 		if r.held && r.holderLeft > 0 {
-			fails = 0
+			pause.Reset()
 			d = min(r.holderLeft+time.Millisecond, l.cfg.RetryInterval)
+			d += backoff.Jitter(min(d/4, 20*time.Millisecond) + time.Millisecond)
 		} else {
-			d = min(splitBackoff<<min(fails, 10), l.cfg.RetryInterval)
-			fails++
+			d = pause.Next()
 		}
-		d += backoff.Jitter(min(d/4, 20*time.Millisecond) + time.Millisecond)
 		timer.Reset(d)
 		select {
 		case <-w.wake:
