@@ -5,4 +5,4 @@ package redis
 // also returns, or nil: a way to fail at start-up rather than at the first
 // lock. It does not contact the server (the eviction-policy check happens at
 // the first acquisition).
-func (l *Locker) Err() error { return l.cfgErr }
+func (l *Locker) Err() error { return l.life.ConfigError() }

@@ -69,7 +69,7 @@ var errNoReply = fmt.Errorf("redis: no reply within %v, the request was abandone
 // short that way has finished, since its effect on the server is unknown.
 // exec must run inside an active call (see enter) or an active goroutine.
 func (l *Locker) exec(ctx context.Context, call func(context.Context) error, abandoned func()) error {
-	return l.detach(ctx, l.ctx, call, abandoned, true)
+	return l.detach(ctx, l.life.Closing(), call, abandoned, true)
 }
 
 // execBackground is exec for requests nobody waits on with a user's latency
@@ -77,15 +77,15 @@ func (l *Locker) exec(ctx context.Context, call func(context.Context) error, aba
 // that a slow link costs them no timed-out attempt and no connection (see
 // inline).
 func (l *Locker) execBackground(ctx context.Context, call func(context.Context) error) error {
-	return l.detach(ctx, l.ctx, call, nil, false)
+	return l.detach(ctx, l.life.Closing(), call, nil, false)
 }
 
-// detach is exec with life in place of the Locker's own context: the call
-// also ends, with locker.ErrClosed, when life ends. Close releases the locks
-// it holds with a life of its own, since the Locker's has ended by then.
+// detach is exec with life in place of the Locker's Closing context: the
+// call also ends, with locker.ErrClosed, when life ends. Close releases the
+// locks it holds with a life of its own, since Closing has ended by then.
 func (l *Locker) detach(ctx, life context.Context, call func(context.Context) error, abandoned func(), mayInline bool) error {
 	if ctx.Err() != nil {
-		return ctxErr(ctx)
+		return l.life.Why(ctx, nil)
 	}
 	if life.Err() != nil {
 		return locker.ErrClosed
@@ -110,9 +110,7 @@ func (l *Locker) detach(ctx, life context.Context, call func(context.Context) er
 		rctx, cancel = context.WithTimeout(ctx, requestTimeout)
 	}
 	r := &request{done: make(chan error, 1)}
-	l.active.Add()
-	go func() {
-		defer l.active.Done()
+	if !l.life.Go(func() {
 		err := call(rctx)
 		r.mu.Lock()
 		if !r.gone {
@@ -124,10 +122,13 @@ func (l *Locker) detach(ctx, life context.Context, call func(context.Context) er
 		if abandoned != nil {
 			abandoned()
 		}
-	}()
+	}) {
+		cancel()
+		return locker.ErrClosed // Close has stopped waiting for requests
+	}
 	select {
 	case err := <-r.done:
-		return r.finished(err, ctx, life, rctx, cancel, abandoned)
+		return l.finished(r, err, ctx, life, rctx, cancel, abandoned)
 	case <-rctx.Done():
 	case <-life.Done():
 	}
@@ -135,12 +136,12 @@ func (l *Locker) detach(ctx, life context.Context, call func(context.Context) er
 	select {
 	case err := <-r.done: // finished meanwhile: its result stands
 		r.mu.Unlock()
-		return r.finished(err, ctx, life, rctx, cancel, abandoned)
+		return l.finished(r, err, ctx, life, rctx, cancel, abandoned)
 	default:
 		r.gone = true
 		r.mu.Unlock()
 		cancel()
-		return ended(ctx, life)
+		return l.ended(ctx, life)
 	}
 }
 
@@ -239,7 +240,7 @@ func (l *Locker) inline(ctx, life context.Context, call func(context.Context) er
 		if abandoned != nil {
 			abandoned()
 		}
-		return ended(ctx, life), true
+		return l.ended(ctx, life), true
 	case isTimeout(err) && !time.Now().Before(bound):
 		return nil, false
 	}
@@ -278,7 +279,7 @@ type request struct {
 // caused by the end of the request's context (go-redis checked it before or
 // between its socket operations) leaves its effect unknown, as when the
 // caller gives up first.
-func (r *request) finished(err error, ctx, life, rctx context.Context, cancel context.CancelFunc, abandoned func()) error {
+func (l *Locker) finished(r *request, err error, ctx, life, rctx context.Context, cancel context.CancelFunc, abandoned func()) error {
 	// A socket deadline set to ctx's deadline can fire a moment before
 	// ctx's own timer: that timeout is ctx's too.
 	cut := err != nil && (rctx.Err() != nil || isTimeout(err) && deadlinePassed(ctx))
@@ -289,16 +290,21 @@ func (r *request) finished(err error, ctx, life, rctx context.Context, cancel co
 	if abandoned != nil {
 		abandoned()
 	}
-	return ended(ctx, life)
+	return l.ended(ctx, life)
 }
 
-// ended is why the caller stopped waiting for a request.
-func ended(ctx, life context.Context) error {
+// ended is why the caller stopped waiting for a request: Life.Why of ctx
+// (the cause kept; locker.ErrClosed when Close ended the call's context),
+// locker.ErrClosed when life ended, or errNoReply.
+func (l *Locker) ended(ctx, life context.Context) error {
 	switch {
 	case ctx.Err() != nil:
-		return ctxErr(ctx)
+		return l.life.Why(ctx, nil)
 	case deadlinePassed(ctx):
-		return context.DeadlineExceeded // its timer has not fired yet
+		// Its timer fires at once: wait for it, so that the error keeps
+		// the context's cause (context.WithDeadlineCause).
+		<-ctx.Done()
+		return l.life.Why(ctx, nil)
 	case life.Err() != nil:
 		return locker.ErrClosed
 	default:
@@ -306,34 +312,19 @@ func ended(ctx, life context.Context) error {
 	}
 }
 
-// ctxErr is the error of an ended ctx: it wraps ctx.Err(), so errors.Is
-// with context.Canceled or context.DeadlineExceeded holds, and the cause
-// given to context.WithCancelCause, if any.
+// ctxErr is backend.ContextError: the error of an ended ctx, wrapping
+// ctx.Err() and its cause. (The Locker's own calls use Life.Why, which
+// also tells Close from the caller's context; handle.go uses this.)
 func ctxErr(ctx context.Context) error { return backend.ContextError(ctx) }
 
-// enter counts a call that may talk to Redis as active, unless the Locker
-// is closed; exit ends it. Close waits (boundedly, see closeGrace) until
-// nothing is active.
-func (l *Locker) enter() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.active.Add()
-	return true
-}
+// enter counts a call that Life.Enter did not admit (a Handle's Release,
+// a loss report), unless Close has begun; exit ends it. Close waits
+// (boundedly, see closeGrace) until nothing is active.
+func (l *Locker) enter() bool { return l.life.Begin() }
 
-func (l *Locker) exit() { l.active.Done() }
+func (l *Locker) exit() { l.life.End() }
 
-// run runs f as an active call, unless the Locker is closed (then f does
-// not run and run returns false: Close ends the handles itself). It is the
-// Go hook of the lease keeper.
-func (l *Locker) run(f func()) bool {
-	if !l.enter() {
-		return false
-	}
-	defer l.exit()
-	f()
-	return true
-}
+// run runs f as an active call, unless Close has begun (then f does not
+// run and run returns false: Close ends the handles itself). It is the Go
+// hook of the lease keeper.
+func (l *Locker) run(f func()) bool { return l.life.Call(f) }

@@ -307,7 +307,30 @@ func TestCloseOwnClientEndsStuckRequests(t *testing.T) {
 	if err := <-done; !errors.Is(err, locker.ErrClosed) {
 		t.Errorf("TryAcquire in flight at Close: %v, want ErrClosed", err)
 	}
-	if !l.active.Wait(0) {
+	if l.life.Active() != 0 {
 		t.Error("a goroutine of the Locker still runs after Close of a Locker that owns its client")
+	}
+}
+
+// earlyDeadline reports its deadline as passed while its timer has not
+// fired yet: the moment between a socket deadline set from it firing and
+// the context's own timer.
+type earlyDeadline struct{ context.Context }
+
+func (earlyDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// TestEndedKeepsDeadlineCause: a request cut short by its context's
+// deadline, caught before the context's timer fired, reports the
+// context's cause too (context.WithDeadlineCause), not a bare
+// context.DeadlineExceeded (on 86a479e: a bare DeadlineExceeded).
+func TestEndedKeepsDeadlineCause(t *testing.T) {
+	l := New(nil)
+	defer l.Close()
+	cause := errors.New("the caller's deadline")
+	ctx, cancel := context.WithDeadlineCause(context.Background(), time.Now().Add(30*time.Millisecond), cause)
+	defer cancel()
+	err := l.ended(earlyDeadline{ctx}, l.life.Closing())
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, cause) {
+		t.Errorf("ended = %v, want an error wrapping context.DeadlineExceeded and the cause", err)
 	}
 }

@@ -28,19 +28,14 @@ return {held, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 // lease the server has left for it. It reads three keys in one script and
 // changes nothing.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
-	if err := locker.ValidateKey(key); err != nil {
-		return locker.LockInfo{}, locker.KeyError("inspect", key, err)
+	ctx, done, err := l.life.Enter(ctx, "inspect", key)
+	if err != nil {
+		return locker.LockInfo{}, err
 	}
-	if l.cfgErr != nil {
-		return locker.LockInfo{}, locker.KeyError("inspect", key, l.cfgErr)
-	}
-	if !l.enter() {
-		return locker.LockInfo{}, locker.KeyError("inspect", key, locker.ErrClosed)
-	}
-	defer l.exit()
+	defer done()
 	k := l.keysFor(key)
 	var res []any
-	err := l.exec(ctx, func(ctx context.Context) error {
+	err = l.exec(ctx, func(ctx context.Context) error {
 		v, err := inspectScript.Run(ctx, l.via(ctx), []string{k.lock, k.fence}).Slice()
 		res = v
 		return err

@@ -6,15 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/lease"
-	"github.com/go-locker/locker/internal/tracker"
 	"github.com/go-locker/locker/redis/internal/guard"
 	"github.com/go-locker/locker/redis/internal/releases"
 )
@@ -28,8 +27,7 @@ type Locker struct {
 	client    goredis.UniversalClient
 	ownClient bool // opened from a URL: Close closes the client too
 	cfg       config
-	cfgErr    error // an invalid Option, reported by every acquire
-	sharded   bool  // Cluster: sharded Pub/Sub (SPUBLISH/SSUBSCRIBE)
+	sharded   bool // Cluster: sharded Pub/Sub (SPUBLISH/SSUBSCRIBE)
 	hub       *hub
 	id        string                  // random: names this Locker's queue entries and wake-up channels
 	args      scriptArgs              // script arguments boxed once
@@ -39,19 +37,14 @@ type Locker struct {
 	inliner   goredis.UniversalClient // runs inline requests; nil: none run inline (see inline)
 	slowUntil atomic.Int64            // UnixNano until which requests skip inline: see inline
 
-	// ctx ends when Close begins: every request in flight is abandoned
-	// (see exec), and every call returns locker.ErrClosed.
-	ctx     context.Context
-	stop    context.CancelFunc
-	closing <-chan struct{} // ctx.Done(): waiters give up
-
-	mu      sync.Mutex
-	closed  bool
-	handles map[*Handle]struct{} // held locks, for Close
-
-	// active counts calls in progress and goroutines that may still talk to
-	// Redis (watchdogs, requests, clean-ups); Close waits for them, boundedly.
-	active tracker.Tracker
+	// life admits the calls, holds the handles for Close, and counts the
+	// calls and goroutines that may still talk to Redis (requests,
+	// renewals, clean-ups, Pub/Sub readers), which Close waits for,
+	// boundedly. Its Closing context ends when Close begins: every request
+	// in flight is abandoned (see exec), and every call returns
+	// locker.ErrClosed. Its config error is an invalid Option or client,
+	// reported by every call.
+	life *backend.Life[*Handle]
 }
 
 // New returns a Locker that takes locks through client, which may be a
@@ -72,15 +65,9 @@ type Locker struct {
 // two clients hold one lock.
 func New(client goredis.UniversalClient, opts ...Option) *Locker {
 	cfg, cfgErr := newConfig(opts)
-	ctx, stop := context.WithCancel(context.Background())
 	l := &Locker{
 		client:   client,
 		cfg:      cfg,
-		cfgErr:   cfgErr,
-		ctx:      ctx,
-		stop:     stop,
-		closing:  ctx.Done(),
-		handles:  map[*Handle]struct{}{},
 		policies: guard.NewCache(),
 		id:       lease.NewOwner()[:16], // 96 bits
 	}
@@ -100,14 +87,15 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 			l.inliner = c.WithTimeout(inlineTimeout(c.Options().ReadTimeout))
 		}
 	case *goredis.Ring:
-		if l.cfgErr == nil {
-			l.cfgErr = fmt.Errorf("%w: redis: *goredis.Ring is not supported: it remaps keys to other shards when one fails, so two clients could hold one lock; use a single server, Sentinel or Cluster", locker.ErrInvalidOption)
+		if cfgErr == nil {
+			cfgErr = fmt.Errorf("%w: redis: *goredis.Ring is not supported: it remaps keys to other shards when one fails, so two clients could hold one lock; use a single server, Sentinel or Cluster", locker.ErrInvalidOption)
 		}
 	case nil:
-		if l.cfgErr == nil {
-			l.cfgErr = errNilClient
+		if cfgErr == nil {
+			cfgErr = errNilClient
 		}
 	}
+	l.life = backend.NewLife[*Handle](cfgErr)
 	l.initArgs()
 	l.hub = newHub(l)
 	return l
@@ -140,7 +128,7 @@ type keys struct {
 func (l *Locker) keysFor(key string) keys {
 	var stack [96]byte // the encoded key, on the stack unless the key is long
 	tag := base64.RawURLEncoding.AppendEncode(stack[:0], []byte(key))
-	tagLen := len(l.cfg.prefix) + 2 + len(tag)
+	tagLen := len(l.cfg.Prefix) + 2 + len(tag)
 	suffixes := [...]string{":lock", ":fence", releases.Suffix, ":queue", ":waiters", ":wake:"}
 	n := len(l.id)
 	for _, s := range suffixes {
@@ -150,7 +138,7 @@ func (l *Locker) keysFor(key string) keys {
 	b.Grow(n)
 	var ends [len(suffixes)]int // where each name ends
 	for i, s := range suffixes {
-		b.WriteString(l.cfg.prefix)
+		b.WriteString(l.cfg.Prefix)
 		b.WriteByte('{')
 		b.Write(tag)
 		b.WriteByte('}')
@@ -216,27 +204,21 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option)
 	return h, nil
 }
 
+// acquire is Acquire (wait) and TryAcquire past admission: ctx, from
+// Life.Enter, also ends when Close begins.
 func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Option, wait bool) (*Handle, error) {
-	if err := locker.ValidateKey(key); err != nil {
-		return nil, locker.KeyError(op, key, err)
+	ctx, done, err := l.life.Enter(ctx, op, key)
+	if err != nil {
+		return nil, err
 	}
-	if l.cfgErr != nil {
-		return nil, locker.KeyError(op, key, l.cfgErr)
-	}
-	ttl, err := l.cfg.lockTTL(opts)
+	defer done()
+	ttl, err := l.cfg.LockTTL(opts)
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
 	}
 	drift, err := l.cfg.driftFor(ttl)
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
-	}
-	if !l.enter() {
-		return nil, locker.KeyError(op, key, locker.ErrClosed)
-	}
-	defer l.exit()
-	if ctx.Err() != nil {
-		return nil, locker.KeyError(op, key, ctxErr(ctx))
 	}
 	k := l.keysFor(key)
 	if err := l.checkPolicy(ctx, k); err != nil {
@@ -338,38 +320,38 @@ func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 	return h, res, nil
 }
 
-func (l *Locker) register(h *Handle) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.handles[h] = struct{}{}
-	return true
-}
+// register holds h for Close (false once Close has begun); unregister
+// forgets it, released or lost.
+func (l *Locker) register(h *Handle) bool { return l.life.Hold(h) }
 
-func (l *Locker) unregister(h *Handle) {
-	l.mu.Lock()
-	delete(l.handles, h)
-	l.mu.Unlock()
-}
+func (l *Locker) unregister(h *Handle) { l.life.Drop(h) }
 
 // cleanupTimeout bounds the best-effort deletes of locks nobody holds any
 // more (abandoned acquires, lost leases); the lease ends them anyway.
 const cleanupTimeout = 5 * time.Second
 
 // cleanup deletes k's lock if it still carries owner, in the background.
-// It must run inside an active call or goroutine. It outlives the start of
-// Close (which waits for it, boundedly): an abandoned acquire that went
-// through must not leave a lock behind for its whole TTL.
+// It outlives the start of Close (which waits for it, boundedly): an
+// abandoned acquire that went through must not leave a lock behind for its
+// whole TTL.
 func (l *Locker) cleanup(k keys, owner string) {
-	l.active.Add()
-	go func() {
-		defer l.active.Done()
+	l.background(func(ctx context.Context) { _, _ = l.runRelease(ctx, k, owner) })
+}
+
+// background runs f on a goroutine of the Locker's (Life.Go) with a
+// context of cleanupTimeout. Once Close has stopped waiting it runs f on
+// the calling goroutine instead: that is a request Close gave up on (see
+// Close), which may outlive Close as documented, and what it may have taken
+// on the server must still be deleted.
+func (l *Locker) background(f func(ctx context.Context)) {
+	run := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		_, _ = l.runRelease(ctx, k, owner)
-	}()
+		f(ctx)
+	}
+	if !l.life.Go(run) {
+		run()
+	}
 }
 
 // closeGrace is how long Close waits for requests still in flight and for
@@ -385,39 +367,32 @@ const closeGrace = 250 * time.Millisecond
 // once: waiting Acquires, and calls whose request is in flight, which it
 // abandons. It closes the client only when the Locker was opened from a URL.
 //
-// It waits for the release of the held locks (at most locker.ReleaseTimeout
-// when the server does not answer), then at most 250ms for requests still in
-// flight. A request stuck on a dead connection ends when the client is
-// closed or at its socket deadline (see New); its goroutine may outlive
-// Close until then, but it has no effect: whatever it may have taken on the
-// server is deleted when it ends. When the Locker owns the client (Open),
-// Close closes it, which ends them at once.
-// A second Close returns nil.
+// Close is bounded: it waits at most locker.ReleaseTimeout for the release
+// of the held locks, then at most 250ms for calls and goroutines in flight.
+// What may outlive it: a request stuck on a dead connection of a
+// caller-owned client (New), until its socket deadline (see New); it has no
+// effect then, as whatever it may have taken on the server is deleted when
+// it ends. When the Locker owns the client (Open), Close closes it, which
+// ends those requests, and waits for them: nothing of the Locker outlives
+// Close. A second Close returns nil.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil
-	}
-	l.closed = true
-	held := make([]*Handle, 0, len(l.handles))
-	for h := range l.handles {
-		held = append(held, h)
-	}
-	clear(l.handles)
-	l.mu.Unlock()
-
-	l.stop() // every call in progress returns ErrClosed now
-	err := l.releaseAll(held)
+	// The Pub/Sub connections go first: their goroutines end now rather
+	// than at the grace, and a waiter that loses its subscription falls
+	// back on its timer until Close ends its wait a moment later.
 	l.hub.close()
-	l.active.Wait(closeGrace)
-	if l.ownClient {
-		// Closing the client ends whatever request is still stuck, so that
-		// no goroutine of ours outlives Close.
-		err = errors.Join(err, l.client.Close())
-		l.active.Wait(-1)
-	}
-	return err
+	return l.life.Close(backend.Closer[*Handle]{
+		Release: l.releaseAll,
+		Grace:   closeGrace,
+		Shutdown: func() error {
+			if !l.ownClient {
+				return nil
+			}
+			// Closing the client ends whatever request is still stuck,
+			// so that no goroutine of ours outlives Close.
+			return l.client.Close()
+		},
+		Wait: l.ownClient,
+	})
 }
 
 // releaseAll gives up held in one pipeline: one round trip however many

@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/internal/lease"
+	"github.com/go-locker/locker/redis/internal/settings"
 )
 
 const (
@@ -36,24 +37,21 @@ const (
 	DefaultRetryInterval = 3 * time.Second
 )
 
-// config holds the Locker-level settings.
+// config holds the Locker-level settings: those redlock has too
+// (settings.Core), and this package's own.
 type config struct {
-	prefix        string
-	ttl           time.Duration
-	watchdog      bool
-	drift         time.Duration // 0: derived from the TTL, see driftFor
-	retryInterval time.Duration
-	clockTokens   bool
-	fenceExpiry   time.Duration // 0: fence counters never expire
-	allowEviction bool          // skip the maxmemory-policy check
+	settings.Core
+	watchdog    bool
+	clockTokens bool
+	fenceExpiry time.Duration // 0: fence counters never expire
 }
 
 func defaultConfig() config {
 	return config{
-		prefix:        DefaultPrefix,
-		ttl:           DefaultTTL,
-		watchdog:      true,
-		retryInterval: DefaultRetryInterval,
+		Core: settings.Core{
+			Limits: limits, Prefix: DefaultPrefix, TTL: DefaultTTL, RetryInterval: DefaultRetryInterval,
+		},
+		watchdog: true,
 	}
 }
 
@@ -69,7 +67,7 @@ type Option func(*config) error
 // but possibly the same slot for every key.
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
-		c.prefix = prefix
+		c.Prefix = prefix
 		return nil
 	}
 }
@@ -77,13 +75,7 @@ func WithPrefix(prefix string) Option {
 // WithTTL sets the default lease of the Locker's locks (default 30s, at least
 // MinTTL). A per-call locker.WithTTL overrides it.
 func WithTTL(ttl time.Duration) Option {
-	return func(c *config) error {
-		if err := checkTTL(ttl); err != nil {
-			return err
-		}
-		c.ttl = ttl
-		return nil
-	}
+	return func(c *config) error { return c.SetTTL(ttl) }
 }
 
 // WithWatchdog turns automatic renewal on (the default) or off. With it on,
@@ -111,39 +103,22 @@ func WithoutWatchdog() Option { return WithWatchdog(false) }
 // timer and scheduling latency on a loaded machine). It must be below half
 // the TTL of every lock.
 func WithDriftMargin(d time.Duration) Option {
-	return func(c *config) error {
-		if err := limits.Positive("drift margin", d); err != nil {
-			return err
-		}
-		c.drift = d
-		return nil
-	}
+	return func(c *config) error { return c.SetDrift("drift margin", d) }
 }
 
 // WithRetryInterval sets the longest a waiter sleeps between attempts when
 // no notification arrives (default 3s); see DefaultRetryInterval.
 func WithRetryInterval(d time.Duration) Option {
-	return func(c *config) error {
-		if err := limits.AtLeast("retry interval", d, time.Millisecond); err != nil {
-			return err
-		}
-		c.retryInterval = d
-		return nil
-	}
+	return func(c *config) error { return c.SetRetryInterval(d) }
 }
 
 // newConfig applies opts to the defaults and checks the result.
 func newConfig(opts []Option) (config, error) {
 	cfg := defaultConfig()
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&cfg); err != nil {
-			return cfg, err
-		}
+	if err := settings.Apply(&cfg, opts); err != nil {
+		return cfg, err
 	}
-	if _, err := cfg.driftFor(cfg.ttl); err != nil {
+	if _, err := cfg.driftFor(cfg.TTL); err != nil {
 		return cfg, err
 	}
 	if cfg.fenceExpiry > 0 && !cfg.clockTokens {
@@ -207,7 +182,7 @@ func WithFenceExpiry(idle time.Duration) Option {
 // on, which you should set with this option. URL: allow_eviction=true.
 func WithAllowEviction(on bool) Option {
 	return func(c *config) error {
-		c.allowEviction = on
+		c.AllowEviction = on
 		return nil
 	}
 }
@@ -215,15 +190,8 @@ func WithAllowEviction(on bool) Option {
 // limits are the package's lease bounds (see internal/lease).
 var limits = lease.Limits{Backend: "redis", Min: MinTTL, Max: MaxTTL}
 
-func checkTTL(ttl time.Duration) error { return limits.Check(ttl) }
-
 // driftFor returns the drift margin for a lock of the given TTL, or an error
 // when the configured margin leaves too little of the lease.
 func (c *config) driftFor(ttl time.Duration) (time.Duration, error) {
-	return limits.Drift("drift margin", c.drift, ttl)
-}
-
-// lockTTL resolves the lease of one call from the per-call options.
-func (c *config) lockTTL(opts []locker.Option) (time.Duration, error) {
-	return limits.TTL(c.ttl, opts)
+	return c.DriftFor("drift margin", ttl)
 }

@@ -30,7 +30,7 @@ var ErrEvictionPolicy = guard.ErrEvictionPolicy
 // key on it is first acquired; a server found safe is checked again after
 // guard.Recheck.
 func (l *Locker) checkPolicy(ctx context.Context, k keys) error {
-	if l.cfg.allowEviction {
+	if l.cfg.AllowEviction {
 		return nil
 	}
 	// The common case needs no request, nor a goroutine for one.

@@ -336,13 +336,13 @@ func (l *Locker) initArgs() {
 	l.args = scriptArgs{
 		clock: clock, fenceExpiry: millis(l.cfg.fenceExpiry), sharded: l.shardedFlag(),
 		id: l.id, remember: millis(releaseMemory),
-		ttl: millis(l.cfg.ttl), lease: millis(queueLease(l.cfg.ttl)),
+		ttl: millis(l.cfg.TTL), lease: millis(queueLease(l.cfg.TTL)),
 	}
 }
 
 // ttlArgs returns ttl and its queue lease in ms as script arguments.
 func (l *Locker) ttlArgs(ttl time.Duration) (ms, lease any) {
-	if ttl == l.cfg.ttl {
+	if ttl == l.cfg.TTL {
 		return l.args.ttl, l.args.lease
 	}
 	return millis(ttl), millis(queueLease(ttl))

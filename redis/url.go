@@ -12,18 +12,18 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/redis/internal/settings"
 )
 
 // URL schemes registered with locker.Register; see the package
 // documentation for their forms.
 const (
-	SchemeRedis          = "redis"
-	SchemeRedisTLS       = "rediss"
-	SchemeCluster        = "redis+cluster"
-	SchemeClusterTLS     = "rediss+cluster"
-	SchemeSentinel       = "redis+sentinel"
-	SchemeSentinelTLS    = "rediss+sentinel"
-	contextTimeoutOption = "context_timeout_enabled"
+	SchemeRedis       = "redis"
+	SchemeRedisTLS    = "rediss"
+	SchemeCluster     = "redis+cluster"
+	SchemeClusterTLS  = "rediss+cluster"
+	SchemeSentinel    = "redis+sentinel"
+	SchemeSentinelTLS = "rediss+sentinel"
 )
 
 func init() {
@@ -105,7 +105,6 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	// Hand the rest to go-redis' own parser, which rejects what it does not
 	// know. It only understands redis:// and rediss://.
 	rest := q.Rest()
-	ctxTimeoutGiven := rest.Has(contextTimeoutOption)
 	gu := *u
 	gu.Scheme = base
 	gu.RawQuery = rest.Encode()
@@ -114,43 +113,29 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	case "":
 		o, err := goredis.ParseURL(gu.String())
 		if err != nil {
-			return nil, clientURLError(scheme, u, err)
+			return nil, settings.ClientURLError(scheme, u, err)
 		}
-		if !ctxTimeoutGiven {
-			o.ContextTimeoutEnabled = true
-		}
+		settings.DefaultContextTimeout(&o.ContextTimeoutEnabled, rest)
 		client = goredis.NewClient(o)
 	case "cluster":
 		o, err := goredis.ParseClusterURL(gu.String())
 		if err != nil {
-			return nil, clientURLError(scheme, u, err)
+			return nil, settings.ClientURLError(scheme, u, err)
 		}
-		if !ctxTimeoutGiven {
-			o.ContextTimeoutEnabled = true
-		}
+		settings.DefaultContextTimeout(&o.ContextTimeoutEnabled, rest)
 		client = goredis.NewClusterClient(o)
 	case "sentinel":
 		o, err := goredis.ParseFailoverURL(gu.String())
 		if err != nil {
-			return nil, clientURLError(scheme, u, err)
+			return nil, settings.ClientURLError(scheme, u, err)
 		}
 		if o.MasterName == "" {
 			return nil, fmt.Errorf("%w: %s: parameter \"master_name\" is required", locker.ErrInvalidURL, scheme)
 		}
-		if !ctxTimeoutGiven {
-			o.ContextTimeoutEnabled = true
-		}
+		settings.DefaultContextTimeout(&o.ContextTimeoutEnabled, rest)
 		client = goredis.NewFailoverClient(o)
 	}
 	l := New(client, opts...)
 	l.ownClient = true
 	return l, nil
-}
-
-// clientURLError wraps an error of go-redis' URL parsers, with every secret
-// of the URL blanked out in case the parser quoted it.
-func clientURLError(scheme string, u *url.URL, err error) error {
-	// go-redis prefixes its own errors with "redis: "; the scheme says it.
-	msg := strings.TrimPrefix(backend.Redact(err.Error(), u), "redis: ")
-	return fmt.Errorf("%w: %s: %s", locker.ErrInvalidURL, scheme, msg)
 }

@@ -18,7 +18,7 @@ func TestOpenURLOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if l.cfg.prefix != "app:" || l.cfg.ttl != 5*time.Second || l.cfg.watchdog || l.cfg.drift != 50*time.Millisecond || l.cfg.retryInterval != 250*time.Millisecond {
+	if l.cfg.Prefix != "app:" || l.cfg.TTL != 5*time.Second || l.cfg.watchdog || l.cfg.Drift != 50*time.Millisecond || l.cfg.RetryInterval != 250*time.Millisecond {
 		t.Errorf("config from URL = %+v", l.cfg)
 	}
 	c := l.client.(*goredis.Client)
@@ -40,7 +40,7 @@ func TestOpenURLOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lf.Close()
-	if !lf.cfg.clockTokens || lf.cfg.fenceExpiry != 48*time.Hour || !lf.cfg.allowEviction {
+	if !lf.cfg.clockTokens || lf.cfg.fenceExpiry != 48*time.Hour || !lf.cfg.AllowEviction {
 		t.Errorf("config from URL with clock_tokens, fence_expiry and allow_eviction = %+v", lf.cfg)
 	}
 

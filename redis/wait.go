@@ -3,8 +3,6 @@ package redis
 import (
 	"context"
 	"time"
-
-	"github.com/go-locker/locker"
 )
 
 // Waiting for a held key.
@@ -61,7 +59,7 @@ func queueLease(ttl time.Duration) time.Duration {
 // It is at most a third of the entry's lease, so that a waiter whose
 // request is slow, or that misses one refresh, keeps its place.
 func (l *Locker) recheckEvery(ttl time.Duration) time.Duration {
-	return min(l.cfg.retryInterval, queueLease(ttl)/3)
+	return min(l.cfg.RetryInterval, queueLease(ttl)/3)
 }
 
 // sleepFor is how long a waiter sleeps after an attempt that did not get the
@@ -79,7 +77,7 @@ func (l *Locker) sleepFor(res acquireResult, ttl time.Duration) time.Duration {
 
 // wait is Acquire past the argument checks: it queues, sleeps until its turn
 // (or the recheck interval), and tries again, until it holds the key or ctx
-// or the Locker ends.
+// (from Life.Enter: it ends when Close begins too) ends.
 func (l *Locker) wait(ctx context.Context, a *attempt) (h *Handle, err error) {
 	a.mode = modeWait
 	// Listening already (another Acquire of this Locker waits on the key,
@@ -107,8 +105,8 @@ func (l *Locker) wait(ctx context.Context, a *attempt) (h *Handle, err error) {
 		// Subscribe, then try again before sleeping: the turn may have
 		// come between the first attempt and the subscription.
 		w = l.hub.watch(ctx, a.k.wake, a.owner)
-		if err := w.awaitSubscribed(ctx, l.closing, l.cfg.retryInterval); err != nil {
-			return nil, err
+		if err := w.awaitSubscribed(ctx, l.cfg.RetryInterval); err != nil {
+			return nil, l.life.Why(ctx, err)
 		}
 		if h, res, err = a.tryFresh(ctx); err != nil || h != nil {
 			return h, err
@@ -120,19 +118,17 @@ func (l *Locker) wait(ctx context.Context, a *attempt) (h *Handle, err error) {
 		if w.hasMoved() {
 			// The key's slot moved to another Cluster master: listen
 			// there, then try again before sleeping, as above.
-			w = l.hub.rewatch(ctx, l.closing, w, min(l.recheckEvery(a.ttl), time.Second))
-			if err := w.awaitSubscribed(ctx, l.closing, l.cfg.retryInterval); err != nil {
-				return nil, err
+			w = l.hub.rewatch(ctx, w, min(l.recheckEvery(a.ttl), time.Second))
+			if err := w.awaitSubscribed(ctx, l.cfg.RetryInterval); err != nil {
+				return nil, l.life.Why(ctx, err)
 			}
 		} else {
 			timer.Reset(l.sleepFor(res, a.ttl))
 			select {
 			case <-w.wake:
 			case <-timer.C:
-			case <-ctx.Done():
-				return nil, ctxErr(ctx)
-			case <-l.closing:
-				return nil, locker.ErrClosed
+			case <-ctx.Done(): // also when Close begins (Life.Enter)
+				return nil, l.life.Why(ctx, nil)
 			}
 			timer.Stop()
 		}
@@ -143,15 +139,9 @@ func (l *Locker) wait(ctx context.Context, a *attempt) (h *Handle, err error) {
 }
 
 // leave takes owner's entry out of k's queue in the background (see
-// leaveScript), and deletes the lock if an abandoned attempt took it. It
-// must run inside an active call or goroutine; Close waits for it, boundedly.
-// When it fails the entry goes at its deadline.
+// leaveScript), and deletes the lock if an abandoned attempt took it; Close
+// waits for it, boundedly (see background). When it fails the entry goes at
+// its deadline.
 func (l *Locker) leave(k keys, owner string) {
-	l.active.Add()
-	go func() {
-		defer l.active.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		_ = l.runLeave(ctx, k, owner)
-	}()
+	l.background(func(ctx context.Context) { _ = l.runLeave(ctx, k, owner) })
 }

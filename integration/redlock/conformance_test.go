@@ -135,6 +135,16 @@ func unsafeConfigs(addrs []string, adm []*goredis.Client) []conformance.UnsafeCo
 			Mention: "maxmemory-policy",
 		},
 		{
+			// Every node is checked, not only the first: one evicting
+			// node of a majority could lose a lock or a counter.
+			Name: "maxmemory-policy=volatile-lru on the last node",
+			New: func(t *testing.T) (locker.Locker, error) {
+				setNodePolicy(t, adm[len(adm)-1:], "volatile-lru", "")
+				return newLocker(t, addrs)
+			},
+			Mention: "maxmemory-policy",
+		},
+		{
 			Name:    "one server under two names",
 			New:     func(t *testing.T) (locker.Locker, error) { return newLocker(t, aliased) },
 			Mention: alias,

@@ -76,7 +76,8 @@ type outcome[T any] struct {
 // fanout sends call to each node in nodes, each request under a context
 // derived from base with the node timeout, and collects the answers until
 // all came, the node timeout passed, wait ended (an error wrapping its
-// ctx.Err()) or life ended (locker.ErrClosed). late, if not nil, is given
+// ctx.Err() and its cause, or locker.ErrClosed: see Life.Why) or life
+// ended (locker.ErrClosed). late, if not nil, is given
 // every answer that came after the round stopped waiting for it, on that
 // request's goroutine (which the Locker counts as active), with the
 // request's own error (see nodeErr for what the round's outcome gets).
@@ -99,9 +100,7 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 		t := timeout + l.dialAllowance(i)
 		wait4 = max(wait4, t)
 		out.err[i] = noAnswerError{timeout: t}
-		l.active.Add()
-		go func() {
-			defer l.active.Done()
+		req := func() {
 			rctx, cancel := context.WithTimeout(base, t)
 			v, err := call(rctx, i, l.clients[i])
 			cancel()
@@ -114,7 +113,13 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 			if s && late != nil {
 				late(i, v, err)
 			}
-		}()
+		}
+		if !l.life.Go(req) {
+			// Close has stopped waiting: this is a request of a round
+			// Close gave up on, which may outlive Close (see Close), and
+			// what it deletes must still be deleted.
+			req()
+		}
 	}
 	stop := func() {
 		mu.Lock()
@@ -144,7 +149,7 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 			return out, nil
 		case <-wait.Done():
 			stop()
-			return out, ctxErr(wait)
+			return out, l.life.Why(wait, nil)
 		case <-life:
 			stop()
 			return out, locker.ErrClosed
@@ -178,6 +183,7 @@ func (l *Locker) dialAllowance(i int) time.Duration {
 // ok reports whether node i answered without error.
 func (o outcome[T]) ok(i int) bool { return o.answered[i] && o.err[i] == nil }
 
-// ctxErr is the error of an ended ctx: it wraps ctx.Err() and the cause, if
-// another.
+// ctxErr is backend.ContextError: the error of an ended ctx, wrapping
+// ctx.Err() and its cause. (The Locker's own calls use Life.Why, which
+// also tells Close from the caller's context; handle.go uses this.)
 func ctxErr(ctx context.Context) error { return backend.ContextError(ctx) }

@@ -19,18 +19,13 @@ var _ locker.Inspector = (*Locker)(nil)
 // nothing. When too few nodes answer to tell, the error wraps ErrNoQuorum.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
 	info := locker.LockInfo{Key: key}
-	if err := locker.ValidateKey(key); err != nil {
-		return info, locker.KeyError("inspect", key, err)
+	ctx, done, err := l.life.Enter(ctx, "inspect", key)
+	if err != nil {
+		return info, err
 	}
-	if l.cfgErr != nil {
-		return info, locker.KeyError("inspect", key, l.cfgErr)
-	}
-	if !l.enter() {
-		return info, locker.KeyError("inspect", key, locker.ErrClosed)
-	}
-	defer l.exit()
+	defer done()
 	k := l.keysFor(key)
-	tm, _ := l.cfg.timing(l.cfg.ttl)
+	tm, _ := l.cfg.timing(l.cfg.TTL)
 	res, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
 		func(ctx context.Context, _ int, c goredis.UniversalClient) (lockState, error) {
 			return runInspect(ctx, c, k)

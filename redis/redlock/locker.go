@@ -2,12 +2,9 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"reflect"
 	"slices"
 	"strings"
@@ -18,8 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/lease"
-	"github.com/go-locker/locker/internal/tracker"
+	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/redis/internal/guard"
 	"github.com/go-locker/locker/redis/internal/releases"
 )
@@ -56,20 +52,18 @@ type Locker struct {
 	ownClients bool     // opened from a URL: Close closes them too
 	conns      *connSet // of the clients Open made; nil with New
 	cfg        config
-	cfgErr     error
 	subs       *subs
 	contacted  []atomic.Bool // per node: its first request was made (see dialAllowance)
 	vet        vetter        // what each node's server said it is (see vet.go)
 
-	ctx     context.Context // ends when Close begins
-	stop    context.CancelFunc
+	// life admits the calls, holds the handles for Close, and counts the
+	// calls and goroutines that may still talk to the nodes (requests,
+	// renewals, clean-ups, Pub/Sub readers and writers), which Close waits
+	// for, boundedly. Its config error is that of the clients or options.
+	life *backend.Life[*Handle]
+	// closing is life.Closing().Done(): the rounds' fanout stops waiting
+	// when Close begins.
 	closing <-chan struct{}
-
-	mu      sync.Mutex
-	closed  bool
-	handles map[*Handle]struct{}
-
-	active tracker.Tracker
 }
 
 // New returns a Locker over clients, one per independent Redis node: N ≥ 3
@@ -92,15 +86,9 @@ type Locker struct {
 // ReadTimeout.
 func New(clients []goredis.UniversalClient, opts ...Option) *Locker {
 	cfg, cfgErr := newConfig(opts)
-	ctx, stop := context.WithCancel(context.Background())
 	l := &Locker{
 		clients: slices.Clone(clients),
 		cfg:     cfg,
-		cfgErr:  cfgErr,
-		ctx:     ctx,
-		stop:    stop,
-		closing: ctx.Done(),
-		handles: map[*Handle]struct{}{},
 		quorum:  len(clients)/2 + 1,
 	}
 	l.addrs = make([]string, len(clients))
@@ -109,9 +97,11 @@ func New(clients []goredis.UniversalClient, opts ...Option) *Locker {
 	for i := range clients {
 		l.all = append(l.all, i)
 	}
-	if err := l.checkClients(); err != nil && l.cfgErr == nil {
-		l.cfgErr = err
+	if err := l.checkClients(); err != nil && cfgErr == nil {
+		cfgErr = err
 	}
+	l.life = backend.NewLife[*Handle](cfgErr)
+	l.closing = l.life.Closing().Done()
 	l.subs = newSubs(l)
 	return l
 }
@@ -179,7 +169,7 @@ func isNil(c goredis.UniversalClient) bool {
 // Err reports what New found wrong with the clients or the options (an
 // error wrapping locker.ErrInvalidOption), or nil, so that a program can
 // fail at start-up instead of at its first lock.
-func (l *Locker) Err() error { return l.cfgErr }
+func (l *Locker) Err() error { return l.life.ConfigError() }
 
 // Nodes returns the number of nodes and the majority an acquisition needs.
 func (l *Locker) Nodes() (n, quorum int) { return len(l.clients), l.quorum }
@@ -200,7 +190,7 @@ func (k keys) acquireKeys() []string { return []string{k.lock, k.fence, k.releas
 // keysFor encodes a user key injectively, as the redis package does:
 // base64url of its bytes (no braces, no ':') inside braces after the prefix.
 func (l *Locker) keysFor(key string) keys {
-	base := l.cfg.prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
+	base := l.cfg.Prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
 	return keys{lock: base + ":lock", fence: base + ":fence", channel: base + ":released", released: base + releases.Suffix}
 }
 
@@ -242,23 +232,17 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option)
 	return h, nil
 }
 
+// acquire is Acquire (wait) and TryAcquire past admission: ctx, from
+// Life.Enter, also ends when Close begins.
 func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Option, wait bool) (*Handle, error) {
-	if err := locker.ValidateKey(key); err != nil {
-		return nil, locker.KeyError(op, key, err)
+	ctx, done, err := l.life.Enter(ctx, op, key)
+	if err != nil {
+		return nil, err
 	}
-	if l.cfgErr != nil {
-		return nil, locker.KeyError(op, key, l.cfgErr)
-	}
+	defer done()
 	tm, err := l.cfg.lockTiming(opts)
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
-	}
-	if !l.enter() {
-		return nil, locker.KeyError(op, key, locker.ErrClosed)
-	}
-	defer l.exit()
-	if ctx.Err() != nil {
-		return nil, locker.KeyError(op, key, ctxErr(ctx))
 	}
 	k := l.keysFor(key)
 	if !wait {
@@ -269,370 +253,22 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	return h, locker.KeyError(op, key, err)
 }
 
-// maxSplitRounds bounds the rounds of a TryAcquire that keeps losing to
-// contenders that split the nodes between them.
-const maxSplitRounds = 8
+// enter counts a call that Life.Enter did not admit (a Handle's Release,
+// a loss report's clean-up), unless Close has begun; exit ends it.
+func (l *Locker) enter() bool { return l.life.Begin() }
 
-// try is TryAcquire: one round, repeated after a jittered pause only while
-// it lost to a split between contenders (nobody holds a majority, so
-// nobody may get the key unless someone tries again: Redlock's
-// contenders all back off after a split).
-func (l *Locker) try(ctx context.Context, key string, k keys, tm timing) (*Handle, error) {
-	for i := 0; ; i++ {
-		h, r, err := l.round(ctx, key, k, tm)
-		if h != nil || err != nil {
-			return h, err
-		}
-		if !r.split() || i+1 >= maxSplitRounds {
-			return nil, r.err()
-		}
-		if err := l.sleep(ctx, jitter(splitBackoff<<min(i, 4))); err != nil {
-			return nil, err
-		}
-	}
-}
+func (l *Locker) exit() { l.life.End() }
 
-// sleep waits d, or until ctx or the Locker ends.
-func (l *Locker) sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctxErr(ctx)
-	case <-l.closing:
-		return locker.ErrClosed
-	}
-}
+// run runs f as an active call, unless Close has begun (then f does not
+// run and run returns false: Close ends the handles itself). It is the Go
+// hook of the lease keeper.
+func (l *Locker) run(f func()) bool { return l.life.Call(f) }
 
-// roundResult is what a round that did not acquire found.
-type roundResult struct {
-	n, quorum       int
-	granted, denied int
-	failed          int
-	firstErr        error // of a failed node, with its name
-	held            bool  // one other owner holds the lock on a majority
-	maxHolder       int   // the most nodes that one other owner holds it on
-	holderLeft      time.Duration
-	why             string // set when a majority granted but the round failed later
-}
+// register holds h for Close (false once Close has begun); unregister
+// forgets it, released or lost.
+func (l *Locker) register(h *Handle) bool { return l.life.Hold(h) }
 
-// unreachable reports whether too few nodes answered for any round to
-// reach a majority: waiting would not help.
-func (r roundResult) unreachable() bool { return r.n-r.failed < r.quorum }
-
-// split reports a round that lost only to other contenders' partial grants:
-// nobody holds a majority, and a retry after a jittered pause may win. A
-// round with nodes that failed is not a split when one other owner, with
-// the nodes that did not answer, may hold a majority: retrying cannot win
-// until the failed nodes answer again.
-func (r roundResult) split() bool {
-	return !r.held && r.why == "" && r.denied > 0 && r.n-r.failed >= r.quorum &&
-		r.maxHolder+r.failed < r.quorum
-}
-
-// notAcquired reports whether other holders have the key on a majority:
-// one holder, or contenders that split the nodes (after retries).
-func (r roundResult) notAcquired() bool { return r.held || r.denied >= r.n-r.quorum+1 }
-
-func (r roundResult) err() error {
-	counts := fmt.Sprintf("%d of %d nodes granted, %d held by another client, %d failed or did not answer (need %d)",
-		r.granted, r.n, r.denied, r.failed, r.quorum)
-	switch {
-	case r.held:
-	case r.failed > 0 && r.n-r.failed < r.quorum:
-		counts += "; too few nodes answered for a majority (unreachable or failing)"
-	case r.failed > 0 && r.denied > 0:
-		counts += "; no other client holds a majority of the nodes that answered, and the rest were unreachable or failing"
-	case r.denied > 0:
-		counts += "; contenders split the nodes, none holds a majority"
-	}
-	switch {
-	case r.why != "":
-		return fmt.Errorf("%w: %s (%s)", ErrNoQuorum, r.why, counts)
-	case r.notAcquired() && r.failed == 0:
-		return fmt.Errorf("%w: %s", locker.ErrNotAcquired, counts)
-	case r.notAcquired():
-		return fmt.Errorf("%w: %s; first failure: %v", locker.ErrNotAcquired, counts, r.firstErr)
-	case r.firstErr != nil:
-		return fmt.Errorf("%w: %s: %w", ErrNoQuorum, counts, r.firstErr)
-	default:
-		return fmt.Errorf("%w: %s", ErrNoQuorum, counts)
-	}
-}
-
-// round makes one Redlock attempt with a fresh owner token: grant on every
-// node in parallel; if a majority granted, write the candidate token (the
-// largest counter among the granting nodes) back to them; success iff the
-// write-back confirmed our lock on a majority and the validity left is at
-// least the minimum. Otherwise the lock is deleted on every node that may
-// hold it (granted, or did not answer) before round returns.
-func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Handle, roundResult, error) {
-	owner := lease.NewOwner()
-	r := roundResult{n: len(l.clients), quorum: l.quorum}
-	plan, err := l.vet.plan()
-	if err != nil {
-		return nil, r, err
-	}
-	sent := time.Now() // every node started its lease no earlier
-	grants, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
-		func(ctx context.Context, i int, c goredis.UniversalClient) (grant, error) {
-			if plan.ask[i] {
-				return runAcquireVetted(ctx, c, k, owner, tm.ttl, !l.cfg.allowEviction, l.idKey())
-			}
-			return runAcquire(ctx, c, k, owner, tm.ttl)
-		},
-		func(i int, g grant, err error) {
-			// A grant that came too late: nobody counts it. A late error
-			// may be a request that ran on the node but whose reply was
-			// lost, perhaps after the round's clean-up there: delete
-			// again (owner-checked, so harmless if nothing is there).
-			switch {
-			case err == nil && g.ok:
-				l.releaseOn(i, k, owner, MaxNodeTimeout)
-			case err != nil && maySent(err):
-				l.releaseOn(i, k, owner, tm.nodeTimeout)
-			}
-		},
-		func(o outcome[grant]) bool { // a majority is out of reach
-			denied := 0
-			for i := range l.clients {
-				if o.ok(i) && !o.v[i].ok {
-					denied++
-				}
-			}
-			return denied >= len(l.clients)-l.quorum+1
-		})
-	var counts []bool
-	answers := make([]vetAnswer, len(l.clients))
-	if err == nil {
-		for i := range answers {
-			answers[i].asked = plan.ask[i]
-			if g := grants.v[i]; grants.answered[i] && g.vet != nil {
-				answers[i].ok, answers[i].vet = true, *g.vet
-			}
-		}
-		if !plan.full && l.vet.learns(answers) {
-			err = l.confirm(ctx, &plan, answers, tm)
-		}
-	}
-	if err == nil {
-		if counts, err = l.updateVet(plan, answers); err != nil {
-			// A node that may evict, or two nodes that are one server.
-			l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, false)
-			return nil, r, err
-		}
-	}
-	if err != nil {
-		l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, false)
-		return nil, r, err
-	}
-	var granted []int
-	var candidate int64
-	byHolder := map[string][]time.Duration{}
-	for i := range l.clients {
-		switch {
-		case !grants.ok(i):
-			r.failed++
-			if r.firstErr == nil {
-				r.firstErr = fmt.Errorf("%s: %w", l.addrs[i], grants.err[i])
-			}
-		case grants.v[i].ok && !counts[i]:
-			// Its server's identity is not yet compared with the others'
-			// (see vet.go): it may be one of them under another name.
-			r.failed++
-			if r.firstErr == nil {
-				r.firstErr = fmt.Errorf("%s: granted, but not counted: its server is not yet compared with the others' (it did not answer when they were asked together)", l.addrs[i])
-			}
-		case grants.v[i].ok:
-			granted = append(granted, i)
-			candidate = max(candidate, grants.v[i].token)
-		default:
-			r.denied++
-			g := grants.v[i]
-			byHolder[g.holder] = append(byHolder[g.holder], g.pttl)
-		}
-	}
-	r.granted = len(granted)
-	for _, pttls := range byHolder {
-		r.maxHolder = max(r.maxHolder, len(pttls))
-		if len(pttls) >= l.quorum {
-			r.held = true
-			r.holderLeft = holderLeft(pttls, l.quorum)
-		}
-	}
-	mayHold := func() []int { // nodes where our lock may be
-		var s []int
-		for i := range l.clients {
-			if !grants.answered[i] || grants.err[i] != nil || grants.v[i].ok {
-				s = append(s, i)
-			}
-		}
-		return s
-	}
-	if r.granted < l.quorum {
-		return nil, r, l.cleanup(ctx, k, owner, mayHold(), tm.nodeTimeout, false)
-	}
-
-	// The write-back round (see "Fencing tokens" in doc.go), on the
-	// granting nodes only: the argument needs the value each of them
-	// returned to come from the grant that started our lock there.
-	wb, err := fanout(l, ctx, ctx, l.closing, granted, tm.nodeTimeout,
-		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
-			return runWriteback(ctx, c, k, owner, candidate)
-		}, nil, nil)
-	if err != nil {
-		l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, true)
-		return nil, r, err
-	}
-	confirmed, gone := 0, 0
-	var wbErr error
-	for _, i := range granted {
-		switch {
-		case wb.ok(i) && wb.v[i]:
-			confirmed++
-		case wb.ok(i):
-			gone++
-		case wbErr == nil:
-			wbErr = fmt.Errorf("%s: %w", l.addrs[i], wb.err[i])
-		}
-	}
-	deadline := sent.Add(tm.ttl - tm.drift)
-	left := time.Until(deadline)
-	switch {
-	case confirmed < l.quorum:
-		r.why = fmt.Sprintf("the fencing write-back confirmed the lock on only %d of %d granting nodes (%d no longer held it, %d failed or did not answer",
-			confirmed, len(granted), gone, len(granted)-confirmed-gone)
-		if wbErr != nil {
-			r.why += ": " + wbErr.Error()
-		}
-		r.why += ")"
-	case left < tm.minValidity:
-		r.why = fmt.Sprintf("only %v of the %v lease was left after %v of rounds and a drift allowance of %v (at least %v needed)",
-			left.Round(time.Millisecond), tm.ttl, time.Since(sent).Round(time.Millisecond), tm.drift, tm.minValidity)
-	}
-	if r.why != "" {
-		return nil, r, l.cleanup(ctx, k, owner, mayHold(), tm.nodeTimeout, true)
-	}
-	h := newHandle(l, key, k, owner, candidate, tm, sent)
-	if !l.register(h) {
-		l.cleanup(context.Background(), k, owner, l.all, tm.nodeTimeout, true)
-		return nil, r, locker.ErrClosed
-	}
-	h.start()
-	return h, r, nil
-}
-
-// holderLeft estimates when a holder seen on len(pttls) ≥ quorum nodes
-// stops holding a majority: when the (len−quorum+1)-th shortest of its
-// remaining leases there ends. Zero when that lease is unknown.
-func holderLeft(pttls []time.Duration, quorum int) time.Duration {
-	i := len(pttls) - quorum
-	if i < 0 {
-		return 0
-	}
-	slices.Sort(pttls)
-	return max(pttls[i], 0)
-}
-
-// cleanup deletes our lock of this round on nodes, waiting for the nodes'
-// answers as long as ctx and the node timeout allow; the requests
-// themselves are not bound by ctx, so that a cancelled Acquire leaves
-// nothing behind. It does not announce the deletion: a partial grant
-// blocked nobody who could otherwise have had a majority, and waking every
-// waiter for it would make them all contend again while the holder holds.
-// It returns ctx's error if ctx ended, else nil.
-// A round that had a majority and failed later (write-back, validity)
-// announces it (announce), as a release would.
-func (l *Locker) cleanup(ctx context.Context, k keys, owner string, nodes []int, timeout time.Duration, announce bool) error {
-	if len(nodes) == 0 {
-		return nil
-	}
-	del := runDelete
-	if announce {
-		del = runRelease
-	}
-	_, err := fanout(l, ctx, context.Background(), nil, nodes, timeout,
-		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
-			return del(ctx, c, k, owner)
-		}, nil, nil)
-	if err != nil && ctx.Err() != nil {
-		return ctxErr(ctx)
-	}
-	return nil
-}
-
-// releaseOn deletes our lock on node i, waiting at most timeout, on the
-// calling goroutine, which must be active.
-func (l *Locker) releaseOn(i int, k keys, owner string, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	_, _ = runDelete(ctx, l.clients[i], k, owner)
-}
-
-// maySent reports whether a request that failed with err may have reached
-// the node: not when it failed to dial or to get a connection.
-func maySent(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return false
-	}
-	return !errors.Is(err, goredis.ErrPoolTimeout) && !errors.Is(err, goredis.ErrClosed) &&
-		!errors.Is(err, goredis.ErrPoolExhausted)
-}
-
-// jitter returns a uniform random duration in [0, d).
-func jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	n, err := rand.Int(rand.Reader, big.NewInt(int64(d)))
-	if err != nil {
-		return d / 2
-	}
-	return time.Duration(n.Int64())
-}
-
-// enter counts a call as active unless the Locker is closed.
-func (l *Locker) enter() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.active.Add()
-	return true
-}
-
-func (l *Locker) exit() { l.active.Done() }
-
-// run runs f as an active goroutine's work unless the Locker is closing
-// (for internal/renew's Go).
-func (l *Locker) run(f func()) bool {
-	if !l.enter() {
-		return false
-	}
-	defer l.exit()
-	f()
-	return true
-}
-
-func (l *Locker) register(h *Handle) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.handles[h] = struct{}{}
-	return true
-}
-
-func (l *Locker) unregister(h *Handle) {
-	l.mu.Lock()
-	delete(l.handles, h)
-	l.mu.Unlock()
-}
+func (l *Locker) unregister(h *Handle) { l.life.Drop(h) }
 
 // closeGrace is how long Close waits, after releasing the held locks, for
 // requests still in flight. A request to a healthy node ends within a round
@@ -642,61 +278,66 @@ func (l *Locker) unregister(h *Handle) {
 // no effect but deleting what it may have taken.
 const closeGrace = 250 * time.Millisecond
 
-// Close releases every lock the Locker holds (on every node, in parallel,
-// at most locker.ReleaseTimeout in all; their Handles report
-// locker.ErrReleasedByClose, or a loss when a majority could not be told),
-// ends every waiting or in-flight call with locker.ErrClosed, stops the
-// Pub/Sub connections and waits at most 250ms for the requests still in
-// flight (each ends at its node timeout at the latest; see New). It closes
-// the clients only when the Locker was opened from a URL, and then waits
-// for every request, which closing the clients ends. A second Close returns
-// nil.
+// Close releases every lock the Locker holds (on every node, in parallel;
+// their Handles report locker.ErrReleasedByClose, or a loss when a majority
+// could not be told), ends every waiting or in-flight call with
+// locker.ErrClosed and stops the Pub/Sub connections. It closes the clients
+// only when the Locker was opened from a URL.
+//
+// Close is bounded: it waits at most locker.ReleaseTimeout for the release
+// of the held locks, then at most 250ms for calls and goroutines in flight.
+// What may outlive it, with caller-owned clients (New): a request to a node
+// that stopped answering, until its node timeout, and a Pub/Sub command or
+// reconnect to one, until the node timeout plus up to 1s for dialling (on
+// the socket when the client has ContextTimeoutEnabled); a request has no
+// effect then but deleting what it may have taken. When the Locker owns the clients
+// (Open), Close closes them, which ends those requests, and waits for them:
+// nothing of the Locker outlives Close. A second Close returns nil.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	// The Pub/Sub connections go first: their goroutines end now rather
+	// than at the grace, and a waiter falls back on its timer until Close
+	// ends its wait a moment later.
+	l.subs.close()
+	return l.life.Close(backend.Closer[*Handle]{
+		Release:  l.releaseAll,
+		Grace:    closeGrace,
+		Shutdown: l.closeClients,
+		Wait:     l.ownClients,
+	})
+}
+
+// releaseAll is Close's release of the locks still held: every one on
+// every node in parallel, at most locker.ReleaseTimeout in all.
+func (l *Locker) releaseAll(held []*Handle) error {
+	ctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(held))
+	for i, h := range held {
+		wg.Add(1)
+		go func() { // joined below
+			defer wg.Done()
+			errs[i] = h.releaseByClose(ctx)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// closeClients closes the clients when the Locker owns them (Open), and
+// every connection they made, also those still in a handshake.
+func (l *Locker) closeClients() error {
+	if !l.ownClients {
 		return nil
 	}
-	l.closed = true
-	held := make([]*Handle, 0, len(l.handles))
-	for h := range l.handles {
-		held = append(held, h)
-	}
-	clear(l.handles)
-	l.mu.Unlock()
-
-	l.stop()
 	var errs []error
-	if len(held) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
-		var wg sync.WaitGroup
-		errc := make(chan error, len(held))
-		for _, h := range held {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errc <- h.releaseByClose(ctx)
-			}()
-		}
-		wg.Wait()
-		cancel()
-		close(errc)
-		for err := range errc {
-			errs = append(errs, err)
+	for _, c := range l.clients {
+		if c != nil {
+			errs = append(errs, c.Close())
 		}
 	}
-	l.subs.close()
-	l.active.Wait(closeGrace)
-	if l.ownClients {
-		for _, c := range l.clients {
-			if c != nil {
-				errs = append(errs, c.Close())
-			}
-		}
-		if l.conns != nil {
-			l.conns.closeAll() // also those in a handshake
-		}
-		l.active.Wait(-1)
+	if l.conns != nil {
+		l.conns.closeAll()
 	}
 	return errors.Join(errs...)
 }

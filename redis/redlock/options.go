@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/internal/lease"
+	"github.com/go-locker/locker/redis/internal/settings"
 )
 
 const (
@@ -44,17 +45,17 @@ const (
 	MinNodeTimeout = 50 * time.Millisecond
 )
 
+// config holds the Locker-level settings: those the redis package has too
+// (settings.Core), and the node timeout.
 type config struct {
-	prefix        string
-	ttl           time.Duration
-	drift         time.Duration // 0: derived from the TTL, see driftFor
-	nodeTimeout   time.Duration // 0: derived from the TTL, see nodeTimeoutFor
-	retryInterval time.Duration
-	allowEviction bool // skip the maxmemory-policy check (see ErrEvictionPolicy)
+	settings.Core
+	nodeTimeout time.Duration // 0: derived from the TTL, see timing
 }
 
 func defaultConfig() config {
-	return config{prefix: DefaultPrefix, ttl: DefaultTTL, retryInterval: DefaultRetryInterval}
+	return config{Core: settings.Core{
+		Limits: limits, Prefix: DefaultPrefix, TTL: DefaultTTL, RetryInterval: DefaultRetryInterval,
+	}}
 }
 
 // Option configures a Locker. New checks the options; an invalid one is
@@ -67,7 +68,7 @@ type Option func(*config) error
 // exclude each other must use the same prefix and the same nodes.
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
-		c.prefix = prefix
+		c.Prefix = prefix
 		return nil
 	}
 }
@@ -75,13 +76,7 @@ func WithPrefix(prefix string) Option {
 // WithTTL sets the default lease of the Locker's locks (default 30s, from
 // MinTTL to MaxTTL). A per-call locker.WithTTL overrides it.
 func WithTTL(ttl time.Duration) Option {
-	return func(c *config) error {
-		if err := checkTTL(ttl); err != nil {
-			return err
-		}
-		c.ttl = ttl
-		return nil
-	}
+	return func(c *config) error { return c.SetTTL(ttl) }
 }
 
 // WithDrift sets the clock-drift allowance of the Redlock validity
@@ -95,13 +90,7 @@ func WithTTL(ttl time.Duration) Option {
 // milliseconds) and 100ms for stalls on a loaded machine. It must be below
 // half the TTL of every lock.
 func WithDrift(d time.Duration) Option {
-	return func(c *config) error {
-		if err := limits.Positive("drift", d); err != nil {
-			return err
-		}
-		c.drift = d
-		return nil
-	}
+	return func(c *config) error { return c.SetDrift("drift", d) }
 }
 
 // WithNodeTimeout sets how long one request to one node may take before
@@ -125,13 +114,7 @@ func WithNodeTimeout(d time.Duration) Option {
 // WithRetryInterval sets the longest a waiter sleeps between rounds when no
 // notification arrives (default DefaultRetryInterval).
 func WithRetryInterval(d time.Duration) Option {
-	return func(c *config) error {
-		if err := limits.AtLeast("retry interval", d, time.Millisecond); err != nil {
-			return err
-		}
-		c.retryInterval = d
-		return nil
-	}
+	return func(c *config) error { return c.SetRetryInterval(d) }
 }
 
 // WithAllowEviction turns off the check that every node's maxmemory-policy
@@ -146,22 +129,17 @@ func WithRetryInterval(d time.Duration) Option {
 // nodes are one server stays on.
 func WithAllowEviction(on bool) Option {
 	return func(c *config) error {
-		c.allowEviction = on
+		c.AllowEviction = on
 		return nil
 	}
 }
 
 func newConfig(opts []Option) (config, error) {
 	cfg := defaultConfig()
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&cfg); err != nil {
-			return cfg, err
-		}
+	if err := settings.Apply(&cfg, opts); err != nil {
+		return cfg, err
 	}
-	if _, err := cfg.timing(cfg.ttl); err != nil {
+	if _, err := cfg.timing(cfg.TTL); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
@@ -169,8 +147,6 @@ func newConfig(opts []Option) (config, error) {
 
 // limits are the package's lease bounds (see internal/lease).
 var limits = lease.Limits{Backend: "redlock", Min: MinTTL, Max: MaxTTL}
-
-func checkTTL(ttl time.Duration) error { return limits.Check(ttl) }
 
 // timing is what one lock of a given TTL runs with.
 type timing struct {
@@ -183,7 +159,7 @@ type timing struct {
 // timing derives the drift, node timeout and minimum validity for ttl, or
 // reports a configured value that does not fit it.
 func (c *config) timing(ttl time.Duration) (timing, error) {
-	d, err := limits.Drift("drift", c.drift, ttl)
+	d, err := c.DriftFor("drift", ttl)
 	if err != nil {
 		return timing{}, err
 	}
@@ -199,7 +175,7 @@ func (c *config) timing(ttl time.Duration) (timing, error) {
 
 // lockTiming resolves the timing of one call from its options.
 func (c *config) lockTiming(opts []locker.Option) (timing, error) {
-	ttl, err := limits.TTL(c.ttl, opts)
+	ttl, err := c.LockTTL(opts)
 	if err != nil {
 		return timing{}, err
 	}

@@ -9,7 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/backoff"
 )
 
 // A Locker keeps one Pub/Sub connection per node, made when one of its
@@ -42,7 +42,7 @@ type subs struct {
 
 func newSubs(l *Locker) *subs {
 	nt := MaxNodeTimeout
-	if tm, err := l.cfg.timing(l.cfg.ttl); err == nil {
+	if tm, err := l.cfg.timing(l.cfg.TTL); err == nil {
 		nt = tm.nodeTimeout
 	}
 	return &subs{l: l, opTimeout: nt + maxDialAllowance}
@@ -118,8 +118,8 @@ func (s *subs) watch(channel string) *waiter {
 
 // awaitSubscribed waits until need nodes confirmed the subscription, or at
 // most timeout (nodes that do not answer must not hold the waiter up: it
-// has its back-off), or until ctx or the Locker ends.
-func (w *waiter) awaitSubscribed(ctx context.Context, closing <-chan struct{}, need int, timeout time.Duration) error {
+// has its back-off), or until ctx ends (then it returns ctx.Err()).
+func (w *waiter) awaitSubscribed(ctx context.Context, need int, timeout time.Duration) error {
 	if len(w.nodes) == 0 {
 		return nil
 	}
@@ -131,9 +131,7 @@ func (w *waiter) awaitSubscribed(ctx context.Context, closing <-chan struct{}, n
 		case <-t.C:
 			return nil
 		case <-ctx.Done():
-			return ctxErr(ctx)
-		case <-closing:
-			return locker.ErrClosed
+			return ctx.Err()
 		}
 	}
 	return nil
@@ -172,10 +170,10 @@ func signal(c chan struct{}) {
 func (s *subs) start(c goredis.UniversalClient) *nodeSub {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &nodeSub{s: s, ps: c.Subscribe(ctx), ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), chans: map[string]*chanState{}, dirty: map[string]struct{}{}}
-	s.l.active.Add()
-	s.l.active.Add()
-	go func() { defer s.l.active.Done(); n.writer() }()
-	go func() { defer s.l.active.Done(); n.reader() }()
+	// subs closes before Close begins (see Close): Life.Go refuses
+	// neither.
+	s.l.life.Go(n.writer)
+	s.l.life.Go(n.reader)
 	return n
 }
 
@@ -223,7 +221,7 @@ func (n *nodeSub) writer() {
 
 // reader reads the node's messages and wakes the waiters they concern.
 func (n *nodeSub) reader() {
-	backoff := 50 * time.Millisecond
+	retry := backoff.New(50*time.Millisecond, time.Second)
 	healthy := true
 	for {
 		ctx, cancel := context.WithTimeout(n.ctx, quietPing+n.s.opTimeout)
@@ -244,17 +242,13 @@ func (n *nodeSub) reader() {
 				n.lostConnection()
 				healthy = false
 			}
-			t := time.NewTimer(backoff)
-			select {
-			case <-n.ctx.Done():
-				t.Stop()
+			if !backoff.Sleep(n.ctx, retry.Next()) {
 				return
-			case <-t.C:
 			}
-			backoff = min(backoff*2, time.Second)
 			continue
 		}
-		healthy, backoff = true, 50*time.Millisecond
+		healthy = true
+		retry.Reset()
 		switch m := msg.(type) {
 		case *goredis.Subscription:
 			if m.Kind == "subscribe" {
@@ -302,7 +296,7 @@ func (n *nodeSub) lostConnection() {
 }
 
 // close ends every node's Pub/Sub connection and goroutines, without
-// waiting: Close waits for them through the Locker's active count, at most
+// waiting: Close waits for them with the Locker's other goroutines, at most
 // closeGrace (or, with clients of its own, until closing their connections
 // ended them). go-redis' PubSub.Close waits for a (re)connect in progress,
 // which a node that accepts and never answers makes last until its
@@ -314,10 +308,6 @@ func (s *subs) close() {
 	s.mu.Unlock()
 	for _, n := range nodes {
 		n.cancel()
-		s.l.active.Add()
-		go func() {
-			defer s.l.active.Done()
-			_ = n.ps.Close()
-		}()
+		s.l.life.Go(func() { _ = n.ps.Close() })
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/redis/internal/settings"
 )
 
 // URL schemes registered with locker.Register. They follow the redis
@@ -22,8 +23,6 @@ const (
 	Scheme    = "redlock"
 	SchemeTLS = "rediss+redlock"
 )
-
-const contextTimeoutOption = "context_timeout_enabled"
 
 func init() {
 	locker.Register(Scheme, open)
@@ -125,7 +124,6 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		// go-redis would turn certificate verification off for every node.
 		return nil, fmt.Errorf("%w: %s: skip_verify is not supported: build the clients with your own tls.Config (RootCAs for a private CA) and call redlock.New", locker.ErrInvalidURL, scheme)
 	}
-	ctxTimeoutGiven := rest.Has(contextTimeoutOption)
 	clients := make([]goredis.UniversalClient, 0, len(hosts))
 	conns := newConnSet()
 	closeAll := func() {
@@ -138,11 +136,9 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		o, err := goredis.ParseURL(gu.String())
 		if err != nil {
 			closeAll()
-			return nil, clientURLError(scheme, u, err)
+			return nil, settings.ClientURLError(scheme, u, err)
 		}
-		if !ctxTimeoutGiven {
-			o.ContextTimeoutEnabled = true
-		}
+		settings.DefaultContextTimeout(&o.ContextTimeoutEnabled, rest)
 		o.Dialer = conns.dialer(goredis.NewDialer(o))
 		clients = append(clients, goredis.NewClient(o))
 	}
@@ -179,12 +175,4 @@ func checkHost(h string) error {
 		return fmt.Errorf("node address %q: invalid port %q", h, port)
 	}
 	return nil
-}
-
-// clientURLError wraps an error of go-redis' URL parser with every secret
-// of the URL blanked out. (The same as the redis package's.)
-func clientURLError(scheme string, u *url.URL, err error) error {
-	// go-redis prefixes its own errors with "redis: "; the scheme says it.
-	msg := strings.TrimPrefix(backend.Redact(err.Error(), u), "redis: ")
-	return fmt.Errorf("%w: %s: %s", locker.ErrInvalidURL, scheme, msg)
 }

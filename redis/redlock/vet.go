@@ -118,7 +118,7 @@ func (l *Locker) confirm(ctx context.Context, p *vetPlan, answers []vetAnswer, t
 	}
 	res, err := fanout(l, ctx, ctx, l.closing, others, tm.nodeTimeout,
 		func(ctx context.Context, _ int, c goredis.UniversalClient) (guard.Vetting, error) {
-			return runVet(ctx, c, !l.cfg.allowEviction, l.idKey())
+			return runVet(ctx, c, !l.cfg.AllowEviction, l.idKey())
 		}, nil, nil)
 	if err != nil {
 		return err
@@ -153,7 +153,7 @@ func (l *Locker) updateVet(p vetPlan, answers []vetAnswer) ([]bool, error) {
 			}
 			continue
 		}
-		if !l.cfg.allowEviction {
+		if !l.cfg.AllowEviction {
 			if err := guard.PolicyError(a.vet.Policy, l.addrs[i]); err != nil {
 				unsafe = append(unsafe, err)
 				continue
@@ -230,7 +230,7 @@ func (v *vetter) distinct(nodes []int) int {
 
 // idKey is the key under which a node that will not say its run_id keeps
 // the random identity of its server (see redis/internal/guard).
-func (l *Locker) idKey() string { return l.cfg.prefix + "node-id" }
+func (l *Locker) idKey() string { return l.cfg.Prefix + "node-id" }
 
 // runAcquireVetted is runAcquire with the node's policy and identity read
 // in the same pipeline (grant.vet; nil when they could not be read, and

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/backoff"
 )
 
 // Waiting for a held key.
@@ -50,17 +51,19 @@ func (l *Locker) wait(ctx context.Context, key string, k keys, tm timing) (*Hand
 	}
 	w := l.subs.watch(k.channel)
 	defer w.leave()
-	if err := w.awaitSubscribed(ctx, l.closing, l.quorum, tm.nodeTimeout); err != nil {
-		return nil, err
+	if err := w.awaitSubscribed(ctx, l.quorum, tm.nodeTimeout); err != nil {
+		return nil, l.life.Why(ctx, err)
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	fails := 0
+	// After a round that no holder of a majority explains: a few
+	// milliseconds, doubling up to the retry interval, jittered.
+	pause := backoff.New(splitBackoff, l.cfg.RetryInterval)
 	for {
 		last := r
 		h, r, err = l.round(ctx, key, k, tm)
 		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return nil, waitEnded(ctx, last)
+			return nil, l.waitEnded(ctx, last)
 		}
 		if h != nil || err != nil {
 			return h, err
@@ -76,34 +79,31 @@ func (l *Locker) wait(ctx context.Context, key string, k keys, tm timing) (*Hand
 		}
 		var d time.Duration
 		if r.held && r.holderLeft > 0 {
-			fails = 0
-			d = min(r.holderLeft+time.Millisecond, l.cfg.retryInterval)
+			pause.Reset()
+			d = min(r.holderLeft+time.Millisecond, l.cfg.RetryInterval)
+			d += backoff.Jitter(min(d/4, 20*time.Millisecond) + time.Millisecond)
 		} else {
-			d = min(splitBackoff<<min(fails, 10), l.cfg.retryInterval)
-			fails++
+			d = pause.Next()
 		}
-		d += jitter(min(d/4, 20*time.Millisecond) + time.Millisecond)
 		timer.Reset(d)
 		select {
 		case <-w.wake:
 		case <-timer.C:
-		case <-ctx.Done():
-			return nil, waitEnded(ctx, r)
-		case <-l.closing:
-			return nil, locker.ErrClosed
+		case <-ctx.Done(): // also when Close begins (Life.Enter)
+			return nil, l.waitEnded(ctx, r)
 		}
 		timer.Stop()
 	}
 }
 
 // waitEnded is the error of an Acquire whose context ended while it waited
-// after round r: the context's, and, when r failed for a reason of its own
+// after round r: Life.Why's (locker.ErrClosed when Close ended it), and, when r failed for a reason of its own
 // (nodes that failed, a round too slow for its lease) rather than another
 // holder, that reason in words (not wrapped: the call did not end because
 // of it).
-func waitEnded(ctx context.Context, r roundResult) error {
-	err := ctxErr(ctx)
-	if r.why == "" && r.failed == 0 {
+func (l *Locker) waitEnded(ctx context.Context, r roundResult) error {
+	err := l.life.Why(ctx, nil)
+	if errors.Is(err, locker.ErrClosed) || r.why == "" && r.failed == 0 {
 		return err
 	}
 	return fmt.Errorf("%w (the last round failed: %v)", err, r.err())

@@ -1,0 +1,103 @@
+// Package settings is what the redis and redlock packages configure alike:
+// the settings both Lockers have (the key prefix, the default TTL, the drift
+// margin, the waiters' retry interval, the eviction-policy opt-out), their
+// checks, the one way to apply a list of options, and the parts of their
+// URLs that both read the same way. Each package keeps its own exported
+// Option type and With functions (their docs say what the setting means
+// for that backend); their bodies are one line over this.
+package settings
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/lease"
+)
+
+// Core holds the settings both Lockers have. A package's config embeds it.
+type Core struct {
+	Limits        lease.Limits // the package's bounds on a lease; names it in errors
+	Prefix        string
+	TTL           time.Duration
+	Drift         time.Duration // 0: derived from the TTL (lease.DefaultDrift)
+	RetryInterval time.Duration
+	AllowEviction bool // skip the maxmemory-policy check
+}
+
+// SetTTL sets the default lease, within the limits.
+func (c *Core) SetTTL(ttl time.Duration) error {
+	if err := c.Limits.Check(ttl); err != nil {
+		return err
+	}
+	c.TTL = ttl
+	return nil
+}
+
+// SetDrift sets the drift margin, which must be positive; what names the
+// setting in errors ("drift margin").
+func (c *Core) SetDrift(what string, d time.Duration) error {
+	if err := c.Limits.Positive(what, d); err != nil {
+		return err
+	}
+	c.Drift = d
+	return nil
+}
+
+// SetRetryInterval sets the waiters' retry interval: at least 1ms.
+func (c *Core) SetRetryInterval(d time.Duration) error {
+	if err := c.Limits.AtLeast("retry interval", d, time.Millisecond); err != nil {
+		return err
+	}
+	c.RetryInterval = d
+	return nil
+}
+
+// DriftFor returns the drift margin of a lock of ttl, or an error when the
+// configured one leaves too little of the lease (see lease.Limits.Drift).
+func (c *Core) DriftFor(what string, ttl time.Duration) (time.Duration, error) {
+	return c.Limits.Drift(what, c.Drift, ttl)
+}
+
+// LockTTL resolves the lease of one call from its options.
+func (c *Core) LockTTL(opts []locker.Option) (time.Duration, error) {
+	return c.Limits.TTL(c.TTL, opts)
+}
+
+// Apply applies opts to cfg in order, skipping nil ones, and returns the
+// first error.
+func Apply[C any, O ~func(*C) error](cfg *C, opts []O) error {
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ContextTimeoutOption is the go-redis URL parameter that both packages
+// default to true (see DefaultContextTimeout).
+const ContextTimeoutOption = "context_timeout_enabled"
+
+// DefaultContextTimeout turns a client's ContextTimeoutEnabled (enabled)
+// on unless the URL's go-redis parameters (rest) set it: a request's
+// deadline then reaches the socket.
+func DefaultContextTimeout(enabled *bool, rest url.Values) {
+	if !rest.Has(ContextTimeoutOption) {
+		*enabled = true
+	}
+}
+
+// ClientURLError wraps an error of go-redis' URL parsers, with every
+// secret of the URL u blanked out in case the parser quoted it.
+func ClientURLError(scheme string, u *url.URL, err error) error {
+	// go-redis prefixes its own errors with "redis: "; the scheme says it.
+	msg := strings.TrimPrefix(backend.Redact(err.Error(), u), "redis: ")
+	return fmt.Errorf("%w: %s: %s", locker.ErrInvalidURL, scheme, msg)
+}

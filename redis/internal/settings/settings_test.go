@@ -1,0 +1,66 @@
+package settings
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/lease"
+)
+
+type cfg struct {
+	Core
+	n int
+}
+
+type opt func(*cfg) error
+
+func TestApplySkipsNilAndStopsAtFirstError(t *testing.T) {
+	c := cfg{Core: Core{Limits: lease.Limits{Backend: "x", Min: time.Second, Max: time.Hour}}}
+	bad := errors.New("bad")
+	err := Apply(&c, []opt{
+		nil,
+		func(c *cfg) error { c.n++; return nil },
+		func(c *cfg) error { return bad },
+		func(c *cfg) error { c.n++; return nil },
+	})
+	if !errors.Is(err, bad) || c.n != 1 {
+		t.Fatalf("Apply = %v with %d options applied; want bad after 1", err, c.n)
+	}
+	if err := c.SetTTL(time.Millisecond); !errors.Is(err, locker.ErrInvalidOption) || c.TTL != 0 {
+		t.Errorf("SetTTL below the minimum = %v, TTL %v; want ErrInvalidOption, TTL unchanged", err, c.TTL)
+	}
+	if err := c.SetRetryInterval(0); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("SetRetryInterval(0) = %v, want ErrInvalidOption", err)
+	}
+	if err := c.SetDrift("drift", -1); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("SetDrift(-1) = %v, want ErrInvalidOption", err)
+	}
+}
+
+func TestDefaultContextTimeout(t *testing.T) {
+	on := false
+	DefaultContextTimeout(&on, url.Values{})
+	if !on {
+		t.Error("not turned on when the URL does not set it")
+	}
+	off := false
+	DefaultContextTimeout(&off, url.Values{ContextTimeoutOption: {"false"}})
+	if off {
+		t.Error("turned on though the URL set it")
+	}
+}
+
+func TestClientURLErrorHidesPassword(t *testing.T) {
+	u, _ := url.Parse("redis://user:s3cret@host:1/?x=1")
+	err := ClientURLError("redis", u, errors.New("redis: invalid URL redis://user:s3cret@host:1"))
+	if !errors.Is(err, locker.ErrInvalidURL) {
+		t.Errorf("%v does not wrap ErrInvalidURL", err)
+	}
+	if s := err.Error(); strings.Contains(s, "s3cret") {
+		t.Errorf("%q shows the password", s)
+	}
+}

@@ -1,0 +1,346 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/backoff"
+	"github.com/go-locker/locker/internal/lease"
+)
+
+// One Redlock round, and TryAcquire's rounds: the grant on every node, the
+// tally, the fencing write-back, and the clean-up of a round that failed.
+
+// maxSplitRounds bounds the rounds of a TryAcquire that keeps losing to
+// contenders that split the nodes between them.
+const maxSplitRounds = 8
+
+// try is TryAcquire: one round, repeated after a jittered pause only while
+// it lost to a split between contenders (nobody holds a majority, so
+// nobody may get the key unless someone tries again: Redlock's
+// contenders all back off after a split).
+func (l *Locker) try(ctx context.Context, key string, k keys, tm timing) (*Handle, error) {
+	pause := backoff.New(splitBackoff, splitBackoff<<4)
+	for i := 0; ; i++ {
+		h, r, err := l.round(ctx, key, k, tm)
+		if h != nil || err != nil {
+			return h, err
+		}
+		if !r.split() || i+1 >= maxSplitRounds {
+			return nil, r.err()
+		}
+		// ctx is Life.Enter's: it ends when Close begins too.
+		if !backoff.Sleep(ctx, pause.Next()) {
+			return nil, l.life.Why(ctx, nil)
+		}
+	}
+}
+
+// roundResult is what a round that did not acquire found.
+type roundResult struct {
+	n, quorum       int
+	granted, denied int
+	failed          int
+	firstErr        error // of a failed node, with its name
+	held            bool  // one other owner holds the lock on a majority
+	maxHolder       int   // the most nodes that one other owner holds it on
+	holderLeft      time.Duration
+	why             string // set when a majority granted but the round failed later
+}
+
+// unreachable reports whether too few nodes answered for any round to
+// reach a majority: waiting would not help.
+func (r roundResult) unreachable() bool { return r.n-r.failed < r.quorum }
+
+// split reports a round that lost only to other contenders' partial grants:
+// nobody holds a majority, and a retry after a jittered pause may win. A
+// round with nodes that failed is not a split when one other owner, with
+// the nodes that did not answer, may hold a majority: retrying cannot win
+// until the failed nodes answer again.
+func (r roundResult) split() bool {
+	return !r.held && r.why == "" && r.denied > 0 && r.n-r.failed >= r.quorum &&
+		r.maxHolder+r.failed < r.quorum
+}
+
+// notAcquired reports whether other holders have the key on a majority:
+// one holder, or contenders that split the nodes (after retries).
+func (r roundResult) notAcquired() bool { return r.held || r.denied >= r.n-r.quorum+1 }
+
+func (r roundResult) err() error {
+	counts := fmt.Sprintf("%d of %d nodes granted, %d held by another client, %d failed or did not answer (need %d)",
+		r.granted, r.n, r.denied, r.failed, r.quorum)
+	switch {
+	case r.held:
+	case r.failed > 0 && r.n-r.failed < r.quorum:
+		counts += "; too few nodes answered for a majority (unreachable or failing)"
+	case r.failed > 0 && r.denied > 0:
+		counts += "; no other client holds a majority of the nodes that answered, and the rest were unreachable or failing"
+	case r.denied > 0:
+		counts += "; contenders split the nodes, none holds a majority"
+	}
+	switch {
+	case r.why != "":
+		return fmt.Errorf("%w: %s (%s)", ErrNoQuorum, r.why, counts)
+	case r.notAcquired() && r.failed == 0:
+		return fmt.Errorf("%w: %s", locker.ErrNotAcquired, counts)
+	case r.notAcquired():
+		return fmt.Errorf("%w: %s; first failure: %v", locker.ErrNotAcquired, counts, r.firstErr)
+	case r.firstErr != nil:
+		return fmt.Errorf("%w: %s: %w", ErrNoQuorum, counts, r.firstErr)
+	default:
+		return fmt.Errorf("%w: %s", ErrNoQuorum, counts)
+	}
+}
+
+// round makes one Redlock attempt with a fresh owner token: grant on every
+// node in parallel (grant); if a majority granted (tally), write the
+// candidate token (the largest counter among the granting nodes) back to
+// them (writeBack); success iff the write-back confirmed our lock on a
+// majority and the validity left is at least the minimum. Otherwise the
+// lock is deleted on every node that may hold it (granted, or did not
+// answer) before round returns.
+func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Handle, roundResult, error) {
+	owner := lease.NewOwner()
+	r := roundResult{n: len(l.clients), quorum: l.quorum}
+	plan, err := l.vet.plan()
+	if err != nil {
+		return nil, r, err
+	}
+	sent := time.Now() // every node started its lease no earlier
+	grants, counts, err := l.grant(ctx, k, owner, tm, plan)
+	if err != nil {
+		// Also a node that may evict, or two nodes that are one server.
+		l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, false)
+		return nil, r, err
+	}
+	granted, candidate := l.tally(&r, grants, counts)
+	if r.granted < l.quorum {
+		return nil, r, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, false)
+	}
+	if r.why, err = l.writeBack(ctx, k, owner, granted, candidate, tm); err != nil {
+		l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, true)
+		return nil, r, err
+	}
+	if left := time.Until(sent.Add(tm.ttl - tm.drift)); r.why == "" && left < tm.minValidity {
+		r.why = fmt.Sprintf("only %v of the %v lease was left after %v of rounds and a drift allowance of %v (at least %v needed)",
+			left.Round(time.Millisecond), tm.ttl, time.Since(sent).Round(time.Millisecond), tm.drift, tm.minValidity)
+	}
+	if r.why != "" {
+		return nil, r, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, true)
+	}
+	h := newHandle(l, key, k, owner, candidate, tm, sent)
+	if !l.register(h) {
+		l.cleanup(context.Background(), k, owner, l.all, tm.nodeTimeout, true)
+		return nil, r, locker.ErrClosed
+	}
+	h.start()
+	return h, r, nil
+}
+
+// grant is a round's first step: the acquire request on every node in
+// parallel, asking the nodes of plan to vet their servers in the same
+// request (see vet.go), and the vetting of the answers. counts says which
+// nodes' grants count. An error (the round's context or the Locker ended,
+// or a node is unsafe: see vet.go) leaves the clean-up to the caller.
+func (l *Locker) grant(ctx context.Context, k keys, owner string, tm timing, plan vetPlan) (outcome[grant], []bool, error) {
+	// The requests read a copy: one that starts late (fanout has stopped
+	// waiting for it) must not read plan.ask while confirm writes it.
+	ask := slices.Clone(plan.ask)
+	grants, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
+		func(ctx context.Context, i int, c goredis.UniversalClient) (grant, error) {
+			if ask[i] {
+				return runAcquireVetted(ctx, c, k, owner, tm.ttl, !l.cfg.AllowEviction, l.idKey())
+			}
+			return runAcquire(ctx, c, k, owner, tm.ttl)
+		},
+		func(i int, g grant, err error) {
+			// A grant that came too late: nobody counts it. A late error
+			// may be a request that ran on the node but whose reply was
+			// lost, perhaps after the round's clean-up there: delete
+			// again (owner-checked, so harmless if nothing is there).
+			switch {
+			case err == nil && g.ok:
+				l.releaseOn(i, k, owner, MaxNodeTimeout)
+			case err != nil && maySent(err):
+				l.releaseOn(i, k, owner, tm.nodeTimeout)
+			}
+		},
+		func(o outcome[grant]) bool { // a majority is out of reach
+			denied := 0
+			for i := range l.clients {
+				if o.ok(i) && !o.v[i].ok {
+					denied++
+				}
+			}
+			return denied >= len(l.clients)-l.quorum+1
+		})
+	if err != nil {
+		return grants, nil, err
+	}
+	answers := make([]vetAnswer, len(l.clients))
+	for i := range answers {
+		answers[i].asked = plan.ask[i]
+		if g := grants.v[i]; grants.answered[i] && g.vet != nil {
+			answers[i].ok, answers[i].vet = true, *g.vet
+		}
+	}
+	if !plan.full && l.vet.learns(answers) {
+		if err := l.confirm(ctx, &plan, answers, tm); err != nil {
+			return grants, nil, err
+		}
+	}
+	counts, err := l.updateVet(plan, answers)
+	return grants, counts, err
+}
+
+// tally counts the grants into r (granted, denied, failed, and the other
+// holders seen) and returns the nodes that granted and count, and the
+// candidate token: the largest counter among them.
+func (l *Locker) tally(r *roundResult, grants outcome[grant], counts []bool) (granted []int, candidate int64) {
+	byHolder := map[string][]time.Duration{}
+	for i := range l.clients {
+		switch {
+		case !grants.ok(i):
+			r.failed++
+			if r.firstErr == nil {
+				r.firstErr = fmt.Errorf("%s: %w", l.addrs[i], grants.err[i])
+			}
+		case grants.v[i].ok && !counts[i]:
+			// Its server's identity is not yet compared with the others'
+			// (see vet.go): it may be one of them under another name.
+			r.failed++
+			if r.firstErr == nil {
+				r.firstErr = fmt.Errorf("%s: granted, but not counted: its server is not yet compared with the others' (it did not answer when they were asked together)", l.addrs[i])
+			}
+		case grants.v[i].ok:
+			granted = append(granted, i)
+			candidate = max(candidate, grants.v[i].token)
+		default:
+			r.denied++
+			g := grants.v[i]
+			byHolder[g.holder] = append(byHolder[g.holder], g.pttl)
+		}
+	}
+	r.granted = len(granted)
+	for _, pttls := range byHolder {
+		r.maxHolder = max(r.maxHolder, len(pttls))
+		if len(pttls) >= l.quorum {
+			r.held = true
+			r.holderLeft = holderLeft(pttls, l.quorum)
+		}
+	}
+	return granted, candidate
+}
+
+// mayHold returns the nodes where a round's lock may be: those that
+// granted, failed or did not answer.
+func mayHold(grants outcome[grant]) []int {
+	var s []int
+	for i := range grants.v {
+		if !grants.answered[i] || grants.err[i] != nil || grants.v[i].ok {
+			s = append(s, i)
+		}
+	}
+	return s
+}
+
+// writeBack is a round's second step (see "Fencing tokens" in doc.go), on
+// the granting nodes only: the argument needs the value each of them
+// returned to come from the grant that started our lock there. It returns
+// why the round failed when the write-back confirmed the lock on less than
+// a majority ("" when it did).
+func (l *Locker) writeBack(ctx context.Context, k keys, owner string, granted []int, candidate int64, tm timing) (why string, err error) {
+	wb, err := fanout(l, ctx, ctx, l.closing, granted, tm.nodeTimeout,
+		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
+			return runWriteback(ctx, c, k, owner, candidate)
+		}, nil, nil)
+	if err != nil {
+		return "", err
+	}
+	confirmed, gone := 0, 0
+	var wbErr error
+	for _, i := range granted {
+		switch {
+		case wb.ok(i) && wb.v[i]:
+			confirmed++
+		case wb.ok(i):
+			gone++
+		case wbErr == nil:
+			wbErr = fmt.Errorf("%s: %w", l.addrs[i], wb.err[i])
+		}
+	}
+	if confirmed >= l.quorum {
+		return "", nil
+	}
+	why = fmt.Sprintf("the fencing write-back confirmed the lock on only %d of %d granting nodes (%d no longer held it, %d failed or did not answer",
+		confirmed, len(granted), gone, len(granted)-confirmed-gone)
+	if wbErr != nil {
+		why += ": " + wbErr.Error()
+	}
+	return why + ")", nil
+}
+
+// holderLeft estimates when a holder seen on len(pttls) ≥ quorum nodes
+// stops holding a majority: when the (len−quorum+1)-th shortest of its
+// remaining leases there ends. Zero when that lease is unknown.
+func holderLeft(pttls []time.Duration, quorum int) time.Duration {
+	i := len(pttls) - quorum
+	if i < 0 {
+		return 0
+	}
+	slices.Sort(pttls)
+	return max(pttls[i], 0)
+}
+
+// cleanup deletes our lock of this round on nodes, waiting for the nodes'
+// answers as long as ctx and the node timeout allow; the requests
+// themselves are not bound by ctx, so that a cancelled Acquire leaves
+// nothing behind. It does not announce the deletion: a partial grant
+// blocked nobody who could otherwise have had a majority, and waking every
+// waiter for it would make them all contend again while the holder holds.
+// It returns ctx's error if ctx ended, else nil.
+// A round that had a majority and failed later (write-back, validity)
+// announces it (announce), as a release would.
+func (l *Locker) cleanup(ctx context.Context, k keys, owner string, nodes []int, timeout time.Duration, announce bool) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	del := runDelete
+	if announce {
+		del = runRelease
+	}
+	_, err := fanout(l, ctx, context.Background(), nil, nodes, timeout,
+		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
+			return del(ctx, c, k, owner)
+		}, nil, nil)
+	if err != nil && ctx.Err() != nil {
+		return l.life.Why(ctx, nil)
+	}
+	return nil
+}
+
+// releaseOn deletes our lock on node i, waiting at most timeout, on the
+// calling goroutine, which must be active.
+func (l *Locker) releaseOn(i int, k keys, owner string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_, _ = runDelete(ctx, l.clients[i], k, owner)
+}
+
+// maySent reports whether a request that failed with err may have reached
+// the node: not when it failed to dial or to get a connection.
+func maySent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return !errors.Is(err, goredis.ErrPoolTimeout) && !errors.Is(err, goredis.ErrClosed) &&
+		!errors.Is(err, goredis.ErrPoolExhausted)
+}
