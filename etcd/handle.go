@@ -94,8 +94,8 @@ func (l *Locker) forget(h *Handle) {
 // key already gone (deleted from outside, or the lease expired) makes it
 // fail with an error wrapping locker.ErrLost. When the server cannot be
 // reached before ctx ends (or before Close of the Locker has ended the
-// lock), the lock is given up all the same: the deletion goes on in the background,
-// and the key ends with the lease otherwise.
+// lock), the lock is given up all the same: the deletion goes on in the
+// background, and the key ends with the lease otherwise.
 //
 // The same transaction writes the lease's release record (see
 // releaseRecord), so that a retried deletion that finds the key gone after
@@ -138,6 +138,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	// the lease, deleting the key, or gave up on it), or at the end of
 	// Close's grace: a Release with context.Background on a client whose
 	// server is unreachable must not outlive the Locker.
+	callerCtx := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(ctxOf(h.state.Done()), func() {
@@ -148,58 +149,11 @@ func (h *Handle) Release(ctx context.Context) error {
 	defer stop()
 	stopAbandoned := context.AfterFunc(l.life.Abandoned(), cancel)
 	defer stopAbandoned()
-	// Each attempt is bounded (attemptWait) and retried while ctx lasts:
-	// a member that stops answering costs one attempt. The deletion is
-	// guarded, so an earlier attempt applied late touches nobody else.
-	var (
-		resp  *clientv3.TxnResponse
-		err   error
-		tries int
-	)
 	mark := releaseMark(h.rev)
-	b := quickBackoff()
-	for {
-		tries++
-		actx, acancel := context.WithTimeout(ctx, attemptWait(h.ls.ttl))
-		resp, err = l.cli.Txn(actx).
-			If(clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", h.rev)).
-			Then(clientv3.OpDelete(h.ekey), clientv3.OpPut(h.ls.marker, mark, clientv3.WithLease(h.ls.id))).
-			Else(clientv3.OpGet(h.ls.marker)).
-			Commit()
-		acancel()
-		if err == nil || ctx.Err() != nil || !retryable(err) || !b.Wait(ctx) {
-			break
-		}
-	}
+	resp, tries, err := h.sendDelete(ctx, mark)
 	l.forget(h)
 	if err == nil {
-		ours, why := resp.Succeeded && resp.Responses[0].GetResponseDeleteRange().GetDeleted() == 1, ""
-		if !resp.Succeeded {
-			why = "the lock key was gone: deleted on the server, or its lease expired"
-			if tries > 1 {
-				// An earlier attempt got no answer: it may be the one
-				// that deleted the key, or the key was taken away
-				// (deleted from outside, its lease revoked) while the
-				// attempts could not reach the server.
-				var cerr error
-				ours, cerr = l.ownDeletion(ctx, h, mark, resp)
-				if cerr != nil {
-					why = fmt.Sprintf("the lock key was gone after a deletion attempt that got no answer, and whether that attempt deleted it could not be told (%v): it may have been deleted on the server, or its lease expired, before", cerr)
-				}
-			}
-		}
-		h.keyGone.Store(true)
-		h.name.free()
-		if !ours {
-			h.state.End(h.lostErr(why))
-			return locker.KeyError("release", h.key, h.state.Err())
-		}
-		if !h.state.End(locker.ErrReleased) {
-			// A loss (or Close) ended the lock while the deletion was on
-			// its way: Release says what Err says.
-			return locker.KeyError("release", h.key, h.state.Err())
-		}
-		return nil
+		return h.answered(ctx, resp, tries, mark)
 	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		// The key is ours (the guard held) but the lease the release
@@ -222,7 +176,66 @@ func (h *Handle) Release(ctx context.Context) error {
 		return locker.KeyError("release", h.key, h.state.Err())
 	}
 	l.deleteDetached(h.name, h.rev, true)
+	if callerCtx.Err() != nil {
+		err = backend.ContextError(callerCtx)
+	}
 	return locker.KeyError("release", h.key, fmt.Errorf("etcd: the server did not confirm the deletion of the lock key (the lock is given up; the key is deleted when the server answers, or ends with the lease): %w", err))
+}
+
+// sendDelete sends Release's guarded deletion of the holder's key, with
+// the write of the lease's release record (mark), and returns the answer
+// and the number of attempts. Each attempt is bounded (attemptWait) and
+// retried while ctx lasts: a member that stops answering costs one
+// attempt. The deletion is guarded, so an earlier attempt applied late
+// touches nobody else.
+func (h *Handle) sendDelete(ctx context.Context, mark string) (resp *clientv3.TxnResponse, tries int, err error) {
+	b := quickBackoff()
+	for {
+		tries++
+		actx, acancel := context.WithTimeout(ctx, attemptWait(h.ls.ttl))
+		resp, err = h.l.cli.Txn(actx).
+			If(clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", h.rev)).
+			Then(clientv3.OpDelete(h.ekey), clientv3.OpPut(h.ls.marker, mark, clientv3.WithLease(h.ls.id))).
+			Else(clientv3.OpGet(h.ls.marker)).
+			Commit()
+		acancel()
+		if err == nil || ctx.Err() != nil || !retryable(err) || !b.Wait(ctx) {
+			return resp, tries, err
+		}
+	}
+}
+
+// answered is Release's verdict once the server answered its deletion
+// (resp, after tries attempts): released when an attempt of its own is
+// proved to have deleted the key, lost otherwise.
+func (h *Handle) answered(ctx context.Context, resp *clientv3.TxnResponse, tries int, mark string) error {
+	ours, why := resp.Succeeded && resp.Responses[0].GetResponseDeleteRange().GetDeleted() == 1, ""
+	if !resp.Succeeded {
+		why = "the lock key was gone: deleted on the server, or its lease expired"
+		if tries > 1 {
+			// An earlier attempt got no answer: it may be the one that
+			// deleted the key, or the key was taken away (deleted from
+			// outside, its lease revoked) while the attempts could not
+			// reach the server.
+			var cerr error
+			ours, cerr = h.l.ownDeletion(ctx, h, mark, resp)
+			if cerr != nil {
+				why = fmt.Sprintf("the lock key was gone after a deletion attempt that got no answer, and whether that attempt deleted it could not be told (%v): it may have been deleted on the server, or its lease expired, before", cerr)
+			}
+		}
+	}
+	h.keyGone.Store(true)
+	h.name.free()
+	if !ours {
+		h.state.End(h.lostErr(why))
+		return locker.KeyError("release", h.key, h.state.Err())
+	}
+	if !h.state.End(locker.ErrReleased) {
+		// A loss (or Close) ended the lock while the deletion was on its
+		// way: Release says what Err says.
+		return locker.KeyError("release", h.key, h.state.Err())
+	}
+	return nil
 }
 
 // deleteDetached deletes the key of name if its create revision is still
