@@ -258,7 +258,8 @@ func (ls *lease) expired(cause error) {
 
 // revokeLost revokes a lease given up by the client's clock, in the
 // background: attempts bounded by attemptWait, for at most the granted
-// TTL (the server expires it by then anyway), within Close's grace.
+// TTL (the server expires it by then anyway); a Close that begins during
+// its pause ends it, one that begins later gives it its grace.
 func (l *Locker) revokeLost(ls *lease) {
 	if l.life.IsClosing() {
 		return
@@ -274,9 +275,9 @@ func (l *Locker) revokeLost(ls *lease) {
 		// before a busy holder process could even see it (the chaos suite
 		// caught a second holder 120ms before the first saw its loss).
 		// Keep that margin for the holders; free the key sooner than the
-		// server's expiry all the same. Close cuts the margin short: it
-		// ends the holders itself.
-		if !backoff.Sleep(ctx, l.cfg.driftMargin(ls.granted), l.life.Closing().Done()) && ctx.Err() != nil {
+		// server's expiry all the same. A Close that begins meanwhile ends
+		// this: the server expires the lease.
+		if !backoff.Sleep(ctx, l.cfg.driftMargin(ls.granted), l.life.Closing().Done()) {
 			return
 		}
 		b := retryBackoff()
