@@ -208,9 +208,10 @@
 //     the lock up anyway (Done closes, the error says so); the guarded
 //     deletion goes on in the background, and the key ends with the lease
 //     otherwise.
-//   - Close while etcd is down: the revocations are given closeWait (3s);
-//     then Close returns, saying which locks it could not release. Their
-//     lease is no longer renewed, so the server frees them one TTL later.
+//   - Close while etcd is down: the revocations are given 3s, and what is
+//     still in flight 1s more; then Close returns, saying which locks it
+//     could not release. Their lease is no longer renewed, so the server
+//     frees them one TTL later.
 //   - A leader paused for longer than a TTL, then resumed: the other
 //     members elect a new leader, which keeps the leases alive, and the
 //     holders' renewals go on through it. But the resumed old leader may,

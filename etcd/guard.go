@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/go-locker/locker/internal/backoff"
 )
 
 // attemptWait bounds one attempt of a call the Locker retries (a grant, a
@@ -37,29 +39,22 @@ func retryable(err error) bool {
 	return true
 }
 
-// pause waits d, or until ctx ends (false).
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// retryBackoff paces the attempts of a call retried until the server
+// answers (a create of unknown outcome, a guarded deletion, a read, a
+// revocation after a loss): from 200ms up to 2s.
+func retryBackoff() *backoff.Backoff { return backoff.New(200*time.Millisecond, 2*time.Second) }
 
-// backoff is the pause before retry number attempt (1, 2, ...).
-func backoff(attempt int) time.Duration {
-	return min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)
-}
+// quickBackoff paces the retries of a call whose caller waits for the
+// answer (a grant, a Release's deletion, the read of its verdict): from
+// 100ms up to 1s.
+func quickBackoff() *backoff.Backoff { return backoff.New(100*time.Millisecond, time.Second) }
 
 // rewatch paces a watch that the server may keep cancelling (compaction,
 // a member without a leader cancels each new watch at once): after a watch
 // that ended within a second of starting, the next one waits a growing
-// pause; one that lasted longer resets the count.
+// pause (retryBackoff); one that lasted longer starts the pauses afresh.
 type rewatch struct {
-	attempt int
+	b       *backoff.Backoff
 	started time.Time
 }
 
@@ -69,12 +64,14 @@ func (r *rewatch) start() { r.started = time.Now() }
 // wait pauses before the next watch as described above, and reports false
 // if ctx ended first.
 func (r *rewatch) wait(ctx context.Context) bool {
+	if r.b == nil {
+		r.b = retryBackoff()
+	}
 	if time.Since(r.started) >= time.Second {
-		r.attempt = 0
+		r.b.Reset()
 		return true
 	}
-	r.attempt++
-	return pause(ctx, backoff(r.attempt))
+	return r.b.Wait(ctx)
 }
 
 // maxGuards bounds how many waiter names of unknown fate (see guard) a
@@ -92,7 +89,8 @@ var errUnknownOutcome = errors.New("etcd: the create transaction got no answer")
 // deleteGuarded deletes key if its create revision is still rev, retrying
 // with bounded attempts until the server answers or ctx ends.
 func (l *Locker) deleteGuarded(ctx context.Context, key string, rev int64) error {
-	for attempt := 1; ; attempt++ {
+	b := retryBackoff()
+	for {
 		actx, cancel := context.WithTimeout(ctx, cleanupWait)
 		_, err := l.cli.Txn(actx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
@@ -102,7 +100,7 @@ func (l *Locker) deleteGuarded(ctx context.Context, key string, rev int64) error
 		if err == nil {
 			return nil
 		}
-		if !pause(ctx, backoff(attempt)) {
+		if !b.Wait(ctx) {
 			return ctx.Err()
 		}
 	}
@@ -125,7 +123,8 @@ func (l *Locker) resolve(ctx context.Context, name *waiterName, first func()) {
 	defer first()
 	ls := name.ls
 	var from int64
-	for attempt := 1; ; attempt++ {
+	b := retryBackoff()
+	for {
 		actx, cancel := context.WithTimeout(ctx, cleanupWait)
 		resp, err := l.cli.Get(actx, name.key)
 		cancel()
@@ -139,7 +138,7 @@ func (l *Locker) resolve(ctx context.Context, name *waiterName, first func()) {
 			from = resp.Header.Revision + 1
 			break
 		}
-		if !pause(ctx, backoff(attempt)) {
+		if !b.Wait(ctx) {
 			return
 		}
 	}

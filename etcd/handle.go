@@ -84,9 +84,7 @@ func (h *Handle) lose(why string) {
 // timer that would start watching its key.
 func (l *Locker) forget(h *Handle) {
 	h.watch.Stop()
-	l.mu.Lock()
-	delete(l.held, h)
-	l.mu.Unlock()
+	l.life.Drop(h)
 	h.ls.remove(h)
 }
 
@@ -95,9 +93,9 @@ func (l *Locker) forget(h *Handle) {
 // Release after a loss touches nothing), and so wakes the next waiter. A
 // key already gone (deleted from outside, or the lease expired) makes it
 // fail with an error wrapping locker.ErrLost. When the server cannot be
-// reached before ctx ends (or before Close of the Locker is done), the
-// lock is given up all the same: the deletion goes on in the background,
-// and the key ends with the lease otherwise.
+// reached before ctx ends (or before Close of the Locker has ended the
+// lock), the lock is given up all the same: the deletion goes on in the
+// background, and the key ends with the lease otherwise.
 //
 // The same transaction writes the lease's release record (see
 // releaseRecord), so that a retried deletion that finds the key gone after
@@ -120,70 +118,42 @@ func (h *Handle) Release(ctx context.Context) error {
 		}
 		return locker.KeyError("release", h.key, err)
 	}
+	if !l.life.Begin() {
+		// Close has begun: it ends the lock (released by Close, or lost
+		// if it cannot revoke the lease), boundedly.
+		select {
+		case <-h.state.Done():
+			return locker.KeyError("release", h.key, h.state.Err())
+		case <-ctx.Done():
+			return locker.KeyError("release", h.key, backend.ContextError(ctx))
+		}
+	}
+	defer l.life.End()
 	h.releasing.Store(true)
 	// The lease's deadline may have passed without the loss reported yet
 	// (the process was paused past it, and this ran first on resuming):
 	// then a failed deletion must report the loss, not a release.
 	expired := h.ls.keeper != nil && h.ls.keeper.Expired(time.Now())
-	// The call ends with ctx, or once Close is done with the server (it
-	// revoked the lease, deleting the key, or gave up on it): a Release
-	// with context.Background on a client whose server is unreachable
-	// must not outlive the Locker.
+	// The call ends with ctx, once Close has ended the lock (it revoked
+	// the lease, deleting the key, or gave up on it), or at the end of
+	// Close's grace: a Release with context.Background on a client whose
+	// server is unreachable must not outlive the Locker.
+	callerCtx := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(l.bgCtx, cancel)
-	defer stop()
-	// Each attempt is bounded (attemptWait) and retried while ctx lasts:
-	// a member that stops answering costs one attempt. The deletion is
-	// guarded, so an earlier attempt applied late touches nobody else.
-	var (
-		resp  *clientv3.TxnResponse
-		err   error
-		tries int
-	)
-	mark := releaseMark(h.rev)
-	for {
-		tries++
-		actx, acancel := context.WithTimeout(ctx, attemptWait(h.ls.ttl))
-		resp, err = l.cli.Txn(actx).
-			If(clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", h.rev)).
-			Then(clientv3.OpDelete(h.ekey), clientv3.OpPut(h.ls.marker, mark, clientv3.WithLease(h.ls.id))).
-			Else(clientv3.OpGet(h.ls.marker)).
-			Commit()
-		acancel()
-		if err == nil || ctx.Err() != nil || !retryable(err) || !pause(ctx, backoff(tries)/2) {
-			break
+	stop := context.AfterFunc(ctxOf(h.state.Done()), func() {
+		if l.life.IsClosing() {
+			cancel()
 		}
-	}
+	})
+	defer stop()
+	stopAbandoned := context.AfterFunc(l.life.Abandoned(), cancel)
+	defer stopAbandoned()
+	mark := releaseMark(h.rev)
+	resp, tries, err := h.sendDelete(ctx, mark)
 	l.forget(h)
 	if err == nil {
-		ours, why := resp.Succeeded && resp.Responses[0].GetResponseDeleteRange().GetDeleted() == 1, ""
-		if !resp.Succeeded {
-			why = "the lock key was gone: deleted on the server, or its lease expired"
-			if tries > 1 {
-				// An earlier attempt got no answer: it may be the one
-				// that deleted the key, or the key was taken away
-				// (deleted from outside, its lease revoked) while the
-				// attempts could not reach the server.
-				var cerr error
-				ours, cerr = l.ownDeletion(ctx, h, mark, resp)
-				if cerr != nil {
-					why = fmt.Sprintf("the lock key was gone after a deletion attempt that got no answer, and whether that attempt deleted it could not be told (%v): it may have been deleted on the server, or its lease expired, before", cerr)
-				}
-			}
-		}
-		h.keyGone.Store(true)
-		h.name.free()
-		if !ours {
-			h.state.End(h.lostErr(why))
-			return locker.KeyError("release", h.key, h.state.Err())
-		}
-		if !h.state.End(locker.ErrReleased) {
-			// A loss (or Close) ended the lock while the deletion was on
-			// its way: Release says what Err says.
-			return locker.KeyError("release", h.key, h.state.Err())
-		}
-		return nil
+		return h.answered(ctx, resp, tries, mark)
 	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		// The key is ours (the guard held) but the lease the release
@@ -206,25 +176,80 @@ func (h *Handle) Release(ctx context.Context) error {
 		return locker.KeyError("release", h.key, h.state.Err())
 	}
 	l.deleteDetached(h.name, h.rev, true)
+	if callerCtx.Err() != nil {
+		err = backend.ContextError(callerCtx)
+	}
 	return locker.KeyError("release", h.key, fmt.Errorf("etcd: the server did not confirm the deletion of the lock key (the lock is given up; the key is deleted when the server answers, or ends with the lease): %w", err))
+}
+
+// sendDelete sends Release's guarded deletion of the holder's key, with
+// the write of the lease's release record (mark), and returns the answer
+// and the number of attempts. Each attempt is bounded (attemptWait) and
+// retried while ctx lasts: a member that stops answering costs one
+// attempt. The deletion is guarded, so an earlier attempt applied late
+// touches nobody else.
+func (h *Handle) sendDelete(ctx context.Context, mark string) (resp *clientv3.TxnResponse, tries int, err error) {
+	b := quickBackoff()
+	for {
+		tries++
+		actx, acancel := context.WithTimeout(ctx, attemptWait(h.ls.ttl))
+		resp, err = h.l.cli.Txn(actx).
+			If(clientv3.Compare(clientv3.CreateRevision(h.ekey), "=", h.rev)).
+			Then(clientv3.OpDelete(h.ekey), clientv3.OpPut(h.ls.marker, mark, clientv3.WithLease(h.ls.id))).
+			Else(clientv3.OpGet(h.ls.marker)).
+			Commit()
+		acancel()
+		if err == nil || ctx.Err() != nil || !retryable(err) || !b.Wait(ctx) {
+			return resp, tries, err
+		}
+	}
+}
+
+// answered is Release's verdict once the server answered its deletion
+// (resp, after tries attempts): released when an attempt of its own is
+// proved to have deleted the key, lost otherwise.
+func (h *Handle) answered(ctx context.Context, resp *clientv3.TxnResponse, tries int, mark string) error {
+	ours, why := resp.Succeeded && resp.Responses[0].GetResponseDeleteRange().GetDeleted() == 1, ""
+	if !resp.Succeeded {
+		why = "the lock key was gone: deleted on the server, or its lease expired"
+		if tries > 1 {
+			// An earlier attempt got no answer: it may be the one that
+			// deleted the key, or the key was taken away (deleted from
+			// outside, its lease revoked) while the attempts could not
+			// reach the server.
+			var cerr error
+			ours, cerr = h.l.ownDeletion(ctx, h, mark, resp)
+			if cerr != nil {
+				why = fmt.Sprintf("the lock key was gone after a deletion attempt that got no answer, and whether that attempt deleted it could not be told (%v): it may have been deleted on the server, or its lease expired, before", cerr)
+			}
+		}
+	}
+	h.keyGone.Store(true)
+	h.name.free()
+	if !ours {
+		h.state.End(h.lostErr(why))
+		return locker.KeyError("release", h.key, h.state.Err())
+	}
+	if !h.state.End(locker.ErrReleased) {
+		// A loss (or Close) ended the lock while the deletion was on its
+		// way: Release says what Err says.
+		return locker.KeyError("release", h.key, h.state.Err())
+	}
+	return nil
 }
 
 // deleteDetached deletes the key of name if its create revision is still
 // rev, in the background, until the server answers, the lease is given up
 // or the Locker closes (Close revokes the lease). With retry false (after
-// the lease was given up) it makes one attempt, bounded by cleanupWait.
+// the lease was given up) it makes one attempt, bounded by cleanupWait and
+// by Close's grace.
 func (l *Locker) deleteDetached(name *waiterName, rev int64, retry bool) {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if l.life.IsClosing() {
 		return // Close revokes the lease
 	}
-	l.bg.Add(1)
-	l.mu.Unlock()
-	go func() {
-		defer l.bg.Done()
+	l.life.Go(func() {
 		if !retry {
-			ctx, cancel := context.WithTimeout(l.bgCtx, cleanupWait)
+			ctx, cancel := context.WithTimeout(l.life.Abandoned(), cleanupWait)
 			defer cancel()
 			_, _ = l.cli.Txn(ctx).
 				If(clientv3.Compare(clientv3.CreateRevision(name.key), "=", rev)).
@@ -232,14 +257,14 @@ func (l *Locker) deleteDetached(name *waiterName, rev int64, retry bool) {
 				Commit()
 			return
 		}
-		ctx, cancel := context.WithCancel(l.bgCtx)
+		ctx, cancel := context.WithCancel(l.life.Closing())
 		defer cancel()
 		stop := context.AfterFunc(name.ls.lostCtx, cancel)
 		defer stop()
 		if l.deleteGuarded(ctx, name.key, rev) == nil {
 			name.free()
 		}
-	}()
+	})
 }
 
 // watchDelay is how long after acquiring the holder starts watching its
@@ -252,18 +277,14 @@ const watchDelay = 100 * time.Millisecond
 // runs watchDelay after the acquisition, on the goroutine of the timer hold
 // set, so that a lock released by then (a short critical section) costs
 // neither a goroutine nor a watch; nothing is missed, since the watch
-// starts from the revision after the key's creation.
+// starts from the revision after the key's creation. It runs inside
+// Life.Run, and ends when Close begins (Close ends the lock itself).
 func (h *Handle) monitor() {
 	l := h.l
-	l.mu.Lock()
-	if l.closed || h.state.Ended() {
-		l.mu.Unlock()
+	if l.life.IsClosing() || h.state.Ended() {
 		return
 	}
-	l.bg.Add(1)
-	l.mu.Unlock()
-	defer l.bg.Done()
-	ctx, cancel := context.WithCancel(l.bgCtx)
+	ctx, cancel := context.WithCancel(l.life.Closing())
 	defer cancel()
 	// End the watch when the lock ends.
 	stop := context.AfterFunc(ctxOf(h.state.Done()), cancel)
@@ -302,6 +323,7 @@ func (h *Handle) monitor() {
 		if !rw.wait(ctx) {
 			return
 		}
+		b := retryBackoff()
 		for {
 			if ctx.Err() != nil || h.state.Ended() {
 				return
@@ -322,7 +344,7 @@ func (h *Handle) monitor() {
 				break
 			}
 			// Not answered: the lease deadline decides; try again.
-			if !pause(ctx, backoff(1)) {
+			if !b.Wait(ctx) {
 				return
 			}
 		}

@@ -20,32 +20,14 @@ var _ locker.Inspector = (*Locker)(nil)
 // (the directory, then the lease) and writes nothing.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
 	const op = "inspect"
-	if err := locker.ValidateKey(key); err != nil {
-		return locker.LockInfo{}, locker.KeyError(op, key, err)
-	}
-	if l.cfg.err != nil {
-		return locker.LockInfo{}, locker.KeyError(op, key, l.cfg.err)
-	}
-	if err := ctx.Err(); err != nil {
-		return locker.LockInfo{}, locker.KeyError(op, key, err)
-	}
-	if !l.enter() {
-		return locker.LockInfo{}, locker.KeyError(op, key, locker.ErrClosed)
-	}
-	defer l.ops.Done()
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(l.opsCtx, cancel)
-	defer stop()
-	info, err := l.inspect(cctx, key)
+	ctx, done, err := l.life.Enter(ctx, op, key)
 	if err != nil {
-		switch {
-		case ctx.Err() != nil:
-			err = ctx.Err()
-		case l.opsCtx.Err() != nil:
-			err = locker.ErrClosed
-		}
-		return locker.LockInfo{}, locker.KeyError(op, key, err)
+		return locker.LockInfo{}, err
+	}
+	defer done()
+	info, err := l.inspect(ctx, key)
+	if err != nil {
+		return locker.LockInfo{}, locker.KeyError(op, key, l.life.Why(ctx, err))
 	}
 	return info, nil
 }

@@ -10,6 +10,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/backoff"
 	"github.com/go-locker/locker/internal/renew"
 )
 
@@ -61,9 +63,9 @@ func (l *Locker) leaseFor(ctx context.Context, ttl time.Duration) (*lease, error
 	ttl = time.Duration(leaseSeconds(ttl)) * time.Second
 	for {
 		l.mu.Lock()
-		if l.closed {
+		if l.life.IsClosing() {
 			l.mu.Unlock()
-			return nil, errClosed
+			return nil, locker.ErrClosed
 		}
 		ls := l.leases[ttl]
 		mine := ls == nil
@@ -118,12 +120,13 @@ func (ls *lease) grant(ctx context.Context) {
 	// concurrent ones waiting for the grant, for as long as ctx lasts.
 	// A grant that timed out may have been made all the same; that lease
 	// has no key and expires unrenewed.
-	for attempt := 1; ; attempt++ {
+	b := quickBackoff()
+	for {
 		sent = time.Now()
 		actx, cancel := context.WithTimeout(ctx, attemptWait(ls.ttl))
 		resp, err = l.cli.Grant(actx, leaseSeconds(ls.ttl))
 		cancel()
-		if err == nil || ctx.Err() != nil || !retryable(err) || !pause(ctx, backoff(attempt)/2) {
+		if err == nil || ctx.Err() != nil || !retryable(err) || !b.Wait(ctx) {
 			break
 		}
 	}
@@ -155,12 +158,9 @@ func (ls *lease) grant(ctx context.Context) {
 		}
 		cancel()
 	}
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
+	if l.life.IsClosing() {
 		// Close has run or is running: give the lease back ourselves.
-		ls.err = errClosed
+		ls.err = locker.ErrClosed
 		close(ls.ready)
 		l.revokeDetached(ls.id)
 		return
@@ -172,7 +172,7 @@ func (ls *lease) grant(ctx context.Context) {
 		Retry:    min(interval, 200*time.Millisecond),
 		Renew:    ls.renew,
 		Lost:     ls.expired,
-		Go:       l.goBG,
+		Go:       l.life.Run,
 	})
 	close(ls.ready)
 }
@@ -192,12 +192,12 @@ func (ls *lease) unuse() {
 // after idleLinger unless used again. The Locker's default lease is kept.
 func (ls *lease) idleLocked() {
 	l := ls.l
-	if ls.ttl == time.Duration(leaseSeconds(l.cfg.ttl))*time.Second || l.closed || l.leases[ls.ttl] != ls {
+	if ls.ttl == time.Duration(leaseSeconds(l.cfg.ttl))*time.Second || l.life.IsClosing() || l.leases[ls.ttl] != ls {
 		return // the default lease; Close revokes it; lost already
 	}
 	ls.idleSince = time.Now()
 	if ls.idle == nil {
-		ls.idle = time.AfterFunc(idleLinger(ls.ttl), ls.retire)
+		ls.idle = time.AfterFunc(idleLinger(ls.ttl), func() { l.life.Run(ls.retire) })
 	} else {
 		ls.idle.Reset(idleLinger(ls.ttl))
 	}
@@ -210,7 +210,7 @@ func (ls *lease) idleLocked() {
 func (ls *lease) retire() {
 	l := ls.l
 	l.mu.Lock()
-	if l.closed || l.leases[ls.ttl] != ls || ls.users != 0 {
+	if l.life.IsClosing() || l.leases[ls.ttl] != ls || ls.users != 0 {
 		l.mu.Unlock() // Close revokes it; a lost one is gone; in use again
 		return
 	}
@@ -220,10 +220,9 @@ func (ls *lease) retire() {
 		return
 	}
 	delete(l.leases, ls.ttl)
-	l.calls.Add(1) // under l.mu: Close, once it holds it, waits for this
 	l.mu.Unlock()
 	ls.lose("the lease was retired after going unused")
-	go l.revoke(ls.id)
+	l.revokeDetached(ls.id)
 }
 
 // renew sends one keep-alive. Each attempt is bounded by the renewal
@@ -259,18 +258,14 @@ func (ls *lease) expired(cause error) {
 
 // revokeLost revokes a lease given up by the client's clock, in the
 // background: attempts bounded by attemptWait, for at most the granted
-// TTL (the server expires it by then anyway), ended by Close.
+// TTL (the server expires it by then anyway); a Close that begins during
+// its pause ends it, one that begins later gives it its grace.
 func (l *Locker) revokeLost(ls *lease) {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if l.life.IsClosing() {
 		return
 	}
-	l.bg.Add(1)
-	l.mu.Unlock()
-	go func() {
-		defer l.bg.Done()
-		ctx, cancel := context.WithTimeout(l.bgCtx, ls.granted)
+	l.life.Go(func() {
+		ctx, cancel := context.WithTimeout(l.life.Abandoned(), ls.granted)
 		defer cancel()
 		// Not at once: the holders were told just now, and without the
 		// revoke the server would keep the keys at least the drift margin
@@ -280,34 +275,21 @@ func (l *Locker) revokeLost(ls *lease) {
 		// before a busy holder process could even see it (the chaos suite
 		// caught a second holder 120ms before the first saw its loss).
 		// Keep that margin for the holders; free the key sooner than the
-		// server's expiry all the same.
-		if !pause(ctx, l.cfg.driftMargin(ls.granted)) {
+		// server's expiry all the same. A Close that begins meanwhile ends
+		// this: the server expires the lease.
+		if !backoff.Sleep(ctx, l.cfg.driftMargin(ls.granted), l.life.Closing().Done()) {
 			return
 		}
-		for attempt := 1; ; attempt++ {
+		b := retryBackoff()
+		for {
 			actx, acancel := context.WithTimeout(ctx, attemptWait(ls.ttl))
 			_, err := l.cli.Revoke(actx, ls.id)
 			acancel()
-			if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || !pause(ctx, backoff(attempt)) {
+			if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || !b.Wait(ctx) {
 				return
 			}
 		}
-	}()
-}
-
-// goBG runs f as a background task of the Locker (Close waits for it),
-// unless the Locker is closing.
-func (l *Locker) goBG(f func()) bool {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return false
-	}
-	l.bg.Add(1)
-	l.mu.Unlock()
-	defer l.bg.Done()
-	f()
-	return true
+	})
 }
 
 // lose gives the lease up: every lock on it is lost, waits on it fail, and
@@ -364,17 +346,13 @@ func (ls *lease) lostReason() string {
 	return ls.lostErr
 }
 
-// revokeDetached revokes id in the background, bounded by closeWait.
+// revokeDetached revokes id in the background (a lease retired, or
+// granted once Close had begun: no key is on it), bounded by closeWait and
+// by Close's grace: a lease it could not revoke expires on the server.
 func (l *Locker) revokeDetached(id clientv3.LeaseID) {
-	l.calls.Add(1)
-	go l.revoke(id)
-}
-
-// revoke revokes id, bounded by closeWait, and then marks one of l.calls
-// done.
-func (l *Locker) revoke(id clientv3.LeaseID) {
-	defer l.calls.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
-	defer cancel()
-	_, _ = l.cli.Revoke(ctx, id)
+	l.life.Go(func() {
+		ctx, cancel := context.WithTimeout(l.life.Abandoned(), closeWait)
+		defer cancel()
+		_, _ = l.cli.Revoke(ctx, id)
+	})
 }

@@ -13,6 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/backoff"
 )
 
 // cleanupWait bounds each attempt to delete the waiter key of an Acquire
@@ -33,7 +35,12 @@ const cleanupReturn = 300 * time.Millisecond
 // keys) one TTL later all the same.
 const closeWait = 3 * time.Second
 
-var errClosed = locker.ErrClosed
+// closeGrace is how long Close then waits for the calls and goroutines
+// still in flight: long enough for a revocation or a deletion that runs
+// detached (a lease retired, or granted as Close began; a key deleted after
+// a loss) to be answered by a server that answers, short enough that Close
+// stays prompt when it does not.
+const closeGrace = time.Second
 
 // errWaitLost says a contender's waiter key vanished, or its lease was
 // given up, while it waited: it holds nothing and must not say it does.
@@ -47,21 +54,16 @@ type Locker struct {
 	owns  bool   // Open made the client: Close closes it
 	nonce string // tells this Locker's waiter keys from other Lockers'
 
-	opsCtx    context.Context // ended when Close starts: ends waits and calls
-	opsCancel context.CancelFunc
-	bgCtx     context.Context // ended when Close is done with the server
-	bgCancel  context.CancelFunc
+	// life admits the calls, tracks the handles held and the goroutines
+	// (keep-alives, handle monitors, background deletions, detached
+	// revocations), and runs Close.
+	life      *backend.Life[*Handle]
+	closeOnce sync.Once // a second Close waits for the first
 
 	mu        sync.Mutex
-	closed    bool
-	closeDone chan struct{} // closed when the first Close returns
 	leases    map[time.Duration]*lease
-	held      map[*Handle]struct{}
-	guards    int // names of unknown fate being watched (see resolve)
-
-	ops   sync.WaitGroup // Acquire and TryAcquire calls in progress
-	bg    sync.WaitGroup // keep-alive loops, handle monitors, background deletions
-	calls sync.WaitGroup // revocations that run detached
+	leasesEnd bool // Close has taken the leases to revoke them
+	guards    int  // names of unknown fate being watched (see resolve)
 }
 
 var _ locker.Locker = (*Locker)(nil)
@@ -76,17 +78,13 @@ func New(cli *clientv3.Client, opts ...Option) *Locker {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	l := &Locker{
-		cli:       cli,
-		cfg:       cfg,
-		nonce:     hex.EncodeToString(b[:]),
-		closeDone: make(chan struct{}),
-		leases:    map[time.Duration]*lease{},
-		held:      map[*Handle]struct{}{},
+	return &Locker{
+		cli:    cli,
+		cfg:    cfg,
+		nonce:  hex.EncodeToString(b[:]),
+		life:   backend.NewLife[*Handle](cfg.err),
+		leases: map[time.Duration]*lease{},
 	}
-	l.opsCtx, l.opsCancel = context.WithCancel(context.Background())
-	l.bgCtx, l.bgCancel = context.WithCancel(context.Background())
-	return l
 }
 
 // Client returns the etcd client the Locker uses.
@@ -99,45 +97,36 @@ func (l *Locker) Prefix() string { return l.cfg.prefix }
 // Waiters are served in the order they arrived (the create revisions of
 // their waiter keys); each watches only the key just before its own.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	h, err := l.acquire(ctx, "acquire", key, true, opts)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	return asHandle(l.acquire(ctx, "acquire", key, true, opts))
 }
 
 // TryAcquire takes key if nobody holds it or waits for it, and fails with an
 // error wrapping locker.ErrNotAcquired otherwise, without waiting and
 // without writing anything to the server in that case.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	h, err := l.acquire(ctx, "try-acquire", key, false, opts)
+	return asHandle(l.acquire(ctx, "try-acquire", key, false, opts))
+}
+
+// asHandle returns h as a locker.Handle, and a nil one (not one holding a
+// nil *Handle) with err.
+func asHandle(h *Handle, err error) (locker.Handle, error) {
 	if err != nil {
 		return nil, err
 	}
 	return h, nil
 }
 
-// enter registers a call in progress, unless the Locker is closed.
-func (l *Locker) enter() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.ops.Add(1)
-	return true
-}
-
 func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (*Handle, error) {
-	if err := locker.ValidateKey(key); err != nil {
-		return nil, locker.KeyError(op, key, err)
+	// The context of the call ends when the caller's does or when Close
+	// begins; Why tells which.
+	cctx, done, err := l.life.Enter(ctx, op, key)
+	if err != nil {
+		return nil, err
 	}
+	defer done()
 	o, err := locker.ApplyOptions(opts...)
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
-	}
-	if l.cfg.err != nil {
-		return nil, locker.KeyError(op, key, l.cfg.err)
 	}
 	ttl := l.cfg.ttl
 	if o.TTL != 0 {
@@ -146,51 +135,34 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		}
 		ttl = o.TTL
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, locker.KeyError(op, key, err)
-	}
-	if !l.enter() {
-		return nil, locker.KeyError(op, key, locker.ErrClosed)
-	}
-	defer l.ops.Done()
-
-	// Close ends the call through cctx; the caller's ctx stays the one
-	// whose error we report.
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(l.opsCtx, cancel)
-	defer stop()
 	// TryAcquire makes one attempt: its retries (of the grant, of a
 	// create that got no answer) end after tryWait, whatever the
 	// caller's deadline, so that a cluster that does not answer makes it
 	// fail rather than hang.
-	var tryCtx context.Context
+	actx := cctx
 	if !wait {
 		var tcancel context.CancelFunc
-		tryCtx, tcancel = context.WithTimeout(cctx, tryWait(ttl))
+		actx, tcancel = context.WithTimeout(cctx, tryWait(ttl))
 		defer tcancel()
-		cctx = tryCtx
 	}
-	ctxErr := func(err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
+	fail := func(err error) error {
+		switch {
+		case cctx.Err() != nil:
+			err = l.life.Why(cctx, err)
+		case actx.Err() != nil:
+			err = fmt.Errorf("etcd: the cluster did not answer within %v (TryAcquire makes one attempt): %v", tryWait(ttl), err)
 		}
-		if l.opsCtx.Err() != nil {
-			return locker.ErrClosed
-		}
-		if tryCtx != nil && tryCtx.Err() != nil {
-			return fmt.Errorf("etcd: the cluster did not answer within %v (TryAcquire makes one attempt): %v", tryWait(ttl), err)
-		}
-		return err
+		return locker.KeyError(op, key, err)
 	}
 
-	gone, unknown := 0, 0
+	gone := 0
+	unknown := retryBackoff()
 	for {
-		h, err := l.attempt(cctx, key, ttl, wait)
+		h, err := l.attempt(actx, key, ttl, wait)
 		if err == nil {
 			return h, nil
 		}
-		if cctx.Err() == nil {
+		if actx.Err() == nil {
 			switch {
 			case errors.Is(err, errLeaseGone) && gone < 3:
 				gone++
@@ -199,13 +171,12 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 				// No answer in time (a member that hangs, a broken
 				// connection): the name is guarded; try again with
 				// another while ctx lasts.
-				unknown++
-				if pause(cctx, backoff(unknown)) {
+				if unknown.Wait(actx) {
 					continue
 				}
 			}
 		}
-		return nil, locker.KeyError(op, key, ctxErr(err))
+		return nil, fail(err)
 	}
 }
 
@@ -347,8 +318,8 @@ func (l *Locker) waitTurn(ctx context.Context, ls *lease, dir, me string, rev in
 			}
 			// The server did not answer (a member down, no leader): the
 			// lease deadline decides how long that may last.
-			if err := sleep(ctx, ls, 100*time.Millisecond); err != nil {
-				return err
+			if !backoff.Sleep(ctx, 100*time.Millisecond, ls.lost) {
+				return waitEnded(ctx, ls)
 			}
 			continue
 		}
@@ -407,19 +378,6 @@ func waitEnded(ctx context.Context, ls *lease) error {
 	}
 }
 
-func sleep(ctx context.Context, ls *lease, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ls.lost:
-		return fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
-	case <-ctx.Done():
-		return waitEnded(ctx, ls)
-	}
-}
-
 // hold makes the Handle of the waiter key me, which is now the oldest of
 // its directory, and starts watching it.
 func (l *Locker) hold(ls *lease, key string, name *waiterName, rev int64) (*Handle, error) {
@@ -427,7 +385,7 @@ func (l *Locker) hold(ls *lease, key string, name *waiterName, rev int64) (*Hand
 	// The watch on the holder's own key starts watchDelay later, from a
 	// runtime timer: a lock released before then costs no goroutine and
 	// no watch. The timer is set before h is shared (a loss stops it).
-	h.watch = time.AfterFunc(watchDelay, h.monitor)
+	h.watch = time.AfterFunc(watchDelay, func() { l.life.Run(h.monitor) })
 	fail := func(err error) (*Handle, error) {
 		h.watch.Stop()
 		h.state.End(err)
@@ -437,20 +395,20 @@ func (l *Locker) hold(ls *lease, key string, name *waiterName, rev int64) (*Hand
 	// the process was paused past it, or the loss timer has not run yet on
 	// a busy machine, and the answer that made us the holder came first.
 	// The server may have expired the lease (and given the key to the
-	// next waiter) since that answer: declare the loss now (Check, which
-	// takes l.mu), so that add below refuses the lease.
+	// next waiter) since that answer: declare the loss now (Check), so
+	// that add below refuses the lease.
 	if ls.keeper != nil {
 		ls.keeper.Check()
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return fail(locker.ErrClosed)
-	}
+	// On the lease first, then held: a Close that finds h held finds it
+	// on its lease too.
 	if !ls.add(h) {
 		return fail(fmt.Errorf("%w: %s", errWaitLost, ls.lostReason()))
 	}
-	l.held[h] = struct{}{}
+	if !l.life.Hold(h) {
+		ls.remove(h)
+		return fail(locker.ErrClosed)
+	}
 	return h, nil
 }
 
@@ -465,19 +423,14 @@ func (l *Locker) hold(ls *lease, key string, name *waiterName, rev int64) (*Hand
 // the lease is given up (the key then ends with the lease) or the Locker
 // closes (Close revokes the lease).
 func (l *Locker) cleanup(name *waiterName, rev int64) {
+	if l.life.IsClosing() {
+		return // Close revokes the lease, and the key with it
+	}
 	done := make(chan struct{})
 	var once sync.Once
 	first := func() { once.Do(func() { close(done) }) }
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return // Close revokes the lease, and the key with it
-	}
-	l.bg.Add(1)
-	l.mu.Unlock()
-	go func() {
-		defer l.bg.Done()
-		ctx, cancel := context.WithCancel(l.bgCtx)
+	if !l.life.Go(func() {
+		ctx, cancel := context.WithCancel(l.life.Closing()) // Close revokes the lease
 		defer cancel()
 		stop := context.AfterFunc(name.ls.lostCtx, cancel) // the key ends with the lease
 		defer stop()
@@ -489,13 +442,15 @@ func (l *Locker) cleanup(name *waiterName, rev int64) {
 		if l.deleteGuarded(ctx, name.key, rev) == nil {
 			name.free()
 		}
-	}()
+	}) {
+		return
+	}
 	t := time.NewTimer(cleanupReturn)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
-	case <-l.opsCtx.Done():
+	case <-l.life.Closing().Done():
 	}
 }
 
@@ -503,26 +458,54 @@ func (l *Locker) cleanup(name *waiterName, rev int64) {
 // locker.ErrReleasedByClose) by revoking its leases, which deletes every
 // key on them at once; ends its waiting Acquires with errors wrapping
 // locker.ErrClosed; and stops its goroutines. It leaves the client open
-// (unless Open made it). Close is idempotent.
+// (unless Open made it). A Release in flight ends with it.
 //
-// Close waits for the revocations at most closeWait (3s, below
-// locker.ReleaseTimeout). A lease it could not revoke (the server
+// Close is bounded: it waits at most locker.ReleaseTimeout (here closeWait,
+// 3s) for the release of the held locks, then at most 1s for calls and
+// goroutines in flight. A lease it could not revoke (the server
 // unreachable) is no longer renewed, so the server frees its keys one TTL
 // later; Close then says so, and those handles end with an error wrapping
-// locker.ErrLost and locker.ErrClosed. A Release in flight ends with it.
-// A second Close, concurrent with the first, returns nil once the first
-// has returned.
+// locker.ErrLost and locker.ErrClosed. What may outlive Close, on a client
+// the caller owns, is a goroutine of the Locker whose etcd request was
+// cancelled at the end of that wait, while it returns; on a client Open
+// made, which Close closes, nothing does. A second Close, concurrent with
+// the first, returns nil once the first has returned.
 func (l *Locker) Close() error {
+	var err error
+	l.closeOnce.Do(func() {
+		err = l.life.Close(backend.Closer[*Handle]{
+			Release: l.revokeAll,
+			Grace:   closeGrace,
+			Shutdown: func() error {
+				// No lock was held: the leases (which may still carry
+				// waiter keys) are revoked now.
+				_ = l.revokeAll(nil)
+				if !l.owns {
+					return nil
+				}
+				if err := l.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+					return fmt.Errorf("etcd: closing the client: %w", err)
+				}
+				return nil
+			},
+			Wait: l.owns,
+		})
+	})
+	return err
+}
+
+// revokeAll revokes the Locker's leases, once (later calls do nothing),
+// which deletes every key on them at once, and ends the handles held when
+// Close began: with locker.ErrReleasedByClose, or, for a lease it could not
+// revoke within closeWait, with an error wrapping locker.ErrLost and
+// locker.ErrClosed, which it returns.
+func (l *Locker) revokeAll(held []*Handle) error {
 	l.mu.Lock()
-	if l.closed {
+	if l.leasesEnd {
 		l.mu.Unlock()
-		<-l.closeDone // a concurrent Close returns once the first is done
 		return nil
 	}
-	l.closed = true
-	defer close(l.closeDone)
-	held := l.held
-	l.held = map[*Handle]struct{}{}
+	l.leasesEnd = true
 	leases := make([]*lease, 0, len(l.leases))
 	for _, ls := range l.leases {
 		leases = append(leases, ls)
@@ -531,21 +514,24 @@ func (l *Locker) Close() error {
 		}
 	}
 	l.mu.Unlock()
-	l.opsCancel() // waiting Acquires end with ErrClosed
-	l.ops.Wait()
 
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for h := range held {
+	isHeld := make(map[*Handle]bool, len(held))
+	for _, h := range held {
+		isHeld[h] = true
 		h.releasing.Store(true) // the revocation deletes their keys: no loss
 		h.watch.Stop()
 	}
+	var (
+		wg   sync.WaitGroup // the revocations, one per lease, in parallel
+		mu   sync.Mutex
+		errs []error
+	)
 	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
 	for _, ls := range leases {
-		<-ls.ready // no Acquire is left, so no grant is in flight
+		// Close has ended the calls' contexts: a grant in flight answers
+		// (or gives up) promptly.
+		<-ls.ready
 		if ls.err != nil {
 			continue
 		}
@@ -559,7 +545,7 @@ func (l *Locker) Close() error {
 			ls.handles = map[*Handle]struct{}{}
 			ls.lostMu.Unlock()
 			for h := range hs {
-				if _, ok := held[h]; !ok {
+				if !isHeld[h] {
 					continue
 				}
 				if err == nil {
@@ -576,18 +562,9 @@ func (l *Locker) Close() error {
 		}()
 	}
 	wg.Wait()
-	cancel()
 	// Handles whose lease was given up before Close ended already.
-	for h := range held {
+	for _, h := range held {
 		h.state.End(locker.ErrReleasedByClose)
-	}
-	l.bgCancel()
-	l.bg.Wait()
-	l.calls.Wait()
-	if l.owns {
-		if err := l.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
-			errs = append(errs, fmt.Errorf("etcd: closing the client: %w", err))
-		}
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/go-locker/locker"
 )
 
@@ -52,8 +54,8 @@ func TestBadInputNoServer(t *testing.T) {
 	if _, err := l.Acquire(ctx, "k"); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Errorf("Acquire on a nil client: %v, want ErrInvalidOption", err)
 	}
-	l2 := New(nil, WithPrefix("/x"))
-	l2.cfg.err = nil // pretend the client is there: the checks below come first
+	// A client that was never connected: the checks below come first.
+	l2 := New(new(clientv3.Client), WithPrefix("/x"))
 	defer l2.Close()
 	if _, err := l2.TryAcquire(ctx, ""); !errors.Is(err, locker.ErrInvalidKey) {
 		t.Errorf("TryAcquire of an empty key: %v, want ErrInvalidKey", err)

@@ -45,9 +45,10 @@ func (l *Locker) ownDeletion(ctx context.Context, h *Handle, mark string, resp *
 	if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) == 1 && string(rr.Kvs[0].Value) == mark {
 		return true, nil // the lease's latest release was ours
 	}
+	b := quickBackoff()
 	for attempt := 1; ; attempt++ {
 		ours, err := l.deletedByUs(ctx, h, mark)
-		if err == nil || ctx.Err() != nil || !retryable(err) || attempt == 3 || !pause(ctx, backoff(attempt)/2) {
+		if err == nil || ctx.Err() != nil || !retryable(err) || attempt == 3 || !b.Wait(ctx) {
 			return ours, err
 		}
 	}

@@ -44,6 +44,8 @@ func TestParseURLRejects(t *testing.T) {
 		"etcd://h,,g",
 		"etcd://h#frag",
 		"etcd://:pw@h",
+		"etcd://[::1",
+		"etcd://h,[zz]",
 	} {
 		u, err := url.Parse(raw)
 		if err != nil {
@@ -51,6 +53,21 @@ func TestParseURLRejects(t *testing.T) {
 		}
 		if _, err := parseURL(u); !errors.Is(err, locker.ErrInvalidURL) {
 			t.Errorf("parseURL(%q) = %v, want an error wrapping locker.ErrInvalidURL", raw, err)
+		}
+	}
+}
+
+// A user without a password (or with an empty one) would connect without
+// authentication: clientv3 logs in only when both are set.
+func TestParseURLRejectsUserWithoutPassword(t *testing.T) {
+	for _, raw := range []string{"etcd://user@h", "etcd://user:@h", "etcds://user@h1:2379,h2:2379"} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = parseURL(u)
+		if !errors.Is(err, locker.ErrInvalidURL) || !strings.Contains(err.Error(), "password") {
+			t.Errorf("parseURL(%q) = %v, want an error wrapping ErrInvalidURL about the missing password", raw, err)
 		}
 	}
 }

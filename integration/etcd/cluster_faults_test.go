@@ -3,10 +3,12 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/etcd"
 	"github.com/go-locker/locker/integration/testserver"
 )
 
@@ -39,14 +41,10 @@ func TestClusterLeaderPausedHolderCutOff(t *testing.T) {
 
 	leader.Pause(t)
 	paused := time.Now()
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			leader.Resume(t)
-			testserver.WaitEtcdLeader(t, ms)
-		}
-	}
+	resume := sync.OnceFunc(func() {
+		leader.Resume(t)
+		testserver.WaitEtcdLeader(t, ms)
+	})
 	defer resume()
 
 	lost := make(chan time.Time, 1)
@@ -100,5 +98,58 @@ func TestClusterLeaderPausedHolderCutOff(t *testing.T) {
 	}
 	if closed(hb.Done()) {
 		t.Errorf("B lost the key after A's stale Release: %v", hb.Err())
+	}
+}
+
+// A holder whose client reaches one member only, while that member has no
+// leader (the other two paused for longer than three election timeouts):
+// the watch on its key, which requires a leader, is cancelled; the Locker
+// must read and watch again rather than report a loss it does not know
+// of, and once the cluster is whole, a deletion of the key from outside is
+// still reported.
+func TestClusterHolderKeepsLockThroughNoLeader(t *testing.T) {
+	ms := testserver.EtcdCluster(t)
+	testserver.WaitEtcdLeader(t, ms)
+	ctx := testCtx(t, 2*time.Minute)
+	var addrs []string
+	for _, m := range ms {
+		addrs = append(addrs, m.Addr())
+	}
+	admin := newEtcdClient(t, addrs...)
+	a := newClusterClient(t, ms[:1])
+	k := uniqueKey(t)
+	h := mustAcquire(t, ctx, a.l, k, locker.WithTTL(10*time.Second))
+	for _, m := range ms[1:] {
+		m.Pause(t)
+	}
+	resume := sync.OnceFunc(func() {
+		for _, m := range ms[1:] {
+			m.Resume(t)
+		}
+		testserver.WaitEtcdLeader(t, ms)
+	})
+	defer resume()
+	// Long enough for the lone member to lose its leader and cancel the
+	// watches that require one (3 election timeouts of 1s), short of the
+	// holder's lease deadline (9s).
+	select {
+	case <-h.Done():
+		t.Fatalf("the holder reported a loss while its member had no leader: %v", h.Err())
+	case <-time.After(5 * time.Second):
+	}
+	resume()
+	if closed(h.Done()) {
+		t.Fatalf("the holder reported a loss over the leaderless spell: %v", h.Err())
+	}
+	if _, err := admin.Delete(ctx, h.(*etcd.Handle).EtcdKey()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Done():
+		if !errors.Is(h.Err(), locker.ErrLost) {
+			t.Errorf("Err = %v, want ErrLost", h.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder did not report the deletion of its key after the cluster healed: its watch was not renewed")
 	}
 }

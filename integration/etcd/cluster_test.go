@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,16 +108,12 @@ func TestClusterLeaderPaused(t *testing.T) {
 		<-h.Done()
 		aEnded.Store(int64(time.Since(paused)))
 	}()
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			leader.Resume(t)
-			t.Logf("leader resumed %v after the pause", time.Since(paused))
-			testserver.WaitEtcdLeader(t, ms)
-			t.Logf("cluster settled %v after the pause", time.Since(paused))
-		}
-	}
+	resume := sync.OnceFunc(func() {
+		leader.Resume(t)
+		t.Logf("leader resumed %v after the pause", time.Since(paused))
+		testserver.WaitEtcdLeader(t, ms)
+		t.Logf("cluster settled %v after the pause", time.Since(paused))
+	})
 	defer resume()
 	released := false
 	for {

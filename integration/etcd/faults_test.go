@@ -319,67 +319,6 @@ func TestCompactionDuringWait(t *testing.T) {
 	}
 }
 
-// Close while etcd cannot be reached returns within its bound and says
-// which locks it could not release.
-func TestCloseWhileDown(t *testing.T) {
-	srv := testserver.Etcd(t)
-	ctx := testCtx(t, time.Minute)
-	a, b := newClient(t, srv.Addr()), newClient(t, srv.Addr())
-	k := uniqueKey(t)
-	h := mustAcquire(t, ctx, a.l, k, locker.WithTTL(ttl))
-	a.px.Partition(t)
-	defer a.px.Heal(t)
-	start := time.Now()
-	err := a.l.Close()
-	took := time.Since(start)
-	t.Logf("Close while cut off took %v: %v", took, err)
-	if took > locker.ReleaseTimeout {
-		t.Errorf("Close while cut off took %v, more than locker.ReleaseTimeout (%v)", took, locker.ReleaseTimeout)
-	}
-	if !errors.Is(err, locker.ErrLost) {
-		t.Errorf("Close while cut off = %v, want an error wrapping ErrLost naming the lock it could not release", err)
-	}
-	if !closed(h.Done()) {
-		t.Error("Close returned with the handle still open")
-	}
-	// The key frees when the unrenewed lease expires.
-	h2 := mustAcquire(t, testCtx(t, 4*ttl), b.l, k)
-	_ = h2.Release(ctx)
-}
-
-// Close while the (single) member is stopped — its port closed, not a
-// partition — returns within locker.ReleaseTimeout, ends the handle and
-// says which lock it could not release; once the server is back the key
-// frees when the unrenewed lease expires.
-func TestCloseWhileServerStopped(t *testing.T) {
-	srv := testserver.NewEtcd(t)
-	if !srv.CanControl() {
-		t.Skip("the server is not a container the test can stop")
-	}
-	ctx := testCtx(t, 2*time.Minute)
-	a := newClient(t, srv.Addr())
-	k := uniqueKey(t)
-	h := mustAcquire(t, ctx, a.l, k, locker.WithTTL(ttl))
-	srv.Stop(t)
-	start := time.Now()
-	err := a.l.Close()
-	took := time.Since(start)
-	t.Logf("Close with etcd stopped took %v: %v", took, err)
-	if took > locker.ReleaseTimeout {
-		t.Errorf("Close with etcd stopped took %v, more than locker.ReleaseTimeout (%v)", took, locker.ReleaseTimeout)
-	}
-	if !errors.Is(err, locker.ErrLost) {
-		t.Errorf("Close with etcd stopped = %v, want an error wrapping ErrLost naming the lock it could not release", err)
-	}
-	if !closed(h.Done()) {
-		t.Error("Close returned with the handle still open")
-	}
-	srv.Start(t)
-	b := newClient(t, srv.Addr())
-	h2 := mustAcquire(t, testCtx(t, 30*time.Second), b.l, k)
-	_ = h2.Release(ctx)
-}
-
 // A restart of the (single) member: locks whose lease survives stay held
 // and exclusive; a holder that could not renew in time reports the loss.
 func TestMemberRestart(t *testing.T) {

@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,13 +41,7 @@ func TestReleaseOfTakenLockIsLost(t *testing.T) {
 			eh := h.(*etcd.Handle)
 
 			a.px.Blackhole(t)
-			healed := false
-			heal := func() {
-				if !healed {
-					healed = true
-					a.px.Heal(t)
-				}
-			}
+			heal := sync.OnceFunc(func() { a.px.Heal(t) })
 			defer heal()
 			cut := time.Now()
 			released := make(chan error, 1)
@@ -126,13 +121,7 @@ func TestReleaseWhoseAnswerWasLostIsClean(t *testing.T) {
 	hs := []locker.Handle{h1, h2}
 
 	a.px.BlackholeDownstream(t)
-	healed := false
-	heal := func() {
-		if !healed {
-			healed = true
-			a.px.Heal(t)
-		}
-	}
+	heal := sync.OnceFunc(func() { a.px.Heal(t) })
 	defer heal()
 	released := make([]chan error, len(hs))
 	for i, h := range hs {
@@ -253,13 +242,7 @@ func TestKilledSessionHolderAndWaiter(t *testing.T) {
 
 	cut := time.Now()
 	a.px.Partition(t)
-	healed := false
-	heal := func() {
-		if !healed {
-			healed = true
-			a.px.Heal(t)
-		}
-	}
+	heal := sync.OnceFunc(func() { a.px.Heal(t) })
 	defer heal()
 
 	// B gets the key once the server expires A's lease (A's keys go with

@@ -11,21 +11,6 @@ import (
 	"github.com/go-locker/locker"
 )
 
-// A user without a password (or with an empty one) would connect without
-// authentication: clientv3 logs in only when both are set.
-func TestParseURLRejectsUserWithoutPassword(t *testing.T) {
-	for _, raw := range []string{"etcd://user@h", "etcd://user:@h", "etcds://user@h1:2379,h2:2379"} {
-		u, err := url.Parse(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = parseURL(u)
-		if !errors.Is(err, locker.ErrInvalidURL) || !strings.Contains(err.Error(), "password") {
-			t.Errorf("parseURL(%q) = %v, want an error wrapping ErrInvalidURL about the missing password", raw, err)
-		}
-	}
-}
-
 // Open's errors for a host list say what is wrong, not a hint about
 // percent-encoding a password.
 func TestOpenHostListErrors(t *testing.T) {
@@ -65,15 +50,6 @@ func TestParseURLBracketedIPv6DefaultPort(t *testing.T) {
 		}
 		if got := strings.Join(cfg.endpoints, ","); got != want {
 			t.Errorf("parseURL(%q) endpoints = %s, want %s", raw, got, want)
-		}
-	}
-	for _, raw := range []string{"etcd://[::1", "etcd://h,[zz]"} {
-		u, err := url.Parse(raw)
-		if err != nil {
-			continue
-		}
-		if _, err := parseURL(u); !errors.Is(err, locker.ErrInvalidURL) {
-			t.Errorf("parseURL(%q) = %v, want ErrInvalidURL", raw, err)
 		}
 	}
 }
