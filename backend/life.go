@@ -33,6 +33,7 @@ type Life[H comparable] struct {
 	held               map[H]struct{}
 	active             int           // calls and goroutines in progress
 	idle               chan struct{} // closed when active drops to 0 while Close waits
+	closeDone          chan struct{} // closed when the first Close returns
 }
 
 // NewLife returns the lifecycle of a new Locker. cfgErr is the error of an
@@ -40,7 +41,7 @@ type Life[H comparable] struct {
 // Enter refuses every call with it, so that a bad option is reported by the
 // first lock taken rather than ignored.
 func NewLife[H comparable](cfgErr error) *Life[H] {
-	l := &Life[H]{cfgErr: cfgErr, held: make(map[H]struct{})}
+	l := &Life[H]{cfgErr: cfgErr, held: make(map[H]struct{}), closeDone: make(chan struct{})}
 	l.closing, l.closeNow = context.WithCancelCause(context.Background())
 	l.abandoned, l.abandon = context.WithCancelCause(context.Background())
 	return l
@@ -226,14 +227,17 @@ type Closer[H comparable] struct {
 // call in progress gives up with locker.ErrClosed), hands the held locks to
 // c.Release, waits at most c.Grace for the calls and goroutines in flight,
 // ends Abandoned, runs c.Shutdown, and, with c.Wait, waits for the rest. It
-// returns the errors of Release and Shutdown joined. A second Close returns
-// nil at once.
+// returns the errors of Release and Shutdown joined. Release is not called
+// when no handle is held. A second Close waits for the first to return, then
+// returns nil.
 func (l *Life[H]) Close(c Closer[H]) error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
+		<-l.closeDone
 		return nil
 	}
+	defer close(l.closeDone)
 	l.closed = true
 	held := make([]H, 0, len(l.held))
 	for h := range l.held {

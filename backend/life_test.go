@@ -123,3 +123,28 @@ func TestCloseReleasesHeldAndWaits(t *testing.T) {
 		t.Errorf("second Close = %v", err)
 	}
 }
+
+func TestSecondCloseWaitsForFirst(t *testing.T) {
+	l := NewLife[int](nil)
+	l.Hold(1)
+	inRelease, finish := make(chan struct{}), make(chan struct{})
+	first := make(chan error)
+	go func() {
+		first <- l.Close(Closer[int]{Release: func([]int) error { close(inRelease); <-finish; return nil }})
+	}()
+	<-inRelease
+	second := make(chan error)
+	go func() { second <- l.Close(Closer[int]{}) }()
+	select {
+	case err := <-second:
+		t.Fatalf("second Close returned (%v) while the first was still releasing", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(finish)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+}

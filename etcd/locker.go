@@ -57,8 +57,7 @@ type Locker struct {
 	// life admits the calls, tracks the handles held and the goroutines
 	// (keep-alives, handle monitors, background deletions, detached
 	// revocations), and runs Close.
-	life      *backend.Life[*Handle]
-	closeOnce sync.Once // a second Close waits for the first
+	life *backend.Life[*Handle]
 
 	mu        sync.Mutex
 	leases    map[time.Duration]*lease
@@ -471,27 +470,23 @@ func (l *Locker) cleanup(name *waiterName, rev int64) {
 // made, which Close closes, nothing does. A second Close, concurrent with
 // the first, returns nil once the first has returned.
 func (l *Locker) Close() error {
-	var err error
-	l.closeOnce.Do(func() {
-		err = l.life.Close(backend.Closer[*Handle]{
-			Release: l.revokeAll,
-			Grace:   closeGrace,
-			Shutdown: func() error {
-				// No lock was held: the leases (which may still carry
-				// waiter keys) are revoked now.
-				_ = l.revokeAll(nil)
-				if !l.owns {
-					return nil
-				}
-				if err := l.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
-					return fmt.Errorf("etcd: closing the client: %w", err)
-				}
+	return l.life.Close(backend.Closer[*Handle]{
+		Release: l.revokeAll,
+		Grace:   closeGrace,
+		Shutdown: func() error {
+			// No lock was held: the leases (which may still carry
+			// waiter keys) are revoked now.
+			_ = l.revokeAll(nil)
+			if !l.owns {
 				return nil
-			},
-			Wait: l.owns,
-		})
+			}
+			if err := l.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("etcd: closing the client: %w", err)
+			}
+			return nil
+		},
+		Wait: l.owns,
 	})
-	return err
 }
 
 // revokeAll revokes the Locker's leases, once (later calls do nothing),
