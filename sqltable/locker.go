@@ -5,14 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/backoff"
 	"github.com/go-locker/locker/internal/lease"
 )
 
@@ -24,13 +24,13 @@ type Locker struct {
 	db      *sql.DB
 	ownDB   bool // opened from a URL: Close closes db too
 	cfg     config
-	cfgErr  error
 	dialect Dialect
 	notPGX  atomic.Bool // PostgreSQL through a driver that is not pgx's: acquire via database/sql
 	table   tableName
 	st      statements
 	hubKey  string // names the table in the process-wide wake-up hub
 	listen  *listener
+	wake    waker     // the listener, the file signal or the bell; set by New, and by init on SQLite
 	fw      *fileWake // SQLite: the database file's signal to other processes; set by init
 	bell    *bell     // MySQL: the named locks that wake other processes' waiters; nil if none
 	pins    *pinSet   // the connections kept by the listener and the bell (see pool.go)
@@ -38,9 +38,11 @@ type Locker struct {
 	// watching: watchPool runs (while the Locker holds pins).
 	watching atomic.Bool
 
-	// ctx ends when Close begins: calls in progress return ErrClosed.
-	ctx  context.Context
-	stop context.CancelFunc
+	// life admits the calls, holds the Handles, counts what Close waits
+	// for and runs Close.
+	life *backend.Life[*Handle]
+	// wg ends a Release that claimRelease counted (handle.go).
+	wg lifeCalls
 	// endCtx ends locker.ReleaseTimeout after Close began (or when it
 	// returns): it bounds the releases Close waits for, its own and those
 	// of Releases already in flight.
@@ -50,13 +52,14 @@ type Locker struct {
 	initSem chan struct{} // one schema check at a time
 	inited  bool          // guarded by initSem
 	ps      prepared      // set by init
-
-	mu       sync.Mutex
-	closed   bool
-	draining bool // Close waits for goroutines: no new ones
-	handles  map[*Handle]struct{}
-	wg       sync.WaitGroup // goroutines, Releases and clean-ups in flight
 }
+
+// lifeCalls is the count of the Releases in flight that Close waits for:
+// claimRelease counts one with Life.Begin, its Release ends it with Done.
+type lifeCalls struct{ life *backend.Life[*Handle] }
+
+// Done ends a Release that claimRelease counted.
+func (c lifeCalls) Done() { c.life.End() }
 
 // testHookKeep, when set (by tests), runs in acquire between the
 // registration of a new Handle and the check that Close has not begun.
@@ -69,33 +72,31 @@ var testHookKeep func(*Handle)
 // checked by the first call that needs it. The Locker does not close db.
 func New(db *sql.DB, opts ...Option) *Locker {
 	cfg, cfgErr := newConfig(opts)
-	ctx, stop := context.WithCancel(context.Background())
 	endCtx, endStop := context.WithCancel(context.Background())
 	l := &Locker{
 		db:      db,
 		cfg:     cfg,
-		cfgErr:  cfgErr,
-		ctx:     ctx,
-		stop:    stop,
+		wake:    noWaker{},
 		endCtx:  endCtx,
 		endStop: endStop,
 		initSem: make(chan struct{}, 1),
-		handles: map[*Handle]struct{}{},
 	}
-	if db == nil && l.cfgErr == nil {
-		l.cfgErr = fmt.Errorf("%w: sqltable: nil *sql.DB", locker.ErrInvalidOption)
+	if db == nil && cfgErr == nil {
+		cfgErr = fmt.Errorf("%w: sqltable: nil *sql.DB", locker.ErrInvalidOption)
 	}
-	if l.cfgErr == nil {
+	if cfgErr == nil {
 		l.dialect = cfg.dialect
 		if l.dialect == DialectAuto {
-			l.dialect, l.cfgErr = detectDialect(db)
+			l.dialect, cfgErr = detectDialect(db)
 		}
 	}
-	if l.cfgErr == nil {
+	if cfgErr == nil {
 		l.table, _ = parseTable(cfg.table) // checked by WithTable
-		l.cfgErr = checkTable(l.dialect, l.table)
+		cfgErr = checkTable(l.dialect, l.table)
 	}
-	if l.cfgErr == nil {
+	l.life = backend.NewLife[*Handle](cfgErr)
+	l.wg = lifeCalls{l.life}
+	if cfgErr == nil {
 		l.st = newStatements(l.dialect, l.table)
 		l.hubKey = l.dialect.String() + ":" + fmt.Sprintf("%p", db) + ":" + l.table.String() // refined by init
 		if l.dialect == PostgreSQL || l.dialect == MySQL {
@@ -103,6 +104,12 @@ func New(db *sql.DB, opts ...Option) *Locker {
 		}
 		l.listen = newListener(l)
 		l.bell = newBell(l)
+		switch {
+		case l.dialect == PostgreSQL:
+			l.wake = l.listen
+		case l.bell != nil:
+			l.wake = l.bell
+		} // SQLite: init sets the file signal, once it knows the file
 	}
 	return l
 }
@@ -132,12 +139,11 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option)
 }
 
 func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Option, wait bool) (*Handle, error) {
-	if err := locker.ValidateKey(key); err != nil {
-		return nil, locker.KeyError(op, key, err)
+	cctx, done, err := l.life.Enter(ctx, op, key)
+	if err != nil {
+		return nil, err
 	}
-	if l.cfgErr != nil {
-		return nil, locker.KeyError(op, key, l.cfgErr)
-	}
+	defer done()
 	ttl, err := l.cfg.lockTTL(opts)
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
@@ -146,70 +152,72 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	if err != nil {
 		return nil, locker.KeyError(op, key, err)
 	}
-	if l.isClosing() {
-		return nil, locker.KeyError(op, key, locker.ErrClosed)
-	}
-	if ctx.Err() != nil {
-		return nil, locker.KeyError(op, key, ctxErr(ctx))
-	}
-	cctx, cancel := l.callCtx(ctx)
-	defer cancel()
 	if err := l.init(cctx); err != nil {
-		return nil, locker.KeyError(op, key, l.why(ctx, err))
+		return nil, locker.KeyError(op, key, l.life.Why(cctx, err))
 	}
-
 	h, err := l.try(cctx, key, ttl, drift)
 	for n := 1; lease.IsLate(err) && !wait && n < lease.LateTries; n++ {
 		h, err = l.try(cctx, key, ttl, drift)
 	}
-	if (err != nil && !(wait && lease.IsLate(err))) || h != nil {
-		return l.keep(ctx, op, key, h, err)
-	}
-	if !wait {
+	switch {
+	case (err != nil && !(wait && lease.IsLate(err))) || h != nil:
+	case !wait:
 		return nil, locker.KeyError(op, key, locker.ErrNotAcquired)
+	default:
+		h, err = l.await(cctx, key, ttl, drift)
 	}
+	return l.keep(cctx, op, key, h, err)
+}
 
+// await waits for key until ctx ends, trying again whenever the Locker's
+// waker or a release in this process wakes the caller, else after a
+// back-off (see "Waiting" in the package documentation). It returns the
+// Handle, or the error that ended the wait.
+func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration) (h *Handle, err error) {
 	// Register for wake-ups, then try again before sleeping: a release
 	// between the first try and the registration would go unheard.
 	w := procHub.watch(l.hubKey, key)
-	var acquired bool
-	defer func() { procHub.leave(w, !acquired) }()
-	notified := l.listen.ensure(cctx) || l.watchFile()
-	back := newBackoff(l.cfg.retryInterval)
+	defer func() { procHub.leave(w, h == nil) }()
+	notified := l.wake.start(ctx)
+	back := backoff.New(2*time.Millisecond, l.cfg.retryInterval)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	bellNext := true // MySQL: wait for the key's bell next, not sleep (see bell)
+	waitNext := true // wait on the waker next (the bell), not sleep
 	for {
-		h, err := l.try(cctx, key, ttl, drift)
+		h, err = l.try(ctx, key, ttl, drift)
 		if lease.IsLate(err) {
 			continue // given back; the next try may be quicker
 		}
 		if err != nil || h != nil {
-			acquired = h != nil
-			return l.keep(ctx, op, key, h, err)
+			return h, err
 		}
 		w.acted() // the key is held: a wake-up taken so far was acted on
-		rem, err := l.remaining(cctx, key)
+		rem, err := l.remaining(ctx, key)
 		if err != nil {
-			return nil, locker.KeyError(op, key, l.why(ctx, err))
+			return nil, err
 		}
 		if rem <= 0 {
 			continue // the lease ran out meanwhile, or the row is gone
 		}
-		if !notified && l.bell != nil && bellNext && procHub.needsBell(w) {
-			// MySQL: wait for the holder's bell as long as the safety
-			// net's timer would wait. After a bell that rang without the
-			// key following (another waiter won it), one short back-off
-			// round (the back-off starts again); a bell nobody rang is no
-			// wait (ok false): the back-off below, which keeps growing.
-			rang, ok := l.bell.wait(cctx, key, min(l.cfg.retryInterval, rem+time.Millisecond))
-			if cctx.Err() != nil {
-				return nil, locker.KeyError(op, key, l.why(ctx, cctx.Err()))
+		// Wait no later than the holder's lease runs out (the database's
+		// clock counts in whole microseconds; a millisecond on top covers
+		// the statement's own round trip).
+		limit := rem + time.Millisecond
+		if waitNext {
+			// A waker the waiter waits on itself (the bell) waits as long
+			// as the safety net's timer would. After a release that came
+			// without the key following (another waiter won it), one
+			// short back-off round (the back-off starts again); a wait
+			// that did not wait (ok false): the back-off below, which
+			// keeps growing.
+			rang, ok := l.wake.wait(ctx, w, key, min(l.cfg.retryInterval, limit))
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
 			}
 			if ok {
-				bellNext = !rang
+				waitNext = !rang
 				if rang {
-					back = newBackoff(l.cfg.retryInterval)
+					back.Reset()
 				}
 				select {
 				case <-w.c: // a release of this process came meanwhile
@@ -219,41 +227,25 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 				continue
 			}
 		}
-		var d time.Duration
-		if notified || l.listen.up() {
-			// Releases wake us; the timer is the safety net for a lost
-			// notification and for a holder that dies without releasing.
-			d = l.cfg.retryInterval
-		} else {
-			d = back.next()
+		// Releases wake us when the waker is up; the timer is the safety
+		// net for a lost wake-up and for a holder that dies without
+		// releasing.
+		d := l.cfg.retryInterval
+		if !notified && !l.wake.up() {
+			d = back.Next()
 		}
-		// No later than the holder's lease runs out (the database's clock
-		// counts in whole microseconds; a millisecond on top covers the
-		// statement's own round trip).
-		d = min(d, rem+time.Millisecond)
-		bellNext = true
-		timer.Reset(d)
+		waitNext = true
+		timer.Reset(min(d, limit))
 		select {
 		case <-w.c:
 			w.woken()
 		case <-timer.C:
-		case <-cctx.Done():
-			return nil, locker.KeyError(op, key, l.why(ctx, cctx.Err()))
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		notified = l.listen.up() || l.cfg.notify && l.fw.up()
+		notified = l.wake.up()
 	}
 }
-
-// watchFile starts, on SQLite, the watch of the database's signal file that
-// wakes this Locker's waiters on releases in other processes, unless
-// WithNotify(false); it reports whether the file is watched.
-func (l *Locker) watchFile() bool { return l.cfg.notify && l.fw.ensure() }
 
 // try makes one attempt. It returns the Handle, or nil when another holder
 // has key.
@@ -282,7 +274,7 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 		return nil, late
 	}
 	h := &Handle{l: l, key: key, owner: owner, token: token, ttl: ttl, st: backend.NewState()}
-	if !l.register(h) {
+	if !l.life.Hold(h) {
 		// Close has begun and will not release h: free the row now,
 		// within Close's bound (Close waits for it).
 		l.dropClosing(key, owner)
@@ -293,21 +285,19 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 	return h, nil
 }
 
-// keep is what acquire returns for try's outcome: h, unless Close began
-// after try registered it, in which case Close has taken h over (it
-// releases it; nothing here does it twice) and the caller gets an error
-// wrapping locker.ErrClosed instead of a Handle that is already ending.
+// keep is what acquire returns for the outcome of try or await, whose
+// context (from Life.Enter) is ctx: h, unless Close began after try held
+// it, in which case Close has taken h over (it releases it; nothing here
+// does it twice) and the caller gets an error wrapping locker.ErrClosed
+// instead of a Handle that is already ending.
 func (l *Locker) keep(ctx context.Context, op, key string, h *Handle, err error) (*Handle, error) {
 	if err != nil || h == nil {
-		return nil, locker.KeyError(op, key, l.why(ctx, err))
+		return nil, locker.KeyError(op, key, l.life.Why(ctx, err))
 	}
 	if testHookKeep != nil {
 		testHookKeep(h)
 	}
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
+	if l.life.Closed() {
 		h.stop() // Close may have stopped the lease before try started it
 		return nil, locker.KeyError(op, key, locker.ErrClosed)
 	}
@@ -318,11 +308,8 @@ func (l *Locker) keep(ctx context.Context, op, key string, h *Handle, err error)
 // goroutine, within Close's bound: for an attempt that took the row just
 // as Close began.
 func (l *Locker) dropClosing(key, owner string) {
-	if !l.enter() {
-		return // Close no longer waits: the lease ends it
-	}
-	defer l.wg.Done()
-	l.dropOnce(l.endCtx, key, owner)
+	// Once Close no longer waits, Run runs nothing: the lease ends the row.
+	l.life.Run(func() { l.dropOnce(l.endCtx, key, owner) })
 }
 
 // runAcquire runs the acquire statement.
@@ -450,26 +437,16 @@ const cleanupTimeout = 5 * time.Second
 // for releases, so that an acquire abandoned just before Close does not
 // leave its row held for a lease; then it stops the repeats.
 func (l *Locker) cleanup(key, owner string, ttl time.Duration) bool {
-	return l.spawn(func() {
+	return l.life.Go(func() {
 		ctx, cancel := context.WithTimeout(l.endCtx, min(ttl, cleanupTimeout))
 		defer cancel()
-		wait := 10 * time.Millisecond
+		back := backoff.New(10*time.Millisecond, time.Second)
 		for {
 			n, err := l.dropOnce(ctx, key, owner)
-			if n > 0 || (err == nil && l.dialect == SQLite) || l.isClosing() {
+			if n > 0 || (err == nil && l.dialect == SQLite) || l.life.IsClosing() ||
+				!backoff.Sleep(ctx, back.Next(), l.life.Closing().Done()) {
 				return
 			}
-			t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-l.ctx.Done():
-				t.Stop()
-				return
-			}
-			wait = min(wait*2, time.Second)
 		}
 	})
 }
@@ -512,19 +489,25 @@ func (l *Locker) dropOnce(ctx context.Context, key, owner string) (int64, error)
 // and goes through the table once. When ctx ends or a batch fails, it
 // returns the rows deleted so far with the error.
 func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
-	if l.cfgErr != nil {
-		return 0, l.cfgErr
+	if err := l.life.ConfigError(); err != nil {
+		return 0, err
 	}
 	if olderThan < MinPruneAge {
 		return 0, fmt.Errorf("%w: sqltable: Prune of rows older than %v: the least is %v", locker.ErrInvalidOption, olderThan, MinPruneAge)
 	}
-	if l.isClosing() {
+	// Life.Enter admits calls on a key; Prune has none: it is counted
+	// (Begin) and tied to Close (callCtx) as Enter would do.
+	if !l.life.Begin() {
 		return 0, locker.ErrClosed
+	}
+	defer l.life.End()
+	if ctx.Err() != nil {
+		return 0, backend.ContextError(ctx)
 	}
 	cctx, cancel := l.callCtx(ctx)
 	defer cancel()
 	if err := l.init(cctx); err != nil {
-		return 0, l.why(ctx, err)
+		return 0, l.life.Why(cctx, err)
 	}
 	age := olderThan.Microseconds()
 	batch := int64(pruneBatch)
@@ -556,8 +539,11 @@ func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, err
 			return err
 		})
 		total += n
-		if err != nil || found < batch {
-			return total, l.why(ctx, err)
+		if err != nil {
+			return total, l.life.Why(cctx, err)
+		}
+		if found < batch {
+			return total, nil
 		}
 	}
 }
@@ -603,41 +589,19 @@ const (
 	pruneBatchMySQL = 999
 )
 
-func (l *Locker) register(h *Handle) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.handles[h] = struct{}{}
-	return true
-}
-
 // claimRelease claims h for its Release and counts the Release as in
-// flight, for Close to wait for; false when h was already claimed or ended.
+// flight, for Close to wait for (the Release ends it with l.wg.Done); false
+// when h was already claimed or ended, or Close has begun: Close took every
+// held lock over, and the Release waits for Close's release of h.
 func (l *Locker) claimRelease(h *Handle) (ok, counted bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !h.claim() {
+	if !l.life.Begin() {
 		return false, false
 	}
-	if !l.draining {
-		l.wg.Add(1)
-		counted = true
+	if !h.claim() {
+		l.life.End()
+		return false, false
 	}
-	return true, counted
-}
-
-// enter counts a call that Close must wait for; false once Close has begun
-// waiting. The caller calls l.wg.Done when enter returned true.
-func (l *Locker) enter() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.draining {
-		return false
-	}
-	l.wg.Add(1)
-	return true
+	return true, true
 }
 
 // endCallCtx is ctx, also cancelled when Close's bound
@@ -648,132 +612,79 @@ func (l *Locker) endCallCtx(ctx context.Context) (context.Context, context.Cance
 	return cctx, func() { stop(); cancel() }
 }
 
-func (l *Locker) unregister(h *Handle) {
-	l.mu.Lock()
-	delete(l.handles, h)
-	l.mu.Unlock()
-}
-
-func (l *Locker) isClosing() bool { return l.ctx.Err() != nil }
+// unregister forgets h: it was released or lost.
+func (l *Locker) unregister(h *Handle) { l.life.Drop(h) }
 
 // run runs f on the calling goroutine while Close counts it as active, for
 // the lease keeper (renew.Config.Go): a renewal on its timer's goroutine,
 // and a loss declared by Handle.Err, which must have ended the handle when
-// it returns. It returns false without running f once Close is draining.
-func (l *Locker) run(f func()) bool {
-	l.mu.Lock()
-	if l.draining {
-		l.mu.Unlock()
-		return false
-	}
-	l.wg.Add(1)
-	l.mu.Unlock()
-	defer l.wg.Done()
-	f()
-	return true
-}
+// it returns. It returns false without running f once Close no longer
+// waits.
+func (l *Locker) run(f func()) bool { return l.life.Run(f) }
 
-// spawn runs f on a goroutine that Close waits for; false (f not run) once
-// Close has begun waiting.
-func (l *Locker) spawn(f func()) bool {
-	l.mu.Lock()
-	if l.draining {
-		l.mu.Unlock()
-		return false
-	}
-	l.wg.Add(1)
-	l.mu.Unlock()
-	go func() {
-		defer l.wg.Done()
-		f()
-	}()
-	return true
-}
-
-// callCtx is ctx, also cancelled when Close begins.
+// callCtx is ctx, also cancelled (cause locker.ErrClosed) when Close
+// begins, for a call that Life.Enter did not admit; Life.Why tells its
+// errors apart.
 func (l *Locker) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	cctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(l.ctx, cancel)
-	return cctx, func() { stop(); cancel() }
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.life.Closing(), func() { cancel(locker.ErrClosed) })
+	return cctx, func() { stop(); cancel(context.Canceled) }
 }
-
-// why turns the error of a call made with callCtx(ctx) into what the caller
-// sees: ctx's own error when ctx ended, locker.ErrClosed when Close cut the
-// call short, else err.
-func (l *Locker) why(ctx context.Context, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctxErr(ctx)
-	case l.ctx.Err() != nil:
-		return locker.ErrClosed
-	default:
-		return err
-	}
-}
-
-// ctxErr is the error of an ended ctx: it wraps ctx.Err() and the cause.
-func ctxErr(ctx context.Context) error { return backend.ContextError(ctx) }
 
 // Close releases every lock the Locker holds (their Handles report
 // locker.ErrReleasedByClose), ends its waiting Acquires and calls in
 // progress with locker.ErrClosed, stops its renewals, background clean-ups
 // and its listening connection, and closes the *sql.DB when the Locker
-// opened it (Open). It waits for its releases, and for Releases already in
-// flight on its Handles, at most locker.ReleaseTimeout, then cancels them:
-// a lock whose release was cut short frees at the end of its lease. An
-// Acquire that took its lock as Close began returns an error wrapping
-// locker.ErrClosed, and Close releases that lock too. A second Close
-// returns nil.
+// opened it (Open). An Acquire that took its lock as Close began returns
+// an error wrapping locker.ErrClosed, and Close releases that lock too. A
+// second Close returns nil.
+//
+// Close is bounded: it waits at most locker.ReleaseTimeout for the release
+// of the held locks, then at most locker.ReleaseTimeout for calls and
+// goroutines in flight. Releases already in flight on its Handles get
+// locker.ReleaseTimeout from the start of Close, as its own do; then their
+// statements are cancelled (a lock whose release was cut short frees at
+// the end of its lease). What may outlive Close: a statement on a
+// connection of a caller's *sql.DB whose driver does not give up when its
+// context is cancelled, until the driver does (a *sql.DB that Open made is
+// closed, which waits for its statements).
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil
-	}
-	l.closed = true
-	var held []*Handle
-	for h := range l.handles {
-		if h.claim() {
-			held = append(held, h)
-		}
-	}
-	clear(l.handles)
-	l.mu.Unlock()
-
 	// Releases already in flight and Close's own get locker.ReleaseTimeout
 	// from now; then their statements are cancelled.
 	bound := time.AfterFunc(locker.ReleaseTimeout, l.endStop)
 	defer bound.Stop()
-	defer l.endStop()
-	l.stop()
-	err := l.releaseAll(held)
-	l.mu.Lock()
-	l.draining = true
-	l.mu.Unlock()
+	return l.life.Close(backend.Closer[*Handle]{
+		Release:  l.releaseAll,
+		Grace:    locker.ReleaseTimeout,
+		Shutdown: l.shutdown,
+		Wait:     l.ownDB,
+	})
+}
+
+// shutdown closes what the Locker owns once nothing else of it runs (or
+// Close no longer waits).
+func (l *Locker) shutdown() error {
+	l.endStop() // what is still in flight gives up now
 	if l.listen != nil {
 		l.listen.close()
 	}
-	l.wg.Wait()    // goroutines, Releases in flight, drops of a racing acquire
 	l.bell.close() // frees the bells it still holds
 	l.pins.leave()
 	l.initSem <- struct{}{} // no init in progress; none starts (closing)
 	if l.fw != nil {
 		l.fw.leave(l.hubKey, l.cfg.notify)
 	}
-	err = errors.Join(err, l.ps.close())
+	err := l.ps.close()
 	if l.ownDB && l.db != nil {
 		err = errors.Join(err, l.db.Close())
 	}
 	return err
 }
 
-// releaseAll frees held, each with its own guarded statement.
+// releaseAll frees held, those Close took over that no Release or loss has
+// claimed, each with its own guarded statement.
 func (l *Locker) releaseAll(held []*Handle) error {
-	if len(held) == 0 {
-		return nil
-	}
+	held = slices.DeleteFunc(held, func(h *Handle) bool { return !h.claim() })
 	for _, h := range held {
 		h.stop()
 	}
@@ -792,22 +703,4 @@ func (l *Locker) releaseAll(held []*Handle) error {
 		l.bell.unring(h)
 	}
 	return errors.Join(errs...)
-}
-
-// backoff is a jittered exponential sleep between tries, from 2ms up to a
-// cap, for waiters that nothing wakes.
-type backoff struct {
-	cur, cap time.Duration
-}
-
-func newBackoff(limit time.Duration) *backoff {
-	return &backoff{cur: 2 * time.Millisecond, cap: limit}
-}
-
-func (b *backoff) next() time.Duration {
-	d := min(b.cur, b.cap)
-	b.cur = min(b.cur*2, b.cap)
-	// Full jitter in [d/2, d]: waiters of one key spread out instead of
-	// trying in step.
-	return d/2 + rand.N(d/2+1)
 }

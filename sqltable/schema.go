@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"modernc.org/sqlite"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/internal/backoff"
 	"github.com/go-locker/locker/internal/pgrace"
 )
 
@@ -95,6 +95,9 @@ func (l *Locker) init(ctx context.Context) error {
 			// id is the database file. Its signal is written whatever
 			// WithNotify says, for the waiters of other processes.
 			l.fw = joinFileWake(id, l.hubKey, l.cfg.notify)
+			if l.cfg.notify {
+				l.wake = l.fw // its waiters watch the file
+			}
 		}
 	} // else New's key, by the *sql.DB, stays
 	l.inited = true
@@ -336,19 +339,17 @@ func transient(err error) bool {
 // little (jittered, growing to 50ms) after each transient failure.
 func (l *Locker) retry(ctx context.Context, f func(context.Context) error) error {
 	l.pins.check() // a pool shrunk below the pins: they give way (pool.go)
-	wait := time.Millisecond
+	// Made at the first transient failure: most statements have none.
+	var back *backoff.Backoff
 	for {
 		err := f(ctx)
 		if err == nil || !transient(err) {
 			return err
 		}
-		d := wait/2 + rand.N(wait/2+1)
-		wait = min(wait*2, 50*time.Millisecond)
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if back == nil {
+			back = backoff.New(time.Millisecond, 50*time.Millisecond)
+		}
+		if !back.Wait(ctx) {
 			return fmt.Errorf("%w (while the database was busy: %v)", ctx.Err(), err)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/go-locker/locker/internal/backoff"
 )
 
 // procHub wakes the waiters of this process when a lock they wait for is
@@ -229,6 +230,38 @@ func (h *hub) wakeTable(table string) {
 	}
 }
 
+// A waker brings the releases of other processes to this process's
+// waiters: the PostgreSQL listener (wake.go), the SQLite file signal
+// (filewake.go) or the MySQL bell (bell.go), one per Locker (Locker.wake),
+// or noWaker. The listener and the file signal wake the waiters through
+// procHub, as a release in this process does; the bell is waited on by
+// the waiter itself.
+type waker interface {
+	// start starts, if it is not running, what brings the releases here,
+	// and reports whether it does now (it may wait for it, within ctx).
+	start(ctx context.Context) bool
+	// up reports whether releases anywhere wake the waiters now: a waiter
+	// then sleeps the retry interval (the safety net for a lost wake-up)
+	// instead of the back-off.
+	up() bool
+	// wait waits, for a waker that the waiter itself waits on (the bell),
+	// until w's key may have been released or limit has passed. rang
+	// reports that a release came; ok is false when it did not wait (the
+	// waiter sleeps instead).
+	wait(ctx context.Context, w *waiter, key string, limit time.Duration) (rang, ok bool)
+}
+
+// noWaker is the waker of a Locker whose waiters poll (WithNotify(false),
+// or no way to hear other processes): only this process's releases wake
+// them.
+type noWaker struct{}
+
+func (noWaker) start(context.Context) bool { return false }
+func (noWaker) up() bool                   { return false }
+func (noWaker) wait(context.Context, *waiter, string, time.Duration) (bool, bool) {
+	return false, false
+}
+
 // listener keeps one connection of a PostgreSQL Locker's pool listening on
 // the table's channel, from the first wait until Close, and wakes the
 // process's waiters of each key released anywhere.
@@ -252,17 +285,17 @@ func newListener(l *Locker) *listener {
 	return ls
 }
 
-// ensure starts the listener if it is not running and waits, boundedly,
+// start starts the listener if it is not running and waits, boundedly,
 // until it listens; it reports whether it does.
-func (ls *listener) ensure(ctx context.Context) bool {
+func (ls *listener) start(ctx context.Context) bool {
 	if ls == nil || !ls.enabled.Load() || !ls.l.pins.fits() {
 		return false // no listener, or a pool too small for one now
 	}
 	ls.mu.Lock()
 	if !ls.started {
-		lctx, stop := context.WithCancel(ls.l.ctx)
+		lctx, stop := context.WithCancel(ls.l.life.Closing())
 		done := make(chan struct{})
-		if !ls.l.spawn(func() { defer close(done); ls.run(lctx) }) {
+		if !ls.l.life.Go(func() { defer close(done); ls.run(lctx) }) {
 			stop()
 			ls.mu.Unlock()
 			return false
@@ -280,6 +313,11 @@ func (ls *listener) ensure(ctx context.Context) bool {
 	case <-ctx.Done():
 	}
 	return false
+}
+
+// wait does not wait: the listener wakes the waiters through procHub.
+func (*listener) wait(context.Context, *waiter, string, time.Duration) (bool, bool) {
+	return false, false
 }
 
 // up reports whether the listener is listening now.
@@ -322,19 +360,13 @@ const listenIdle = `SELECT pg_catalog.set_config('idle_session_timeout', '0', fa
 
 // run listens until ctx ends, reconnecting after a failure.
 func (ls *listener) run(ctx context.Context) {
-	wait := 50 * time.Millisecond
+	back := backoff.New(50*time.Millisecond, 5*time.Second)
 	for ctx.Err() == nil {
 		if ls.listenOnce(ctx) {
-			wait = 50 * time.Millisecond
+			back.Reset()
 		}
 		ls.setListening(false)
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		wait = min(wait*2, 5*time.Second)
+		back.Wait(ctx)
 	}
 }
 
