@@ -37,9 +37,10 @@ type Locker struct {
 	life *backend.Life[*Handle]
 	// wg ends a Release that claimRelease counted (handle.go).
 	wg lifeCalls
-	// endCtx ends locker.ReleaseTimeout after Close began (or when it
-	// returns): it bounds the releases Close waits for, its own and those
-	// of Releases already in flight.
+	// endCtx ends locker.ReleaseTimeout after Close began (or when Close
+	// stops waiting, Life.Abandoned): it bounds the releases Close waits
+	// for, its own and those of Releases already in flight, and the
+	// clean-ups.
 	endCtx  context.Context
 	endStop context.CancelFunc
 
