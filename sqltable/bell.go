@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-locker/locker/internal/backoff"
 	"github.com/go-locker/locker/internal/timerq"
 )
 
@@ -139,7 +140,7 @@ func (b *bell) schedule(h *Handle) {
 	procHub.hold(b.l.hubKey, h.key)
 	h.bellState = bellScheduled
 	h.bellEntry = b.rings.Add(func() {
-		b.l.spawn(func() { b.ring(h) })
+		b.l.life.Go(func() { b.ring(h) })
 	})
 }
 
@@ -162,11 +163,7 @@ func (b *bell) ring(h *Handle) {
 			b.setUnrung(h)
 			return
 		}
-		t := time.NewTimer(bellRetry)
-		select {
-		case <-t.C:
-		case <-b.l.ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(b.l.life.Closing(), bellRetry) {
 			b.setUnrung(h)
 			return
 		}
@@ -180,7 +177,7 @@ func (b *bell) ringOnce(h *Handle, name string) (got bool, err error) {
 	if !b.due(h) {
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(b.l.ctx, time.Second)
+	ctx, cancel := context.WithTimeout(b.l.life.Closing(), time.Second)
 	defer cancel()
 	var v sql.NullInt64
 	err = b.connLocked(ctx, func(c *sql.Conn) error {
@@ -239,7 +236,7 @@ func (b *bell) unring(h *Handle) {
 		return // a ring in flight sees bellDone and gives the bell back itself
 	}
 	// After the release, off the caller's path.
-	b.l.spawn(func() {
+	b.l.life.Go(func() {
 		b.connMu.Lock()
 		defer b.connMu.Unlock()
 		ctx, cancel := context.WithTimeout(b.l.endCtx, time.Second)
@@ -263,7 +260,7 @@ func (b *bell) giveBackLocked(ctx context.Context, name string) {
 func (b *bell) connLocked(ctx context.Context, f func(*sql.Conn) error) error {
 	if b.conn == nil {
 		var p *pin
-		p = b.l.pins.take(b.l, false, func() { b.l.spawn(func() { b.dropPin(&p) }) })
+		p = b.l.pins.take(b.l, false, func() { b.l.life.Go(func() { b.dropPin(&p) }) })
 		if p == nil {
 			return errNoRoom
 		}
@@ -336,8 +333,15 @@ func (b *bell) close() {
 	b.connMu.Unlock()
 }
 
-// wait waits, on a connection of the pool, until key's bell is free or
-// limit has passed, whichever comes first, and gives the bell back at once
+// start starts nothing: a waiter waits for the bell itself (wait).
+func (*bell) start(context.Context) bool { return false }
+
+// up is false: no release wakes a waiter unless it waits for the bell.
+func (*bell) up() bool { return false }
+
+// wait waits, when w is the waiter of key that only another process's
+// release can wake (procHub.needsBell), on a connection of the pool, until
+// key's bell is free or limit has passed, whichever comes first, and gives the bell back at once
 // if it got it. rang reports that it waited for the bell and got it: its
 // holder gave it back. ok is false when it did not wait: too many waits
 // already, no connection, a bell that nobody held (it came at once), a
@@ -345,9 +349,12 @@ func (b *bell) close() {
 // and the caller sleeps instead. The waits of the Lockers of one *sql.DB
 // take at most maxBellWaits connections, or a quarter of a limited pool,
 // and end early when the pool's limit drops too low (see pool.go).
-func (b *bell) wait(ctx context.Context, key string, limit time.Duration) (rang, ok bool) {
+func (b *bell) wait(ctx context.Context, w *waiter, key string, limit time.Duration) (rang, ok bool) {
 	if b == nil || limit < bellDelay || !b.fractional && limit < time.Second {
 		return false, false // a short wait: sleep it
+	}
+	if !procHub.needsBell(w) {
+		return false, false // a release in this process wakes w
 	}
 	// The wait ends a little after limit whatever happens (a pool with no
 	// free connection, a dead link, a server that waits longer than asked:

@@ -192,6 +192,11 @@ func nowMicros(d Dialect) string {
 // documentation).
 const SchemaVersion = 1
 
+// newStatements writes the statements of dialect d on table t. It is over
+// 100 lines because it is a table: the text of each statement in each of
+// the three dialects, side by side, with why each is written as it is;
+// split up, one dialect's statements could no longer be read against the
+// others'.
 func newStatements(d Dialect, t tableName) statements {
 	tbl, meta := t.quoted(d, ""), t.quoted(d, "_meta")
 	now := nowMicros(d)

@@ -396,7 +396,8 @@
 //     statements (such a Release returns an error wrapping
 //     locker.ErrClosed; its lock frees at the end of its lease); it ends
 //     waits with locker.ErrClosed, stops background clean-ups, the
-//     listener and every goroutine, and closes the *sql.DB only if Open
+//     listener and every goroutine, waiting for them at most
+//     locker.ReleaseTimeout more, and closes the *sql.DB only if Open
 //     made it.
 //
 // # Drivers and imports

@@ -4,4 +4,4 @@ package sqltable
 // (wrapping locker.ErrInvalidOption), which every Acquire and TryAcquire
 // also returns, or nil: a way to fail at start-up rather than at the first
 // lock. It does not contact the database.
-func (l *Locker) Err() error { return l.cfgErr }
+func (l *Locker) Err() error { return l.life.ConfigError() }

@@ -1,6 +1,7 @@
 package sqltable
 
 import (
+	"context"
 	"os"
 	"runtime"
 	"sync"
@@ -191,12 +192,17 @@ func (fw *fileWake) signal() {
 	}
 }
 
+// wait does not wait: the watch wakes the waiters through procHub.
+func (*fileWake) wait(context.Context, *waiter, string, time.Duration) (bool, bool) {
+	return false, false
+}
+
 // up reports whether this process watches the file now.
 func (fw *fileWake) up() bool { return fw != nil && fw.watching.Load() }
 
-// ensure starts watching the file unless this process already does, and
+// start starts watching the file unless this process already does, and
 // reports whether it does.
-func (fw *fileWake) ensure() bool {
+func (fw *fileWake) start(context.Context) bool {
 	if fw == nil || runtime.GOOS == "windows" {
 		return false
 	}
@@ -268,7 +274,7 @@ func (fw *fileWake) watch(w *fsnotify.Watcher, done chan struct{}) {
 // closed, and this process holds one). A pure Chmod of the file still
 // watched changes nothing. It reports false when the file can no longer be
 // watched: the watch is then stopped, and waiters use the back-off until
-// ensure starts a new one.
+// start starts a new one.
 func (fw *fileWake) renew(w *fsnotify.Watcher, chmod bool) bool {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()

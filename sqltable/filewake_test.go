@@ -37,7 +37,7 @@ func TestFileSignal(t *testing.T) {
 	if db, err := os.Stat(p); err != nil || fi.Mode().Perm() != db.Mode().Perm() {
 		t.Errorf("signal file mode %v, want the database file's (%v, %v)", fi.Mode().Perm(), db.Mode().Perm(), err)
 	}
-	if !l.fw.ensure() || !l.fw.up() {
+	if !l.fw.start(context.Background()) || !l.fw.up() {
 		t.Fatal("the signal file is not watched")
 	}
 
@@ -107,7 +107,7 @@ func TestFileSignalOff(t *testing.T) {
 	defer l.Close()
 	sl := l.(*Locker)
 	started(t, sl)
-	if sl.watchFile() || sl.fw.up() {
+	if sl.wake.start(context.Background()) || sl.fw.up() {
 		t.Error("a Locker with lock_notify=false watches the signal file")
 	}
 	sig := filepath.Join(dir, "locks.db"+fileWakeSuffix)

@@ -19,29 +19,23 @@ var _ locker.Inspector = (*Locker)(nil)
 // nothing.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
 	info := locker.LockInfo{Key: key}
-	if err := locker.ValidateKey(key); err != nil {
-		return info, locker.KeyError("inspect", key, err)
+	cctx, done, err := l.life.Enter(ctx, "inspect", key)
+	if err != nil {
+		return info, err
 	}
-	if l.cfgErr != nil {
-		return info, locker.KeyError("inspect", key, l.cfgErr)
-	}
-	if l.isClosing() {
-		return info, locker.KeyError("inspect", key, locker.ErrClosed)
-	}
-	cctx, cancel := l.callCtx(ctx)
-	defer cancel()
+	defer done()
 	if err := l.init(cctx); err != nil {
-		return info, locker.KeyError("inspect", key, l.why(ctx, err))
+		return info, locker.KeyError("inspect", key, l.life.Why(cctx, err))
 	}
 	var token, us int64
-	err := l.retry(cctx, func(ctx context.Context) error {
+	err = l.retry(cctx, func(ctx context.Context) error {
 		return l.db.QueryRowContext(ctx, l.st.inspect, key).Scan(&token, &us)
 	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return info, nil
 	case err != nil:
-		return info, locker.KeyError("inspect", key, l.why(ctx, err))
+		return info, locker.KeyError("inspect", key, l.life.Why(cctx, err))
 	}
 	if us > 0 {
 		info.Held, info.Token, info.TTL = true, token, time.Duration(us)*time.Microsecond

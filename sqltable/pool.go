@@ -120,7 +120,7 @@ func (ps *pinSet) take(owner *Locker, wait bool, letGo func()) *pin {
 	ps.n.Add(1)
 	ps.mu.Unlock()
 	owner.pinned.Add(1)
-	if owner.watching.CompareAndSwap(false, true) && !owner.spawn(owner.watchPool) {
+	if owner.watching.CompareAndSwap(false, true) && !owner.life.Go(owner.watchPool) {
 		owner.watching.Store(false) // Close has begun: it ends the pins
 	}
 	return p
@@ -179,7 +179,7 @@ func (l *Locker) watchPool() {
 			select {
 			case <-t.C:
 				l.pins.check()
-			case <-l.ctx.Done():
+			case <-l.life.Closing().Done():
 				l.watching.Store(false)
 				return
 			}

@@ -5,14 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgconn"
-	"modernc.org/sqlite"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/internal/pgrace"
@@ -95,6 +89,9 @@ func (l *Locker) init(ctx context.Context) error {
 			// id is the database file. Its signal is written whatever
 			// WithNotify says, for the waiters of other processes.
 			l.fw = joinFileWake(id, l.hubKey, l.cfg.notify)
+			if l.cfg.notify {
+				l.wake = l.fw // its waiters watch the file
+			}
 		}
 	} // else New's key, by the *sql.DB, stays
 	l.inited = true
@@ -290,14 +287,8 @@ func (l *Locker) walMode(ctx context.Context) error {
 // not matched ones (the driver's clientFoundRows=true), which the acquire
 // statement relies on to tell a taken key from a held one.
 func (l *Locker) checkAffectedRows(ctx context.Context) error {
-	var n int64
-	err := l.retry(ctx, func(ctx context.Context) error {
-		res, err := l.db.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET value = value WHERE name = 'schema_version'", l.table.quoted(MySQL, "_meta")))
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
+	n, err := l.affected(ctx, func(ctx context.Context) (sql.Result, error) {
+		return l.db.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET value = value WHERE name = 'schema_version'", l.table.quoted(MySQL, "_meta")))
 	})
 	if err != nil {
 		return fmt.Errorf("sqltable: check the connection's affected-rows mode: %w", err)
@@ -306,98 +297,4 @@ func (l *Locker) checkAffectedRows(ctx context.Context) error {
 		return errors.New("sqltable: the MySQL connection counts matched rows, not changed ones (clientFoundRows=true in the DSN): the lock table needs it off")
 	}
 	return nil
-}
-
-// transient reports errors after which the statement is known not to have
-// taken effect and may simply run again: SQLite's busy and locked
-// databases (another connection or process writes), deadlocks and lock-wait
-// timeouts, which roll the statement back.
-func transient(err error) bool {
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() & 0xff {
-		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED
-			return true
-		}
-		return false
-	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number == 1213 || me.Number == 1205 // deadlock, lock wait timeout
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "40P01" || pe.Code == "40001" // deadlock, serialization failure
-	}
-	return false
-}
-
-// retry runs f until it succeeds, fails for good, or ctx ends, sleeping a
-// little (jittered, growing to 50ms) after each transient failure.
-func (l *Locker) retry(ctx context.Context, f func(context.Context) error) error {
-	l.pins.check() // a pool shrunk below the pins: they give way (pool.go)
-	wait := time.Millisecond
-	for {
-		err := f(ctx)
-		if err == nil || !transient(err) {
-			return err
-		}
-		d := wait/2 + rand.N(wait/2+1)
-		wait = min(wait*2, 50*time.Millisecond)
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (while the database was busy: %v)", ctx.Err(), err)
-		}
-	}
-}
-
-// prepared are the statements of the lock operations, prepared once per
-// Locker (and by database/sql once per connection): one round trip each on
-// MySQL instead of a prepare, an execute and a close, and no parsing on
-// SQLite.
-type prepared struct {
-	acquire, renew, release, drop, remaining *sql.Stmt
-}
-
-func (p *prepared) prepare(ctx context.Context, l *Locker) error {
-	var errs []error
-	for _, s := range []struct {
-		dst  **sql.Stmt
-		text string
-	}{
-		{&p.acquire, l.st.acquire},
-		{&p.renew, l.st.renew},
-		{&p.release, l.st.release},
-		{&p.drop, l.st.drop},
-		{&p.remaining, l.st.remaining},
-	} {
-		if *s.dst != nil {
-			continue
-		}
-		err := l.retry(ctx, func(ctx context.Context) error {
-			st, err := l.db.PrepareContext(ctx, s.text)
-			*s.dst = st
-			return err
-		})
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("sqltable: prepare the lock statements: %w", err)
-	}
-	return nil
-}
-
-func (p *prepared) close() error {
-	var errs []error
-	for _, st := range []*sql.Stmt{p.acquire, p.renew, p.release, p.drop, p.remaining} {
-		if st != nil {
-			errs = append(errs, st.Close())
-		}
-	}
-	return errors.Join(errs...)
 }

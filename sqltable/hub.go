@@ -2,25 +2,78 @@ package sqltable
 
 import (
 	"context"
-	"database/sql/driver"
-	"errors"
-	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5/stdlib"
 )
+
+// How a waiter learns that the lock it waits for was released: the wake
+// plumbing, in one place.
+//
+// Every waiter of this process registers in procHub (below), keyed by the
+// table (Locker.hubKey) and the key, and sleeps until the hub wakes it,
+// its back-off or safety-net timer runs out, or its context ends (acquire.go,
+// Locker.await). A release by any Locker of this process wakes the hub at
+// once. Releases in other processes come through the Locker's waker, one
+// of three, each in its own file:
+//
+//   - PostgreSQL: the listener (listener.go), one connection per Locker
+//     that LISTENs on the table's channel and hands each NOTIFY to the hub;
+//   - SQLite: the database file's signal (filewake.go), a file beside the
+//     database that every release writes and one watch per file and process
+//     (the process-wide fileWakes) turns into wake-ups of the hub;
+//   - MySQL: the bell (bell.go), a named lock that a holder takes and gives
+//     back at its release, which the head waiter of a key (the hub says
+//     which, needsBell) waits for itself, on a connection of the pool.
+//
+// The listener's and the bell's connections are pins of the caller's pool
+// (pool.go): the process-wide pinSets count them per *sql.DB and bound the
+// bell waits (maxBellWaits) across its Lockers; pins let go when the pool's
+// limit drops too low. Each waker is only for speed: the row stays the only
+// truth, and a lost wake-up costs a waiter at most its retry interval.
+//
+// So three things are process-wide: procHub (the waiters, here), fileWakes
+// (the SQLite signal files and their watches) and pinSets (the pinned
+// connections and bell waits of each *sql.DB).
+
+// A waker brings the releases of other processes to this process's
+// waiters: the listener, the file signal or the bell (see above), one per
+// Locker (Locker.wake), or noWaker. The listener and the file signal wake
+// the waiters through procHub, as a release in this process does; the
+// bell is waited on by the waiter itself.
+type waker interface {
+	// start starts, if it is not running, what brings the releases here,
+	// and reports whether it does now (it may wait for it, within ctx).
+	start(ctx context.Context) bool
+	// up reports whether releases anywhere wake the waiters now: a waiter
+	// then sleeps the retry interval (the safety net for a lost wake-up)
+	// instead of the back-off.
+	up() bool
+	// wait waits, for a waker that the waiter itself waits on (the bell),
+	// until w's key may have been released or limit has passed. rang
+	// reports that a release came; ok is false when it did not wait (the
+	// waiter sleeps instead).
+	wait(ctx context.Context, w *waiter, key string, limit time.Duration) (rang, ok bool)
+}
+
+// noWaker is the waker of a Locker whose waiters poll (WithNotify(false),
+// or no way to hear other processes): only this process's releases wake
+// them.
+type noWaker struct{}
+
+func (noWaker) start(context.Context) bool { return false }
+func (noWaker) up() bool                   { return false }
+func (noWaker) wait(context.Context, *waiter, string, time.Duration) (bool, bool) {
+	return false, false
+}
 
 // procHub wakes the waiters of this process when a lock they wait for is
 // released: by a Locker of this process (at once), or, in any process, on
 // PostgreSQL through a Locker's listener and on SQLite through the
 // database's signal file (see filewake.go). (On MySQL the head waiter of a
 // key that nobody in this process holds waits for the holder's bell
-// itself, see bell.go; the hub tells it whether to.) Waiters are keyed by dialect,
-// database, table name and key (Locker.hubKey), so a release through any
+// itself, see bell.go; the hub tells it whether to.) Waiters are keyed by
+// dialect, database, table name and key (Locker.hubKey), so a release through any
 // Locker of the process on the same table wakes them, whatever *sql.DB it
 // uses, and a release on another database with a table of the same name
 // wakes nobody there. The database is told by what it says of itself (see
@@ -227,166 +280,4 @@ func (h *hub) wakeTable(table string) {
 	for id := range h.tables[table] {
 		h.wakeOneLocked(id)
 	}
-}
-
-// listener keeps one connection of a PostgreSQL Locker's pool listening on
-// the table's channel, from the first wait until Close, and wakes the
-// process's waiters of each key released anywhere.
-type listener struct {
-	l       *Locker
-	enabled atomic.Bool
-
-	mu        sync.Mutex
-	started   bool
-	listening bool
-	ready     chan struct{} // closed when LISTEN is in effect
-	stop      context.CancelFunc
-	done      chan struct{}
-}
-
-func newListener(l *Locker) *listener {
-	ls := &listener{l: l, ready: make(chan struct{})}
-	// The pool's limit is read when the listener takes its connection
-	// (see pool.go), not here: the caller may change it after New.
-	ls.enabled.Store(l.dialect == PostgreSQL && l.cfg.notify)
-	return ls
-}
-
-// ensure starts the listener if it is not running and waits, boundedly,
-// until it listens; it reports whether it does.
-func (ls *listener) ensure(ctx context.Context) bool {
-	if ls == nil || !ls.enabled.Load() || !ls.l.pins.fits() {
-		return false // no listener, or a pool too small for one now
-	}
-	ls.mu.Lock()
-	if !ls.started {
-		lctx, stop := context.WithCancel(ls.l.ctx)
-		done := make(chan struct{})
-		if !ls.l.spawn(func() { defer close(done); ls.run(lctx) }) {
-			stop()
-			ls.mu.Unlock()
-			return false
-		}
-		ls.started, ls.stop, ls.done = true, stop, done
-	}
-	ready := ls.ready
-	ls.mu.Unlock()
-	t := time.NewTimer(time.Second)
-	defer t.Stop()
-	select {
-	case <-ready:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
-}
-
-// up reports whether the listener is listening now.
-func (ls *listener) up() bool {
-	if ls == nil || !ls.enabled.Load() {
-		return false
-	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return ls.listening
-}
-
-func (ls *listener) close() {
-	ls.mu.Lock()
-	stop, done := ls.stop, ls.done
-	ls.mu.Unlock()
-	if stop != nil {
-		stop()
-		<-done
-	}
-}
-
-func (ls *listener) setListening(on bool) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if on == ls.listening {
-		return
-	}
-	ls.listening = on
-	if on {
-		close(ls.ready)
-	} else {
-		ls.ready = make(chan struct{})
-	}
-}
-
-// listenIdle turns off the listening session's idle_session_timeout where
-// the server has one.
-const listenIdle = `SELECT pg_catalog.set_config('idle_session_timeout', '0', false) WHERE pg_catalog.current_setting('idle_session_timeout', true) IS NOT NULL`
-
-// run listens until ctx ends, reconnecting after a failure.
-func (ls *listener) run(ctx context.Context) {
-	wait := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		if ls.listenOnce(ctx) {
-			wait = 50 * time.Millisecond
-		}
-		ls.setListening(false)
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		wait = min(wait*2, 5*time.Second)
-	}
-}
-
-// listenOnce takes a connection, listens on it until it fails, ctx ends or
-// the pool's limit drops too low for it (see pool.go), then discards it (a
-// connection that listened must not go back to the pool). It reports
-// whether LISTEN took effect.
-func (ls *listener) listenOnce(ctx context.Context) (listened bool) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	p := ls.l.pins.take(ls.l, false, cancel)
-	if p == nil {
-		return false // no room in the pool now: waiters poll
-	}
-	defer ls.l.pins.drop(p)
-	conn, err := ls.l.db.Conn(ctx)
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	_ = conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
-			ls.enabled.Store(false) // a wrapped driver: no LISTEN
-			return driver.ErrBadConn
-		}
-		c := sc.Conn()
-		if _, err := c.Exec(ctx, `LISTEN "`+ls.l.table.channel()+`"`); err != nil {
-			return driver.ErrBadConn
-		}
-		// The listening session is idle by design: a server that ends
-		// idle sessions (idle_session_timeout, PostgreSQL 14+) would end
-		// it again and again, each time costing the waiters a round of
-		// tries. The connection is discarded afterwards, never pooled.
-		if _, err := c.Exec(ctx, listenIdle); err != nil {
-			return driver.ErrBadConn
-		}
-		listened = true
-		ls.setListening(true)
-		// Releases made while nobody listened were not heard.
-		procHub.wakeTable(ls.l.hubKey)
-		for {
-			n, err := c.WaitForNotification(ctx)
-			if err != nil {
-				return errors.Join(driver.ErrBadConn, err)
-			}
-			// The payload is "owner:key" (owners have no ':').
-			owner, key, ok := strings.Cut(n.Payload, ":")
-			if ok {
-				procHub.wake(ls.l.hubKey, key, owner)
-			}
-		}
-	})
-	return listened
 }

@@ -1,0 +1,213 @@
+package sqltable
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/backoff"
+	"github.com/go-locker/locker/internal/lease"
+)
+
+// Acquire and TryAcquire: one try, then (Acquire) the wait for the key,
+// woken by procHub and the Locker's waker (see hub.go).
+
+// testHookKeep, when set (by tests), runs in acquire between the
+// registration of a new Handle and the check that Close has not begun.
+var testHookKeep func(*Handle)
+
+// TryAcquire makes one attempt to take key. When another holder has it the
+// error wraps locker.ErrNotAcquired.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.acquire(ctx, "try-acquire", key, opts, false)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Acquire takes key, waiting as long as ctx allows while another holder has
+// it (see "Waiting" in the package documentation).
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.acquire(ctx, "acquire", key, opts, true)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Option, wait bool) (*Handle, error) {
+	cctx, done, err := l.life.Enter(ctx, op, key)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	ttl, err := l.cfg.lockTTL(opts)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	drift, err := l.cfg.driftFor(ttl)
+	if err != nil {
+		return nil, locker.KeyError(op, key, err)
+	}
+	if err := l.init(cctx); err != nil {
+		return nil, locker.KeyError(op, key, l.life.Why(cctx, err))
+	}
+	h, err := l.try(cctx, key, ttl, drift)
+	for n := 1; lease.IsLate(err) && !wait && n < lease.LateTries; n++ {
+		h, err = l.try(cctx, key, ttl, drift)
+	}
+	switch {
+	case (err != nil && !(wait && lease.IsLate(err))) || h != nil:
+		// try's outcome stands (a late grant is waited past by Acquire).
+	case !wait:
+		return nil, locker.KeyError(op, key, locker.ErrNotAcquired)
+	default:
+		h, err = l.await(cctx, key, ttl, drift)
+	}
+	return l.keep(cctx, op, key, h, err)
+}
+
+// await waits for key until ctx ends, trying again whenever the Locker's
+// waker or a release in this process wakes the caller, else after a
+// back-off (see "Waiting" in the package documentation). It returns the
+// Handle, or the error that ended the wait.
+func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration) (h *Handle, err error) {
+	// Register for wake-ups, then try again before sleeping: a release
+	// between the first try and the registration would go unheard.
+	w := procHub.watch(l.hubKey, key)
+	defer func() { procHub.leave(w, h == nil) }()
+	notified := l.wake.start(ctx)
+	back := backoff.New(2*time.Millisecond, l.cfg.retryInterval)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	waitNext := true // wait on the waker next (the bell), not sleep
+	for {
+		h, err = l.try(ctx, key, ttl, drift)
+		if lease.IsLate(err) {
+			continue // given back; the next try may be quicker
+		}
+		if err != nil || h != nil {
+			return h, err
+		}
+		w.acted() // the key is held: a wake-up taken so far was acted on
+		rem, err := l.remaining(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if rem <= 0 {
+			continue // the lease ran out meanwhile, or the row is gone
+		}
+		// Wait no later than the holder's lease runs out (the database's
+		// clock counts in whole microseconds; a millisecond on top covers
+		// the statement's own round trip).
+		limit := rem + time.Millisecond
+		if waitNext {
+			// A waker the waiter waits on itself (the bell) waits as long
+			// as the safety net's timer would. After a release that came
+			// without the key following (another waiter won it), one
+			// short back-off round (the back-off starts again); a wait
+			// that did not wait (ok false): the back-off below, which
+			// keeps growing.
+			rang, ok := l.wake.wait(ctx, w, key, min(l.cfg.retryInterval, limit))
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if ok {
+				waitNext = !rang
+				if rang {
+					back.Reset()
+				}
+				select {
+				case <-w.c: // a release of this process came meanwhile
+					w.woken()
+				default:
+				}
+				continue
+			}
+		}
+		// Releases wake us when the waker is up; the timer is the safety
+		// net for a lost wake-up and for a holder that dies without
+		// releasing.
+		d := l.cfg.retryInterval
+		if !notified && !l.wake.up() {
+			d = back.Next()
+		}
+		waitNext = true
+		timer.Reset(min(d, limit))
+		select {
+		case <-w.c:
+			w.woken()
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		notified = l.wake.up()
+	}
+}
+
+// try makes one attempt. It returns the Handle, or nil when another holder
+// has key.
+func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) (*Handle, error) {
+	owner := lease.NewOwner()
+	sent := time.Now() // the lease starts no earlier than the statement leaves
+	token, ok, err := l.runAcquire(ctx, key, owner, ttl)
+	if err != nil {
+		// The statement may have taken the key before the call was cut
+		// short (ctx ended, the connection broke after sending it): give
+		// it back, so that a failed Acquire leaves nothing behind. The
+		// drop is guarded by this attempt's owner, which nobody else has.
+		l.cleanup(key, owner, ttl)
+		return nil, err
+	}
+	if !ok {
+		return nil, nil
+	}
+	if late := lease.Late("sqltable", "the database", sent, ttl, drift); late != nil {
+		// The grant came back too late to be of use: the Handle would be
+		// lost at once, or already is. Give it back (guarded by this
+		// attempt's owner); Acquire tries again within its ctx.
+		if _, err := l.dropOnce(ctx, key, owner); err != nil {
+			l.cleanup(key, owner, ttl)
+		}
+		return nil, late
+	}
+	h := &Handle{l: l, key: key, owner: owner, token: token, ttl: ttl, st: backend.NewState()}
+	if !l.life.Hold(h) {
+		// Close has begun and will not release h: free the row now,
+		// within Close's bound (Close waits for it).
+		l.dropClosing(key, owner)
+		return nil, locker.ErrClosed
+	}
+	h.start(sent, drift)
+	l.bell.schedule(h)
+	return h, nil
+}
+
+// keep is what acquire returns for the outcome of try or await, whose
+// context (from Life.Enter) is ctx: h, unless Close began after try held
+// it, in which case Close has taken h over (it releases it; nothing here
+// does it twice) and the caller gets an error wrapping locker.ErrClosed
+// instead of a Handle that is already ending.
+func (l *Locker) keep(ctx context.Context, op, key string, h *Handle, err error) (*Handle, error) {
+	if err != nil || h == nil {
+		return nil, locker.KeyError(op, key, l.life.Why(ctx, err))
+	}
+	if testHookKeep != nil {
+		testHookKeep(h)
+	}
+	if l.life.Closed() {
+		h.stop() // Close may have stopped the lease before try started it
+		return nil, locker.KeyError(op, key, locker.ErrClosed)
+	}
+	return h, nil
+}
+
+// dropClosing frees key's row if it still carries owner, on the calling
+// goroutine, within Close's bound: for an attempt that took the row just
+// as Close began.
+func (l *Locker) dropClosing(key, owner string) {
+	// Once Close no longer waits, Run runs nothing: the lease ends the row.
+	l.life.Run(func() { l.dropOnce(l.endCtx, key, owner) })
+}
