@@ -3,11 +3,9 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -174,33 +172,7 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	return cfg, nil
 }
 
-func withPort(s string) (string, error) {
-	if s == "" {
-		return "", errors.New("empty server address")
-	}
-	if host, port, err := net.SplitHostPort(s); err == nil {
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
-			return "", fmt.Errorf("bad server address %q (want host:port, port 1-65535)", s)
-		}
-		return s, nil
-	}
-	if strings.ContainsAny(s, "[]") || strings.Count(s, ":") > 1 {
-		// An IPv6 address without a port, bracketed ("[::1]") as a URL
-		// writes it, or bare.
-		ip := s
-		if strings.HasPrefix(ip, "[") && strings.HasSuffix(ip, "]") {
-			ip = ip[1 : len(ip)-1]
-		}
-		if net.ParseIP(ip) != nil && !strings.ContainsAny(ip, "[]") {
-			return net.JoinHostPort(ip, "2379"), nil
-		}
-		return "", fmt.Errorf("bad server address %q (want host:port, [IPv6]:port or [IPv6])", s)
-	}
-	if strings.Contains(s, ":") {
-		return "", fmt.Errorf("bad server address %q (want host:port, port 1-65535)", s)
-	}
-	return net.JoinHostPort(s, "2379"), nil
-}
+func withPort(s string) (string, error) { return backend.HostPort(s, "2379") }
 
 func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
 	cfg, err := parseURL(u)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -190,32 +188,7 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) *Locker {
 // reads it, until that Locker is closed.
 var eventReaders sync.Map // <-chan zk.Event -> *Locker
 
-func withPort(s string) (string, error) {
-	if s == "" {
-		return "", errors.New("empty server address")
-	}
-	if host, port, err := net.SplitHostPort(s); err == nil {
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
-			return "", fmt.Errorf("bad server address %q (want host:port, port 1-65535)", s)
-		}
-		return s, nil
-	}
-	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-		// A bracketed IPv6 address without a port.
-		if ip := net.ParseIP(s[1 : len(s)-1]); ip != nil && strings.Contains(s, ":") {
-			return net.JoinHostPort(ip.String(), "2181"), nil
-		}
-		return "", fmt.Errorf("bad server address %q", s)
-	}
-	if strings.Contains(s, "]") || strings.Count(s, ":") > 1 && !strings.HasPrefix(s, "[") {
-		// A bare IPv6 address without brackets is ambiguous.
-		if ip := net.ParseIP(s); ip != nil {
-			return net.JoinHostPort(s, "2181"), nil
-		}
-		return "", fmt.Errorf("bad server address %q", s)
-	}
-	return net.JoinHostPort(s, "2181"), nil
-}
+func withPort(s string) (string, error) { return backend.HostPort(s, "2181") }
 
 // Conn returns the go-zookeeper connection the Locker uses.
 func (l *Locker) Conn() *zk.Conn { return l.conn }
