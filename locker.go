@@ -23,8 +23,16 @@ type Locker interface {
 	// ErrReleasedByClose, which wraps both ErrReleased and ErrClosed (or, for a
 	// lock Close could not release because the backend was unreachable, an
 	// error wrapping ErrLost and ErrClosed, and Close returns an error); its
-	// waiting Acquires return errors wrapping ErrClosed, as do later calls. No
-	// goroutine started by the Locker may outlive Close.
+	// waiting Acquires return errors wrapping ErrClosed, as do later calls.
+	//
+	// Close is bounded: it waits at most ReleaseTimeout (or the backend's
+	// stated bound) for the release of the held locks, then a short grace,
+	// stated in the backend's Close doc, for calls and goroutines in flight.
+	// No goroutine started by the Locker outlives Close, except what the
+	// backend's Close doc names (a request stuck on a dead connection of a
+	// client the caller owns, until its socket deadline); with a client the
+	// Locker owns (opened from a URL), nothing does. A second Close waits
+	// for the first and returns nil.
 	Close() error
 }
 
