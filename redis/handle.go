@@ -27,7 +27,7 @@ type Handle struct {
 func newHandle(l *Locker, key string, k keys, owner string, token int64, ttl, drift time.Duration, sent time.Time) *Handle {
 	h := &Handle{l: l, k: k, key: key, owner: owner, drift: drift, sent: sent}
 	h.c.Init(key, owner, token, ttl, backend.NewState(), lease.Proto{
-		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: h.enter,
+		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: lease.Counted(l.enter, l.exit),
 		Server: "the server", Gone: "it was deleted on the server",
 	})
 	return h
@@ -104,14 +104,6 @@ func (h *Handle) release(ctx context.Context) (bool, error) {
 	return released, nil
 }
 
-// enter counts a Release as an active call (lease.Proto.Enter).
-func (h *Handle) enter() (bool, func()) {
-	if !h.l.enter() {
-		return false, func() {}
-	}
-	return true, h.l.exit
-}
-
 // cleanup deletes the lock in the background if it is still ours
 // (lease.Proto.Cleanup), unless the Locker is closing.
 func (h *Handle) cleanup() bool {
@@ -123,14 +115,11 @@ func (h *Handle) cleanup() bool {
 	return true
 }
 
+// lostErr, end and stopRenewal are the Locker's Close's way to the lease
+// handle (lease.Handle LostErr, End and Stop).
 func (h *Handle) lostErr(why string) error { return h.c.LostErr(why) }
-
-// end records how the lock ended and stops everything that kept it alive.
-func (h *Handle) end(err error) bool { return h.c.End(err) }
-
-// stopRenewal stops the watchdog and the loss timer without waiting for
-// them.
-func (h *Handle) stopRenewal() { h.c.Stop() }
+func (h *Handle) end(err error) bool       { return h.c.End(err) }
+func (h *Handle) stopRenewal()             { h.c.Stop() }
 
 // Release deletes the lock if it is still ours, and wakes waiters. It never
 // deletes another holder's lock. After loss it returns an error wrapping

@@ -121,14 +121,12 @@ func (h *Handle) forget() {
 	h.l.bell.unring(h)
 }
 
+// lostErr, claim and stop are the Locker's (Close's, an acquire's) way to
+// the lease handle (lease.LostErr, lease.Handle Claim and Stop); they work
+// before start too.
 func (h *Handle) lostErr(why string) error { return lease.LostErr(h.key, why) }
-
-// claim marks the lock as being ended by the caller; false when another
-// Release, Close or the loss timer got there first.
-func (h *Handle) claim() bool { return h.c.Claim() }
-
-// stop stops renewals and the loss timer.
-func (h *Handle) stop() { h.c.Stop() }
+func (h *Handle) claim() bool              { return h.c.Claim() }
+func (h *Handle) stop()                    { h.c.Stop() }
 
 // Release frees the lock if this holder still has it, and wakes waiters.
 // It never frees another holder's lock. After loss it returns an error

@@ -76,6 +76,18 @@ func (h *Handle) Init(key, owner string, token int64, ttl time.Duration, st *bac
 	h.Key, h.Owner, h.Token, h.TTL, h.State, h.Proto = key, owner, token, ttl, st, p
 }
 
+// Counted is a Proto.Enter from a Locker's own count of calls in progress:
+// enter counts one and reports true, or reports false once Close has begun;
+// exit ends one that enter counted.
+func Counted(enter func() bool, exit func()) func() (bool, func()) {
+	return func() (bool, func()) {
+		if !enter() {
+			return false, func() {}
+		}
+		return true, exit
+	}
+}
+
 // ErrToClose is returned by a Proto.Release whose Locker's Close began
 // while it was at work and abandoned it: Close, which still holds the
 // handle, releases the lock, and Release reports Close's verdict.

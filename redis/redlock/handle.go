@@ -29,7 +29,7 @@ type Handle struct {
 func newHandle(l *Locker, key string, k keys, owner string, token int64, tm timing, sent time.Time) *Handle {
 	h := &Handle{l: l, k: k, tm: tm, sent: sent}
 	h.c.Init(key, owner, token, tm.ttl, backend.NewState(), lease.Proto{
-		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: h.enter,
+		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: lease.Counted(l.enter, l.exit),
 		Server: "the nodes", Gone: "it was deleted on a majority of the nodes",
 	})
 	return h
@@ -171,14 +171,6 @@ func (h *Handle) release(ctx context.Context) (bool, error) {
 			deleted, len(h.l.clients), notOurs, len(failed), err)
 	}
 	return false, nil
-}
-
-// enter counts a Release as an active call (lease.Proto.Enter).
-func (h *Handle) enter() (bool, func()) {
-	if !h.l.enter() {
-		return false, func() {}
-	}
-	return true, h.l.exit
 }
 
 // cleanup deletes the lock in the background on every node where it may
