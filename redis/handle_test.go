@@ -22,7 +22,7 @@ func testHandle(l *Locker, key string) *Handle {
 func TestSecondReleaseHonoursItsContext(t *testing.T) {
 	l := New(nil)
 	h := testHandle(l, "k")
-	h.releasing = true // the first Release is in flight
+	h.c.Claim() // the first Release is in flight
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -69,5 +69,19 @@ func TestEndedErrNamesOpAndKey(t *testing.T) {
 				t.Errorf("Release of a handle ended with %v: %v, want it to wrap %v", end, err, w)
 			}
 		}
+	}
+}
+
+// TestStartAfterEndKeepsNoLease: a handle that Close ended between its
+// registration and the start of its lease (Close took it over while the
+// acquire was finishing) keeps no lease: its renewal and loss timers are
+// stopped at once, as a Release or Close would have stopped them.
+func TestStartAfterEndKeepsNoLease(t *testing.T) {
+	l := New(nil)
+	h := testHandle(l, "k")
+	h.end(locker.ErrReleasedByClose) // Close ended it before start
+	h.start()
+	if ls := h.c.Lease(); ls != nil && ls.Stop() {
+		t.Error("an ended handle's lease was still kept after start")
 	}
 }

@@ -3,11 +3,11 @@ package sqltable
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/internal/renew"
 	"github.com/go-locker/locker/internal/timerq"
 )
@@ -16,56 +16,56 @@ var _ locker.Handle = (*Handle)(nil)
 
 // Handle is one held lock. It is safe for concurrent use.
 type Handle struct {
-	l     *Locker
+	l *Locker
+	// The lock as the Locker made it; start hands them to c, which the
+	// Handle's methods read.
 	key   string
 	owner string
 	token int64
 	ttl   time.Duration
 	st    *backend.State
-	lease renew.Slot
+	c     lease.Handle // state, lease and the verdicts (internal/lease)
 
 	bellState int           // see bell; guarded by the Locker's bell.stateMu
 	bellEntry *timerq.Entry // rings the bell; guarded by bell.stateMu
-
-	mu        sync.Mutex
-	releasing bool // a Release or Close has claimed the lock
 }
 
 // Key returns the key as the caller gave it.
-func (h *Handle) Key() string { return h.key }
+func (h *Handle) Key() string { return h.c.Key }
 
 // Token returns the fencing token: the row's token column after this
 // acquisition set it (see "Fencing tokens" in the package documentation).
-func (h *Handle) Token() int64 { return h.token }
+func (h *Handle) Token() int64 { return h.c.Token }
 
 // Owner returns the random owner string that this holder's row carries
 // while the lock is held, which Release and renewal compare before they
 // act. It is for operators and tests.
-func (h *Handle) Owner() string { return h.owner }
+func (h *Handle) Owner() string { return h.c.Owner }
 
 // TTL returns the lease of the lock.
-func (h *Handle) TTL() time.Duration { return h.ttl }
+func (h *Handle) TTL() time.Duration { return h.c.TTL }
 
 // Done is closed once the lock is released or lost.
-func (h *Handle) Done() <-chan struct{} { h.lease.Check(); return h.st.Done() }
+func (h *Handle) Done() <-chan struct{} { return h.c.Done() }
 
 // Err is nil while the lock is held, then locker.ErrReleased or an error
 // wrapping locker.ErrLost.
-func (h *Handle) Err() error { h.lease.Check(); return h.st.Err() }
+func (h *Handle) Err() error { return h.c.Err() }
 
 // start begins the lease: renewals every TTL/3 (unless the watchdog is off)
 // and the loss timer at sent + TTL − drift on the local monotonic clock.
+// Until then the Handle is not handed out: only Close (claim, stop, and
+// the Handle's own fields) may touch it.
 func (h *Handle) start(sent time.Time, drift time.Duration) {
-	cfg := renew.Config{
-		TTL:   h.ttl,
-		Drift: drift,
-		Lost:  h.lost,
-		Go:    h.l.run,
-	}
+	h.c.Init(h.key, h.owner, h.token, h.ttl, h.st, lease.Proto{
+		Release: h.release, Cleanup: h.cleanup, Forget: h.forget, Enter: h.enter,
+		Server: "the database", Gone: "the row was changed or deleted outside this Locker",
+	})
+	cfg := renew.Config{Drift: drift, Go: h.l.run}
 	if h.l.cfg.watchdog {
 		cfg.Renew = h.renew
 	}
-	h.lease.Set(renew.Start(sent, cfg))
+	h.c.Start(sent, cfg)
 }
 
 // renew extends the lease when the row still carries this holder's owner
@@ -88,39 +88,45 @@ func (h *Handle) renew(ctx context.Context) (bool, error) {
 	return n == 1, nil
 }
 
-// lost is the lease's verdict: no renewal succeeded in time, or one found
-// the row no longer ours.
-func (h *Handle) lost(cause error) {
-	if !h.claim() {
-		return // Release or Close is at work on it
+// release is Release's guarded statement (lease.Proto.Release). Close, if
+// it has begun, left this lock to the Release (which claimed it first); the
+// statement is bounded by ctx and by Close's own bound.
+func (h *Handle) release(ctx context.Context) (bool, error) {
+	rctx, cancel := h.l.endCallCtx(ctx)
+	defer cancel()
+	freed, err := h.l.release(rctx, h)
+	if err != nil && ctx.Err() == nil && h.l.endCtx.Err() != nil {
+		return false, fmt.Errorf("%w: Close cut the release short after %v (%w)", locker.ErrClosed, locker.ReleaseTimeout, err)
 	}
-	h.st.End(h.lostErr(cause.Error()))
+	return freed, err
+}
+
+// enter counts a Release as in flight for Close to wait for, until Close
+// has begun waiting (lease.Proto.Enter). Close never takes over a Release:
+// it leaves a lock that a Release claimed to it.
+func (h *Handle) enter() (bool, func()) {
+	if !h.l.enter() {
+		return true, func() {}
+	}
+	return true, h.l.wg.Done
+}
+
+// cleanup frees the row in the background if it still carries the owner
+// (lease.Proto.Cleanup).
+func (h *Handle) cleanup() bool { return h.l.cleanup(h.key, h.owner, h.ttl) }
+
+// forget drops the Handle from the Locker and its bell (lease.Proto.Forget).
+func (h *Handle) forget() {
 	h.l.unregister(h)
 	h.l.bell.unring(h)
-	// The row may still be ours (a renewal that succeeded too late, or a
-	// database that was merely slow): free it so that it does not block
-	// others for the rest of its lease.
-	h.l.cleanup(h.key, h.owner, h.ttl)
 }
 
-func (h *Handle) lostErr(why string) error {
-	return locker.KeyError("hold", h.key, fmt.Errorf("%w: %s", locker.ErrLost, why))
-}
-
-// claim marks the lock as being ended by the caller; false when another
-// Release, Close or the loss timer got there first.
-func (h *Handle) claim() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.releasing || h.st.Ended() {
-		return false
-	}
-	h.releasing = true
-	return true
-}
-
-// stop stops renewals and the loss timer.
-func (h *Handle) stop() { h.lease.Stop() }
+// lostErr, claim and stop are the Locker's (Close's, an acquire's) way to
+// the lease handle (lease.LostErr, lease.Handle Claim and Stop); they work
+// before start too.
+func (h *Handle) lostErr(why string) error { return lease.LostErr(h.key, why) }
+func (h *Handle) claim() bool              { return h.c.Claim() }
+func (h *Handle) stop()                    { h.c.Stop() }
 
 // Release frees the lock if this holder still has it, and wakes waiters.
 // It never frees another holder's lock. After loss it returns an error
@@ -131,48 +137,4 @@ func (h *Handle) stop() { h.lease.Stop() }
 // database within min(TTL, 5s); the error says which. A Close that begins
 // meanwhile waits for this Release at most locker.ReleaseTimeout, then cuts
 // it short (the error then wraps locker.ErrClosed).
-func (h *Handle) Release(ctx context.Context) error {
-	ok, counted := h.l.claimRelease(h)
-	if !ok {
-		return h.endedErr(ctx)
-	}
-	if counted {
-		defer h.l.wg.Done()
-	}
-	expired := h.lease.Expired(time.Now())
-	h.stop()
-	// Close, if it has begun, left this lock to us (we claimed it first);
-	// the release is bounded by ctx and by Close's own bound.
-	rctx, cancel := h.l.endCallCtx(ctx)
-	defer cancel()
-	freed, err := h.l.release(rctx, h)
-	h.l.unregister(h)
-	h.l.bell.unring(h)
-	switch {
-	case err != nil && expired:
-		// The lease had run out before Release came (the holder was
-		// paused past it?): the lock may have gone to another holder, and
-		// the failed statement cannot say otherwise.
-		h.l.cleanup(h.key, h.owner, h.ttl)
-		h.st.End(h.lostErr(fmt.Sprintf("its lease had run out before Release came, and the release failed: %v", err)))
-		return h.endedErr(ctx)
-	case err != nil:
-		h.st.End(locker.ErrReleased)
-		if ctx.Err() == nil && h.l.endCtx.Err() != nil {
-			return locker.KeyError("release", h.key, fmt.Errorf("%w: Close cut the release short after %v (%w); the lock was given up and frees at the end of its lease of %v", locker.ErrClosed, locker.ReleaseTimeout, err, h.ttl))
-		}
-		if h.l.cleanup(h.key, h.owner, h.ttl) {
-			return locker.KeyError("release", h.key, fmt.Errorf("%w (the lock was given up; a background retry frees it if the database answers within %v, else it frees at the end of its lease of %v)", err, min(h.ttl, cleanupTimeout), h.ttl))
-		}
-		return locker.KeyError("release", h.key, fmt.Errorf("%w (the lock was given up; it frees at the end of its lease of %v)", err, h.ttl))
-	case freed:
-		h.st.End(locker.ErrReleased)
-		return nil
-	default:
-		h.st.End(h.lostErr("the lock was no longer ours when Release came: its lease had run out, or the row was changed or deleted outside this Locker"))
-		return h.endedErr(ctx)
-	}
-}
-
-// endedErr is what Release returns on an ended (or ending) lock.
-func (h *Handle) endedErr(ctx context.Context) error { return h.st.ReleaseError(ctx, h.key) }
+func (h *Handle) Release(ctx context.Context) error { return h.c.Release(ctx) }

@@ -228,10 +228,7 @@ func TestCloseBoundsReleaseInFlight(t *testing.T) {
 	// Wait until the Release has claimed the lock (then Close leaves it to
 	// the Release).
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		h.mu.Lock()
-		claimed := h.releasing
-		h.mu.Unlock()
-		if claimed {
+		if h.c.Claimed() {
 			break
 		}
 		if time.Now().After(deadline) {

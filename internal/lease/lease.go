@@ -1,8 +1,16 @@
-// Package lease holds the lease arithmetic that the lease-based backends
-// (redis, redis/redlock, sqltable) share: the bounds of a TTL, the drift
-// margin by which a holder gives a lock up before its lease may have run
-// out on the server, and the TTL of one call from its options. The
+// Package lease is what the lease-based backends (redis, redis/redlock,
+// sqltable) share above their protocol: the lease handle (Handle: the
+// lock's identity, state and lease, and the verdicts of Release, of a loss
+// and of Close, given the backend's own release and clean-up), and the
+// lease arithmetic: the bounds of a TTL, the drift margin by which a holder
+// gives a lock up before its lease may have run out on the server, the TTL
+// of one call from its options, and grants that came back too late. The
 // messages name the backend, so a user sees which Locker refused.
+//
+// The timing of one lease (when to renew, when it is lost) is
+// internal/renew's, a package of its own: it knows nothing of locks or
+// errors of this module, and etcd, which keeps its handle's state apart,
+// uses it too.
 package lease
 
 import (

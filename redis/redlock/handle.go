@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/internal/renew"
 )
 
@@ -19,52 +19,50 @@ var _ locker.Handle = (*Handle)(nil)
 // Handle is one lock held on a majority of the nodes. It is safe for
 // concurrent use.
 type Handle struct {
-	l     *Locker
-	key   string
-	k     keys
-	owner string
-	token int64
-	tm    timing
-	sent  time.Time // when the granting round's requests left
-	st    *backend.State
-
-	mu        sync.Mutex
-	lease     renew.Slot
-	releasing bool
+	l    *Locker
+	k    keys
+	tm   timing
+	sent time.Time    // when the granting round's requests left
+	c    lease.Handle // identity, state, lease and the verdicts (internal/lease)
 }
 
 func newHandle(l *Locker, key string, k keys, owner string, token int64, tm timing, sent time.Time) *Handle {
-	return &Handle{l: l, key: key, k: k, owner: owner, token: token, tm: tm, sent: sent, st: backend.NewState()}
+	h := &Handle{l: l, k: k, tm: tm, sent: sent}
+	h.c.Init(key, owner, token, tm.ttl, backend.NewState(), lease.Proto{
+		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: lease.Counted(l.enter, l.exit),
+		Server: "the nodes", Gone: "it was deleted on a majority of the nodes",
+	})
+	return h
 }
 
 // Key returns the key as the caller gave it.
-func (h *Handle) Key() string { return h.key }
+func (h *Handle) Key() string { return h.c.Key }
 
 // Token returns the fencing token: the largest of the granting nodes'
 // counters, written back to a majority of them before Acquire returned.
 // See "Fencing tokens" in the package documentation for why it is larger
 // than every earlier holder's.
-func (h *Handle) Token() int64 { return h.token }
+func (h *Handle) Token() int64 { return h.c.Token }
 
 // Owner returns the random owner token this lock carries on the nodes, for
 // operators and tests. Whoever knows it can release or renew the lock.
-func (h *Handle) Owner() string { return h.owner }
+func (h *Handle) Owner() string { return h.c.Owner }
 
 // TTL returns the lease of the lock on each node.
-func (h *Handle) TTL() time.Duration { return h.tm.ttl }
+func (h *Handle) TTL() time.Duration { return h.c.TTL }
 
 // Done is closed once the lock is released or lost.
-func (h *Handle) Done() <-chan struct{} { h.lease.Check(); return h.st.Done() }
+func (h *Handle) Done() <-chan struct{} { return h.c.Done() }
 
 // Err is nil while the lock is held, then locker.ErrReleased or an error
 // wrapping locker.ErrLost.
-func (h *Handle) Err() error { h.lease.Check(); return h.st.Err() }
+func (h *Handle) Err() error { return h.c.Err() }
 
 // Validity returns until when the lock is surely held on a majority of the
 // nodes, on this process's monotonic clock: the send time of the last
 // successful acquiring or renewing round plus the TTL minus the drift.
 func (h *Handle) Validity() time.Time {
-	if ls := h.lease.Get(); ls != nil {
+	if ls := h.c.Lease(); ls != nil {
 		return ls.Deadline()
 	}
 	return h.sent.Add(h.tm.ttl - h.tm.drift)
@@ -74,10 +72,7 @@ func (h *Handle) Validity() time.Time {
 // declared at the validity's end when no renewal round succeeded on a
 // majority in time (internal/renew: runtime timers, no goroutine).
 func (h *Handle) start() {
-	h.lease.Set(renew.Start(h.sent, renew.Config{
-		TTL: h.tm.ttl, Drift: h.tm.drift,
-		Renew: h.renew, Lost: h.leaseLost, Go: h.l.run,
-	}))
+	h.c.Start(h.sent, renew.Config{Drift: h.tm.drift, Renew: h.renew, Go: h.l.run})
 }
 
 // renew extends the lease on every node where the lock is still ours. It
@@ -88,7 +83,7 @@ func (h *Handle) start() {
 func (h *Handle) renew(ctx context.Context) (bool, error) {
 	res, err := fanout(h.l, ctx, ctx, h.l.closing, h.l.all, h.tm.nodeTimeout,
 		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
-			return runExtend(ctx, c, h.k, h.owner, h.tm.ttl)
+			return runExtend(ctx, c, h.k, h.c.Owner, h.tm.ttl)
 		}, nil, func(o outcome[bool]) bool { // a majority either way
 			var yes []int
 			no := 0
@@ -136,52 +131,13 @@ func (h *Handle) renew(ctx context.Context) (bool, error) {
 		counted, n, q, len(gone), h.l.addrs[first], res.err[first])
 }
 
-// leaseLost is internal/renew's report of a loss.
-func (h *Handle) leaseLost(cause error) {
-	if errors.Is(cause, renew.ErrGone) {
-		h.lose("a majority of the nodes no longer hold the lock: its lease ran out there, or it was deleted")
-		return
-	}
-	h.lose(cause.Error())
-}
-
-func (h *Handle) lostErr(why string) error {
-	return locker.KeyError("hold", h.key, fmt.Errorf("%w: %s", locker.ErrLost, why))
-}
-
-// lose ends the lock as lost and deletes it in the background on every
-// node where it may still be ours, announcing it, so that it does not block
-// others for the rest of its lease.
-func (h *Handle) lose(why string) {
-	if !h.end(h.lostErr(why)) {
-		return
-	}
-	h.l.unregister(h)
-	if !h.l.enter() {
-		return
-	}
-	go func() {
-		defer h.l.exit()
-		_ = h.l.cleanup(context.Background(), h.k, h.owner, h.l.all, h.tm.nodeTimeout, true)
-	}()
-}
-
-// end records how the lock ended and stops its renewal.
-func (h *Handle) end(err error) bool {
-	first := h.st.End(err)
-	h.stopRenewal()
-	return first
-}
-
-func (h *Handle) stopRenewal() { h.lease.Stop() }
-
 // releaseCounts runs the owner-checked delete on every node, announcing it,
 // and counts the answers. Its requests are not bound by ctx, which only
 // bounds the wait.
 func (h *Handle) releaseCounts(ctx context.Context) (deleted, notOurs int, failed []error, err error) {
 	res, err := fanout(h.l, ctx, context.Background(), nil, h.l.all, h.tm.nodeTimeout,
 		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
-			return runRelease(ctx, c, h.k, h.owner)
+			return runRelease(ctx, c, h.k, h.c.Owner)
 		}, nil, nil)
 	for i := range h.l.clients {
 		switch {
@@ -196,6 +152,41 @@ func (h *Handle) releaseCounts(ctx context.Context) (deleted, notOurs int, faile
 	return deleted, notOurs, failed, err
 }
 
+// release is the owner-checked delete of Release and of Close
+// (lease.Proto.Release): ours when a majority deleted it, not ours when
+// every node answered and fewer than a majority still held it.
+func (h *Handle) release(ctx context.Context) (bool, error) {
+	// Forgotten first: a Close that begins meanwhile leaves this release
+	// alone (its requests are not bound by ctx nor by Close).
+	h.l.unregister(h)
+	deleted, notOurs, failed, err := h.releaseCounts(ctx)
+	switch {
+	case deleted >= h.l.quorum:
+		return true, nil
+	case err != nil || len(failed) > 0:
+		if err == nil {
+			err = errors.Join(failed...)
+		}
+		return false, fmt.Errorf("deleted on %d of %d nodes, %d no longer held it, %d failed or did not answer: %w",
+			deleted, len(h.l.clients), notOurs, len(failed), err)
+	}
+	return false, nil
+}
+
+// cleanup deletes the lock in the background on every node where it may
+// still be ours, announcing it (lease.Proto.Cleanup), unless the Locker is
+// closing.
+func (h *Handle) cleanup() bool {
+	if !h.l.enter() {
+		return false
+	}
+	go func() {
+		defer h.l.exit()
+		_ = h.l.cleanup(context.Background(), h.k, h.c.Owner, h.l.all, h.tm.nodeTimeout, true)
+	}()
+	return true
+}
+
 // Release deletes the lock on every node where it is still ours (compare
 // and delete, in parallel, each bounded by the node timeout), which wakes
 // the nodes' waiters. It never deletes another holder's lock. It succeeds
@@ -204,94 +195,11 @@ func (h *Handle) releaseCounts(ctx context.Context) (deleted, notOurs int, faile
 // expires within its TTL on the nodes not reached; the error says so. When
 // every node answered and fewer than a majority still held it, the lock had
 // been lost and the error wraps locker.ErrLost.
-func (h *Handle) Release(ctx context.Context) error {
-	h.mu.Lock()
-	if h.releasing || h.st.Ended() {
-		h.mu.Unlock()
-		return h.endedErr(ctx)
-	}
-	h.releasing = true
-	h.mu.Unlock()
-	if !h.l.enter() {
-		return h.closeVerdict(ctx)
-	}
-	defer h.l.exit()
-	h.l.unregister(h)
-	// The validity may have ended without the loss reported yet (the
-	// process was paused past it, and this ran first on resuming): then a
-	// release that reaches no majority must report the loss.
-	h.mu.Lock()
-	expired := h.lease.Expired(time.Now())
-	h.mu.Unlock()
-	h.stopRenewal()
-	deleted, notOurs, failed, err := h.releaseCounts(ctx)
-	n, q := len(h.l.clients), h.l.quorum
-	switch {
-	case deleted >= q:
-		if !h.end(locker.ErrReleased) {
-			return h.endedErr(ctx)
-		}
-		return nil
-	case expired && (err != nil || len(failed) > 0):
-		cause := err
-		if cause == nil {
-			cause = errors.Join(failed...)
-		}
-		h.end(h.lostErr(fmt.Sprintf("its validity had ended before Release came, and the release reached only %d of %d nodes: %v", deleted, n, cause)))
-		return h.endedErr(ctx)
-	case err != nil || len(failed) > 0:
-		if !h.end(locker.ErrReleased) {
-			return h.endedErr(ctx)
-		}
-		cause := err
-		if cause == nil {
-			cause = errors.Join(failed...)
-		}
-		return locker.KeyError("release", h.key, fmt.Errorf("deleted on %d of %d nodes, %d no longer held it, %d failed or did not answer; the lock was given up and expires within its TTL of %v where it remains: %w",
-			deleted, n, notOurs, len(failed), h.tm.ttl, cause))
-	default:
-		h.end(h.lostErr(fmt.Sprintf("the lock was no longer ours on %d of %d nodes when Release came: its lease had run out, or it was deleted", notOurs, n)))
-		return h.endedErr(ctx)
-	}
-}
+func (h *Handle) Release(ctx context.Context) error { return h.c.Release(ctx) }
 
 // releaseByClose is Close's release of a lock it still held.
 func (h *Handle) releaseByClose(ctx context.Context) error {
-	h.stopRenewal()
-	deleted, notOurs, failed, err := h.releaseCounts(ctx)
-	n, q := len(h.l.clients), h.l.quorum
-	switch {
-	case deleted >= q:
-		h.end(locker.ErrReleasedByClose)
-		return nil
-	case err != nil || len(failed) > 0:
-		cause := err
-		if cause == nil {
-			cause = errors.Join(failed...)
-		}
-		h.end(locker.KeyError("hold", h.key, fmt.Errorf("%w (%w): Close could not release the lock on a majority; it expires within its TTL of %v", locker.ErrLost, locker.ErrClosed, h.tm.ttl)))
-		return locker.KeyError("release", h.key, fmt.Errorf("deleted on %d of %d nodes, %d failed or did not answer (the lock expires within its TTL): %w", deleted, n, len(failed), cause))
-	default:
-		_ = notOurs
-		h.end(h.lostErr("released by Close, but a majority of the nodes no longer held it"))
-		return nil
-	}
+	h.c.Stop()
+	ours, err := h.release(ctx)
+	return h.c.Closed(ours, err)
 }
-
-// closeVerdict is what Release returns when the Locker's Close is
-// releasing the lock: Close's verdict, as soon as it has one.
-func (h *Handle) closeVerdict(ctx context.Context) error {
-	t := time.NewTimer(locker.ReleaseTimeout + time.Second)
-	defer t.Stop()
-	select {
-	case <-h.st.Done():
-	case <-t.C:
-		h.end(h.lostErr("the Locker closed before Release"))
-	case <-ctx.Done():
-		return locker.KeyError("release", h.key, fmt.Errorf("%w (the Locker is closing; Close releases the lock)", ctxErr(ctx)))
-	}
-	return h.endedErr(ctx)
-}
-
-// endedErr is Release's error on an ended (or ending) lock.
-func (h *Handle) endedErr(ctx context.Context) error { return h.st.ReleaseError(ctx, h.key) }
