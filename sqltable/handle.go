@@ -105,10 +105,10 @@ func (h *Handle) release(ctx context.Context) (bool, error) {
 // has begun waiting (lease.Proto.Enter). Close never takes over a Release:
 // it leaves a lock that a Release claimed to it.
 func (h *Handle) enter() (bool, func()) {
-	if !h.l.enter() {
+	if !h.l.life.Begin() {
 		return true, func() {}
 	}
-	return true, h.l.wg.Done
+	return true, h.l.life.End
 }
 
 // cleanup frees the row in the background if it still carries the owner

@@ -35,8 +35,6 @@ type Locker struct {
 	// life admits the calls, holds the Handles, counts what Close waits
 	// for and runs Close.
 	life *backend.Life[*Handle]
-	// wg ends a Release that claimRelease counted (handle.go).
-	wg lifeCalls
 	// endCtx ends locker.ReleaseTimeout after Close began (or when Close
 	// stops waiting, Life.Abandoned): it bounds the releases Close waits
 	// for, its own and those of Releases already in flight, and the
@@ -48,13 +46,6 @@ type Locker struct {
 	inited  bool          // guarded by initSem
 	ps      prepared      // set by init
 }
-
-// lifeCalls is the count of the Releases in flight that Close waits for:
-// claimRelease counts one with Life.Begin, its Release ends it with Done.
-type lifeCalls struct{ life *backend.Life[*Handle] }
-
-// Done ends a Release that claimRelease counted.
-func (c lifeCalls) Done() { c.life.End() }
 
 // New returns a Locker that keeps its locks in a table of db. The dialect
 // is detected from db's driver (pgx's stdlib, go-sql-driver/mysql or
@@ -86,7 +77,6 @@ func New(db *sql.DB, opts ...Option) *Locker {
 		cfgErr = checkTable(l.dialect, l.table)
 	}
 	l.life = backend.NewLife[*Handle](cfgErr)
-	l.wg = lifeCalls{l.life}
 	if cfgErr == nil {
 		l.st = newStatements(l.dialect, l.table)
 		l.hubKey = l.dialect.String() + ":" + fmt.Sprintf("%p", db) + ":" + l.table.String() // refined by init
@@ -108,21 +98,6 @@ func New(db *sql.DB, opts ...Option) *Locker {
 // Dialect returns the SQL dialect the Locker speaks (DialectAuto when New
 // could not tell).
 func (l *Locker) Dialect() Dialect { return l.dialect }
-
-// claimRelease claims h for its Release and counts the Release as in
-// flight, for Close to wait for (the Release ends it with l.wg.Done); false
-// when h was already claimed or ended, or Close has begun: Close took every
-// held lock over, and the Release waits for Close's release of h.
-func (l *Locker) claimRelease(h *Handle) (ok, counted bool) {
-	if !l.life.Begin() {
-		return false, false
-	}
-	if !h.claim() {
-		l.life.End()
-		return false, false
-	}
-	return true, true
-}
 
 // endCallCtx is ctx, also cancelled when Close's bound
 // (locker.ReleaseTimeout after it began) runs out.
