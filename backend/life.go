@@ -303,3 +303,13 @@ func (l *Life[H]) wait(d time.Duration) bool {
 		return false
 	}
 }
+
+// AsHandle returns h as a locker.Handle, or a nil interface when err is not
+// nil: a backend's Acquire returns AsHandle(l.acquire(...)) so that a failed
+// call never returns a typed nil pointer that compares unequal to nil.
+func AsHandle[H locker.Handle](h H, err error) (locker.Handle, error) {
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}

@@ -148,3 +148,16 @@ func TestSecondCloseWaitsForFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+type testHandle struct{ locker.Handle }
+
+func TestAsHandleNeverTypedNil(t *testing.T) {
+	var typed *testHandle
+	if h, err := AsHandle(typed, errCause); h != nil || err != errCause {
+		t.Errorf("AsHandle(typed nil, err) = %v, %v; want a nil interface and err", h, err)
+	}
+	want := &testHandle{}
+	if h, err := AsHandle(want, nil); h != locker.Handle(want) || err != nil {
+		t.Errorf("AsHandle(h, nil) = %v, %v", h, err)
+	}
+}

@@ -96,23 +96,14 @@ func (l *Locker) Prefix() string { return l.cfg.prefix }
 // Waiters are served in the order they arrived (the create revisions of
 // their waiter keys); each watches only the key just before its own.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	return asHandle(l.acquire(ctx, "acquire", key, true, opts))
+	return backend.AsHandle(l.acquire(ctx, "acquire", key, true, opts))
 }
 
 // TryAcquire takes key if nobody holds it or waits for it, and fails with an
 // error wrapping locker.ErrNotAcquired otherwise, without waiting and
 // without writing anything to the server in that case.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	return asHandle(l.acquire(ctx, "try-acquire", key, false, opts))
-}
-
-// asHandle returns h as a locker.Handle, and a nil one (not one holding a
-// nil *Handle) with err.
-func asHandle(h *Handle, err error) (locker.Handle, error) {
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	return backend.AsHandle(l.acquire(ctx, "try-acquire", key, false, opts))
 }
 
 func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (*Handle, error) {

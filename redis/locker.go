@@ -185,11 +185,7 @@ func (l *Locker) KeyNames(key string) (lock, fence, wake string) {
 // TryAcquire makes one attempt to take key. When another holder has it the
 // error wraps locker.ErrNotAcquired.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	h, err := l.acquire(ctx, "try-acquire", key, opts, false)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	return backend.AsHandle(l.acquire(ctx, "try-acquire", key, opts, false))
 }
 
 // Acquire takes key, waiting as long as ctx allows while another holder has
@@ -197,11 +193,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Opti
 // package documentation): a release tells the first live waiter, and only
 // it, that its turn has come.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	h, err := l.acquire(ctx, "acquire", key, opts, true)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	return backend.AsHandle(l.acquire(ctx, "acquire", key, opts, true))
 }
 
 // acquire is Acquire (wait) and TryAcquire past admission: ctx, from

@@ -20,21 +20,13 @@ var testHookKeep func(*Handle)
 // TryAcquire makes one attempt to take key. When another holder has it the
 // error wraps locker.ErrNotAcquired.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	h, err := l.acquire(ctx, "try-acquire", key, opts, false)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	return backend.AsHandle(l.acquire(ctx, "try-acquire", key, opts, false))
 }
 
 // Acquire takes key, waiting as long as ctx allows while another holder has
 // it (see "Waiting" in the package documentation).
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	h, err := l.acquire(ctx, "acquire", key, opts, true)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	return backend.AsHandle(l.acquire(ctx, "acquire", key, opts, true))
 }
 
 func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Option, wait bool) (*Handle, error) {

@@ -219,21 +219,13 @@ func (l *Locker) sessionTimeoutNow() time.Duration {
 // Waiters are served in the order they arrived (the sequence of their
 // nodes); each watches only the node before its own.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	h, err := l.acquire(ctx, "acquire", key, true, opts)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	return backend.AsHandle(l.acquire(ctx, "acquire", key, true, opts))
 }
 
 // TryAcquire takes key if nobody holds it or waits for it, and fails with an
 // error wrapping locker.ErrNotAcquired otherwise, without waiting.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	h, err := l.acquire(ctx, "try-acquire", key, false, opts)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	return backend.AsHandle(l.acquire(ctx, "try-acquire", key, false, opts))
 }
 
 func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (*Handle, error) {

@@ -213,11 +213,7 @@ func (l *Locker) KeyNames(key string) (lock, fence, channel string) {
 // when the round failed for another reason (nodes unreachable, a split
 // between contenders, too little validity left) it wraps ErrNoQuorum.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	h, err := l.acquire(ctx, "try-acquire", key, opts, false)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	return backend.AsHandle(l.acquire(ctx, "try-acquire", key, opts, false))
 }
 
 // Acquire takes key, waiting as long as ctx allows while another holder has
@@ -225,11 +221,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Opti
 // nodes cannot be reached; other failed rounds (a split vote, a node that
 // answered too slowly) are retried after a jittered back-off.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	h, err := l.acquire(ctx, "acquire", key, opts, true)
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	return backend.AsHandle(l.acquire(ctx, "acquire", key, opts, true))
 }
 
 // acquire is Acquire (wait) and TryAcquire past admission: ctx, from
