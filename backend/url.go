@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -101,3 +102,19 @@ type redactedError struct {
 
 func (e redactedError) Error() string { return e.msg }
 func (e redactedError) Unwrap() error { return e.err }
+
+// Register registers open with locker.Register under every scheme given.
+// open may return the backend's own Locker type: a failed open is returned
+// as a nil locker.Locker, never as an interface holding a nil pointer.
+func Register[L locker.Locker](open func(context.Context, *url.URL) (L, error), schemes ...string) {
+	opener := func(ctx context.Context, u *url.URL) (locker.Locker, error) {
+		l, err := open(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+	for _, s := range schemes {
+		locker.Register(s, opener)
+	}
+}

@@ -33,17 +33,7 @@ const (
 // and password (clientv3.Config.DialTimeout).
 const defaultDialTimeout = 5 * time.Second
 
-func init() {
-	for _, s := range []string{Scheme, SchemeTLS} {
-		locker.Register(s, func(ctx context.Context, u *url.URL) (locker.Locker, error) {
-			l, err := openURL(ctx, u)
-			if err != nil {
-				return nil, err
-			}
-			return l, nil
-		})
-	}
-}
+func init() { backend.Register(openURL, Scheme, SchemeTLS) }
 
 // Open returns a Locker for an etcd:// or etcds:// URL (see the package
 // documentation) on a client of its own, which Close closes. It is what

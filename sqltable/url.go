@@ -71,17 +71,7 @@ var pgParams = []string{
 	"application_name", "options", "search_path", "timezone",
 }
 
-func init() {
-	for _, s := range []string{SchemeSQLite, SchemeMySQL, SchemePostgres, SchemePostgresLong} {
-		locker.Register(s, func(ctx context.Context, u *url.URL) (locker.Locker, error) {
-			l, err := openURL(ctx, u)
-			if err != nil {
-				return nil, err
-			}
-			return l, nil
-		})
-	}
-}
+func init() { backend.Register(openURL, SchemeSQLite, SchemeMySQL, SchemePostgres, SchemePostgresLong) }
 
 // Open returns a Locker for a sqlite:, mysql:// or postgres+table:// URL
 // (see the package documentation for their forms and parameters). The

@@ -24,15 +24,7 @@ const (
 	paramACL            = "acl"             // open (default) or creator
 )
 
-func init() {
-	locker.Register(Scheme, func(ctx context.Context, u *url.URL) (locker.Locker, error) {
-		l, err := openURL(ctx, u)
-		if err != nil {
-			return nil, err
-		}
-		return l, nil
-	})
-}
+func init() { backend.Register(openURL, Scheme) }
 
 // Open returns a Locker for a zookeeper:// URL (see the package
 // documentation), connected as Connect does; it owns its connection. It is
