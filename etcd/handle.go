@@ -54,7 +54,7 @@ func (h *Handle) Done() <-chan struct{} { h.checkLease(); return h.state.Done() 
 func (h *Handle) Err() error { h.checkLease(); return h.state.Err() }
 
 // checkLease declares the loss of the lease now if its deadline has passed
-// and its loss timer has not fired yet (see renew.Lease.Check). The keeper
+// and its loss timer has not fired yet (see lease.Renewal.Check). The keeper
 // is set before the lease's grant is announced, so before any Handle on it
 // exists.
 func (h *Handle) checkLease() {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/internal/backoff"
-	"github.com/go-locker/locker/internal/renew"
+	leases "github.com/go-locker/locker/internal/lease"
 )
 
 // lease is one etcd lease, shared by every lock of a Locker taken with the
@@ -26,9 +26,9 @@ type lease struct {
 	err   error         // of the grant; set before ready closes
 
 	id      clientv3.LeaseID
-	granted time.Duration // the TTL the server granted
-	marker  string        // the lease's release record (see releaseRecord)
-	keeper  *renew.Lease  // renews it and times its loss; set before ready closes
+	granted time.Duration   // the TTL the server granted
+	marker  string          // the lease's release record (see releaseRecord)
+	keeper  *leases.Renewal // renews it and times its loss; set before ready closes
 
 	lostCtx    context.Context    // ends once the lease is given up
 	lostCancel context.CancelFunc // ends lostCtx
@@ -165,7 +165,7 @@ func (ls *lease) grant(ctx context.Context) {
 		l.revokeDetached(ls.id)
 		return
 	}
-	ls.keeper = renew.Start(sent, renew.Config{
+	ls.keeper = leases.StartRenewal(sent, leases.RenewConfig{
 		TTL:      ls.granted,
 		Drift:    l.cfg.driftMargin(ls.granted),
 		Interval: interval,
@@ -245,7 +245,7 @@ func (ls *lease) renew(ctx context.Context) (bool, error) {
 // expired is the keeper's report that the lease is lost (the keeper has
 // stopped itself). It may run before grant has stored the keeper.
 func (ls *lease) expired(cause error) {
-	if errors.Is(cause, renew.ErrGone) {
+	if errors.Is(cause, leases.ErrGone) {
 		ls.end("the lease expired or was revoked on the server")
 		return
 	}

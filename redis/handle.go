@@ -8,7 +8,6 @@ import (
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/lease"
-	"github.com/go-locker/locker/internal/renew"
 )
 
 var _ locker.Handle = (*Handle)(nil)
@@ -59,11 +58,11 @@ func (h *Handle) Err() error { return h.c.Err() }
 func (h *Handle) TTL() time.Duration { return h.c.TTL }
 
 // start keeps the lease: the loss deadline always, the watchdog (renewal
-// every TTL/3) if enabled. Both run on runtime timers (internal/renew), so a
+// every TTL/3) if enabled. Both run on runtime timers (internal/lease), so a
 // held lock costs no goroutine while it waits. It runs inside the acquiring
 // call, which the Locker counts as active.
 func (h *Handle) start() {
-	cfg := renew.Config{Drift: h.drift, Go: h.l.run}
+	cfg := lease.RenewConfig{Drift: h.drift, Go: h.l.run}
 	if h.l.cfg.watchdog {
 		cfg.Renew = h.renew
 	}

@@ -193,7 +193,7 @@
 // PostgreSQL each failed try costs a row lock, which is why waiters wait
 // for a wake-up instead of polling (see "Waiting").
 //
-// Renewal (every TTL/3 by a watchdog, internal/renew) and Release are
+// Renewal (every TTL/3 by a watchdog, internal/lease) and Release are
 // guarded by key, owner and token and by the lease not having run out on the
 // database; zero rows means the lock is gone: the renewal reports the loss,
 // and Release returns an error wrapping locker.ErrLost. Release sets owner

@@ -8,7 +8,6 @@ import (
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/lease"
-	"github.com/go-locker/locker/internal/renew"
 	"github.com/go-locker/locker/internal/timerq"
 )
 
@@ -61,7 +60,7 @@ func (h *Handle) start(sent time.Time, drift time.Duration) {
 		Release: h.release, Cleanup: h.cleanup, Forget: h.forget, Enter: h.enter,
 		Server: "the database", Gone: "the row was changed or deleted outside this Locker",
 	})
-	cfg := renew.Config{Drift: drift, Go: h.l.run}
+	cfg := lease.RenewConfig{Drift: drift, Go: h.l.run}
 	if h.l.cfg.watchdog {
 		cfg.Renew = h.renew
 	}

@@ -9,13 +9,12 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
-	"github.com/go-locker/locker/internal/renew"
 )
 
 // Handle is the part of a lease-based backend's Handle that is the same on
 // every such backend (redis, redis/redlock, sqltable), written once: the
 // lock's identity (key, owner, token, TTL), its end-of-life state, its lease
-// (renewal and loss timing, internal/renew), and the three verdicts that end
+// (renewal and loss timing, internal/lease), and the three verdicts that end
 // it: Release's, the loss's and Close's. The backend gives its protocol
 // calls in Proto and keeps only those.
 //
@@ -31,7 +30,7 @@ type Handle struct {
 	State *backend.State
 	Proto Proto
 
-	lease     renew.Slot
+	lease     Slot
 	watchdog  bool // the lease is renewed (Config.Renew was set)
 	mu        sync.Mutex
 	releasing bool // a Release, Close or the loss has claimed the lock
@@ -106,21 +105,21 @@ func (h *Handle) LostErr(why string) error { return LostErr(h.Key, why) }
 // without TTL and Lost, which Start fills in (the loss ends the handle, see
 // Lose). A handle that has ended already (Close took it over before its
 // lease started) keeps no lease: it is stopped at once.
-func (h *Handle) Start(sent time.Time, cfg renew.Config) {
+func (h *Handle) Start(sent time.Time, cfg RenewConfig) {
 	cfg.TTL, cfg.Lost = h.TTL, h.leaseLost
 	h.watchdog = cfg.Renew != nil
-	h.lease.Set(renew.Start(sent, cfg))
+	h.lease.Set(StartRenewal(sent, cfg))
 	if h.State.Ended() {
 		h.lease.Stop()
 	}
 }
 
 // Lease is the lease kept by Start; nil before.
-func (h *Handle) Lease() *renew.Lease { return h.lease.Get() }
+func (h *Handle) Lease() *Renewal { return h.lease.Get() }
 
 // Done is the backend Handle's Done: closed once the lock is released or
 // lost, also when the lease's deadline has passed and its timer has not
-// had its turn yet (see renew.Lease.Check).
+// had its turn yet (see Renewal.Check).
 func (h *Handle) Done() <-chan struct{} { h.lease.Check(); return h.State.Done() }
 
 // Err is the backend Handle's Err: nil while the lock is held, then
@@ -160,12 +159,12 @@ func (h *Handle) End(err error) bool {
 	return first
 }
 
-// leaseLost is the lease's report of a loss (renew.Config.Lost).
+// leaseLost is the lease's report of a loss (RenewConfig.Lost).
 func (h *Handle) leaseLost(cause error) {
 	switch {
-	case errors.Is(cause, renew.ErrGone):
+	case errors.Is(cause, ErrGone):
 		h.Lose("renewal found the lock no longer ours: its lease had run out, or " + h.Proto.Gone)
-	case !h.watchdog && errors.Is(cause, renew.ErrExpired):
+	case !h.watchdog && errors.Is(cause, ErrExpired):
 		h.Lose("its lease ran out (the watchdog is off)")
 	default:
 		h.Lose(cause.Error())

@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
-	"github.com/go-locker/locker/internal/renew"
 )
 
 // fake is a backend's protocol as a Handle sees it: what its release
@@ -43,7 +42,7 @@ func (f *fake) proto() Proto {
 func held(f *fake, ttl time.Duration, sent time.Time) *Handle {
 	h := &Handle{}
 	h.Init("k", "owner", 7, ttl, backend.NewState(), f.proto())
-	h.Start(sent, renew.Config{Drift: ttl / 10})
+	h.Start(sent, RenewConfig{Drift: ttl / 10})
 	return h
 }
 
@@ -93,7 +92,7 @@ func TestReleaseVerdicts(t *testing.T) {
 				// closing Locker's does, so the timer declares nothing.
 				h = &Handle{}
 				h.Init("k", "owner", 7, 100*time.Millisecond, backend.NewState(), f.proto())
-				h.Start(sent.Add(-time.Second), renew.Config{Drift: 10 * time.Millisecond, Go: func(func()) bool { return false }})
+				h.Start(sent.Add(-time.Second), RenewConfig{Drift: 10 * time.Millisecond, Go: func(func()) bool { return false }})
 			}
 			err := h.Release(context.Background())
 			if len(tc.want) == 0 && err != nil {
@@ -227,7 +226,7 @@ func TestLoss(t *testing.T) {
 	// Found gone by a renewal: the backend's words for what else removed it.
 	g := &Handle{}
 	g.Init("k", "owner", 7, time.Minute, backend.NewState(), f.proto())
-	g.Start(time.Now(), renew.Config{Drift: time.Second, Interval: time.Millisecond,
+	g.Start(time.Now(), RenewConfig{Drift: time.Second, Interval: time.Millisecond,
 		Renew: func(context.Context) (bool, error) { return false, nil }})
 	select {
 	case <-g.Done():
@@ -267,7 +266,7 @@ func TestStartAfterEnd(t *testing.T) {
 		t.Fatal("Claim failed")
 	}
 	_ = h.Closed(true, nil)
-	h.Start(time.Now(), renew.Config{Drift: time.Second})
+	h.Start(time.Now(), RenewConfig{Drift: time.Second})
 	if h.Lease().Stop() {
 		t.Error("a lease started on an ended handle was kept")
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/lease"
-	"github.com/go-locker/locker/internal/renew"
 )
 
 var _ locker.Handle = (*Handle)(nil)
@@ -70,15 +69,15 @@ func (h *Handle) Validity() time.Time {
 
 // start keeps the lease: a renewal round every TTL/3, and the loss
 // declared at the validity's end when no renewal round succeeded on a
-// majority in time (internal/renew: runtime timers, no goroutine).
+// majority in time (internal/lease: runtime timers, no goroutine).
 func (h *Handle) start() {
-	h.c.Start(h.sent, renew.Config{Drift: h.tm.drift, Renew: h.renew, Go: h.l.run})
+	h.c.Start(h.sent, lease.RenewConfig{Drift: h.tm.drift, Renew: h.renew, Go: h.l.run})
 }
 
 // renew extends the lease on every node where the lock is still ours. It
 // reports ok when a majority extended it; ok=false when so many nodes said
 // it is not ours that no majority can be; an error otherwise (nodes that
-// failed or did not answer), which internal/renew retries until the
+// failed or did not answer), which internal/lease retries until the
 // validity ends.
 func (h *Handle) renew(ctx context.Context) (bool, error) {
 	res, err := fanout(h.l, ctx, ctx, h.l.closing, h.l.all, h.tm.nodeTimeout,

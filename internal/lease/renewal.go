@@ -1,10 +1,10 @@
-// Package renew keeps the lease of a held lock for the lease-based backends
+// Renewal keeps the lease of a held lock for the lease-based backends
 // (redis, sqltable, Redlock, and etcd's loss timer): it renews the lease at
 // intervals while the lock is held, and declares the lock lost by the
 // client's own monotonic clock once no renewal has succeeded in time, even
 // while a renewal request hangs.
 //
-// A Lease costs two runtime timers and no goroutine while it waits: the Go
+// A Renewal costs two runtime timers and no goroutine while it waits: the Go
 // runtime keeps every timer of the process in a per-P min-heap, so a Locker
 // holding ten thousand locks has ten thousand timers in that heap, not ten
 // thousand parked goroutines with their stacks. A renewal runs on the timer's
@@ -16,7 +16,8 @@
 // next renewal is due Interval after the last successful one was sent, not
 // after its reply came, so that slow round trips do not push renewals towards
 // the deadline.
-package renew
+
+package lease
 
 import (
 	"context"
@@ -36,7 +37,7 @@ var ErrGone = errors.New("renewal found the lock no longer ours: its lease ran o
 var ErrExpired = errors.New("lease may have run out")
 
 // Config says how to keep one lease.
-type Config struct {
+type RenewConfig struct {
 	// TTL is the lease the server grants on acquisition and on each renewal.
 	TTL time.Duration
 	// Drift is the safety margin: the lease counts as surely held until
@@ -68,8 +69,8 @@ type Config struct {
 }
 
 // Lease keeps one lease. Its methods are safe for concurrent use.
-type Lease struct {
-	cfg      Config
+type Renewal struct {
+	cfg      RenewConfig
 	interval time.Duration
 	retry    time.Duration
 
@@ -87,11 +88,11 @@ type Lease struct {
 // Start keeps a lease whose acquiring request was sent at sent. It panics if
 // TTL or Drift are out of range or Lost is nil: those are the backend's bugs,
 // not the user's input, and are checked where the user's options are.
-func Start(sent time.Time, cfg Config) *Lease {
+func StartRenewal(sent time.Time, cfg RenewConfig) *Renewal {
 	if cfg.TTL <= 0 || cfg.Drift < 0 || cfg.Drift >= cfg.TTL || cfg.Lost == nil {
 		panic(fmt.Sprintf("renew.Start: bad config: TTL %v, Drift %v, Lost set %t", cfg.TTL, cfg.Drift, cfg.Lost != nil))
 	}
-	l := &Lease{cfg: cfg, interval: cfg.Interval, retry: cfg.Retry, deadline: sent.Add(cfg.TTL - cfg.Drift), lostDone: make(chan struct{})}
+	l := &Renewal{cfg: cfg, interval: cfg.Interval, retry: cfg.Retry, deadline: sent.Add(cfg.TTL - cfg.Drift), lostDone: make(chan struct{})}
 	if l.interval <= 0 {
 		l.interval = cfg.TTL / 3
 	}
@@ -108,7 +109,7 @@ func Start(sent time.Time, cfg Config) *Lease {
 }
 
 // run runs f inside the owner's Go, if any.
-func (l *Lease) run(f func()) {
+func (l *Renewal) run(f func()) {
 	if l.cfg.Go == nil {
 		f()
 		return
@@ -118,7 +119,7 @@ func (l *Lease) run(f func()) {
 
 // Deadline returns until when the lock is surely held, on the monotonic
 // clock of this process.
-func (l *Lease) Deadline() time.Time {
+func (l *Renewal) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
@@ -128,7 +129,7 @@ func (l *Lease) Deadline() time.Time {
 // gone on the server even if Lost has not been called yet (the process was
 // paused past it, say, and its caller ran first when it resumed). A
 // Release whose request then fails must report the loss, not a release.
-func (l *Lease) Expired(now time.Time) bool {
+func (l *Renewal) Expired(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return !now.Before(l.deadline)
@@ -145,7 +146,7 @@ func (l *Lease) Expired(now time.Time) bool {
 // If the loss timer is declaring the loss at that moment, Check waits until
 // it has (Lost must therefore not call Check, nor Err or Done of a handle on
 // the lease).
-func (l *Lease) Check() {
+func (l *Renewal) Check() {
 	l.mu.Lock()
 	due := !l.stopped && !time.Now().Before(l.deadline)
 	losing := l.lost
@@ -168,13 +169,13 @@ func (l *Lease) Check() {
 // sent: the server reset the lease no earlier than that. It is for renewals
 // made outside Renew (etcd's keep-alive), and does nothing once the Lease
 // has stopped.
-func (l *Lease) Extended(sent time.Time) {
+func (l *Renewal) Extended(sent time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.extend(sent)
 }
 
-func (l *Lease) extend(sent time.Time) {
+func (l *Renewal) extend(sent time.Time) {
 	if l.stopped {
 		return
 	}
@@ -187,7 +188,7 @@ func (l *Lease) extend(sent time.Time) {
 // Stop stops renewals and the loss check, and cancels a renewal in flight
 // (without waiting for it). It reports whether the lease was still kept:
 // false if Lost has been called or Stop had been called before.
-func (l *Lease) Stop() bool {
+func (l *Renewal) Stop() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
@@ -197,7 +198,7 @@ func (l *Lease) Stop() bool {
 	return true
 }
 
-func (l *Lease) stopLocked() {
+func (l *Renewal) stopLocked() {
 	l.stopped = true
 	l.loss.Stop()
 	if l.renew != nil {
@@ -210,7 +211,7 @@ func (l *Lease) stopLocked() {
 }
 
 // lose stops the lease and reports the loss, once.
-func (l *Lease) lose(cause error) {
+func (l *Renewal) lose(cause error) {
 	l.mu.Lock()
 	if l.stopped {
 		l.mu.Unlock()
@@ -230,7 +231,7 @@ func (l *Lease) lose(cause error) {
 // This timer, not the renewal, declares the loss: a renewal request may hang
 // (a partition, a paused server) past the deadline, and the holder must hear
 // of the loss before the server lets anyone else in.
-func (l *Lease) check() {
+func (l *Renewal) check() {
 	l.mu.Lock()
 	if l.stopped {
 		l.mu.Unlock()
@@ -255,7 +256,7 @@ func (l *Lease) check() {
 }
 
 // renewOnce runs when a renewal is due.
-func (l *Lease) renewOnce() {
+func (l *Renewal) renewOnce() {
 	l.mu.Lock()
 	if l.stopped {
 		l.mu.Unlock()
@@ -296,13 +297,13 @@ func (l *Lease) renewOnce() {
 // then (and in a zero Slot) its methods do nothing, or report the lease as
 // not expired. Handles keep their lease in a Slot so that Err, Done, Release
 // and the loss path read it the same way, without a lock of their own.
-type Slot struct{ p atomic.Pointer[Lease] }
+type Slot struct{ p atomic.Pointer[Renewal] }
 
 // Set stores l.
-func (s *Slot) Set(l *Lease) { s.p.Store(l) }
+func (s *Slot) Set(l *Renewal) { s.p.Store(l) }
 
 // Get returns the Lease, or nil before Set.
-func (s *Slot) Get() *Lease { return s.p.Load() }
+func (s *Slot) Get() *Renewal { return s.p.Load() }
 
 // Check is Lease.Check on the stored Lease, if any.
 func (s *Slot) Check() {

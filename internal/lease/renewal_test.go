@@ -1,4 +1,4 @@
-package renew
+package lease
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestRenewKeepsLease(t *testing.T) {
 	lost, lostCh := lostChan()
 	renewed := make(chan time.Time, 100)
 	start := time.Now()
-	l := Start(start, Config{TTL: ttl, Drift: 10 * time.Millisecond, Lost: lost,
+	l := StartRenewal(start, RenewConfig{TTL: ttl, Drift: 10 * time.Millisecond, Lost: lost,
 		Renew: func(ctx context.Context) (bool, error) {
 			if _, ok := ctx.Deadline(); !ok {
 				t.Error("renewal ctx has no deadline")
@@ -76,7 +76,7 @@ func TestRenewKeepsLease(t *testing.T) {
 
 func TestRenewGone(t *testing.T) {
 	lost, lostCh := lostChan()
-	l := Start(time.Now(), Config{TTL: ttl, Lost: lost,
+	l := StartRenewal(time.Now(), RenewConfig{TTL: ttl, Lost: lost,
 		Renew: func(context.Context) (bool, error) { return false, nil }})
 	if err := waitLost(t, lostCh, 2*ttl); !errors.Is(err, ErrGone) {
 		t.Fatalf("cause %v, want ErrGone", err)
@@ -96,7 +96,7 @@ func TestRenewHangsUntilDeadline(t *testing.T) {
 	var ctxEnded atomic.Bool
 	start := time.Now()
 	drift := 20 * time.Millisecond
-	Start(start, Config{TTL: ttl, Drift: drift, Lost: lost,
+	StartRenewal(start, RenewConfig{TTL: ttl, Drift: drift, Lost: lost,
 		Renew: func(ctx context.Context) (bool, error) {
 			<-ctx.Done() // a partition: no reply
 			ctxEnded.Store(true)
@@ -116,7 +116,7 @@ func TestRenewTransientErrorsThenLoss(t *testing.T) {
 	lost, lostCh := lostChan()
 	var calls atomic.Int32
 	boom := errors.New("connection refused")
-	Start(time.Now(), Config{TTL: ttl, Lost: lost, Retry: 10 * time.Millisecond,
+	StartRenewal(time.Now(), RenewConfig{TTL: ttl, Lost: lost, Retry: 10 * time.Millisecond,
 		Renew: func(context.Context) (bool, error) {
 			calls.Add(1)
 			return false, boom
@@ -136,7 +136,7 @@ func TestRenewRecoversAfterTransientError(t *testing.T) {
 	lost, lostCh := lostChan()
 	var calls atomic.Int32
 	ok := make(chan struct{}, 100)
-	l := Start(time.Now(), Config{TTL: ttl, Lost: lost, Retry: 5 * time.Millisecond,
+	l := StartRenewal(time.Now(), RenewConfig{TTL: ttl, Lost: lost, Retry: 5 * time.Millisecond,
 		Renew: func(context.Context) (bool, error) {
 			if calls.Add(1) == 1 {
 				return false, errors.New("failover")
@@ -159,7 +159,7 @@ func TestRenewRecoversAfterTransientError(t *testing.T) {
 func TestExtendedWithoutRenew(t *testing.T) {
 	lost, lostCh := lostChan()
 	start := time.Now()
-	l := Start(start, Config{TTL: ttl, Lost: lost})
+	l := StartRenewal(start, RenewConfig{TTL: ttl, Lost: lost})
 	// Extend from outside (a keep-alive response) for two TTLs.
 	var lastExt time.Time
 	for time.Since(start) < 2*ttl {
@@ -184,7 +184,7 @@ func TestStopCancelsInflightRenewal(t *testing.T) {
 	lost, lostCh := lostChan()
 	entered := make(chan struct{})
 	cancelled := make(chan struct{})
-	l := Start(time.Now(), Config{TTL: time.Minute, Interval: time.Millisecond, Lost: lost,
+	l := StartRenewal(time.Now(), RenewConfig{TTL: time.Minute, Interval: time.Millisecond, Lost: lost,
 		Renew: func(ctx context.Context) (bool, error) {
 			close(entered)
 			<-ctx.Done()
@@ -211,7 +211,7 @@ func TestGoRefusedWhenClosing(t *testing.T) {
 	lost, lostCh := lostChan()
 	var renews, refused atomic.Int32
 	refusedCh := make(chan struct{}, 10)
-	Start(time.Now(), Config{TTL: ttl, Lost: lost,
+	StartRenewal(time.Now(), RenewConfig{TTL: ttl, Lost: lost,
 		Renew: func(context.Context) (bool, error) { renews.Add(1); return true, nil },
 		Go: func(func()) bool {
 			refused.Add(1)
@@ -238,7 +238,7 @@ func TestGoRefusedWhenClosing(t *testing.T) {
 }
 
 func TestStartRejectsBadConfig(t *testing.T) {
-	for _, c := range []Config{
+	for _, c := range []RenewConfig{
 		{TTL: 0, Lost: func(error) {}},
 		{TTL: time.Second, Drift: time.Second, Lost: func(error) {}},
 		{TTL: time.Second, Drift: -1, Lost: func(error) {}},
@@ -250,7 +250,7 @@ func TestStartRejectsBadConfig(t *testing.T) {
 					t.Errorf("Start(%+v) did not panic", c)
 				}
 			}()
-			Start(time.Now(), c)
+			StartRenewal(time.Now(), c)
 		}()
 	}
 }
@@ -258,7 +258,7 @@ func TestStartRejectsBadConfig(t *testing.T) {
 // Expired goes by the deadline alone, whether or not Lost has run yet.
 func TestExpired(t *testing.T) {
 	sent := time.Now()
-	l := Start(sent, Config{TTL: time.Hour, Drift: time.Minute, Lost: func(error) {}})
+	l := StartRenewal(sent, RenewConfig{TTL: time.Hour, Drift: time.Minute, Lost: func(error) {}})
 	defer l.Stop()
 	if l.Expired(sent) {
 		t.Fatal("Expired at the send time of the acquisition")
@@ -279,7 +279,7 @@ func TestCheckDeclaresLossAtOnce(t *testing.T) {
 	for i := range 200 {
 		var calls atomic.Int32
 		var done atomic.Bool
-		l := Start(time.Now().Add(-2*time.Hour), Config{TTL: time.Hour, Drift: time.Minute, Lost: func(error) {
+		l := StartRenewal(time.Now().Add(-2*time.Hour), RenewConfig{TTL: time.Hour, Drift: time.Minute, Lost: func(error) {
 			calls.Add(1)
 			done.Store(true)
 		}})
@@ -293,7 +293,7 @@ func TestCheckDeclaresLossAtOnce(t *testing.T) {
 		}
 	}
 	var called atomic.Bool
-	l := Start(time.Now(), Config{TTL: time.Hour, Drift: time.Minute, Lost: func(error) { called.Store(true) }})
+	l := StartRenewal(time.Now(), RenewConfig{TTL: time.Hour, Drift: time.Minute, Lost: func(error) { called.Store(true) }})
 	defer l.Stop()
 	l.Check()
 	if called.Load() {
@@ -311,7 +311,7 @@ func TestSlotBeforeSet(t *testing.T) {
 		t.Fatal("an empty Slot reports a lease")
 	}
 	var lost atomic.Bool
-	s.Set(Start(time.Now().Add(-2*time.Hour), Config{TTL: time.Hour, Drift: time.Minute, Lost: func(error) { lost.Store(true) }}))
+	s.Set(StartRenewal(time.Now().Add(-2*time.Hour), RenewConfig{TTL: time.Hour, Drift: time.Minute, Lost: func(error) { lost.Store(true) }}))
 	if !s.Expired(time.Now()) {
 		t.Fatal("a Slot holding a lease past its deadline does not report it expired")
 	}
