@@ -177,15 +177,25 @@ func openLocker(ctx context.Context, flag string) (locker.Locker, error) {
 
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 
-func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err error) {
-	if o.conflictCode < 0 || o.conflictCode > 255 {
+// check refuses flag values no run can use.
+func (o runOpts) check() error {
+	switch {
+	case o.conflictCode < 0 || o.conflictCode > 255:
 		return fail(exitFailure, "--conflict-exit-code %d is not an exit status (0-255)", o.conflictCode)
-	}
-	if o.ttl < 0 {
+	case o.ttl < 0:
 		return fail(exitFailure, "--ttl %v is negative", o.ttl)
-	}
-	if o.killAfter <= 0 {
+	case o.killAfter <= 0:
 		return fail(exitFailure, "--kill-after %v must be positive", o.killAfter)
+	}
+	return nil
+}
+
+// runLocked takes the lock on key, runs argv while it is held, and gives it
+// back: signals end the wait before the lock is granted and go to the
+// command after; a lost lock stops the command (supervise).
+func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err error) {
+	if err := o.check(); err != nil {
+		return err
 	}
 	if ctx == nil {
 		ctx = context.Background()
@@ -198,26 +208,7 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 	defer signal.Stop(sigs)
 	wctx, stopWait := context.WithCancelCause(ctx)
 	defer stopWait(nil)
-	stopWatch, watchExited := make(chan struct{}), make(chan struct{})
-	var waitSig os.Signal // set by the watcher; read once it has exited
-	go func() {
-		defer close(watchExited)
-		select {
-		case s := <-sigs:
-			waitSig = s
-			stopWait(fmt.Errorf("interrupted by %v", s))
-		case <-stopWatch:
-		}
-	}()
-	endWatch := func() os.Signal {
-		select {
-		case <-stopWatch:
-		default:
-			close(stopWatch)
-		}
-		<-watchExited
-		return waitSig
-	}
+	endWatch := watchSignals(sigs, stopWait)
 	defer endWatch()
 
 	l, err := openLocker(wctx, o.url)
@@ -272,32 +263,7 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 		return fail(exitCannotStart, "%s: %v", name, err)
 	}
 
-	exited := make(chan struct{})
-	go func() {
-		_ = child.Wait()
-		close(exited)
-	}()
-	var lost error
-	var kill <-chan time.Time
-	done := h.Done()
-	for running := true; running; {
-		select {
-		case <-exited:
-			running = false
-		case s := <-sigs:
-			signalGroup(child, s)
-		case <-done:
-			done = nil
-			lost = h.Err()
-			fmt.Fprintf(os.Stderr, "locker: lost the lock on %q while the command ran (%v); sending it SIGTERM, SIGKILL in %v\n", key, lost, o.killAfter)
-			signalGroup(child, syscall.SIGTERM)
-			kill = time.After(o.killAfter)
-		case <-kill:
-			fmt.Fprintf(os.Stderr, "locker: the command did not exit within %v of SIGTERM; sending SIGKILL\n", o.killAfter)
-			signalGroup(child, syscall.SIGKILL)
-		}
-	}
-	if lost != nil {
+	if lost := supervise(child, h, sigs, key, o.killAfter); lost != nil {
 		return &exitError{code: exitLost}
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
@@ -309,6 +275,62 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 		fmt.Fprintf(os.Stderr, "locker: releasing the lock on %q: %v\n", key, rerr)
 	}
 	return childStatus(child)
+}
+
+// watchSignals ends the wait (stop) when a signal comes on sigs before
+// the returned end is called; end stops watching (it may be called again)
+// and returns the signal that came, if any.
+func watchSignals(sigs <-chan os.Signal, stop context.CancelCauseFunc) (end func() os.Signal) {
+	stopWatch, watchExited := make(chan struct{}), make(chan struct{})
+	var waitSig os.Signal // set by the watcher; read once it has exited
+	go func() {
+		defer close(watchExited)
+		select {
+		case s := <-sigs:
+			waitSig = s
+			stop(fmt.Errorf("interrupted by %v", s))
+		case <-stopWatch:
+		}
+	}()
+	return func() os.Signal {
+		select {
+		case <-stopWatch:
+		default:
+			close(stopWatch)
+		}
+		<-watchExited
+		return waitSig
+	}
+}
+
+// supervise waits for the started child to exit, passing it the signals
+// that come meanwhile; when the lock is lost first it sends the child
+// SIGTERM, then SIGKILL after killAfter, and returns the loss.
+func supervise(child *exec.Cmd, h locker.Handle, sigs <-chan os.Signal, key string, killAfter time.Duration) (lost error) {
+	exited := make(chan struct{})
+	go func() {
+		_ = child.Wait()
+		close(exited)
+	}()
+	var kill <-chan time.Time
+	done := h.Done()
+	for {
+		select {
+		case <-exited:
+			return lost
+		case s := <-sigs:
+			signalGroup(child, s)
+		case <-done:
+			done = nil
+			lost = h.Err()
+			fmt.Fprintf(os.Stderr, "locker: lost the lock on %q while the command ran (%v); sending it SIGTERM, SIGKILL in %v\n", key, lost, killAfter)
+			signalGroup(child, syscall.SIGTERM)
+			kill = time.After(killAfter)
+		case <-kill:
+			fmt.Fprintf(os.Stderr, "locker: the command did not exit within %v of SIGTERM; sending SIGKILL\n", killAfter)
+			signalGroup(child, syscall.SIGKILL)
+		}
+	}
 }
 
 // waitNoticeAfter is how long a waiting run stays silent before it says
