@@ -90,6 +90,29 @@ func stamp(ns int64) string { return time.Unix(0, ns).UTC().Format("15:04:05.000
 //     before, and its history is linearizable (porcupine);
 //   - every key was acquired again after the last fault ended.
 func check(r *Report, h history) {
+	byKey := collect(r, h)
+	violate := func(format string, args ...any) {
+		r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
+	}
+	for key, hs := range byKey {
+		checkTokens(key, hs, violate)
+		checkExclusion(h, key, hs, violate)
+	}
+
+	// The register: no accepted write went below an accepted write before it.
+	checkRegister(r, h, violate)
+
+	// Liveness: every key was taken again once the faults had ended.
+	for _, key := range h.keys {
+		if !slices.ContainsFunc(byKey[key], func(hr *holdRec) bool { return hr.acq.Done >= h.settleStart }) {
+			violate("key %q: not acquired again in the %v after the last fault ended", key, h.settle)
+		}
+	}
+}
+
+// collect counts the history's events into r, lists its holds in r.Holds,
+// and returns the successful acquisitions by key.
+func collect(r *Report, h history) map[string][]*holdRec {
 	type hk struct{ w, seq int }
 	holds := map[hk]*holdRec{}
 	byKey := map[string][]*holdRec{}
@@ -159,109 +182,105 @@ func check(r *Report, h history) {
 		}
 	}
 	slices.SortFunc(r.Holds, func(a, b Hold) int { return a.Acquired.Compare(b.Acquired) })
-	violate := func(format string, args ...any) {
-		r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
-	}
-	// frozenNear: hold a's process was stopped at some time within a TTL
-	// before at, and during the hold (not before it began).
-	frozenNear := func(a *holdRec, at int64) bool {
-		for _, f := range h.freezes[a.acq.W] {
-			if f[0] <= at && f[1] >= max(at-int64(h.ttl), a.acq.Inv) {
-				return true
-			}
-		}
-		return false
-	}
-	// frozenDuring: w's process was stopped at some time in [from, to].
-	frozenDuring := func(w int, from, to int64) bool {
-		for _, f := range h.freezes[w] {
-			if f[0] <= to && f[1] >= from {
-				return true
-			}
-		}
-		return false
-	}
+	return byKey
+}
 
-	for key, hs := range byKey {
-		// Tokens: unique, and ordered as the acquisitions were in real time.
-		seen := map[int64]*holdRec{}
-		for _, a := range hs {
-			if b := seen[a.acq.Tok]; b != nil {
-				violate("key %q: token %d was given twice: to %v and to %v", key, a.acq.Tok, b, a)
-			}
-			seen[a.acq.Tok] = a
-		}
-		byInv := slices.SortedFunc(slices.Values(hs), func(a, b *holdRec) int { return cmp.Compare(a.acq.Inv, b.acq.Inv) })
-		byDone := slices.SortedFunc(slices.Values(hs), func(a, b *holdRec) int { return cmp.Compare(a.acq.Done, b.acq.Done) })
-		var maxDone *holdRec
-		j := 0
-		for _, b := range byInv {
-			for ; j < len(byDone) && byDone[j].acq.Done < b.acq.Inv; j++ {
-				if maxDone == nil || byDone[j].acq.Tok > maxDone.acq.Tok {
-					maxDone = byDone[j]
-				}
-			}
-			if maxDone != nil && b.acq.Tok <= maxDone.acq.Tok {
-				violate("key %q: %v has token %d, not above the token %d of %v, acquired before it was asked for", key, b, b.acq.Tok, maxDone.acq.Tok, maxDone)
-			}
-		}
-
-		// Exclusion and loss reports.
-		for i, a := range byDone {
-			takenOver, reported := false, false
-			for _, b := range byDone[i+1:] {
-				if b.acq.Done >= a.end() {
-					break
-				}
-				if b.acq.W == a.acq.W {
-					continue // a worker holds one lock at a time: cannot overlap itself
-				}
-				if frozenDuring(b.acq.W, b.acq.Inv, b.acq.Done) {
-					// b's process was stopped during its Acquire: it may
-					// have been granted before a and recorded the return
-					// only when it went on, so the two cannot be ordered.
-					continue
-				}
-				if b.acq.Tok < a.acq.Tok {
-					// b was granted before a (tokens follow the grants),
-					// and the return of its Acquire was recorded after a's
-					// (the scheduler delayed its caller): a took the lock
-					// over from b, which must have reported the loss by
-					// a's acquisition.
-					if !reportedBy(b, a.acq.Done) && !frozenNear(b, a.acq.Done) {
-						violate("key %q: two holders: %v was acquired while %v, granted before it and returned after it, was in use and not frozen; the earlier %s", key, a, b, lossDesc(b))
-					}
-					continue
-				}
-				takenOver = true
-				switch {
-				case reportedBy(a, b.acq.Done):
-				case frozenNear(a, b.acq.Done):
-				case reported:
-					// One violation per hold: a hold that never ended
-					// (its worker hung) would otherwise flood the report.
-				default:
-					reported = true
-					violate("key %q: two holders: %v was acquired while %v was in use (it released at %s) and not frozen; the earlier %s", key, b, a, relStamp(a), lossDesc(a))
-				}
-			}
-			if (takenOver || a.stale > 0) && !a.reported() && a.relInv != 0 {
-				why := "its lock was taken over"
-				if a.stale > 0 {
-					why = fmt.Sprintf("the register rejected %d of its writes (a newer token had written)", a.stale)
-				}
-				violate("key %q: %v lost its lock (%s) and never reported it: Done did not close with ErrLost and Release returned %v", key, a, why, relErr(a))
-			}
+// frozenNear: hold a's process was stopped at some time within a TTL
+// before at, and during the hold (not before it began).
+func (h history) frozenNear(a *holdRec, at int64) bool {
+	for _, f := range h.freezes[a.acq.W] {
+		if f[0] <= at && f[1] >= max(at-int64(h.ttl), a.acq.Inv) {
+			return true
 		}
 	}
+	return false
+}
 
-	// The register: no accepted write went below an accepted write before it.
-	checkRegister(r, h, violate)
+// frozenDuring: w's process was stopped at some time in [from, to].
+func (h history) frozenDuring(w int, from, to int64) bool {
+	for _, f := range h.freezes[w] {
+		if f[0] <= to && f[1] >= from {
+			return true
+		}
+	}
+	return false
+}
 
-	// Liveness: every key was taken again once the faults had ended.
-	for _, key := range h.keys {
-		if !slices.ContainsFunc(byKey[key], func(hr *holdRec) bool { return hr.acq.Done >= h.settleStart }) {
-			violate("key %q: not acquired again in the %v after the last fault ended", key, h.settle)
+// checkTokens: the tokens of key's holds are unique, and ordered as the
+// acquisitions were in real time.
+func checkTokens(key string, hs []*holdRec, violate func(format string, args ...any)) {
+	seen := map[int64]*holdRec{}
+	for _, a := range hs {
+		if b := seen[a.acq.Tok]; b != nil {
+			violate("key %q: token %d was given twice: to %v and to %v", key, a.acq.Tok, b, a)
+		}
+		seen[a.acq.Tok] = a
+	}
+	byInv := slices.SortedFunc(slices.Values(hs), func(a, b *holdRec) int { return cmp.Compare(a.acq.Inv, b.acq.Inv) })
+	byDone := slices.SortedFunc(slices.Values(hs), func(a, b *holdRec) int { return cmp.Compare(a.acq.Done, b.acq.Done) })
+	var maxDone *holdRec
+	j := 0
+	for _, b := range byInv {
+		for ; j < len(byDone) && byDone[j].acq.Done < b.acq.Inv; j++ {
+			if maxDone == nil || byDone[j].acq.Tok > maxDone.acq.Tok {
+				maxDone = byDone[j]
+			}
+		}
+		if maxDone != nil && b.acq.Tok <= maxDone.acq.Tok {
+			violate("key %q: %v has token %d, not above the token %d of %v, acquired before it was asked for", key, b, b.acq.Tok, maxDone.acq.Tok, maxDone)
+		}
+	}
+}
+
+// checkExclusion: no two holds of key overlapped unless the earlier one
+// reported its loss (or its process was frozen) by the later's grant, and a
+// hold that lost its lock said so.
+func checkExclusion(h history, key string, hs []*holdRec, violate func(format string, args ...any)) {
+	byDone := slices.SortedFunc(slices.Values(hs), func(a, b *holdRec) int { return cmp.Compare(a.acq.Done, b.acq.Done) })
+	for i, a := range byDone {
+		takenOver, reported := false, false
+		for _, b := range byDone[i+1:] {
+			if b.acq.Done >= a.end() {
+				break
+			}
+			if b.acq.W == a.acq.W {
+				continue // a worker holds one lock at a time: cannot overlap itself
+			}
+			if h.frozenDuring(b.acq.W, b.acq.Inv, b.acq.Done) {
+				// b's process was stopped during its Acquire: it may
+				// have been granted before a and recorded the return
+				// only when it went on, so the two cannot be ordered.
+				continue
+			}
+			if b.acq.Tok < a.acq.Tok {
+				// b was granted before a (tokens follow the grants),
+				// and the return of its Acquire was recorded after a's
+				// (the scheduler delayed its caller): a took the lock
+				// over from b, which must have reported the loss by
+				// a's acquisition.
+				if !reportedBy(b, a.acq.Done) && !h.frozenNear(b, a.acq.Done) {
+					violate("key %q: two holders: %v was acquired while %v, granted before it and returned after it, was in use and not frozen; the earlier %s", key, a, b, lossDesc(b))
+				}
+				continue
+			}
+			takenOver = true
+			switch {
+			case reportedBy(a, b.acq.Done):
+			case h.frozenNear(a, b.acq.Done):
+			case reported:
+				// One violation per hold: a hold that never ended
+				// (its worker hung) would otherwise flood the report.
+			default:
+				reported = true
+				violate("key %q: two holders: %v was acquired while %v was in use (it released at %s) and not frozen; the earlier %s", key, b, a, relStamp(a), lossDesc(a))
+			}
+		}
+		if (takenOver || a.stale > 0) && !a.reported() && a.relInv != 0 {
+			why := "its lock was taken over"
+			if a.stale > 0 {
+				why = fmt.Sprintf("the register rejected %d of its writes (a newer token had written)", a.stale)
+			}
+			violate("key %q: %v lost its lock (%s) and never reported it: Done did not close with ErrLost and Release returned %v", key, a, why, relErr(a))
 		}
 	}
 }
