@@ -420,23 +420,14 @@ func (l *Locker) releaseAll(held []*Handle) error {
 		// The pipeline is abandoned: its results are not ours to read.
 		var errs []error
 		for _, h := range held {
-			h.end(locker.ErrReleasedByClose)
-			errs = append(errs, locker.KeyError("release", h.key, fmt.Errorf("%w (the lock expires after its TTL)", err)))
+			errs = append(errs, h.c.Closed(false, err))
 		}
 		return errors.Join(errs...)
 	}
 	var errs []error
 	for i, h := range held {
 		n, err := cmds[i].Int64()
-		switch {
-		case err != nil:
-			h.end(locker.ErrReleasedByClose)
-			errs = append(errs, locker.KeyError("release", h.key, fmt.Errorf("%w (the lock expires after its TTL)", err)))
-		case n == 1:
-			h.end(locker.ErrReleasedByClose)
-		default:
-			h.end(h.lostErr("released by Close, but the lease had already run out"))
-		}
+		errs = append(errs, h.c.Closed(err == nil && n == 1, err))
 	}
 	return errors.Join(errs...)
 }
