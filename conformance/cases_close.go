@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -119,4 +120,50 @@ func (s *suite) noGoroutineLeak(t *testing.T, ctx context.Context) {
 	if err := goleak.Find(opts...); err != nil {
 		t.Errorf("goroutines still running after Close: %v", err)
 	}
+}
+
+// closeWhileCut: Close of a Locker cut off from the backend while it holds
+// a lock cannot release it, and must say so: it returns within
+// ReleaseTimeout (plus the slack of a call) with an error, and the handle
+// ends (Done closed) with an error wrapping locker.ErrLost and
+// locker.ErrClosed, not locker.ErrReleased: the lock stays on the server
+// until its lease or session ends. Once that has happened another client
+// gets the key.
+func (s *suite) closeWhileCut(t *testing.T, ctx context.Context) {
+	s.needCut(t)
+	a, b := s.newLocker(t), s.newLocker(t)
+	k := key(t, "")
+	h := mustAcquire(t, ctx, a, k, ttl(s))
+	heal := s.cut(t, a)
+	defer heal()
+	cutAt := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	bound := locker.ReleaseTimeout + s.h.CtxSlack + prompt
+	var err error
+	select {
+	case err = <-closed:
+		t.Logf("Close of a Locker cut off while holding a lock returned after %v: %v", time.Since(cutAt), err)
+	case <-time.After(bound):
+		t.Fatalf("Close of a Locker cut off while holding a lock had not returned after %v", bound)
+	}
+	if err == nil {
+		t.Errorf("Close of a Locker cut off while it held %q returned nil: it could not release the lock and must say so", k)
+	}
+	select {
+	case <-h.Done():
+	default:
+		t.Fatalf("Done of %q still open after its Locker's Close returned", k)
+	}
+	if herr := h.Err(); !errors.Is(herr, locker.ErrLost) || !errors.Is(herr, locker.ErrClosed) || errors.Is(herr, locker.ErrReleased) {
+		t.Errorf("Err() of %q after a Close that could not reach the backend = %v, want an error wrapping locker.ErrLost and locker.ErrClosed, not locker.ErrReleased (the lock was not released)", k, herr)
+	}
+	heal()
+	wctx, cancel := context.WithTimeout(ctx, time.Until(cutAt.Add(s.h.ExpiryBound+prompt)))
+	defer cancel()
+	hb, err := b.Acquire(wctx, k, ttl(s))
+	if err != nil {
+		t.Fatalf("another client could not take %q within ExpiryBound (%v) of the cut: %v", k, s.h.ExpiryBound, err)
+	}
+	_ = hb.Release(ctx)
 }

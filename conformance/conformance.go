@@ -144,6 +144,7 @@ func (s *suite) cases() []testCase {
 		{"Close/ReleasesHeld", s.closeReleasesHeld},
 		{"Close/WakesOwnWaiters", s.closeWakesOwnWaiters},
 		{"Close/WhileInFlight", s.closeWhileInFlight},
+		{"Close/WhileCut", s.closeWhileCut},
 		{"Close/NoGoroutineLeak", s.noGoroutineLeak},
 		{"Inspect/Lifecycle", s.inspectLifecycle},
 		{"Inspect/AfterCrash", s.inspectAfterCrash},

@@ -89,6 +89,7 @@ var flaws = []struct {
 	{"StrandsCutWaiter", strandsCutWaiter, []string{"Waiters/SessionLapse"}},
 	{"ResetFreesSilently", resetFreesSilently, []string{"Loss/ConnectionsReset"}},
 	{"DropsCause", dropsCause, []string{"Context/Cause"}},
+	{"CloseCutClaimsRelease", closeCutClaimsRelease, []string{"Close/WhileCut"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"

@@ -19,36 +19,37 @@ import (
 type flaw int
 
 const (
-	noFlaw              flaw = iota
-	noExclusion              // every attempt succeeds
-	constantToken            // every holder gets token 1
-	perLockerToken           // tokens count per Locker, not per key across Lockers
-	blindRelease             // Release deletes whoever holds the key
-	ownerPerLocker           // Release compares the holder's Locker, not the acquisition, and asks the store first
-	ignoresContext           // waits ignore ctx
-	silentLoss               // a lost lock never closes Done
-	tryWaits                 // TryAcquire waits up to a second for the key
-	pollingWaiter            // waiters sleep 2s between attempts instead of being woken
-	truncatedKeys            // keys are cut to 250 bytes in the store
-	closeKeepsLocks          // Close ends its handles but leaves their keys to expire
-	releaseIgnoresCtx        // a Release that cannot reach the store waits for it, ignoring ctx
-	racyRelease              // concurrent Releases of one handle are not serialised
-	blindRenewal             // the watchdog outlives Release and renews whoever holds the key
-	retriesUnreachable       // Acquire and TryAcquire retry until the store answers, ignoring ctx
-	checkedBlindRelease      // Release checks its own handle, then deletes whoever holds the key
-	checkedBlindRenewal      // the watchdog renews whoever holds the key while its own handle lives
-	processLocal             // locks within the process only, but does not say so (Harness.InProcess)
-	racyTry                  // TryAcquire checks, then sets a moment later
-	outageNotAcquired        // an unreachable store is reported as ErrNotAcquired
-	failedReleaseNil         // a Release that could not reach the store returns nil
-	lateCtx                  // waits notice their context only every 2.5s
-	lostWakeup               // a change wakes one waiter only, even one that has gone
-	closeWaitsInFlight       // Close waits for requests in flight instead of interrupting them
-	acceptsPrivateStore      // a Locker with a store of its own (a temporary schema's like) is accepted
-	faultGrantsWaiter        // a waiter woken by another waiter's crash or cut takes the key, held or not
-	strandsCutWaiter         // a waiter whose Locker was cut off waits until its ctx ends, whatever happens
-	resetFreesSilently       // a reset of its connections frees the Locker's keys, its handles unaware
-	dropsCause               // a call its context ended reports ctx.Err() without the cause
+	noFlaw                flaw = iota
+	noExclusion                // every attempt succeeds
+	constantToken              // every holder gets token 1
+	perLockerToken             // tokens count per Locker, not per key across Lockers
+	blindRelease               // Release deletes whoever holds the key
+	ownerPerLocker             // Release compares the holder's Locker, not the acquisition, and asks the store first
+	ignoresContext             // waits ignore ctx
+	silentLoss                 // a lost lock never closes Done
+	tryWaits                   // TryAcquire waits up to a second for the key
+	pollingWaiter              // waiters sleep 2s between attempts instead of being woken
+	truncatedKeys              // keys are cut to 250 bytes in the store
+	closeKeepsLocks            // Close ends its handles but leaves their keys to expire
+	releaseIgnoresCtx          // a Release that cannot reach the store waits for it, ignoring ctx
+	racyRelease                // concurrent Releases of one handle are not serialised
+	blindRenewal               // the watchdog outlives Release and renews whoever holds the key
+	retriesUnreachable         // Acquire and TryAcquire retry until the store answers, ignoring ctx
+	checkedBlindRelease        // Release checks its own handle, then deletes whoever holds the key
+	checkedBlindRenewal        // the watchdog renews whoever holds the key while its own handle lives
+	processLocal               // locks within the process only, but does not say so (Harness.InProcess)
+	racyTry                    // TryAcquire checks, then sets a moment later
+	outageNotAcquired          // an unreachable store is reported as ErrNotAcquired
+	failedReleaseNil           // a Release that could not reach the store returns nil
+	lateCtx                    // waits notice their context only every 2.5s
+	lostWakeup                 // a change wakes one waiter only, even one that has gone
+	closeWaitsInFlight         // Close waits for requests in flight instead of interrupting them
+	acceptsPrivateStore        // a Locker with a store of its own (a temporary schema's like) is accepted
+	faultGrantsWaiter          // a waiter woken by another waiter's crash or cut takes the key, held or not
+	strandsCutWaiter           // a waiter whose Locker was cut off waits until its ctx ends, whatever happens
+	resetFreesSilently         // a reset of its connections frees the Locker's keys, its handles unaware
+	dropsCause                 // a call its context ended reports ctx.Err() without the cause
+	closeCutClaimsRelease      // Close while cut off says its locks were released, and returns nil
 )
 
 // errToyPrivate is the toy's refusal of a store private to one Locker, the
@@ -508,10 +509,18 @@ func (l *toyLocker) Close() error {
 	hs := l.handles
 	l.handles = nil
 	l.mu.Unlock()
+	cut := l.isCut()
 	s := l.s
 	s.mu.Lock()
+	left := 0 // locks a cut-off toy cannot release: they stay until they expire
 	for h := range hs {
-		if s.held[h.sk] == h && !l.dead && l.flaw != closeKeepsLocks {
+		if cut && l.flaw != closeCutClaimsRelease {
+			if h.st.End(locker.KeyError("close", h.key, fmt.Errorf("%w (%w): the store could not be reached to release it", locker.ErrLost, locker.ErrClosed))) {
+				left++
+			}
+			continue
+		}
+		if s.held[h.sk] == h && !l.dead && !cut && l.flaw != closeKeepsLocks {
 			delete(s.held, h.sk)
 		}
 		h.st.End(locker.KeyError("close", h.key, fmt.Errorf("%w by Close (%w)", locker.ErrReleased, locker.ErrClosed)))
@@ -519,6 +528,9 @@ func (l *toyLocker) Close() error {
 	s.changedLocked()
 	s.mu.Unlock()
 	l.wg.Wait()
+	if left > 0 {
+		return fmt.Errorf("toy: close: %d lock(s) left to expire: the store could not be reached", left)
+	}
 	return nil
 }
 

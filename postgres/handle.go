@@ -94,7 +94,7 @@ func (h *handle) release(ctx context.Context, byClose bool) error {
 		}
 		// A health check is still talking to the server. Close the socket
 		// under it; the server frees the lock when it sees the close.
-		h.state.End(releasedErr(byClose))
+		h.state.End(h.unreleased(byClose, "gave up waiting for a health check"))
 		_ = h.pgc.Conn().Close()
 		<-h.exited
 		h.discard()
@@ -164,13 +164,16 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 		return locker.KeyError("release", h.key, lost)
 	case ctx.Err() != nil:
 		// The caller gave up. The connection is closed, which frees the
-		// lock as surely as the unlock would have.
-		h.state.End(releasedErr(byClose))
+		// lock as surely as the unlock would have, once the server sees it.
+		h.state.End(h.unreleased(byClose, "the unlock had no answer in time"))
 		h.discard()
 		return locker.KeyError("release", h.key,
 			fmt.Errorf("unlock interrupted (%w); closed the connection instead, which frees the lock", ctx.Err()))
 	default:
 		lost := fmt.Errorf("%w: unlock failed, the connection is closed: %w", locker.ErrLost, err)
+		if byClose {
+			lost = fmt.Errorf("%w (%w)", lost, locker.ErrClosed)
+		}
 		h.state.End(lost)
 		h.discard()
 		return locker.KeyError("release", h.key, lost)
@@ -181,6 +184,19 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 func (h *handle) discard() {
 	h.gone.Do(func() { destroy(h.conn) })
 	h.l.life.Drop(h)
+}
+
+// unreleased is how a lock ends whose unlock got no answer and whose
+// connection was closed instead: released, as far as the caller of Release
+// is concerned (the server frees the lock when it sees the close, and
+// nothing is left to do); for Close, a lock it could not release, which
+// the interface's Close doc says is lost (and ErrClosed): the server may
+// not see the close until the session's TCP timeouts give up.
+func (h *handle) unreleased(byClose bool, why string) error {
+	if !byClose {
+		return locker.ErrReleased
+	}
+	return locker.KeyError("hold", h.key, fmt.Errorf("%w (%w): Close could not unlock it (%s); its connection is closed, and the server frees the lock when it sees that", locker.ErrLost, locker.ErrClosed, why))
 }
 
 func releasedErr(byClose bool) error {

@@ -463,7 +463,10 @@ func createSequenceSQL(seq string) string {
 // Close releases every lock the Locker holds, ends the calls in flight
 // with locker.ErrClosed (a wait on the server is first cancelled there) and
 // stops the health checks. It closes the pool only when the Locker opened
-// it (locker.Open).
+// it (locker.Open). A lock whose unlock got no answer in time is not
+// released: its connection is closed, the handle ends with an error
+// wrapping locker.ErrLost and locker.ErrClosed, and Close returns an error
+// for it (the server frees the lock when it sees the close).
 //
 // Close is bounded: it waits at most locker.ReleaseTimeout for the release
 // of the held locks, then at most closeAbandon (200ms) for calls and
@@ -496,17 +499,22 @@ func (l *Locker) Close() error {
 // locker.ReleaseTimeout, all at once.
 func releaseAll(held []*handle) error {
 	var wg sync.WaitGroup
-	for _, h := range held {
+	errs := make([]error, len(held))
+	for i, h := range held {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
 			defer cancel()
-			_ = h.release(ctx, true)
+			// Close reports the locks it could not release (they end with
+			// ErrLost and ErrClosed), not those found lost already.
+			if err := h.release(ctx, true); err != nil && errors.Is(h.state.Err(), locker.ErrLost) && errors.Is(h.state.Err(), locker.ErrClosed) {
+				errs[i] = err
+			}
 		}()
 	}
 	wg.Wait()
-	return nil
+	return errors.Join(errs...)
 }
 
 // closePool closes the pool the Locker opened. pgxpool.Pool.Close waits for
