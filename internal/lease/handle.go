@@ -14,7 +14,7 @@ import (
 // Handle is the part of a lease-based backend's Handle that is the same on
 // every such backend (redis, redis/redlock, sqltable), written once: the
 // lock's identity (key, owner, token, TTL), its end-of-life state, its lease
-// (renewal and loss timing, internal/lease), and the three verdicts that end
+// (renewal and loss timing: Renewal, renewal.go), and the three verdicts that end
 // it: Release's, the loss's and Close's. The backend gives its protocol
 // calls in Proto and keeps only those.
 //
