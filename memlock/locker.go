@@ -129,24 +129,24 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	defer done()
 	ttl, err := l.ttl(opts)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 
 	l.mu.Lock()
 	if l.isCut {
 		l.mu.Unlock()
-		return nil, locker.KeyError(op, key, errUnreachable)
+		return nil, backend.KeyError(op, key, errUnreachable)
 	}
 	g, w, err := l.store.acquire(key, ttl, wait)
 	if err != nil {
 		l.mu.Unlock()
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	if g != nil {
 		h, err := l.holdLocked(g)
 		l.mu.Unlock()
 		if err != nil {
-			return nil, locker.KeyError(op, key, err)
+			return nil, backend.KeyError(op, key, err)
 		}
 		return h, nil
 	}
@@ -156,7 +156,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 
 	h, err := l.await(ctx, w)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	return h, nil
 }
@@ -189,7 +189,7 @@ func (l *Locker) await(ctx context.Context, w *waiter) (*handle, error) {
 
 // ttl returns the lease a call asks for.
 func (l *Locker) ttl(opts []locker.Option) (time.Duration, error) {
-	o, err := locker.ApplyOptions(opts...)
+	o, err := backend.ApplyOptions(opts...)
 	if err != nil {
 		return 0, err
 	}

@@ -275,8 +275,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Opti
 }
 
 func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (_ locker.Handle, err error) {
-	if _, err := locker.ApplyOptions(opts...); err != nil {
-		return nil, locker.KeyError(op, key, err)
+	if _, err := backend.ApplyOptions(opts...); err != nil {
+		return nil, backend.KeyError(op, key, err)
 	}
 	ctx, done, err := l.life.Enter(ctx, op, key)
 	if err != nil {
@@ -286,16 +286,16 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	defer func() { err = l.why(ctx, op, key, err) }()
 
 	if err := l.ensureSequence(ctx); err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	conn, err := l.acquireConn(ctx)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	if l.cfg.sessionOK {
 		if err := checkSessionClean(ctx, conn); err != nil {
 			destroy(conn)
-			return nil, locker.KeyError(op, key, err)
+			return nil, backend.KeyError(op, key, err)
 		}
 	}
 	id := AdvisoryKey(l.cfg.namespace, key)
@@ -306,11 +306,11 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		g, err = l.lockTry(ctx, conn, id)
 	}
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	if err := keepIdle(ctx, conn, g); err != nil {
 		destroy(conn) // frees the lock
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	h := newHandle(l, conn, key, id, g)
 	// The monitor is scheduled before the handle is held, so that a Close
@@ -321,7 +321,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		rctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
 		defer cancel()
 		_ = h.release(rctx, true)
-		return nil, locker.KeyError(op, key, locker.ErrClosed)
+		return nil, backend.KeyError(op, key, locker.ErrClosed)
 	}
 	return h, nil
 }
@@ -354,9 +354,9 @@ func (l *Locker) why(ctx context.Context, op, key string, err error) error {
 		err = ke.Err
 	}
 	if closed {
-		return locker.KeyError(op, key, fmt.Errorf("%w (while: %v)", why, err))
+		return backend.KeyError(op, key, fmt.Errorf("%w (while: %v)", why, err))
 	}
-	return locker.KeyError(op, key, fmt.Errorf("%w (while: %w)", why, err))
+	return backend.KeyError(op, key, fmt.Errorf("%w (while: %w)", why, err))
 }
 
 // acquireConn takes a connection to pin for one lock. When ctx ends while

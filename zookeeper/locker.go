@@ -236,9 +236,9 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		return nil, err
 	}
 	defer done()
-	o, err := locker.ApplyOptions(opts...)
+	o, err := backend.ApplyOptions(opts...)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 
 	for {
@@ -262,10 +262,10 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 				}
 				err = fmt.Errorf("zookeeper: no session with the server: %w", err)
 			}
-			return nil, locker.KeyError(op, key, l.life.Why(cctx, err))
+			return nil, backend.KeyError(op, key, l.life.Why(cctx, err))
 		}
 		if o.TTL != 0 && o.TTL < timeout {
-			return nil, locker.KeyError(op, key, fmt.Errorf("%w: TTL %v is below the session timeout %v, which is the lease of every lock of this Locker (connect with a shorter session timeout for shorter leases)", locker.ErrInvalidOption, o.TTL, timeout))
+			return nil, backend.KeyError(op, key, fmt.Errorf("%w: TTL %v is below the session timeout %v, which is the lease of every lock of this Locker (connect with a shorter session timeout for shorter leases)", locker.ErrInvalidOption, o.TTL, timeout))
 		}
 		actx := cctx
 		if !wait {
@@ -289,7 +289,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		if cctx.Err() == nil && actx.Err() != nil && errors.Is(err, actx.Err()) {
 			err = context.Cause(actx) // not the caller's context: say why
 		}
-		return nil, locker.KeyError(op, key, l.life.Why(cctx, err))
+		return nil, backend.KeyError(op, key, l.life.Why(cctx, err))
 	}
 }
 

@@ -234,15 +234,15 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	defer done()
 	tm, err := l.cfg.lockTiming(opts)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	k := l.keysFor(key)
 	if !wait {
 		h, err := l.try(ctx, key, k, tm)
-		return h, locker.KeyError(op, key, err)
+		return h, backend.KeyError(op, key, err)
 	}
 	h, err := l.wait(ctx, key, k, tm)
-	return h, locker.KeyError(op, key, err)
+	return h, backend.KeyError(op, key, err)
 }
 
 // enter counts a call that Life.Enter did not admit (a Handle's Release,
