@@ -74,7 +74,7 @@ func (l *Locker) lockTx(ctx context.Context, op string, tx pgx.Tx, key string, w
 	if err := l.ensureSequence(ctx); err != nil {
 		return 0, backend.KeyError(op, key, err)
 	}
-	id := AdvisoryKey(l.cfg.namespace, key)
+	id := AdvisoryKey(l.cfg.Prefix, key)
 	if !wait {
 		var token *int64
 		if err := tx.QueryRow(ctx, sqlXactTry, id, l.cfg.sequence).Scan(&token); err != nil {

@@ -71,7 +71,7 @@ func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration
 	w := procHub.watch(l.hubKey, key)
 	defer func() { procHub.leave(w, h == nil) }()
 	notified := l.wake.start(ctx)
-	back := backoff.New(2*time.Millisecond, l.cfg.retryInterval)
+	back := backoff.New(2*time.Millisecond, l.cfg.RetryInterval)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	waitNext := true // wait on the waker next (the bell), not sleep
@@ -102,7 +102,7 @@ func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration
 			// short back-off round (the back-off starts again); a wait
 			// that did not wait (ok false): the back-off below, which
 			// keeps growing.
-			rang, ok := l.wake.wait(ctx, w, key, min(l.cfg.retryInterval, limit))
+			rang, ok := l.wake.wait(ctx, w, key, min(l.cfg.RetryInterval, limit))
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -122,7 +122,7 @@ func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration
 		// Releases wake us when the waker is up; the timer is the safety
 		// net for a lost wake-up and for a holder that dies without
 		// releasing.
-		d := l.cfg.retryInterval
+		d := l.cfg.RetryInterval
 		if !notified && !l.wake.up() {
 			d = back.Next()
 		}
