@@ -31,10 +31,10 @@ const (
 // Our URL query parameters; each dialect's driver parameters are listed in
 // the package documentation.
 const (
-	paramTable    = "lock_table"          // WithTable
-	paramNotify   = "lock_notify"         // WithNotify
-	paramConns    = "lock_max_conns"      // the pool's SetMaxOpenConns
-	paramFileMode = "lock_file_mode"      // SQLite: permissions of a new database file, octal
+	paramTable    = "lock_table"     // WithTable
+	paramNotify   = "lock_notify"    // WithNotify
+	paramConns    = "lock_max_conns" // the pool's SetMaxOpenConns
+	paramFileMode = "lock_file_mode" // SQLite: permissions of a new database file, octal
 )
 
 // Defaults of the pool a Locker opens for itself.
