@@ -34,7 +34,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 }
 
 func (l *Locker) inspect(ctx context.Context, key string) (locker.LockInfo, error) {
-	dir := LockDir(l.cfg.prefix, key)
+	dir := LockDir(l.cfg.Prefix, key)
 	for attempt := 0; ; attempt++ {
 		resp, err := l.cli.Get(ctx, dir, clientv3.WithFirstCreate()...)
 		if err != nil {

@@ -90,7 +90,7 @@ func New(cli *clientv3.Client, opts ...Option) *Locker {
 func (l *Locker) Client() *clientv3.Client { return l.cli }
 
 // Prefix returns the key prefix of the lock directories.
-func (l *Locker) Prefix() string { return l.cfg.prefix }
+func (l *Locker) Prefix() string { return l.cfg.Prefix }
 
 // Acquire waits until key is held, ctx ends, or the Locker is closed.
 // Waiters are served in the order they arrived (the create revisions of
@@ -118,7 +118,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if err != nil {
 		return nil, backend.KeyError(op, key, err)
 	}
-	ttl := l.cfg.ttl
+	ttl := l.cfg.TTL
 	if o.TTL != 0 {
 		if err := checkTTL(o.TTL); err != nil {
 			return nil, backend.KeyError(op, key, err)
@@ -184,7 +184,7 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 	if err != nil {
 		return nil, err
 	}
-	dir := LockDir(l.cfg.prefix, key)
+	dir := LockDir(l.cfg.Prefix, key)
 	name := l.newName(ls, dir)
 	me := name.key
 	put := clientv3.OpPut(me, "", clientv3.WithLease(ls.id))
