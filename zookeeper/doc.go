@@ -242,7 +242,7 @@
 //
 //	zookeeper://[user:password@]host1:2181,host2:2181[/root]?session_timeout=10s
 //
-// The path is the root of the lock directories (WithRoot; default
+// The path is the root of the lock directories (WithPrefix; default
 // /locker). A user and password add digest authentication (WithAuth).
 // Parameters:
 //

@@ -31,7 +31,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 		return locker.LockInfo{}, backend.KeyError(op, key, l.life.Why(cctx, err))
 	}
 
-	dir := LockDir(l.cfg.root, key)
+	dir := LockDir(l.cfg.Prefix, key)
 	for tries := 0; ; tries++ {
 		var kids []string
 		err := l.call(cctx, func() error {

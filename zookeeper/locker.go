@@ -240,6 +240,9 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	if err != nil {
 		return nil, backend.KeyError(op, key, err)
 	}
+	if o.TTL == 0 {
+		o.TTL = l.cfg.TTL // WithDefaultTTL; 0: the session timeout
+	}
 
 	for {
 		swait := cctx
@@ -308,7 +311,7 @@ func (l *Locker) connGen() uint64 { return l.gen.Load() }
 
 // attempt creates a node for key and contends with it.
 func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, error) {
-	dir := LockDir(l.cfg.root, key)
+	dir := LockDir(l.cfg.Prefix, key)
 	c, err := l.createNode(ctx, dir, newGUID())
 	if err != nil {
 		return nil, err
