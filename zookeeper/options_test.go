@@ -11,7 +11,7 @@ import (
 
 func TestOptionsRejectBadValues(t *testing.T) {
 	for name, opt := range map[string]Option{
-		"WithPrefix":           WithPrefix("relative"),
+		"WithPrefix":         WithPrefix("relative"),
 		"WithSessionTimeout": WithSessionTimeout(10 * time.Millisecond),
 		"WithACL":            WithACL(),
 		"WithAuth":           WithAuth("", nil),
