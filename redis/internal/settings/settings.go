@@ -1,8 +1,7 @@
 // Package settings is what the redis and redlock packages configure alike:
-// the settings both Lockers have (the key prefix, the default TTL, the drift
-// margin, the waiters' retry interval, the eviction-policy opt-out), their
-// checks, the one way to apply a list of options, and the parts of their
-// URLs that both read the same way. Each package keeps its own exported
+// the settings both Lockers have (backend.Settings, which every backend
+// shares, and the eviction-policy opt-out), their checks, and the parts of
+// their URLs that both read the same way. Each package keeps its own exported
 // Option type and With functions (their docs say what the setting means
 // for that backend); their bodies are one line over this.
 package settings
