@@ -82,8 +82,9 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// KeyError returns an *Error for op on key caused by err, or nil when err is nil.
-func KeyError(op, key string, err error) error {
+// keyError returns an *Error for op on key caused by err, or nil when err
+// is nil (backend.KeyError is the same for backends).
+func keyError(op, key string, err error) error {
 	if err == nil {
 		return nil
 	}

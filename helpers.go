@@ -71,14 +71,14 @@ func Lead(ctx context.Context, l Locker, key string, fn func(ctx context.Context
 			if err == nil {
 				releaseDetached(ctx, h)
 			}
-			return KeyError("lead", key, contextError(ctx))
+			return keyError("lead", key, contextError(ctx))
 		case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidOption), errors.Is(err, ErrClosed):
 			return err
 		case err != nil:
 			// Jittered, so that the followers of a failed backend do not
 			// all come back in the same instant.
 			if !retry.Wait(ctx) {
-				return KeyError("lead", key, contextError(ctx))
+				return keyError("lead", key, contextError(ctx))
 			}
 			continue
 		}
@@ -86,9 +86,9 @@ func Lead(ctx context.Context, l Locker, key string, fn func(ctx context.Context
 		ferr := hold(ctx, h, fn)
 		switch herr := h.Err(); {
 		case ctx.Err() != nil:
-			return KeyError("lead", key, contextError(ctx))
+			return keyError("lead", key, contextError(ctx))
 		case errors.Is(herr, ErrClosed):
-			return KeyError("lead", key, herr)
+			return keyError("lead", key, herr)
 		case errors.Is(herr, ErrLost):
 			// Deposed: campaign again, whatever fn made of it.
 		case ferr != nil:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/memlock"
 )
 
@@ -180,7 +181,7 @@ func TestApplyOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o, err := locker.ApplyOptions(tt.opts...)
+			o, err := backend.ApplyOptions(tt.opts...)
 			if tt.wantErr {
 				if !errors.Is(err, locker.ErrInvalidOption) {
 					t.Fatalf("err = %v, want ErrInvalidOption", err)
@@ -359,10 +360,10 @@ func TestErrorFormatting(t *testing.T) {
 		})
 	}
 
-	if err := locker.KeyError("acquire", "k", nil); err != nil {
+	if err := backend.KeyError("acquire", "k", nil); err != nil {
 		t.Fatalf("KeyError with a nil cause = %v, want nil", err)
 	}
-	wrapped := fmt.Errorf("outer: %w", locker.KeyError("try-acquire", "k", locker.ErrNotAcquired))
+	wrapped := fmt.Errorf("outer: %w", backend.KeyError("try-acquire", "k", locker.ErrNotAcquired))
 	var e *locker.Error
 	if !errors.As(wrapped, &e) || e.Op != "try-acquire" || e.Key != "k" || !errors.Is(wrapped, locker.ErrNotAcquired) {
 		t.Fatalf("errors.As/Is through a wrapped KeyError: %#v", e)

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Options are the per-call settings of Acquire and TryAcquire. Backends obtain
-// them with ApplyOptions; the zero value of each field means "the backend's
+// Options are the per-call settings of Acquire and TryAcquire. Backends read
+// them with backend.ApplyOptions; the zero value of each field means "the backend's
 // default".
 type Options struct {
 	// TTL is the lease: how long the lock outlives a holder that stops renewing
@@ -34,19 +34,4 @@ func WithTTL(ttl time.Duration) Option {
 		o.TTL = ttl
 		return nil
 	}
-}
-
-// ApplyOptions applies opts in order to a zero Options and returns the result,
-// or the first option's error. Nil options are ignored.
-func ApplyOptions(opts ...Option) (Options, error) {
-	var o Options
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&o); err != nil {
-			return Options{}, err
-		}
-	}
-	return o, nil
 }

@@ -3,8 +3,12 @@
 // tied to Close, the goroutines and handles Close waits for and releases, a
 // bounded two-phase Close), the end-of-life state of a Handle, which closes
 // Done exactly once and remembers why (State), strict parsing of the query
-// options of a backend's URL (Query), and a parse of the URL given to a
-// backend's own Open that never echoes its password (ParseURL).
+// options of a backend's URL (Query), the settings every backend names the
+// same way, their options, URL parameters and the one apply loop
+// (Settings, Setting, Query.Shared, Apply), the error of a call on a key
+// and the per-call options (KeyError, ApplyOptions), and a parse of the
+// URL given to a backend's own Open that never echoes its password
+// (ParseURL).
 //
 // It is for authors of backends, ours and third parties' alike; programs that
 // only take locks never import it. memlock, the reference backend, is built on

@@ -61,7 +61,7 @@ func (l *Life[H]) Abandoned() context.Context { return l.abandoned }
 func (l *Life[H]) IsClosing() bool { return l.closing.Err() != nil }
 
 // Enter admits one call of op (such as "acquire") on key. It refuses it,
-// with an error made by locker.KeyError(op, key, ...), when the key is
+// with an error made by KeyError(op, key, ...), when the key is
 // invalid (wrapping locker.ErrInvalidKey), an option given to the Locker was
 // (the cfgErr of NewLife), Close has begun (locker.ErrClosed) or ctx has
 // ended (see ContextError). Otherwise it returns a context that ends when
@@ -71,17 +71,17 @@ func (l *Life[H]) IsClosing() bool { return l.closing.Err() != nil }
 // A call that fails because the returned context ended reports Why.
 func (l *Life[H]) Enter(ctx context.Context, op, key string) (context.Context, func(), error) {
 	if err := locker.ValidateKey(key); err != nil {
-		return nil, nil, locker.KeyError(op, key, err)
+		return nil, nil, KeyError(op, key, err)
 	}
 	if l.cfgErr != nil {
-		return nil, nil, locker.KeyError(op, key, l.cfgErr)
+		return nil, nil, KeyError(op, key, l.cfgErr)
 	}
 	if !l.add(false) {
-		return nil, nil, locker.KeyError(op, key, locker.ErrClosed)
+		return nil, nil, KeyError(op, key, locker.ErrClosed)
 	}
 	if ctx.Err() != nil {
 		l.done()
-		return nil, nil, locker.KeyError(op, key, ContextError(ctx))
+		return nil, nil, KeyError(op, key, ContextError(ctx))
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.closing, func() { cancel(locker.ErrClosed) })

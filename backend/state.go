@@ -74,7 +74,7 @@ func (s *State) ReleaseError(ctx context.Context, key string) error {
 		select {
 		case <-s.done:
 		case <-ctx.Done():
-			return locker.KeyError("release", key, fmt.Errorf("%w (another Release of the lock is in progress)", ContextError(ctx)))
+			return KeyError("release", key, fmt.Errorf("%w (another Release of the lock is in progress)", ContextError(ctx)))
 		}
 	}
 	err := s.Err()
@@ -82,7 +82,7 @@ func (s *State) ReleaseError(ctx context.Context, key string) error {
 	if errors.As(err, &le) {
 		err = le.Err
 	}
-	return locker.KeyError("release", key, err)
+	return KeyError("release", key, err)
 }
 
 // ContextError is the error of a call that ctx ended: ctx.Err(), and

@@ -68,7 +68,7 @@ func TestReleaseError(t *testing.T) {
 	}
 	// Ended by a loss recorded as op "hold": the release error wraps the
 	// loss, names the key once and the op "release".
-	s.End(locker.KeyError("hold", "k", fmt.Errorf("%w: lease ran out", locker.ErrLost)))
+	s.End(KeyError("hold", "k", fmt.Errorf("%w: lease ran out", locker.ErrLost)))
 	err = s.ReleaseError(context.Background(), "k")
 	var le *locker.Error
 	if !errors.Is(err, locker.ErrLost) || !errors.As(err, &le) || le.Op != "release" || strings.Count(err.Error(), `"k"`) > 1 {

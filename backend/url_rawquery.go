@@ -2,6 +2,7 @@ package backend
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -13,6 +14,21 @@ import (
 // net/url, so decoding and encoding them again could change their values.
 func StripParams(rawQuery, prefix string) string {
 	prefix = strings.ToLower(prefix)
+	return stripIf(rawQuery, func(name string) bool { return strings.HasPrefix(strings.ToLower(name), prefix) })
+}
+
+// StripShared returns rawQuery without the shared parameters
+// (SharedParams) and without those whose name begins with prefix, in any
+// case, keeping the others exactly as written (see StripParams): what a
+// backend hands to a client library that would take the rest for its own.
+func StripShared(rawQuery, prefix string) string {
+	prefix = strings.ToLower(prefix)
+	return stripIf(rawQuery, func(name string) bool {
+		return strings.HasPrefix(strings.ToLower(name), prefix) || slices.Contains(SharedParams, name)
+	})
+}
+
+func stripIf(rawQuery string, strip func(name string) bool) string {
 	var kept []string
 	for pair := range strings.SplitSeq(rawQuery, "&") {
 		if pair == "" {
@@ -22,7 +38,7 @@ func StripParams(rawQuery, prefix string) string {
 		if dec, err := url.QueryUnescape(name); err == nil {
 			name = dec
 		}
-		if !strings.HasPrefix(strings.ToLower(name), prefix) {
+		if !strip(name) {
 			kept = append(kept, pair)
 		}
 	}

@@ -13,7 +13,7 @@ func checkKeyError(t *testing.T, err error, k, what string) {
 	t.Helper()
 	var ke *locker.Error
 	if !errors.As(err, &ke) {
-		t.Errorf("%s: error %v is not a *locker.Error (errors.As); backends return locker.KeyError(op, key, cause) so that every error names its key", what, err)
+		t.Errorf("%s: error %v is not a *locker.Error (errors.As); backends return backend.KeyError(op, key, cause) so that every error names its key", what, err)
 		return
 	}
 	if ke.Key != k {

@@ -234,7 +234,7 @@ func (l *toyLocker) try(ctx context.Context, key string, ttl time.Duration, forc
 		}
 		// The lease ran out: the old holder must know before we take over.
 		if l.flaw != silentLoss {
-			cur.st.End(locker.KeyError("renew", cur.key, locker.ErrLost))
+			cur.st.End(backend.KeyError("renew", cur.key, locker.ErrLost))
 		}
 	}
 	s.fence[sk]++
@@ -263,7 +263,7 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 	if err := locker.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	o, err := locker.ApplyOptions(opts...)
+	o, err := backend.ApplyOptions(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -288,13 +288,13 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 	for {
 		h, wake, expires, err := l.try(ctx, key, o.TTL, force)
 		if err != nil {
-			return nil, locker.KeyError(op, key, err)
+			return nil, backend.KeyError(op, key, err)
 		}
 		if h != nil {
 			return h, nil
 		}
 		if !wait && giveUp == nil {
-			return nil, locker.KeyError("try-acquire", key, locker.ErrNotAcquired)
+			return nil, backend.KeyError("try-acquire", key, locker.ErrNotAcquired)
 		}
 		l.s.mu.Lock()
 		faults := l.s.faults
@@ -317,19 +317,19 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 		case <-poll:
 			if ctx.Err() != nil {
 				timer.Stop()
-				return nil, locker.KeyError("acquire", key, l.ctxErr(ctx))
+				return nil, backend.KeyError("acquire", key, l.ctxErr(ctx))
 			}
 		case <-wake:
 		case <-timer.C:
 		case <-giveUp:
 			timer.Stop()
-			return nil, locker.KeyError("try-acquire", key, locker.ErrNotAcquired)
+			return nil, backend.KeyError("try-acquire", key, locker.ErrNotAcquired)
 		case <-l.quit:
 			timer.Stop()
-			return nil, locker.KeyError("acquire", key, locker.ErrClosed)
+			return nil, backend.KeyError("acquire", key, locker.ErrClosed)
 		case <-done:
 			timer.Stop()
-			return nil, locker.KeyError("acquire", key, l.ctxErr(ctx))
+			return nil, backend.KeyError("acquire", key, l.ctxErr(ctx))
 		}
 		timer.Stop()
 		l.mu.Lock()
@@ -338,9 +338,9 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 		if stranded {
 			select { // its claim went with the cut; nothing will wake it
 			case <-ctx.Done():
-				return nil, locker.KeyError("acquire", key, l.ctxErr(ctx))
+				return nil, backend.KeyError("acquire", key, l.ctxErr(ctx))
 			case <-l.quit:
-				return nil, locker.KeyError("acquire", key, locker.ErrClosed)
+				return nil, backend.KeyError("acquire", key, locker.ErrClosed)
 			}
 		}
 		if l.flaw == faultGrantsWaiter {
@@ -391,7 +391,7 @@ func (l *toyLocker) watchdog(h *toyHandle) {
 			if cur != h && !blind && l.flaw != silentLoss {
 				// Compare-and-renew found another owner: the lock was taken
 				// away, and the holder hears of it now.
-				h.st.End(locker.KeyError("renew", h.key, locker.ErrLost))
+				h.st.End(backend.KeyError("renew", h.key, locker.ErrLost))
 				return
 			}
 			continue
@@ -403,7 +403,7 @@ func (l *toyLocker) watchdog(h *toyHandle) {
 			return
 		}
 		if time.Since(lastOK) > h.ttl*3/4 && l.flaw != silentLoss {
-			h.st.End(locker.KeyError("renew", h.key, locker.ErrLost))
+			h.st.End(backend.KeyError("renew", h.key, locker.ErrLost))
 			return
 		}
 	}
@@ -434,14 +434,14 @@ func (h *toyHandle) Release(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		if err := h.st.Err(); err != nil {
-			return locker.KeyError("release", h.key, err)
+			return backend.KeyError("release", h.key, err)
 		}
 		h.st.End(locker.ErrReleased)
 		return nil
 	}
 	if h.l.flaw == checkedBlindRelease {
 		if err := h.st.Err(); err != nil {
-			return locker.KeyError("release", h.key, err)
+			return backend.KeyError("release", h.key, err)
 		}
 		s.mu.Lock()
 		delete(s.held, h.sk) // whoever holds it now
@@ -455,14 +455,14 @@ func (h *toyHandle) Release(ctx context.Context) error {
 		// pass the check (the delay is long enough for that on a loaded
 		// machine).
 		if err := h.st.Err(); err != nil {
-			return locker.KeyError("release", h.key, err)
+			return backend.KeyError("release", h.key, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	} else {
 		h.relMu.Lock()
 		defer h.relMu.Unlock()
 		if err := h.st.Err(); err != nil {
-			return locker.KeyError("release", h.key, err)
+			return backend.KeyError("release", h.key, err)
 		}
 	}
 	for h.l.flaw == releaseIgnoresCtx && h.l.isCut() {
@@ -478,7 +478,7 @@ func (h *toyHandle) Release(ctx context.Context) error {
 		if h.l.flaw == failedReleaseNil {
 			return nil
 		}
-		return locker.KeyError("release", h.key, fmt.Errorf("%w (given up; the lease runs out)", err))
+		return backend.KeyError("release", h.key, fmt.Errorf("%w (given up; the lease runs out)", err))
 	}
 	s.mu.Lock()
 	ours := s.held[h.sk] == h
@@ -491,8 +491,8 @@ func (h *toyHandle) Release(ctx context.Context) error {
 	delete(h.l.handles, h)
 	h.l.mu.Unlock()
 	if !ours {
-		h.st.End(locker.KeyError("release", h.key, locker.ErrLost))
-		return locker.KeyError("release", h.key, locker.ErrLost)
+		h.st.End(backend.KeyError("release", h.key, locker.ErrLost))
+		return backend.KeyError("release", h.key, locker.ErrLost)
 	}
 	h.st.End(locker.ErrReleased)
 	return nil
@@ -515,7 +515,7 @@ func (l *toyLocker) Close() error {
 	left := 0 // locks a cut-off toy cannot release: they stay until they expire
 	for h := range hs {
 		if cut && l.flaw != closeCutClaimsRelease {
-			if h.st.End(locker.KeyError("close", h.key, fmt.Errorf("%w (%w): the store could not be reached to release it", locker.ErrLost, locker.ErrClosed))) {
+			if h.st.End(backend.KeyError("close", h.key, fmt.Errorf("%w (%w): the store could not be reached to release it", locker.ErrLost, locker.ErrClosed))) {
 				left++
 			}
 			continue
@@ -523,7 +523,7 @@ func (l *toyLocker) Close() error {
 		if s.held[h.sk] == h && !l.dead && !cut && l.flaw != closeKeepsLocks {
 			delete(s.held, h.sk)
 		}
-		h.st.End(locker.KeyError("close", h.key, fmt.Errorf("%w by Close (%w)", locker.ErrReleased, locker.ErrClosed)))
+		h.st.End(backend.KeyError("close", h.key, fmt.Errorf("%w by Close (%w)", locker.ErrReleased, locker.ErrClosed)))
 	}
 	s.changedLocked()
 	s.mu.Unlock()

@@ -242,14 +242,20 @@
 // last host must carry one (etcd://h1,h2:2379 works, etcd://h1:2379,h2
 // does not, and Open says so). An IPv6 address is bracketed ([::1] or
 // [::1]:2379) and, for the same reason, can only be the one host. The
-// path is the key prefix (WithPrefix; default /locker). A user and
+// path is the key prefix (WithPrefix; default /locker), or the parameter
+// prefix (not both). A user and
 // password log in with etcd's auth; a user without a password (or with an
 // empty one) is an error, since etcd's client would then connect without
 // authentication; no error shows the password. Parameters:
 //
-//	ttl=10s            WithDefaultTTL
-//	drift_margin=1s    WithDriftMargin
+//	ttl=10s            WithDefaultTTL      (shared by every backend; see backend.Settings)
+//	drift_margin=1s    WithDriftMargin     (shared)
+//	prefix=/app        WithPrefix          (shared; or the path)
 //	dial_timeout=5s    how long the etcd client waits to log in (with user:password)
+//
+// The other shared parameters, retry_interval and ddl, are checked and
+// change nothing here (watches wake waiters; etcd has no schema);
+// watchdog=false is refused: the Locker always keeps its leases alive.
 //
 // Unknown, repeated or malformed parameters are errors wrapping
 // locker.ErrInvalidURL. The Locker owns its client: Close closes it. The

@@ -71,7 +71,7 @@ func (h *Handle) EtcdKey() string { return h.ekey }
 func (h *Handle) LeaseID() clientv3.LeaseID { return h.ls.id }
 
 func (h *Handle) lostErr(why string) error {
-	return locker.KeyError("hold", h.key, fmt.Errorf("%w: %s", locker.ErrLost, why))
+	return backend.KeyError("hold", h.key, fmt.Errorf("%w: %s", locker.ErrLost, why))
 }
 
 // lose ends h with ErrLost for why.
@@ -116,16 +116,16 @@ func (h *Handle) Release(ctx context.Context) error {
 			h.swept = true
 			l.deleteDetached(h.name, h.rev, false)
 		}
-		return locker.KeyError("release", h.key, err)
+		return backend.KeyError("release", h.key, err)
 	}
 	if !l.life.Begin() {
 		// Close has begun: it ends the lock (released by Close, or lost
 		// if it cannot revoke the lease), boundedly.
 		select {
 		case <-h.state.Done():
-			return locker.KeyError("release", h.key, h.state.Err())
+			return backend.KeyError("release", h.key, h.state.Err())
 		case <-ctx.Done():
-			return locker.KeyError("release", h.key, backend.ContextError(ctx))
+			return backend.KeyError("release", h.key, backend.ContextError(ctx))
 		}
 	}
 	defer l.life.End()
@@ -163,23 +163,23 @@ func (h *Handle) Release(ctx context.Context) error {
 		h.ls.lose("the lease expired or was revoked on the server")
 		l.deleteDetached(h.name, h.rev, false)
 		h.state.End(h.lostErr("the lease of the lock expired or was revoked on the server"))
-		return locker.KeyError("release", h.key, h.state.Err())
+		return backend.KeyError("release", h.key, h.state.Err())
 	}
 	if expired {
 		l.deleteDetached(h.name, h.rev, true)
 		h.state.End(h.lostErr(fmt.Sprintf("its lease had run out before Release came, and the deletion failed: %v", err)))
-		return locker.KeyError("release", h.key, h.state.Err())
+		return backend.KeyError("release", h.key, h.state.Err())
 	}
 	if !h.state.End(locker.ErrReleased) {
 		// Close (or a loss) ended the lock while the deletion was on its
 		// way: its error says what became of the key.
-		return locker.KeyError("release", h.key, h.state.Err())
+		return backend.KeyError("release", h.key, h.state.Err())
 	}
 	l.deleteDetached(h.name, h.rev, true)
 	if callerCtx.Err() != nil {
 		err = backend.ContextError(callerCtx)
 	}
-	return locker.KeyError("release", h.key, fmt.Errorf("etcd: the server did not confirm the deletion of the lock key (the lock is given up; the key is deleted when the server answers, or ends with the lease): %w", err))
+	return backend.KeyError("release", h.key, fmt.Errorf("etcd: the server did not confirm the deletion of the lock key (the lock is given up; the key is deleted when the server answers, or ends with the lease): %w", err))
 }
 
 // sendDelete sends Release's guarded deletion of the holder's key, with
@@ -228,12 +228,12 @@ func (h *Handle) answered(ctx context.Context, resp *clientv3.TxnResponse, tries
 	h.name.free()
 	if !ours {
 		h.state.End(h.lostErr(why))
-		return locker.KeyError("release", h.key, h.state.Err())
+		return backend.KeyError("release", h.key, h.state.Err())
 	}
 	if !h.state.End(locker.ErrReleased) {
 		// A loss (or Close) ended the lock while the deletion was on its
 		// way: Release says what Err says.
-		return locker.KeyError("release", h.key, h.state.Err())
+		return backend.KeyError("release", h.key, h.state.Err())
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 var _ locker.Inspector = (*Locker)(nil)
@@ -27,13 +28,13 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	defer done()
 	info, err := l.inspect(ctx, key)
 	if err != nil {
-		return locker.LockInfo{}, locker.KeyError(op, key, l.life.Why(ctx, err))
+		return locker.LockInfo{}, backend.KeyError(op, key, l.life.Why(ctx, err))
 	}
 	return info, nil
 }
 
 func (l *Locker) inspect(ctx context.Context, key string) (locker.LockInfo, error) {
-	dir := LockDir(l.cfg.prefix, key)
+	dir := LockDir(l.cfg.Prefix, key)
 	for attempt := 0; ; attempt++ {
 		resp, err := l.cli.Get(ctx, dir, clientv3.WithFirstCreate()...)
 		if err != nil {

@@ -144,7 +144,7 @@ func (ls *lease) grant(ctx context.Context) {
 		return
 	}
 	ls.id = clientv3.LeaseID(resp.ID)
-	ls.marker = releaseRecord(l.cfg.prefix, ls.id)
+	ls.marker = releaseRecord(l.cfg.Prefix, ls.id)
 	ls.granted = time.Duration(resp.TTL) * time.Second
 	interval := min(ls.ttl, ls.granted) / 3
 	if time.Since(sent) > interval {
@@ -192,7 +192,7 @@ func (ls *lease) unuse() {
 // after idleLinger unless used again. The Locker's default lease is kept.
 func (ls *lease) idleLocked() {
 	l := ls.l
-	if ls.ttl == time.Duration(leaseSeconds(l.cfg.ttl))*time.Second || l.life.IsClosing() || l.leases[ls.ttl] != ls {
+	if ls.ttl == time.Duration(leaseSeconds(l.cfg.TTL))*time.Second || l.life.IsClosing() || l.leases[ls.ttl] != ls {
 		return // the default lease; Close revokes it; lost already
 	}
 	ls.idleSince = time.Now()

@@ -90,7 +90,7 @@ func New(cli *clientv3.Client, opts ...Option) *Locker {
 func (l *Locker) Client() *clientv3.Client { return l.cli }
 
 // Prefix returns the key prefix of the lock directories.
-func (l *Locker) Prefix() string { return l.cfg.prefix }
+func (l *Locker) Prefix() string { return l.cfg.Prefix }
 
 // Acquire waits until key is held, ctx ends, or the Locker is closed.
 // Waiters are served in the order they arrived (the create revisions of
@@ -114,14 +114,14 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		return nil, err
 	}
 	defer done()
-	o, err := locker.ApplyOptions(opts...)
+	o, err := backend.ApplyOptions(opts...)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
-	ttl := l.cfg.ttl
+	ttl := l.cfg.TTL
 	if o.TTL != 0 {
 		if err := checkTTL(o.TTL); err != nil {
-			return nil, locker.KeyError(op, key, err)
+			return nil, backend.KeyError(op, key, err)
 		}
 		ttl = o.TTL
 	}
@@ -142,7 +142,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		case actx.Err() != nil:
 			err = fmt.Errorf("etcd: the cluster did not answer within %v (TryAcquire makes one attempt): %v", tryWait(ttl), err)
 		}
-		return locker.KeyError(op, key, err)
+		return backend.KeyError(op, key, err)
 	}
 
 	gone := 0
@@ -184,7 +184,7 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 	if err != nil {
 		return nil, err
 	}
-	dir := LockDir(l.cfg.prefix, key)
+	dir := LockDir(l.cfg.Prefix, key)
 	name := l.newName(ls, dir)
 	me := name.key
 	put := clientv3.OpPut(me, "", clientv3.WithLease(ls.id))
@@ -538,7 +538,7 @@ func (l *Locker) revokeAll(held []*Handle) error {
 					h.state.End(locker.ErrReleasedByClose)
 					continue
 				}
-				lost := locker.KeyError("close", h.key, fmt.Errorf("%w: %w: could not revoke the lease (the server frees the key when the lease expires): %v", locker.ErrLost, locker.ErrClosed, err))
+				lost := backend.KeyError("close", h.key, fmt.Errorf("%w: %w: could not revoke the lease (the server frees the key when the lease expires): %v", locker.ErrLost, locker.ErrClosed, err))
 				if h.state.End(lost) {
 					mu.Lock()
 					errs = append(errs, lost)

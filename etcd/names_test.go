@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"github.com/go-locker/locker/backend"
 	"testing"
 	"time"
 )
@@ -47,7 +48,7 @@ func TestSlotsBeyondReusedAreUnique(t *testing.T) {
 }
 
 func TestWaiterNameFreesOnce(t *testing.T) {
-	l := &Locker{nonce: "n", cfg: config{ttl: DefaultTTL}, leases: map[time.Duration]*lease{}}
+	l := &Locker{nonce: "n", cfg: config{Settings: backend.Settings{TTL: DefaultTTL}}, leases: map[time.Duration]*lease{}}
 	ls := &lease{l: l, id: 0x2a, ttl: DefaultTTL, users: 3} // leaseFor's use per name
 	l.leases[ls.ttl] = ls
 	a := l.newName(ls, "/locker/k/")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 // DefaultPrefix is the etcd key prefix under which the lock directories live
@@ -27,37 +28,30 @@ const MinTTL = time.Second
 // WithDriftMargin.
 const MinDriftMargin = 50 * time.Millisecond
 
-// Option configures a Locker made by New.
-type Option func(*config)
+// Option configures a Locker made by New. WithDefaultTTL, WithDriftMargin
+// and WithPrefix are the names every backend gives these settings (see
+// backend.Settings).
+type Option func(*config) error
 
+// config is the shared settings (backend.Settings: the default TTL, the
+// drift margin, 0 for TTL/10 at least MinDriftMargin, and the prefix) and
+// every invalid option.
 type config struct {
-	prefix string
-	ttl    time.Duration
-	drift  time.Duration // 0: ttl/10, at least MinDriftMargin
-	err    error
-}
-
-func (c *config) fail(err error) {
-	if c.err == nil {
-		c.err = err
-	}
+	backend.Settings
+	err error
 }
 
 func newConfig(opts []Option) config {
-	c := config{prefix: DefaultPrefix, ttl: DefaultTTL}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&c)
-		}
-	}
+	c := config{Settings: backend.Settings{Prefix: DefaultPrefix, TTL: DefaultTTL}}
+	c.err = backend.Apply(&c, opts)
 	return c
 }
 
 // driftMargin is how long before the earliest possible server-side expiry
 // of a lease of the given TTL the Locker reports its locks lost.
 func (c *config) driftMargin(ttl time.Duration) time.Duration {
-	if c.drift > 0 {
-		return min(c.drift, ttl/2)
+	if c.DriftMargin > 0 {
+		return min(c.DriftMargin, ttl/2)
 	}
 	return max(ttl/10, MinDriftMargin)
 }
@@ -90,28 +84,29 @@ func checkPrefix(p string) error {
 }
 
 // WithPrefix sets the etcd key prefix of the lock directories (default
-// DefaultPrefix, "/locker"). Every Locker that locks the same keys must
-// use the same prefix. It must not be empty or end in '/'.
+// DefaultPrefix, "/locker"; in a URL its path, or the parameter prefix).
+// Every Locker that locks the same keys must use the same prefix. It must
+// not be empty or end in '/'.
 func WithPrefix(prefix string) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if err := checkPrefix(prefix); err != nil {
-			c.fail(fmt.Errorf("etcd: WithPrefix: %w", err))
-			return
+			return fmt.Errorf("etcd: WithPrefix: %w", err)
 		}
-		c.prefix = prefix
+		c.Prefix = prefix
+		return nil
 	}
 }
 
 // WithDefaultTTL sets the lease of locks taken without locker.WithTTL
-// (default DefaultTTL). It must be at least MinTTL; it is rounded up to a
-// whole second.
+// (default DefaultTTL; URL parameter ttl). It must be at least MinTTL; it
+// is rounded up to a whole second.
 func WithDefaultTTL(ttl time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if err := checkTTL(ttl); err != nil {
-			c.fail(fmt.Errorf("etcd: WithDefaultTTL: %w", err))
-			return
+			return fmt.Errorf("etcd: WithDefaultTTL: %w", err)
 		}
-		c.ttl = ttl
+		c.TTL = ttl
+		return nil
 	}
 }
 
@@ -119,13 +114,13 @@ func WithDefaultTTL(ttl time.Duration) Option {
 // expire a lease that was not renewed the Locker reports its locks lost
 // (default: a tenth of the TTL, at least MinDriftMargin; never more than
 // half the TTL). It covers clock rate differences between client and
-// leader.
+// leader. URL parameter drift_margin.
 func WithDriftMargin(d time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if d < MinDriftMargin {
-			c.fail(fmt.Errorf("etcd: WithDriftMargin: %w: %v is below %v", locker.ErrInvalidOption, d, MinDriftMargin))
-			return
+			return fmt.Errorf("etcd: WithDriftMargin: %w: %v is below %v", locker.ErrInvalidOption, d, MinDriftMargin)
 		}
-		c.drift = d
+		c.DriftMargin = d
+		return nil
 	}
 }

@@ -26,7 +26,7 @@ func TestOptions(t *testing.T) {
 		}
 	}
 	cfg := newConfig([]Option{WithPrefix("/x"), WithDefaultTTL(3 * time.Second), WithDriftMargin(time.Second)})
-	if cfg.err != nil || cfg.prefix != "/x" || cfg.ttl != 3*time.Second || cfg.driftMargin(2*time.Second) != time.Second {
+	if cfg.err != nil || cfg.Prefix != "/x" || cfg.TTL != 3*time.Second || cfg.driftMargin(2*time.Second) != time.Second {
 		t.Errorf("config = %+v", cfg)
 	}
 	def := newConfig(nil)

@@ -24,8 +24,6 @@ const (
 
 // URL query parameters.
 const (
-	paramTTL         = "ttl"          // WithDefaultTTL
-	paramDriftMargin = "drift_margin" // WithDriftMargin
 	paramDialTimeout = "dial_timeout" // clientv3.Config.DialTimeout
 )
 
@@ -120,29 +118,31 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		}
 		cfg.endpoints = append(cfg.endpoints, a)
 	}
-	if p := u.Path; p != "" && p != "/" {
-		if err := checkPrefix(p); err != nil {
+	pathPrefix := u.Path != "" && u.Path != "/"
+	if pathPrefix {
+		if err := checkPrefix(u.Path); err != nil {
 			return bad("path (the key prefix): %v", err)
 		}
-		cfg.opts = append(cfg.opts, WithPrefix(p))
+		cfg.opts = append(cfg.opts, WithPrefix(u.Path))
 	}
 	q, err := backend.ParseQuery(u)
 	if err != nil {
 		return urlConfig{}, err
 	}
-	var ttl, drift time.Duration
+	// The shared parameters (backend.Settings): ttl, drift_margin and
+	// prefix set what WithDefaultTTL, WithDriftMargin and WithPrefix do;
+	// retry_interval and ddl are checked and change nothing here (watches
+	// wake waiters; etcd has no schema); watchdog=false is refused.
+	for _, set := range q.Shared(map[string]string{backend.ParamWatchdog: "the Locker always keeps its leases alive"}) {
+		cfg.opts = append(cfg.opts, sharedOption(set))
+	}
+	if pathPrefix && q.Has(backend.ParamPrefix) {
+		return bad("the key prefix is given twice, as the path and as the parameter prefix: give one")
+	}
 	cfg.dialTimeout = defaultDialTimeout
-	q.Duration(paramTTL, &ttl)
-	q.Duration(paramDriftMargin, &drift)
 	q.Duration(paramDialTimeout, &cfg.dialTimeout)
 	if err := q.Finish(); err != nil {
 		return urlConfig{}, err
-	}
-	if ttl != 0 {
-		cfg.opts = append(cfg.opts, WithDefaultTTL(ttl))
-	}
-	if drift != 0 {
-		cfg.opts = append(cfg.opts, WithDriftMargin(drift))
 	}
 	if u.User != nil {
 		cfg.user = u.User.Username()
@@ -163,6 +163,26 @@ func parseURL(u *url.URL) (urlConfig, error) {
 }
 
 func withPort(s string) (string, error) { return backend.HostPort(s, "2379") }
+
+// sharedOption is the Option of a shared setting read from a URL: through
+// the With function of the same name, which checks etcd's own range.
+func sharedOption(set backend.Setting) Option {
+	return func(c *config) error {
+		var s backend.Settings
+		if err := set(&s); err != nil {
+			return fmt.Errorf("etcd: %w", err)
+		}
+		switch {
+		case s.TTL != 0:
+			return WithDefaultTTL(s.TTL)(c)
+		case s.DriftMargin != 0:
+			return WithDriftMargin(s.DriftMargin)(c)
+		case s.Prefix != "":
+			return WithPrefix(s.Prefix)(c)
+		}
+		return nil // retry_interval, ddl: no effect on etcd
+	}
+}
 
 func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
 	cfg, err := parseURL(u)

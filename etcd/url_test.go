@@ -24,7 +24,7 @@ func TestParseURL(t *testing.T) {
 		t.Errorf("endpoints = %s", got)
 	}
 	c := newConfig(cfg.opts)
-	if c.prefix != "/app/locks" || c.ttl != 5*time.Second || c.drift != 200*time.Millisecond {
+	if c.Prefix != "/app/locks" || c.TTL != 5*time.Second || c.DriftMargin != 200*time.Millisecond {
 		t.Errorf("config = %+v", c)
 	}
 }

@@ -27,8 +27,13 @@
 //	                    every Open of the same NAME shares its keys
 //	mem://NAME?ttl=10s  ... with a default lease of 10s (WithDefaultTTL)
 //
-// Any other query parameter, user information, port, path or fragment fails
-// with an error wrapping locker.ErrInvalidURL. Named stores live as long as the
+// ttl is one of the parameters every backend shares (see backend.Settings);
+// of the others drift_margin, retry_interval and ddl are checked and
+// change nothing here (one process: no clocks apart, waiters woken
+// directly, no schema), and prefix (the store name is the keyspace) and
+// watchdog=false (locks are always renewed) are refused. Any other query
+// parameter, user information, port, path or fragment fails with an error
+// wrapping locker.ErrInvalidURL. Named stores live as long as the
 // process.
 //
 // # What it promises

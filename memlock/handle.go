@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 // handle is a Locker's grip on one key: the client side of a grant.
@@ -41,21 +42,21 @@ func (h *handle) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := h.g.state.Err(); err != nil {
-		return locker.KeyError("release", h.g.key, err)
+		return backend.KeyError("release", h.g.key, err)
 	}
 	if l.crashed { // a dead process releases nothing
-		return locker.KeyError("release", h.g.key, locker.ErrClosed)
+		return backend.KeyError("release", h.g.key, locker.ErrClosed)
 	}
 	l.forgetLocked(h)
 	if l.isCut {
 		h.g.state.End(locker.ErrReleased)
-		return locker.KeyError("release", h.g.key, fmt.Errorf("%w; the lock was given up and its lease of %v runs out in the store", errUnreachable, h.g.ttl))
+		return backend.KeyError("release", h.g.key, fmt.Errorf("%w; the lock was given up and its lease of %v runs out in the store", errUnreachable, h.g.ttl))
 	}
 	if !l.store.release(h.g, locker.ErrReleased) {
 		// The lease ran out (the store ended the state with ErrLost), or the
 		// key was taken away from this holder (the state is still open).
 		h.g.state.End(errTakenAway)
-		return locker.KeyError("release", h.g.key, h.g.state.Err())
+		return backend.KeyError("release", h.g.key, h.g.state.Err())
 	}
 	return nil
 }
@@ -137,7 +138,7 @@ func (l *Locker) renewDueLocked(now time.Time) {
 			// Too late: the lease had run out, and renew ended the handle;
 			// or the key was taken away from this holder, which hears of it
 			// now (End keeps the first error when renew already ended it).
-			h.g.state.End(locker.KeyError("renew", h.g.key, errTakenAway))
+			h.g.state.End(backend.KeyError("renew", h.g.key, errTakenAway))
 			heap.Pop(&l.held)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 var _ locker.Inspector = (*Locker)(nil)
@@ -19,7 +20,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.isCut {
-		return locker.LockInfo{}, locker.KeyError("inspect", key, errUnreachable)
+		return locker.LockInfo{}, backend.KeyError("inspect", key, errUnreachable)
 	}
 	return l.store.inspect(key), nil
 }

@@ -25,25 +25,29 @@ const MinTTL = time.Millisecond
 // cut) gets from every call that needs the store.
 var errUnreachable = errors.New("memlock: store unreachable (connection cut)")
 
-// Option configures a Locker.
-type Option func(*config)
+// Option configures a Locker. WithDefaultTTL is the name every backend
+// gives this setting (see backend.Settings).
+type Option func(*config) error
 
+// config is the shared settings (backend.Settings: memlock honours the
+// default TTL) and every invalid option.
 type config struct {
-	defaultTTL time.Duration
-	err        error
+	backend.Settings
+	err error
 }
 
-// WithDefaultTTL sets the lease used when a call has no locker.WithTTL. It
-// must be at least MinTTL. NewLocker returns no error, so a bad value is
-// reported by every Acquire and TryAcquire of the Locker instead, with an
-// error wrapping locker.ErrInvalidOption.
+// WithDefaultTTL sets the lease used when a call has no locker.WithTTL
+// (URL parameter ttl). It must be at least MinTTL. NewLocker returns no
+// error, so a bad value is reported by Err and by every Acquire and
+// TryAcquire of the Locker instead, with an error wrapping
+// locker.ErrInvalidOption.
 func WithDefaultTTL(ttl time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if err := checkTTL(ttl); err != nil {
-			c.err = fmt.Errorf("memlock: WithDefaultTTL: %w", err)
-			return
+			return fmt.Errorf("memlock: WithDefaultTTL: %w", err)
 		}
-		c.defaultTTL = ttl
+		c.TTL = ttl
+		return nil
 	}
 }
 
@@ -83,12 +87,8 @@ var _ locker.Locker = (*Locker)(nil)
 // NewLocker returns a new client of s. It starts the Locker's watchdog
 // goroutine, which runs until Close: always Close a Locker.
 func (s *Store) NewLocker(opts ...Option) *Locker {
-	cfg := config{defaultTTL: DefaultTTL}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&cfg)
-		}
-	}
+	cfg := config{Settings: backend.Settings{TTL: DefaultTTL}}
+	cfg.err = backend.Apply(&cfg, opts)
 	l := &Locker{
 		store:   s,
 		cfg:     cfg,
@@ -129,24 +129,24 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	defer done()
 	ttl, err := l.ttl(opts)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 
 	l.mu.Lock()
 	if l.isCut {
 		l.mu.Unlock()
-		return nil, locker.KeyError(op, key, errUnreachable)
+		return nil, backend.KeyError(op, key, errUnreachable)
 	}
 	g, w, err := l.store.acquire(key, ttl, wait)
 	if err != nil {
 		l.mu.Unlock()
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	if g != nil {
 		h, err := l.holdLocked(g)
 		l.mu.Unlock()
 		if err != nil {
-			return nil, locker.KeyError(op, key, err)
+			return nil, backend.KeyError(op, key, err)
 		}
 		return h, nil
 	}
@@ -156,7 +156,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 
 	h, err := l.await(ctx, w)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	return h, nil
 }
@@ -189,12 +189,12 @@ func (l *Locker) await(ctx context.Context, w *waiter) (*handle, error) {
 
 // ttl returns the lease a call asks for.
 func (l *Locker) ttl(opts []locker.Option) (time.Duration, error) {
-	o, err := locker.ApplyOptions(opts...)
+	o, err := backend.ApplyOptions(opts...)
 	if err != nil {
 		return 0, err
 	}
 	if o.TTL == 0 {
-		return l.cfg.defaultTTL, nil
+		return l.cfg.TTL, nil
 	}
 	if err := checkTTL(o.TTL); err != nil {
 		return 0, err

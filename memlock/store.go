@@ -272,7 +272,7 @@ func (s *Store) Revoke(key string) bool {
 	}
 	g := e.holder
 	g.timer.Stop()
-	g.state.End(locker.KeyError("hold", key, fmt.Errorf("%w: revoked in the store (Store.Revoke)", locker.ErrLost)))
+	g.state.End(backend.KeyError("hold", key, fmt.Errorf("%w: revoked in the store (Store.Revoke)", locker.ErrLost)))
 	s.handOffLocked(e)
 	return true
 }

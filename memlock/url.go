@@ -34,8 +34,9 @@ func namedStore(name string) *Store {
 
 // openURL opens mem:// (the default Store, as New uses) or mem://NAME (the
 // process-wide Store called NAME; the same name always means the same
-// keyspace). The only query parameter is ttl, the default lease
-// (WithDefaultTTL): mem://jobs?ttl=10s.
+// keyspace). The query parameters are the shared ones (backend.Settings):
+// ttl, the default lease (WithDefaultTTL): mem://jobs?ttl=10s; and
+// drift_margin, retry_interval and ddl, which change nothing here.
 func openURL(_ context.Context, u *url.URL) (locker.Locker, error) {
 	switch {
 	case u.Opaque != "":
@@ -53,16 +54,25 @@ func openURL(_ context.Context, u *url.URL) (locker.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The shared parameters (backend.Settings): ttl sets WithDefaultTTL;
+	// drift_margin, retry_interval and ddl are checked and change nothing
+	// (one process: no clocks to drift apart, waiters woken directly, no
+	// schema); a prefix and watchdog=false are refused.
 	var opts []Option
-	if q.Has("ttl") {
-		ttl := DefaultTTL
-		q.Duration("ttl", &ttl)
-		if err := q.Err(); err == nil {
-			if err := checkTTL(ttl); err != nil {
+	for _, set := range q.Shared(map[string]string{
+		backend.ParamPrefix:   "the store name (mem://NAME) is the keyspace",
+		backend.ParamWatchdog: "memlock always renews its locks",
+	}) {
+		var s backend.Settings
+		if err := set(&s); err != nil {
+			return nil, fmt.Errorf("%w: mem: %w", locker.ErrInvalidURL, err)
+		}
+		if s.TTL != 0 {
+			if err := checkTTL(s.TTL); err != nil {
 				return nil, fmt.Errorf("%w: mem: parameter \"ttl\": %w", locker.ErrInvalidURL, err)
 			}
+			opts = append(opts, WithDefaultTTL(s.TTL))
 		}
-		opts = append(opts, WithDefaultTTL(ttl))
 	}
 	if err := q.Finish(); err != nil {
 		return nil, err

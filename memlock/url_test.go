@@ -39,7 +39,7 @@ func TestOpen(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer l.Close()
-				if got := l.(*Locker).cfg.defaultTTL; got != tt.wantTTL {
+				if got := l.(*Locker).cfg.TTL; got != tt.wantTTL {
 					t.Fatalf("default TTL %v, want %v", got, tt.wantTTL)
 				}
 				return

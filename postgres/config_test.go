@@ -83,10 +83,9 @@ func TestOpenURLInvalid(t *testing.T) {
 		{"lock_namspace=x", "lock_namspace"},
 		{"lock_health_interval=soon", "lock_health_interval"},
 		{"lock_health_interval=-1s", "lock_health_interval"},
-		{"lock_ddl=maybe", "lock_ddl"},
+		{"ddl=maybe", "ddl"},
 		{"lock_sequence=a.b.c", "sequence"},
-		{"lock_namespace=a&lock_namespace=b", "lock_namespace"},
-		{"ttl=5s", "ttl"},
+		{"prefix=a&prefix=b", "prefix"},
 		{"pool_max_con=5", "pool_max_con"},
 		{"sslmode=disable&statement_timeout=5s", "statement_timeout"},
 		{"SSLMODE=require", "SSLMODE"},
@@ -119,7 +118,7 @@ func TestOpenURLDoesNotConnect(t *testing.T) {
 	u := "postgres://alice:s3cr3t-pw@127.0.0.1:1/db?connect_timeout=2&sslmode=disable&ssl=true&pool_max_conns=3" +
 		"&pool_max_conn_idle_time=1m&default_query_exec_mode=exec&application_name=a+b%20c" +
 		"&options=-c%20statement_timeout%3D5s&search_path=app&timezone=UTC&target_session_attrs=any" +
-		"&lock_namespace=ns&lock_health_interval=1s&lock_ddl=false"
+		"&prefix=ns&lock_health_interval=1s&ddl=false"
 	opened, err := locker.Open(ctx, u)
 	if err != nil {
 		t.Fatalf("Open of an unreachable server: %v, want a Locker (Open does not connect)", err)
@@ -147,8 +146,8 @@ func TestOpenURLDoesNotConnect(t *testing.T) {
 			t.Errorf("run-time parameter %s = %q sent to the server; only the ones asked for should be", k, got[k])
 		}
 	}
-	if l.cfg.namespace != "ns" || l.cfg.interval != time.Second || !l.cfg.noDDL {
-		t.Errorf("our options: namespace %q, interval %v, noDDL %v", l.cfg.namespace, l.cfg.interval, l.cfg.noDDL)
+	if l.cfg.Prefix != "ns" || l.cfg.interval != time.Second || !l.cfg.NoDDL {
+		t.Errorf("our options: namespace %q, interval %v, noDDL %v", l.cfg.Prefix, l.cfg.interval, l.cfg.NoDDL)
 	}
 	_, err = l.TryAcquire(ctx, "k")
 	if err == nil || errors.Is(err, locker.ErrNotAcquired) || strings.Contains(err.Error(), "s3cr3t-pw") {

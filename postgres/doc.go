@@ -58,7 +58,7 @@
 //
 // # Keys and namespaces
 //
-// Keys are hashed with the namespace (WithNamespace) into the 64-bit advisory
+// Keys are hashed with the prefix (WithPrefix) into the 64-bit advisory
 // key space. Distinct keys collide only by a 64-bit hash collision; a
 // collision makes two keys exclude each other (false contention), never
 // grants one lock twice. Advisory locks taken directly with small integers,
@@ -187,16 +187,20 @@
 //
 // The package registers the schemes postgres and postgresql with locker.Open:
 //
-//	postgres://user:password@host:5432/db?sslmode=require&pool_max_conns=20&lock_namespace=billing
+//	postgres://user:password@host:5432/db?sslmode=require&pool_max_conns=20&prefix=billing
 //
 // The URL is a libpq connection URL as pgxpool.ParseConfig reads it, plus
 // these parameters of ours, removed before pgx sees the URL:
 //
-//	lock_namespace=NAME         WithNamespace
+//	prefix=NAME                 WithPrefix       (shared by every backend; see backend.Settings)
+//	ddl=false                   WithoutDDL       (shared)
 //	lock_health_interval=5s     WithHealthCheckInterval
 //	lock_sequence=SCHEMA.NAME   WithSequence
-//	lock_ddl=false              WithoutDDL
 //	lock_session_pooler=true    WithSessionPooler
+//
+// The other shared parameters, ttl, drift_margin and retry_interval, are
+// checked and change nothing here (an advisory lock lasts as long as its
+// session, and the server wakes waiters); watchdog=false is refused.
 //
 // Of the other parameters, Open accepts those that pgx reads, and passes
 // them to it as written:

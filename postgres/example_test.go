@@ -27,7 +27,7 @@ func ExampleNew() {
 	}
 	defer pool.Close() // after the Locker's Close: the pool waits for pinned connections
 
-	l := postgres.New(pool, postgres.WithNamespace("billing"))
+	l := postgres.New(pool, postgres.WithPrefix("billing"))
 	defer l.Close()
 
 	err = locker.Do(ctx, l, "nightly-report", func(ctx context.Context, _ locker.Handle) error {
@@ -81,7 +81,7 @@ func Example_open() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l, err := locker.Open(ctx,
-		"postgres://app:secret@db.internal:5432/app?sslmode=require&pool_max_conns=10&lock_namespace=cron&lock_health_interval=2s")
+		"postgres://app:secret@db.internal:5432/app?sslmode=require&pool_max_conns=10&prefix=cron&lock_health_interval=2s")
 	if err != nil {
 		log.Fatal(err)
 	}

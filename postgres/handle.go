@@ -81,7 +81,7 @@ func (h *handle) release(ctx context.Context, byClose bool) error {
 	h.relMu.Lock()
 	defer h.relMu.Unlock()
 	if h.state.Ended() {
-		return locker.KeyError("release", h.key, h.state.Err())
+		return backend.KeyError("release", h.key, h.state.Err())
 	}
 	h.stopMonitor()
 	select {
@@ -98,7 +98,7 @@ func (h *handle) release(ctx context.Context, byClose bool) error {
 		_ = h.pgc.Conn().Close()
 		<-h.exited
 		h.discard()
-		return locker.KeyError("release", h.key,
+		return backend.KeyError("release", h.key,
 			fmt.Errorf("gave up waiting for a health check (%w); closed the connection instead, which frees the lock", ctx.Err()))
 	}
 	return h.afterMonitor(ctx, byClose)
@@ -107,7 +107,7 @@ func (h *handle) release(ctx context.Context, byClose bool) error {
 // afterMonitor finishes a Release once the monitor has returned.
 func (h *handle) afterMonitor(ctx context.Context, byClose bool) error {
 	if h.state.Ended() { // the monitor found the lock lost
-		return locker.KeyError("release", h.key, h.state.Err())
+		return backend.KeyError("release", h.key, h.state.Err())
 	}
 	return h.unlock(ctx, byClose)
 }
@@ -156,18 +156,18 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 		lost := fmt.Errorf("%w: %w: the unlock ran on server backend %d, not on %d that was granted the lock", locker.ErrLost, ErrPooler, pid, h.pid)
 		h.state.End(lost)
 		h.discard()
-		return locker.KeyError("release", h.key, lost)
+		return backend.KeyError("release", h.key, lost)
 	case err == nil:
 		lost := fmt.Errorf("%w: the session no longer held the lock when it was released", locker.ErrLost)
 		h.state.End(lost)
 		h.discard()
-		return locker.KeyError("release", h.key, lost)
+		return backend.KeyError("release", h.key, lost)
 	case ctx.Err() != nil:
 		// The caller gave up. The connection is closed, which frees the
 		// lock as surely as the unlock would have, once the server sees it.
 		h.state.End(h.unreleased(byClose, "the unlock had no answer in time"))
 		h.discard()
-		return locker.KeyError("release", h.key,
+		return backend.KeyError("release", h.key,
 			fmt.Errorf("unlock interrupted (%w); closed the connection instead, which frees the lock", ctx.Err()))
 	default:
 		lost := fmt.Errorf("%w: unlock failed, the connection is closed: %w", locker.ErrLost, err)
@@ -176,7 +176,7 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 		}
 		h.state.End(lost)
 		h.discard()
-		return locker.KeyError("release", h.key, lost)
+		return backend.KeyError("release", h.key, lost)
 	}
 }
 
@@ -196,7 +196,7 @@ func (h *handle) unreleased(byClose bool, why string) error {
 	if !byClose {
 		return locker.ErrReleased
 	}
-	return locker.KeyError("hold", h.key, fmt.Errorf("%w (%w): Close could not unlock it (%s); its connection is closed, and the server frees the lock when it sees that", locker.ErrLost, locker.ErrClosed, why))
+	return backend.KeyError("hold", h.key, fmt.Errorf("%w (%w): Close could not unlock it (%s); its connection is closed, and the server frees the lock when it sees that", locker.ErrLost, locker.ErrClosed, why))
 }
 
 func releasedErr(byClose bool) error {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 // monitorDelay is how long after a grant the monitor starts.
@@ -137,7 +138,7 @@ func (h *handle) check(interval time.Duration) error {
 // lose ends the handle with ErrLost and closes its connection. Only the first
 // ending counts: a Release that already ended the handle keeps its result.
 func (h *handle) lose(cause error) {
-	h.state.End(locker.KeyError("hold", h.key, fmt.Errorf("%w: %w", locker.ErrLost, cause)))
+	h.state.End(backend.KeyError("hold", h.key, fmt.Errorf("%w: %w", locker.ErrLost, cause)))
 	h.discard()
 }
 

@@ -97,24 +97,36 @@ type Locker struct {
 
 var _ locker.Locker = (*Locker)(nil)
 
+// config is the shared settings (backend.Settings; postgres honours the
+// prefix and WithoutDDL) and this package's own.
 type config struct {
-	namespace string
+	backend.Settings
 	interval  time.Duration
 	sequence  string
-	noDDL     bool
 	sessionOK bool  // WithSessionPooler
 	err       error // the first invalid option, reported by every call
 }
 
-// Option configures a Locker.
-type Option func(*config)
+// Option configures a Locker. WithPrefix and WithoutDDL are the names
+// every backend gives these settings (see backend.Settings); the others
+// are this package's own.
+type Option func(*config) error
 
-// WithNamespace keeps this Locker's keys apart from those of Lockers with
-// another namespace on the same database: the namespace is hashed together
-// with each key. Lockers that must exclude each other need the same
-// namespace. The default is the empty namespace.
-func WithNamespace(ns string) Option {
-	return func(c *config) { c.namespace = ns }
+// WithPrefix keeps this Locker's keys apart from those of Lockers with
+// another prefix on the same database (URL parameter prefix): the prefix
+// is hashed together with each key (see AdvisoryKey). Lockers that must
+// exclude each other need the same prefix. The default is the empty
+// prefix.
+func WithPrefix(prefix string) Option {
+	return func(c *config) error { return c.set(backend.SetPrefix(prefix)) }
+}
+
+// set applies a shared setting, naming the package in its error.
+func (c *config) set(s backend.Setting) error {
+	if err := s(&c.Settings); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
 }
 
 // WithHealthCheckInterval sets how often each held lock's connection is
@@ -125,12 +137,12 @@ func WithNamespace(ns string) Option {
 // each slice of a waiting Acquire (see Acquire). The interval must be
 // positive.
 func WithHealthCheckInterval(d time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if d <= 0 {
-			c.setErr(fmt.Errorf("%w: health-check interval must be positive, got %v", locker.ErrInvalidOption, d))
-			return
+			return fmt.Errorf("%w: health-check interval must be positive, got %v", locker.ErrInvalidOption, d)
 		}
 		c.interval = d
+		return nil
 	}
 }
 
@@ -140,20 +152,21 @@ func WithHealthCheckInterval(d time.Duration) Option {
 // Every Locker that locks the same keys must use the same sequence, or
 // tokens are not ordered between them.
 func WithSequence(name string) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if !sequenceName.MatchString(name) {
-			c.setErr(fmt.Errorf("%w: sequence name %q is not a possibly schema-qualified SQL identifier", locker.ErrInvalidOption, name))
-			return
+			return fmt.Errorf("%w: sequence name %q is not a possibly schema-qualified SQL identifier", locker.ErrInvalidOption, name)
 		}
 		c.sequence = name
+		return nil
 	}
 }
 
 // WithoutDDL stops the Locker from creating the token sequence when it is
-// missing; an acquisition then fails with an error that shows the SQL to
-// run. Use it where the application's role may not run DDL.
+// missing (URL: ddl=false); an acquisition then fails with an error that
+// shows the SQL to run. Use it where the application's role may not run
+// DDL.
 func WithoutDDL() Option {
-	return func(c *config) { c.noDDL = true }
+	return func(c *config) error { return c.set(backend.SetNoDDL()) }
 }
 
 // WithSessionPooler declares that the pool's connections go through a
@@ -166,7 +179,10 @@ func WithoutDDL() Option {
 // With it the Locker still checks, after each grant and at every health
 // check, that statements keep landing on the backend that holds the lock.
 func WithSessionPooler() Option {
-	return func(c *config) { c.sessionOK = true }
+	return func(c *config) error {
+		c.sessionOK = true
+		return nil
+	}
 }
 
 func (c *config) setErr(err error) {
@@ -208,14 +224,10 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 // lock. It does not contact the server.
 func (l *Locker) Err() error { return l.cfg.err }
 
-// newConfig applies opts to the defaults; cfg.err holds the first invalid one.
+// newConfig applies opts to the defaults; cfg.err holds every invalid one.
 func newConfig(opts []Option) config {
 	cfg := config{interval: DefaultHealthCheckInterval, sequence: DefaultSequence}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
+	cfg.err = backend.Apply(&cfg, opts)
 	return cfg
 }
 
@@ -275,8 +287,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Opti
 }
 
 func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (_ locker.Handle, err error) {
-	if _, err := locker.ApplyOptions(opts...); err != nil {
-		return nil, locker.KeyError(op, key, err)
+	if _, err := backend.ApplyOptions(opts...); err != nil {
+		return nil, backend.KeyError(op, key, err)
 	}
 	ctx, done, err := l.life.Enter(ctx, op, key)
 	if err != nil {
@@ -286,19 +298,19 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	defer func() { err = l.why(ctx, op, key, err) }()
 
 	if err := l.ensureSequence(ctx); err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	conn, err := l.acquireConn(ctx)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	if l.cfg.sessionOK {
 		if err := checkSessionClean(ctx, conn); err != nil {
 			destroy(conn)
-			return nil, locker.KeyError(op, key, err)
+			return nil, backend.KeyError(op, key, err)
 		}
 	}
-	id := AdvisoryKey(l.cfg.namespace, key)
+	id := AdvisoryKey(l.cfg.Prefix, key)
 	var g grant
 	if wait {
 		g, err = l.lockWait(ctx, conn, id)
@@ -306,11 +318,11 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		g, err = l.lockTry(ctx, conn, id)
 	}
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	if err := keepIdle(ctx, conn, g); err != nil {
 		destroy(conn) // frees the lock
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	h := newHandle(l, conn, key, id, g)
 	// The monitor is scheduled before the handle is held, so that a Close
@@ -321,7 +333,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		rctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
 		defer cancel()
 		_ = h.release(rctx, true)
-		return nil, locker.KeyError(op, key, locker.ErrClosed)
+		return nil, backend.KeyError(op, key, locker.ErrClosed)
 	}
 	return h, nil
 }
@@ -354,9 +366,9 @@ func (l *Locker) why(ctx context.Context, op, key string, err error) error {
 		err = ke.Err
 	}
 	if closed {
-		return locker.KeyError(op, key, fmt.Errorf("%w (while: %v)", why, err))
+		return backend.KeyError(op, key, fmt.Errorf("%w (while: %v)", why, err))
 	}
-	return locker.KeyError(op, key, fmt.Errorf("%w (while: %w)", why, err))
+	return backend.KeyError(op, key, fmt.Errorf("%w (while: %w)", why, err))
 }
 
 // acquireConn takes a connection to pin for one lock. When ctx ends while
@@ -405,7 +417,7 @@ func (l *Locker) ensureSequence(ctx context.Context) error {
 			return nil
 		case !errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("checking fencing-token sequence %s: %w", seq, err)
-		case l.cfg.noDDL:
+		case l.cfg.NoDDL:
 			return fmt.Errorf("fencing-token sequence %s does not exist (or is not visible in the search_path), and WithoutDDL forbids creating it; run: %s",
 				seq, createSequenceSQL(seq))
 		case attempt > 0:

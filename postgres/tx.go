@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 // Transaction-scoped locks (pg_advisory_xact_lock) belong to a transaction,
@@ -67,20 +68,20 @@ func (l *Locker) lockTx(ctx context.Context, op string, tx pgx.Tx, key string, w
 	defer done()
 	defer func() { err = l.why(ctx, op, key, err) }()
 	if tx == nil {
-		return 0, locker.KeyError(op, key, fmt.Errorf("%w: nil pgx.Tx", locker.ErrInvalidOption))
+		return 0, backend.KeyError(op, key, fmt.Errorf("%w: nil pgx.Tx", locker.ErrInvalidOption))
 	}
 
 	if err := l.ensureSequence(ctx); err != nil {
-		return 0, locker.KeyError(op, key, err)
+		return 0, backend.KeyError(op, key, err)
 	}
-	id := AdvisoryKey(l.cfg.namespace, key)
+	id := AdvisoryKey(l.cfg.Prefix, key)
 	if !wait {
 		var token *int64
 		if err := tx.QueryRow(ctx, sqlXactTry, id, l.cfg.sequence).Scan(&token); err != nil {
-			return 0, locker.KeyError(op, key, fmt.Errorf("trying the lock: %w", err))
+			return 0, backend.KeyError(op, key, fmt.Errorf("trying the lock: %w", err))
 		}
 		if token == nil {
-			return 0, locker.KeyError(op, key, errNotAcquired)
+			return 0, backend.KeyError(op, key, errNotAcquired)
 		}
 		return *token, nil
 	}
@@ -89,10 +90,10 @@ func (l *Locker) lockTx(ctx context.Context, op string, tx pgx.Tx, key string, w
 		return tx.QueryRow(qctx, sqlXactWait, id, l.cfg.sequence).Scan(&token)
 	})
 	if out.interrupted {
-		return 0, locker.KeyError(op, key, fmt.Errorf("waiting for the lock (roll the transaction back): %w", l.ctxErr(ctx)))
+		return 0, backend.KeyError(op, key, fmt.Errorf("waiting for the lock (roll the transaction back): %w", l.ctxErr(ctx)))
 	}
 	if out.err != nil {
-		return 0, locker.KeyError(op, key, fmt.Errorf("waiting for the lock: %w", out.err))
+		return 0, backend.KeyError(op, key, fmt.Errorf("waiting for the lock: %w", out.err))
 	}
 	return token, nil
 }

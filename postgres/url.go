@@ -16,10 +16,8 @@ import (
 
 // URL query parameters of our own, removed before pgx sees the URL.
 const (
-	paramNamespace      = "lock_namespace"       // WithNamespace
 	paramHealthInterval = "lock_health_interval" // WithHealthCheckInterval, a Go duration
 	paramSequence       = "lock_sequence"        // WithSequence
-	paramDDL            = "lock_ddl"             // false: WithoutDDL
 	paramSessionPooler  = "lock_session_pooler"  // true: WithSessionPooler
 )
 
@@ -69,8 +67,12 @@ func openURL(ctx context.Context, u *url.URL) (locker.Locker, error) {
 		return nil, err
 	}
 	var opts []Option
-	if ns, ok := q.Take(paramNamespace); ok {
-		opts = append(opts, WithNamespace(ns))
+	// The shared parameters (backend.Settings): prefix and ddl set what
+	// WithPrefix and WithoutDDL do; ttl, drift_margin and retry_interval
+	// are checked and change nothing here (the session holds the lock,
+	// and the server wakes waiters); watchdog=false is refused.
+	for _, set := range q.Shared(map[string]string{backend.ParamWatchdog: "an advisory lock lasts as long as its session, which the Locker keeps alive"}) {
+		opts = append(opts, func(c *config) error { return c.set(set) })
 	}
 	var interval time.Duration
 	q.Duration(paramHealthInterval, &interval)
@@ -79,11 +81,6 @@ func openURL(ctx context.Context, u *url.URL) (locker.Locker, error) {
 	}
 	if seq, ok := q.Take(paramSequence); ok {
 		opts = append(opts, WithSequence(seq))
-	}
-	ddl := true
-	q.Bool(paramDDL, &ddl)
-	if !ddl {
-		opts = append(opts, WithoutDDL())
 	}
 	var sessionPooler bool
 	q.Bool(paramSessionPooler, &sessionPooler)
@@ -102,7 +99,7 @@ func openURL(ctx context.Context, u *url.URL) (locker.Locker, error) {
 	}
 
 	dsn := *u
-	dsn.RawQuery = backend.StripParams(u.RawQuery, ourPrefix) // the others exactly as written
+	dsn.RawQuery = backend.StripShared(u.RawQuery, ourPrefix) // the others exactly as written
 	password, _ := u.User.Password()
 	cfg, err := pgxpool.ParseConfig(dsn.String())
 	if err != nil {
@@ -136,9 +133,9 @@ func checkPgxParams(scheme string, rest url.Values) error {
 	}
 	if len(ours) > 0 {
 		slices.Sort(ours)
-		return fmt.Errorf("%w: %s: unknown parameter(s) %s (ours are %s, %s, %s, %s and %s)",
+		return fmt.Errorf("%w: %s: unknown parameter(s) %s (ours are %s, %s and %s, and the shared %s)",
 			locker.ErrInvalidURL, scheme, strings.Join(ours, ", "),
-			paramDDL, paramHealthInterval, paramNamespace, paramSequence, paramSessionPooler)
+			paramHealthInterval, paramSequence, paramSessionPooler, strings.Join(backend.SharedParams, ", "))
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)

@@ -151,8 +151,11 @@
 //	rediss+cluster://...                  Cluster over TLS
 //	redis+sentinel://[user:password@]sentinel:port[/db]?master_name=mymaster&addr=sentinel2:port[&options]
 //
-// Options of the Locker: prefix, ttl (a Go duration such as 30s), watchdog
-// (true/false), drift_margin, retry_interval, clock_tokens (true/false),
+// Options of the Locker: the parameters every backend shares (see
+// backend.Settings), ttl (WithDefaultTTL, a Go duration such as 30s),
+// drift_margin (WithDriftMargin), prefix (WithPrefix), retry_interval
+// (WithRetryInterval), watchdog=false (WithoutWatchdog) and ddl (no effect:
+// Redis has no schema); and this package's own clock_tokens (true/false),
 // fence_expiry (a duration; needs clock_tokens=true) and allow_eviction
 // (true/false).
 // Every other parameter is handed to go-redis' own URL parsers (its ParseURL,

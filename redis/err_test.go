@@ -14,7 +14,7 @@ func TestErrAtConstruction(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	for name, l := range map[string]*Locker{
-		"TTL below minimum": New(c, WithTTL(MinTTL/2)),
+		"TTL below minimum": New(c, WithDefaultTTL(MinTTL/2)),
 		"retry interval":    New(c, WithRetryInterval(0)),
 		"nil client":        New(nil),
 	} {
@@ -23,7 +23,7 @@ func TestErrAtConstruction(t *testing.T) {
 			t.Errorf("%s: Err() = %v, want ErrInvalidOption", name, err)
 		}
 	}
-	l := New(c, WithTTL(time.Minute))
+	l := New(c, WithDefaultTTL(time.Minute))
 	t.Cleanup(func() { _ = l.Close() })
 	if err := l.Err(); err != nil {
 		t.Errorf("Err() of a well-built Locker = %v", err)

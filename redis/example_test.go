@@ -24,7 +24,7 @@ func ExampleNew() {
 	})
 	defer client.Close() // after the Locker: New does not take the client over
 
-	l := redis.New(client, redis.WithTTL(10*time.Second))
+	l := redis.New(client, redis.WithDefaultTTL(10*time.Second))
 	defer l.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -63,7 +63,7 @@ func (h *Handle) TTL() time.Duration { return h.c.TTL }
 // call, which the Locker counts as active.
 func (h *Handle) start() {
 	cfg := lease.RenewConfig{Drift: h.drift, Go: h.l.run}
-	if h.l.cfg.watchdog {
+	if !h.l.cfg.NoWatchdog {
 		cfg.Renew = h.renew
 	}
 	h.c.Start(h.sent, cfg)

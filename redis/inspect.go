@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 var _ locker.Inspector = (*Locker)(nil)
@@ -41,11 +42,11 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 		return err
 	}, nil)
 	if err != nil {
-		return locker.LockInfo{}, locker.KeyError("inspect", key, err)
+		return locker.LockInfo{}, backend.KeyError("inspect", key, err)
 	}
 	info := locker.LockInfo{Key: key}
 	if len(res) != 3 {
-		return info, locker.KeyError("inspect", key, fmt.Errorf("redis: unexpected reply %v", res))
+		return info, backend.KeyError("inspect", key, fmt.Errorf("redis: unexpected reply %v", res))
 	}
 	if held, _ := res[0].(int64); held != 1 {
 		return info, nil
@@ -57,7 +58,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	if s, ok := res[2].(string); ok {
 		t, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return info, locker.KeyError("inspect", key, fmt.Errorf("redis: fence counter %s holds %q, not a number", k.fence, s))
+			return info, backend.KeyError("inspect", key, fmt.Errorf("redis: fence counter %s holds %q, not a number", k.fence, s))
 		}
 		info.Token = t
 	}

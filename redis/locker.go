@@ -206,15 +206,15 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	defer done()
 	ttl, err := l.cfg.LockTTL(opts)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	drift, err := l.cfg.driftFor(ttl)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	k := l.keysFor(key)
 	if err := l.checkPolicy(ctx, k); err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	a := &attempt{l: l, key: key, k: k, owner: lease.NewOwner(), ttl: ttl, drift: drift, mode: modeTry}
 	if !wait {
@@ -225,13 +225,13 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 			h, _, err = a.try(ctx)
 		}
 		if err != nil || h != nil {
-			return h, locker.KeyError(op, key, err)
+			return h, backend.KeyError(op, key, err)
 		}
-		return nil, locker.KeyError(op, key, locker.ErrNotAcquired)
+		return nil, backend.KeyError(op, key, locker.ErrNotAcquired)
 	}
 	h, err := l.wait(ctx, a)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	return h, nil
 }

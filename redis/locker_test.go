@@ -114,8 +114,8 @@ func TestOptionsRejectedOffline(t *testing.T) {
 	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	t.Cleanup(func() { _ = ring.Close() })
 	for name, l := range map[string]*Locker{
-		"TTL below minimum":                 New(client(), WithTTL(MinTTL/2)),
-		"drift over half TTL":               New(client(), WithTTL(time.Second), WithDriftMargin(600*time.Millisecond)),
+		"TTL below minimum":                 New(client(), WithDefaultTTL(MinTTL/2)),
+		"drift over half TTL":               New(client(), WithDefaultTTL(time.Second), WithDriftMargin(600*time.Millisecond)),
 		"drift not positive":                New(client(), WithDriftMargin(0)),
 		"retry interval":                    New(client(), WithRetryInterval(0)),
 		"fence expiry without clock tokens": New(client(), WithFenceExpiry(time.Hour)),

@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/redis/internal/settings"
 )
 
 const (
-	// DefaultTTL is the lease of a lock when neither WithTTL nor the per-call
+	// DefaultTTL is the lease of a lock when neither WithDefaultTTL nor the per-call
 	// locker.WithTTL says otherwise. With the watchdog on (the default) it is
 	// only how long a crashed or cut-off holder keeps blocking others.
 	DefaultTTL = 30 * time.Second
@@ -41,7 +42,6 @@ const (
 // (settings.Core), and this package's own.
 type config struct {
 	settings.Core
-	watchdog    bool
 	clockTokens bool
 	fenceExpiry time.Duration // 0: fence counters never expire
 }
@@ -49,73 +49,74 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		Core: settings.Core{
-			Limits: limits, Prefix: DefaultPrefix, TTL: DefaultTTL, RetryInterval: DefaultRetryInterval,
+			Settings: backend.Settings{Prefix: DefaultPrefix, TTL: DefaultTTL, RetryInterval: DefaultRetryInterval},
+			Limits:   limits,
 		},
-		watchdog: true,
 	}
 }
 
 // Option configures a Locker. Options are checked by New; an invalid one makes
 // every Acquire and TryAcquire of the Locker fail with an error wrapping
-// locker.ErrInvalidOption (Open returns it at once).
+// locker.ErrInvalidOption (Open returns it at once). WithDefaultTTL,
+// WithDriftMargin, WithPrefix, WithRetryInterval and WithoutWatchdog are
+// the names every backend gives these settings (see backend.Settings); the
+// others are this package's own.
 type Option func(*config) error
 
 // WithPrefix sets the prefix of every Redis key and Pub/Sub channel the
-// Locker uses (default "locker:"). Lockers that should exclude each other
-// must use the same prefix. A prefix containing "{" changes which part of the
-// name Redis Cluster hashes: the lock and its counter still land on one slot,
-// but possibly the same slot for every key.
+// Locker uses (default "locker:"; URL parameter prefix). Lockers that
+// should exclude each other must use the same prefix. A prefix containing
+// "{" changes which part of the name Redis Cluster hashes: the lock and
+// its counter still land on one slot, but possibly the same slot for every
+// key.
 func WithPrefix(prefix string) Option {
-	return func(c *config) error {
-		c.Prefix = prefix
-		return nil
-	}
+	return func(c *config) error { return c.Set(backend.SetPrefix(prefix)) }
 }
 
-// WithTTL sets the default lease of the Locker's locks (default 30s, at least
-// MinTTL). A per-call locker.WithTTL overrides it.
-func WithTTL(ttl time.Duration) Option {
-	return func(c *config) error { return c.SetTTL(ttl) }
+// WithDefaultTTL sets the lease of the Locker's locks taken without a
+// per-call locker.WithTTL (default 30s, at least MinTTL; URL parameter
+// ttl).
+func WithDefaultTTL(ttl time.Duration) Option {
+	return func(c *config) error { return c.Set(backend.SetDefaultTTL(ttl)) }
 }
 
-// WithWatchdog turns automatic renewal on (the default) or off. With it on,
-// a held lock is extended every TTL/3 for as long as the Handle is held.
-// With it off the lease simply runs out after its TTL, and the Handle
+// WithoutWatchdog turns automatic renewal off (URL: watchdog=false). By
+// default a held lock is extended every TTL/3 for as long as the Handle is
+// held; without it the lease simply runs out after its TTL, and the Handle
 // reports the loss (Done, ErrLost) a drift margin before that moment.
-func WithWatchdog(on bool) Option {
-	return func(c *config) error {
-		c.watchdog = on
-		return nil
-	}
+func WithoutWatchdog() Option {
+	return func(c *config) error { return c.Set(backend.SetNoWatchdog()) }
 }
-
-// WithoutWatchdog is WithWatchdog(false).
-func WithoutWatchdog() Option { return WithWatchdog(false) }
 
 // WithDriftMargin sets how long before the lease may have run out on the
-// server the holder gives the lock up as lost. The lease is measured on the
-// local monotonic clock from the moment the last successful acquire or
-// renewal request was sent, so network delay is already on the safe side;
-// the margin covers the server's and the client's clocks running at slightly
-// different rates, timer latency, and Redis' 1ms expiry granularity. The
-// default is TTL/50 + 100ms, but at most TTL/4: 2% for clock rates, and
-// 100ms for stalls of the holder's process (CPU throttling in containers,
-// timer and scheduling latency on a loaded machine). It must be below half
-// the TTL of every lock.
+// server the holder gives the lock up as lost (URL parameter
+// drift_margin). The lease is measured on the local monotonic clock from
+// the moment the last successful acquire or renewal request was sent, so
+// network delay is already on the safe side; the margin covers the
+// server's and the client's clocks running at slightly different rates,
+// timer latency, and Redis' 1ms expiry granularity. The default is TTL/50
+// + 100ms, but at most TTL/4: 2% for clock rates, and 100ms for stalls of
+// the holder's process (CPU throttling in containers, timer and scheduling
+// latency on a loaded machine). It must be below half the TTL of every
+// lock.
 func WithDriftMargin(d time.Duration) Option {
-	return func(c *config) error { return c.SetDrift("drift margin", d) }
+	return func(c *config) error { return c.Set(backend.SetDriftMargin(d)) }
 }
 
 // WithRetryInterval sets the longest a waiter sleeps between attempts when
-// no notification arrives (default 3s); see DefaultRetryInterval.
+// no notification arrives (default 3s, URL parameter retry_interval); see
+// DefaultRetryInterval.
 func WithRetryInterval(d time.Duration) Option {
-	return func(c *config) error { return c.SetRetryInterval(d) }
+	return func(c *config) error { return c.Set(backend.SetRetryInterval(d)) }
 }
 
 // newConfig applies opts to the defaults and checks the result.
 func newConfig(opts []Option) (config, error) {
 	cfg := defaultConfig()
 	if err := settings.Apply(&cfg, opts); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Check(); err != nil {
 		return cfg, err
 	}
 	if _, err := cfg.driftFor(cfg.TTL); err != nil {
@@ -193,5 +194,5 @@ var limits = lease.Limits{Backend: "redis", Min: MinTTL, Max: MaxTTL}
 // driftFor returns the drift margin for a lock of the given TTL, or an error
 // when the configured margin leaves too little of the lease.
 func (c *config) driftFor(ttl time.Duration) (time.Duration, error) {
-	return c.DriftFor("drift margin", ttl)
+	return c.DriftFor(ttl)
 }

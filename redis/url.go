@@ -69,31 +69,22 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	var opts []Option
+	for _, set := range q.Shared(nil) {
+		opts = append(opts, func(c *config) error { return c.Set(set) })
+	}
 	var (
-		prefix     = DefaultPrefix
-		lockTTL    = DefaultTTL
-		watchdog   = true
-		drift      time.Duration
-		retryEvery = DefaultRetryInterval
-		clock      bool
-		fenceIdle  time.Duration
-		eviction   bool
+		clock     bool
+		fenceIdle time.Duration
+		eviction  bool
 	)
-	q.String("prefix", &prefix)
-	q.Duration("ttl", &lockTTL)
-	q.Bool("watchdog", &watchdog)
-	q.Duration("drift_margin", &drift)
-	q.Duration("retry_interval", &retryEvery)
 	q.Bool("clock_tokens", &clock)
 	q.Duration("fence_expiry", &fenceIdle)
 	q.Bool("allow_eviction", &eviction)
 	if err := q.Err(); err != nil {
 		return nil, err
 	}
-	opts := []Option{WithPrefix(prefix), WithTTL(lockTTL), WithWatchdog(watchdog), WithRetryInterval(retryEvery), WithClockTokens(clock), WithAllowEviction(eviction)}
-	if drift > 0 {
-		opts = append(opts, WithDriftMargin(drift))
-	}
+	opts = append(opts, WithClockTokens(clock), WithAllowEviction(eviction))
 	if fenceIdle > 0 {
 		opts = append(opts, WithFenceExpiry(fenceIdle))
 	}

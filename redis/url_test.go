@@ -18,7 +18,7 @@ func TestOpenURLOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if l.cfg.Prefix != "app:" || l.cfg.TTL != 5*time.Second || l.cfg.watchdog || l.cfg.Drift != 50*time.Millisecond || l.cfg.RetryInterval != 250*time.Millisecond {
+	if l.cfg.Prefix != "app:" || l.cfg.TTL != 5*time.Second || !l.cfg.NoWatchdog || l.cfg.DriftMargin != 50*time.Millisecond || l.cfg.RetryInterval != 250*time.Millisecond {
 		t.Errorf("config from URL = %+v", l.cfg)
 	}
 	c := l.client.(*goredis.Client)

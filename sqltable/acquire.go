@@ -37,14 +37,14 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	defer done()
 	ttl, err := l.cfg.lockTTL(opts)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	drift, err := l.cfg.driftFor(ttl)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	if err := l.init(cctx); err != nil {
-		return nil, locker.KeyError(op, key, l.life.Why(cctx, err))
+		return nil, backend.KeyError(op, key, l.life.Why(cctx, err))
 	}
 	h, err := l.try(cctx, key, ttl, drift)
 	for n := 1; lease.IsLate(err) && !wait && n < lease.LateTries; n++ {
@@ -54,7 +54,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	case (err != nil && !(wait && lease.IsLate(err))) || h != nil:
 		// try's outcome stands (a late grant is waited past by Acquire).
 	case !wait:
-		return nil, locker.KeyError(op, key, locker.ErrNotAcquired)
+		return nil, backend.KeyError(op, key, locker.ErrNotAcquired)
 	default:
 		h, err = l.await(cctx, key, ttl, drift)
 	}
@@ -71,7 +71,7 @@ func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration
 	w := procHub.watch(l.hubKey, key)
 	defer func() { procHub.leave(w, h == nil) }()
 	notified := l.wake.start(ctx)
-	back := backoff.New(2*time.Millisecond, l.cfg.retryInterval)
+	back := backoff.New(2*time.Millisecond, l.cfg.RetryInterval)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	waitNext := true // wait on the waker next (the bell), not sleep
@@ -102,7 +102,7 @@ func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration
 			// short back-off round (the back-off starts again); a wait
 			// that did not wait (ok false): the back-off below, which
 			// keeps growing.
-			rang, ok := l.wake.wait(ctx, w, key, min(l.cfg.retryInterval, limit))
+			rang, ok := l.wake.wait(ctx, w, key, min(l.cfg.RetryInterval, limit))
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -122,7 +122,7 @@ func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration
 		// Releases wake us when the waker is up; the timer is the safety
 		// net for a lost wake-up and for a holder that dies without
 		// releasing.
-		d := l.cfg.retryInterval
+		d := l.cfg.RetryInterval
 		if !notified && !l.wake.up() {
 			d = back.Next()
 		}
@@ -184,14 +184,14 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 // instead of a Handle that is already ending.
 func (l *Locker) keep(ctx context.Context, op, key string, h *Handle, err error) (*Handle, error) {
 	if err != nil || h == nil {
-		return nil, locker.KeyError(op, key, l.life.Why(ctx, err))
+		return nil, backend.KeyError(op, key, l.life.Why(ctx, err))
 	}
 	if testHookKeep != nil {
 		testHookKeep(h)
 	}
 	if l.life.Closed() {
 		h.stop() // Close may have stopped the lease before try started it
-		return nil, locker.KeyError(op, key, locker.ErrClosed)
+		return nil, backend.KeyError(op, key, locker.ErrClosed)
 	}
 	return h, nil
 }

@@ -72,8 +72,8 @@ func (l *Locker) releaseAll(held []*Handle) error {
 		ok, err := l.release(l.endCtx, h)
 		switch {
 		case err != nil:
-			h.st.End(locker.KeyError("hold", h.key, fmt.Errorf("%w: Close could not release it (%v); it frees at the end of its lease (%w)", locker.ErrLost, err, locker.ErrClosed)))
-			errs = append(errs, locker.KeyError("release", h.key, fmt.Errorf("%w (the lock frees at the end of its lease of %v)", err, h.ttl)))
+			h.st.End(backend.KeyError("hold", h.key, fmt.Errorf("%w: Close could not release it (%v); it frees at the end of its lease (%w)", locker.ErrLost, err, locker.ErrClosed)))
+			errs = append(errs, backend.KeyError("release", h.key, fmt.Errorf("%w (the lock frees at the end of its lease of %v)", err, h.ttl)))
 		case ok:
 			h.st.End(locker.ErrReleasedByClose)
 		default:

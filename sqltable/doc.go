@@ -32,10 +32,11 @@
 //	postgresql+table://...                the same
 //
 // (postgres:// is the advisory-lock backend, package postgres.) Query
-// parameters of our own, on every scheme: lock_table (WithTable), lock_ttl
-// (WithTTL), lock_drift (WithDriftMargin), lock_retry_interval
-// (WithRetryInterval), lock_ddl=false (WithoutDDL), lock_watchdog=false
-// (WithoutWatchdog), lock_max_conns (the pool's SetMaxOpenConns; default 10,
+// parameters of our own, on every scheme: those every backend shares (see
+// backend.Settings), ttl (WithDefaultTTL), drift_margin (WithDriftMargin),
+// retry_interval (WithRetryInterval), ddl=false (WithoutDDL) and
+// watchdog=false (WithoutWatchdog) (prefix is refused: the table is the
+// keyspace); and this package's own lock_table (WithTable), lock_max_conns (the pool's SetMaxOpenConns; default 10,
 // 4 for SQLite); lock_notify=false (WithNotify(false));
 // lock_file_mode (octal, default 0600) on SQLite. Driver parameters: on
 // mysql:// tls, timeout, readTimeout, writeTimeout, allowNativePasswords and

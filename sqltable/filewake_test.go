@@ -154,7 +154,7 @@ const signalChildEnv = "LOCKER_TEST_SQLTABLE_SIGNAL_DB"
 func TestFileSignalAcrossProcesses(t *testing.T) {
 	ctx := context.Background()
 	if p := os.Getenv(signalChildEnv); p != "" {
-		l := New(openFile(t, p), WithTTL(time.Hour))
+		l := New(openFile(t, p), WithDefaultTTL(time.Hour))
 		defer l.Close()
 		h, err := l.TryAcquire(ctx, "k")
 		if err != nil {

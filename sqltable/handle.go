@@ -61,7 +61,7 @@ func (h *Handle) start(sent time.Time, drift time.Duration) {
 		Server: "the database", Gone: "the row was changed or deleted outside this Locker",
 	})
 	cfg := lease.RenewConfig{Drift: drift, Go: h.l.run}
-	if h.l.cfg.watchdog {
+	if !h.l.cfg.NoWatchdog {
 		cfg.Renew = h.renew
 	}
 	h.c.Start(sent, cfg)

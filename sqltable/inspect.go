@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 var _ locker.Inspector = (*Locker)(nil)
@@ -25,7 +26,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	}
 	defer done()
 	if err := l.init(cctx); err != nil {
-		return info, locker.KeyError("inspect", key, l.life.Why(cctx, err))
+		return info, backend.KeyError("inspect", key, l.life.Why(cctx, err))
 	}
 	var token, us int64
 	err = l.retry(cctx, func(ctx context.Context) error {
@@ -35,7 +36,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	case errors.Is(err, sql.ErrNoRows):
 		return info, nil
 	case err != nil:
-		return info, locker.KeyError("inspect", key, l.life.Why(cctx, err))
+		return info, backend.KeyError("inspect", key, l.life.Why(cctx, err))
 	}
 	if us > 0 {
 		info.Held, info.Token, info.TTL = true, token, time.Duration(us)*time.Microsecond

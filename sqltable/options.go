@@ -5,11 +5,12 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/lease"
 )
 
 const (
-	// DefaultTTL is the lease of a lock when neither WithTTL nor the per-call
+	// DefaultTTL is the lease of a lock when neither WithDefaultTTL nor the per-call
 	// locker.WithTTL says otherwise. The watchdog renews it every TTL/3 while
 	// the lock is held, so it is only how long a crashed or cut-off holder
 	// keeps blocking others.
@@ -34,31 +35,36 @@ const (
 	MinPruneAge = time.Minute
 )
 
+// config is the shared settings (backend.Settings: the default TTL, drift
+// margin, retry interval, no-DDL and watchdog) and this package's own.
 type config struct {
-	dialect       Dialect
-	table         string
-	ttl           time.Duration
-	drift         time.Duration // 0: TTL/50 + 100ms, at most TTL/4
-	retryInterval time.Duration
-	ddl           bool
-	notify        bool
-	watchdog      bool
+	backend.Settings
+	dialect Dialect
+	table   string
+	notify  bool
 }
 
 func defaultConfig() config {
 	return config{
-		table:         DefaultTable,
-		ttl:           DefaultTTL,
-		retryInterval: DefaultRetryInterval,
-		ddl:           true,
-		notify:        true,
-		watchdog:      true,
+		Settings: backend.Settings{TTL: DefaultTTL, RetryInterval: DefaultRetryInterval},
+		table:    DefaultTable,
+		notify:   true,
 	}
+}
+
+// set applies a shared setting, naming the package in its error.
+func (c *config) set(s backend.Setting) error {
+	if err := s(&c.Settings); err != nil {
+		return fmt.Errorf("sqltable: %w", err)
+	}
+	return nil
 }
 
 // Option configures a Locker. An invalid option makes every call of the
 // Locker fail with an error wrapping locker.ErrInvalidOption (Open returns
-// it at once).
+// it at once). WithDefaultTTL, WithDriftMargin, WithRetryInterval,
+// WithoutDDL and WithoutWatchdog are the names every backend gives these
+// settings (see backend.Settings); the others are this package's own.
 type Option func(*config) error
 
 // WithDialect names the SQL dialect instead of detecting it from the
@@ -93,54 +99,36 @@ func WithTable(name string) Option {
 	}
 }
 
-// WithTTL sets the default lease of the Locker's locks (default 30s, at
-// least MinTTL). A per-call locker.WithTTL overrides it.
-func WithTTL(ttl time.Duration) Option {
-	return func(c *config) error {
-		if err := checkTTL(ttl); err != nil {
-			return err
-		}
-		c.ttl = ttl
-		return nil
-	}
+// WithDefaultTTL sets the lease of the Locker's locks taken without a
+// per-call locker.WithTTL (default 30s, at least MinTTL; URL parameter
+// ttl).
+func WithDefaultTTL(ttl time.Duration) Option {
+	return func(c *config) error { return c.set(backend.SetDefaultTTL(ttl)) }
 }
 
 // WithDriftMargin sets how long before the lease may have run out on the
 // database the holder gives the lock up as lost (default TTL/50 + 100ms, at
-// most TTL/4). The lease is measured on the client's monotonic clock from
-// the moment the last successful acquire or renewal was sent; the margin
-// covers the two clocks running at slightly different rates and stalls of
-// the holder's process. It must be below half the TTL of every lock.
+// most TTL/4; URL parameter drift_margin). The lease is measured on the
+// client's monotonic clock from the moment the last successful acquire or
+// renewal was sent; the margin covers the two clocks running at slightly
+// different rates and stalls of the holder's process. It must be below
+// half the TTL of every lock.
 func WithDriftMargin(d time.Duration) Option {
-	return func(c *config) error {
-		if err := limits.Positive("drift margin", d); err != nil {
-			return err
-		}
-		c.drift = d
-		return nil
-	}
+	return func(c *config) error { return c.set(backend.SetDriftMargin(d)) }
 }
 
 // WithRetryInterval sets the longest a waiter sleeps between two tries when
-// no release wakes it (default 1s; see "Waiting").
+// no release wakes it (default 1s, URL parameter retry_interval; see
+// "Waiting").
 func WithRetryInterval(d time.Duration) Option {
-	return func(c *config) error {
-		if err := limits.AtLeast("retry interval", d, time.Millisecond); err != nil {
-			return err
-		}
-		c.retryInterval = d
-		return nil
-	}
+	return func(c *config) error { return c.set(backend.SetRetryInterval(d)) }
 }
 
-// WithoutDDL stops the Locker from creating its tables: they must exist
-// (see DDL and the package documentation), and the Locker checks only
-// their schema version.
+// WithoutDDL stops the Locker from creating its tables (URL: ddl=false):
+// they must exist (see DDL and the package documentation), and the Locker
+// checks only their schema version.
 func WithoutDDL() Option {
-	return func(c *config) error {
-		c.ddl = false
-		return nil
-	}
+	return func(c *config) error { return c.set(backend.SetNoDDL()) }
 }
 
 // WithNotify turns on (the default) or off the wake-ups of this Locker's
@@ -166,26 +154,22 @@ func WithNotify(on bool) Option {
 	}
 }
 
-// WithoutWatchdog turns automatic renewal off: the lease simply runs out
-// after its TTL, and the Handle reports the loss a drift margin before that.
+// WithoutWatchdog turns automatic renewal off (URL: watchdog=false): the
+// lease simply runs out after its TTL, and the Handle reports the loss a
+// drift margin before that.
 func WithoutWatchdog() Option {
-	return func(c *config) error {
-		c.watchdog = false
-		return nil
-	}
+	return func(c *config) error { return c.set(backend.SetNoWatchdog()) }
 }
 
 func newConfig(opts []Option) (config, error) {
 	cfg := defaultConfig()
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&cfg); err != nil {
-			return cfg, err
-		}
+	if err := backend.Apply(&cfg, opts); err != nil {
+		return cfg, err
 	}
-	if _, err := cfg.driftFor(cfg.ttl); err != nil {
+	if err := checkTTL(cfg.TTL); err != nil {
+		return cfg, err
+	}
+	if _, err := cfg.driftFor(cfg.TTL); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
@@ -199,10 +183,10 @@ func checkTTL(ttl time.Duration) error { return limits.Check(ttl) }
 // driftFor returns the drift margin for a lock of the given TTL, or an error
 // when the configured margin leaves too little of the lease.
 func (c *config) driftFor(ttl time.Duration) (time.Duration, error) {
-	return limits.Drift("drift margin", c.drift, ttl)
+	return limits.Drift("drift margin", c.DriftMargin, ttl)
 }
 
 // lockTTL resolves the lease of one call from the per-call options.
 func (c *config) lockTTL(opts []locker.Option) (time.Duration, error) {
-	return limits.TTL(c.ttl, opts)
+	return limits.TTL(c.TTL, opts)
 }

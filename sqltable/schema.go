@@ -36,7 +36,7 @@ func (l *Locker) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if l.cfg.ddl && !exist {
+	if !l.cfg.NoDDL && !exist {
 		if err := l.runDDL(ctx, l.st.ddl); err != nil {
 			return err
 		}
@@ -48,7 +48,7 @@ func (l *Locker) init(ctx context.Context) error {
 		})
 	}
 	err = readVersion()
-	if errors.Is(err, sql.ErrNoRows) && l.cfg.ddl && exist {
+	if errors.Is(err, sql.ErrNoRows) && !l.cfg.NoDDL && exist {
 		// Tables made by another client that has not recorded the
 		// version yet (or by hand): record it, as the DDL would.
 		if err = l.runDDL(ctx, l.st.ddl[len(l.st.ddl)-1:]); err == nil {
@@ -58,7 +58,7 @@ func (l *Locker) init(ctx context.Context) error {
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("sqltable: table %s_meta has no schema_version row; create it with the DDL of the package documentation", l.table)
-	case err != nil && !l.cfg.ddl:
+	case err != nil && !!l.cfg.NoDDL:
 		return fmt.Errorf("sqltable: read the schema version from %s_meta (WithoutDDL: the tables must exist; see DDL): %w", l.table, err)
 	case err != nil:
 		return fmt.Errorf("sqltable: read the schema version from %s_meta: %w", l.table, err)
@@ -129,7 +129,7 @@ func (l *Locker) resolveTable(ctx context.Context) error {
 		return l.useTable(t) // an unknown schema: the statements say so
 	case t.schema != "":
 		return l.useTable(t)
-	case l.dialect == SQLite && l.cfg.ddl:
+	case l.dialect == SQLite && !l.cfg.NoDDL:
 		t.schema = "main"
 		return l.useTable(t)
 	case l.dialect == SQLite:

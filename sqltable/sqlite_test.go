@@ -93,8 +93,8 @@ func TestBadConfig(t *testing.T) {
 		{"nil db", sqltable.New(nil)},
 		{"bad table", sqltable.New(db, sqltable.WithTable("x;drop"))},
 		{"bad dialect", sqltable.New(db, sqltable.WithDialect(sqltable.Dialect(42)))},
-		{"ttl", sqltable.New(db, sqltable.WithTTL(time.Millisecond))},
-		{"drift", sqltable.New(db, sqltable.WithTTL(time.Second), sqltable.WithDriftMargin(600*time.Millisecond))},
+		{"ttl", sqltable.New(db, sqltable.WithDefaultTTL(time.Millisecond))},
+		{"drift", sqltable.New(db, sqltable.WithDefaultTTL(time.Second), sqltable.WithDriftMargin(600*time.Millisecond))},
 	} {
 		if _, err := c.l.TryAcquire(ctx, "k"); !errors.Is(err, locker.ErrInvalidOption) {
 			t.Errorf("%s: TryAcquire = %v, want ErrInvalidOption", c.name, err)
@@ -217,7 +217,7 @@ func TestNoClientTime(t *testing.T) {
 	s := &spy{}
 	db := sql.OpenDB(&spyConnector{s: s, dsn: p})
 	defer db.Close()
-	l := sqltable.New(db, sqltable.WithDialect(sqltable.SQLite), sqltable.WithTTL(300*time.Millisecond))
+	l := sqltable.New(db, sqltable.WithDialect(sqltable.SQLite), sqltable.WithDefaultTTL(300*time.Millisecond))
 	ctx := context.Background()
 	h, err := l.Acquire(ctx, "k")
 	if err != nil {
@@ -280,7 +280,7 @@ func TestPoolOfOne(t *testing.T) {
 	db, _ := sqliteDB(t)
 	db.SetMaxOpenConns(1)
 	ctx := context.Background()
-	l := newLocker(t, db, sqltable.WithTTL(time.Second))
+	l := newLocker(t, db, sqltable.WithDefaultTTL(time.Second))
 	h, err := l.Acquire(ctx, "k")
 	if err != nil {
 		t.Fatal(err)

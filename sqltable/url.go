@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
@@ -32,15 +31,10 @@ const (
 // Our URL query parameters; each dialect's driver parameters are listed in
 // the package documentation.
 const (
-	paramTable    = "lock_table"          // WithTable
-	paramTTL      = "lock_ttl"            // WithTTL
-	paramDrift    = "lock_drift"          // WithDriftMargin
-	paramRetry    = "lock_retry_interval" // WithRetryInterval
-	paramDDL      = "lock_ddl"            // false: WithoutDDL
-	paramNotify   = "lock_notify"         // WithNotify
-	paramWatchdog = "lock_watchdog"       // false: WithoutWatchdog
-	paramConns    = "lock_max_conns"      // the pool's SetMaxOpenConns
-	paramFileMode = "lock_file_mode"      // SQLite: permissions of a new database file, octal
+	paramTable    = "lock_table"     // WithTable
+	paramNotify   = "lock_notify"    // WithNotify
+	paramConns    = "lock_max_conns" // the pool's SetMaxOpenConns
+	paramFileMode = "lock_file_mode" // SQLite: permissions of a new database file, octal
 )
 
 // Defaults of the pool a Locker opens for itself.
@@ -96,41 +90,20 @@ type urlOptions struct {
 
 func readCommon(q *backend.Query, scheme string, maxConns int) urlOptions {
 	var uo urlOptions
-	var (
-		table         string
-		ttl, drift, r time.Duration
-		ddl, watchdog = true, true
-	)
+	for _, set := range q.Shared(map[string]string{backend.ParamPrefix: "the lock table (lock_table, WithTable) is the keyspace"}) {
+		uo.opts = append(uo.opts, func(c *config) error { return c.set(set) })
+	}
+	var table string
 	if v, ok := q.Take(paramTable); ok {
 		if v == "" {
 			uo.err = fmt.Errorf("%w: %s: parameter %q is empty: name a table, or leave the parameter out for %q", locker.ErrInvalidURL, scheme, paramTable, DefaultTable)
 		}
 		table = v
 	}
-	q.Duration(paramTTL, &ttl)
-	q.Duration(paramDrift, &drift)
-	q.Duration(paramRetry, &r)
-	q.Bool(paramDDL, &ddl)
-	q.Bool(paramWatchdog, &watchdog)
 	uo.maxConns = maxConns
 	q.Int(paramConns, &uo.maxConns, 1, 10000)
 	if table != "" {
 		uo.opts = append(uo.opts, WithTable(table))
-	}
-	if ttl > 0 {
-		uo.opts = append(uo.opts, WithTTL(ttl))
-	}
-	if drift > 0 {
-		uo.opts = append(uo.opts, WithDriftMargin(drift))
-	}
-	if r > 0 {
-		uo.opts = append(uo.opts, WithRetryInterval(r))
-	}
-	if !ddl {
-		uo.opts = append(uo.opts, WithoutDDL())
-	}
-	if !watchdog {
-		uo.opts = append(uo.opts, WithoutWatchdog())
 	}
 	return uo
 }
@@ -362,11 +335,11 @@ func openPostgres(u *url.URL, q *backend.Query) (*sql.DB, error) {
 	if len(ours)+len(unknown) > 0 {
 		all := append(ours, unknown...)
 		slices.Sort(all)
-		return nil, fmt.Errorf("%w: %s: unknown parameter(s) %s (ours: lock_table, lock_ttl, lock_drift, lock_retry_interval, lock_ddl, lock_notify, lock_watchdog, lock_max_conns; pgx's: sslmode, connect_timeout, application_name, ... as listed in the package documentation)", locker.ErrInvalidURL, u.Scheme, strings.Join(all, ", "))
+		return nil, fmt.Errorf("%w: %s: unknown parameter(s) %s (ours: ttl, drift_margin, retry_interval, ddl, watchdog, lock_table, lock_notify, lock_max_conns; pgx's: sslmode, connect_timeout, application_name, ... as listed in the package documentation)", locker.ErrInvalidURL, u.Scheme, strings.Join(all, ", "))
 	}
 	dsn := *u
 	dsn.Scheme = "postgres"
-	dsn.RawQuery = backend.StripParams(u.RawQuery, "lock_")
+	dsn.RawQuery = backend.StripShared(u.RawQuery, "lock_")
 	password, _ := u.User.Password()
 	cfg, err := pgx.ParseConfig(dsn.String())
 	if err != nil {

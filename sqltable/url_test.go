@@ -26,7 +26,7 @@ func TestOpenErrors(t *testing.T) {
 		want    string // in the message
 	}{
 		{"sqlite://" + dir + "/x.db?bogus=1", true, `unknown parameter(s) bogus`},
-		{"sqlite://" + dir + "/x.db?lock_ttl=1ms", true, `below the minimum`},
+		{"sqlite://" + dir + "/x.db?ttl=1ms", true, `below the minimum`},
 		{"sqlite://" + dir + "/x.db?lock_table=1bad", true, `table name "1bad"`},
 		{"sqlite://" + dir + "/x.db?lock_table=a.b.c", true, `at most one '.'`},
 		{"sqlite://" + dir + "/x.db?lock_table=" + strings.Repeat("a", 59), true, `1 to 58`},
@@ -35,7 +35,7 @@ func TestOpenErrors(t *testing.T) {
 		{"postgres+table://u:" + secret + "@h:5432/db?lock_table=", true, `parameter "lock_table" is empty`},
 		{"sqlite://" + dir + "/x.db?lock_file_mode=0400", true, `octal file mode`},
 		{"sqlite://" + dir + "/x.db?lock_file_mode=rw", true, `octal file mode`},
-		{"sqlite://" + dir + "/x.db?lock_ttl=5", true, `not a duration`},
+		{"sqlite://" + dir + "/x.db?ttl=5", true, `not a duration`},
 		{"sqlite://host/x.db", true, `has a host "host"`},
 		{"sqlite:", true, `names no database file`},
 		{"sqlite::memory:", true, `in-memory`},
@@ -73,7 +73,7 @@ func TestOpenErrors(t *testing.T) {
 
 func TestOpenDoesNotConnect(t *testing.T) {
 	for _, u := range []string{
-		"mysql://u:p@127.0.0.1:1/db?timeout=1s&lock_ttl=5s",
+		"mysql://u:p@127.0.0.1:1/db?timeout=1s&ttl=5s",
 		"mysql://u:p@127.0.0.1:1/db?timeout=1s&lock_notify=false",
 		"postgres+table://u:p@127.0.0.1:1/db?sslmode=disable&connect_timeout=1&lock_notify=false",
 		"postgresql+table://u:p@127.0.0.1:1/db",

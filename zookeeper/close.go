@@ -101,7 +101,7 @@ func (l *Locker) releaseByClose(ctx context.Context, h *Handle) error {
 	case errors.Is(err, zk.ErrNoNode):
 		h.state.End(h.lostErr("the lock node was gone when Close released it"))
 	default:
-		lost := locker.KeyError("close", h.key, fmt.Errorf("%w: %w: could not delete the lock node: %v", locker.ErrLost, locker.ErrClosed, err))
+		lost := backend.KeyError("close", h.key, fmt.Errorf("%w: %w: could not delete the lock node: %v", locker.ErrLost, locker.ErrClosed, err))
 		if h.state.End(lost) {
 			return lost
 		}

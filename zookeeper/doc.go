@@ -166,7 +166,8 @@
 // rejected with an error wrapping locker.ErrInvalidOption, since no lock of
 // this connection can outlive a dead holder by less. Connect with a shorter
 // WithSessionTimeout for shorter leases. SessionTimeout reports the value
-// in force.
+// in force. WithDefaultTTL (URL ttl) is the TTL of a call without
+// locker.WithTTL, checked the same way; unset, it is the session timeout.
 //
 // The server grants a session timeout between its minSessionTimeout and
 // maxSessionTimeout (by default 2 and 20 ticks), which may be far from the
@@ -242,16 +243,22 @@
 //
 //	zookeeper://[user:password@]host1:2181,host2:2181[/root]?session_timeout=10s
 //
-// The path is the root of the lock directories (WithRoot; default
-// /locker). A user and password add digest authentication (WithAuth).
-// Parameters:
+// The path is the root of the lock directories (WithPrefix; default
+// /locker), or the parameter prefix (not both). A user and password add
+// digest authentication (WithAuth). Parameters:
 //
+//	ttl=30s               WithDefaultTTL     (shared by every backend; see backend.Settings)
+//	drift_margin=1s       WithDriftMargin    (shared)
+//	prefix=/app           WithPrefix         (shared; or the path)
 //	session_timeout=10s   WithSessionTimeout (default 10s)
-//	drift_margin=1s       WithDriftMargin
 //	containers=false      WithoutContainers
 //	acl=creator           lock nodes only for the URL's user (zk.AuthACL); default open
 //
-// Unknown, repeated or malformed parameters are errors wrapping
+// The other shared parameters, retry_interval and ddl, are checked and
+// change nothing here (watches wake waiters; the lock directories are
+// nodes, not schema); watchdog=false is refused: a lock lasts as long as
+// the session. WithLogger (a *slog.Logger) has no URL form. Unknown,
+// repeated or malformed parameters are errors wrapping
 // locker.ErrInvalidURL, and no error shows the password. The Locker owns
 // its connection.
 package zookeeper

@@ -78,7 +78,7 @@ func (h *Handle) Node() string { return h.node }
 func (h *Handle) SessionID() int64 { return h.sid }
 
 func (h *Handle) lostErr(why string) error {
-	return locker.KeyError("hold", h.key, fmt.Errorf("%w: %s", locker.ErrLost, why))
+	return backend.KeyError("hold", h.key, fmt.Errorf("%w: %s", locker.ErrLost, why))
 }
 
 // Release deletes the holder's node (by its own, unique path: never another
@@ -91,7 +91,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.state.Err(); err != nil {
-		return locker.KeyError("release", h.key, err)
+		return backend.KeyError("release", h.key, err)
 	}
 	l := h.l
 	h.releasing.Store(true)
@@ -105,7 +105,7 @@ func (h *Handle) Release(ctx context.Context) error {
 		h.state.End(h.lostErr(why))
 		l.life.Drop(h)
 		l.deleteDetached(h.node)
-		return locker.KeyError("release", h.key, h.state.Err())
+		return backend.KeyError("release", h.key, h.state.Err())
 	}
 	err := l.call(ctx, func() error { return l.conn.Delete(h.node, -1) }, func(err error) {
 		if isConnErr(err) && !errors.Is(err, zk.ErrClosing) {
@@ -122,17 +122,17 @@ func (h *Handle) Release(ctx context.Context) error {
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
 		h.state.End(h.lostErr("the lock node was gone: deleted on the server, or the session expired"))
-		return locker.KeyError("release", h.key, h.state.Err())
+		return backend.KeyError("release", h.key, h.state.Err())
 	case errors.Is(err, zk.ErrSessionExpired):
 		// The server says the session is over: it deleted the node, and
 		// may have given the key to someone else before this Release.
 		h.state.End(h.lostErr("the server answered the release that the session had expired"))
-		return locker.KeyError("release", h.key, h.state.Err())
+		return backend.KeyError("release", h.key, h.state.Err())
 	case isConnErr(err) && !errors.Is(err, zk.ErrClosing):
 		l.deleteDetached(h.node)
 	}
 	h.state.End(locker.ErrReleased)
-	return locker.KeyError("release", h.key, fmt.Errorf("zookeeper: the server did not confirm the deletion of the lock node (the lock is given up; the node is deleted when the connection comes back, or ends with the session): %w", err))
+	return backend.KeyError("release", h.key, fmt.Errorf("zookeeper: the server did not confirm the deletion of the lock node (the lock is given up; the node is deleted when the connection comes back, or ends with the session): %w", err))
 }
 
 // setDup records, for a node whose create was retried, where a duplicate

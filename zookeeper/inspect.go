@@ -8,6 +8,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 var _ locker.Inspector = (*Locker)(nil)
@@ -27,10 +28,10 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	}
 	defer done()
 	fail := func(err error) (locker.LockInfo, error) {
-		return locker.LockInfo{}, locker.KeyError(op, key, l.life.Why(cctx, err))
+		return locker.LockInfo{}, backend.KeyError(op, key, l.life.Why(cctx, err))
 	}
 
-	dir := LockDir(l.cfg.root, key)
+	dir := LockDir(l.cfg.Prefix, key)
 	for tries := 0; ; tries++ {
 		var kids []string
 		err := l.call(cctx, func() error {

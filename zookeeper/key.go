@@ -13,7 +13,7 @@ import (
 	"github.com/go-locker/locker"
 )
 
-// DefaultRoot is the parent of every lock directory unless WithRoot says
+// DefaultRoot is the parent of every lock directory unless WithPrefix says
 // otherwise.
 const DefaultRoot = "/locker"
 

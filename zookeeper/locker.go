@@ -236,9 +236,12 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		return nil, err
 	}
 	defer done()
-	o, err := locker.ApplyOptions(opts...)
+	o, err := backend.ApplyOptions(opts...)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
+	}
+	if o.TTL == 0 {
+		o.TTL = l.cfg.TTL // WithDefaultTTL; 0: the session timeout
 	}
 
 	for {
@@ -262,10 +265,10 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 				}
 				err = fmt.Errorf("zookeeper: no session with the server: %w", err)
 			}
-			return nil, locker.KeyError(op, key, l.life.Why(cctx, err))
+			return nil, backend.KeyError(op, key, l.life.Why(cctx, err))
 		}
 		if o.TTL != 0 && o.TTL < timeout {
-			return nil, locker.KeyError(op, key, fmt.Errorf("%w: TTL %v is below the session timeout %v, which is the lease of every lock of this Locker (connect with a shorter session timeout for shorter leases)", locker.ErrInvalidOption, o.TTL, timeout))
+			return nil, backend.KeyError(op, key, fmt.Errorf("%w: TTL %v is below the session timeout %v, which is the lease of every lock of this Locker (connect with a shorter session timeout for shorter leases)", locker.ErrInvalidOption, o.TTL, timeout))
 		}
 		actx := cctx
 		if !wait {
@@ -289,7 +292,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		if cctx.Err() == nil && actx.Err() != nil && errors.Is(err, actx.Err()) {
 			err = context.Cause(actx) // not the caller's context: say why
 		}
-		return nil, locker.KeyError(op, key, l.life.Why(cctx, err))
+		return nil, backend.KeyError(op, key, l.life.Why(cctx, err))
 	}
 }
 
@@ -308,7 +311,7 @@ func (l *Locker) connGen() uint64 { return l.gen.Load() }
 
 // attempt creates a node for key and contends with it.
 func (l *Locker) attempt(ctx context.Context, key string, wait bool) (*Handle, error) {
-	dir := LockDir(l.cfg.root, key)
+	dir := LockDir(l.cfg.Prefix, key)
 	c, err := l.createNode(ctx, dir, newGUID())
 	if err != nil {
 		return nil, err

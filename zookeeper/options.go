@@ -2,11 +2,13 @@ package zookeeper
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 // DefaultSessionTimeout is the session timeout Connect asks for unless
@@ -19,16 +21,21 @@ const DefaultSessionTimeout = 10 * time.Second
 // the session; see WithDriftMargin.
 const MinDriftMargin = 50 * time.Millisecond
 
-// Option configures a Locker made by Connect or New.
-type Option func(*config)
+// Option configures a Locker made by Connect or New. WithDefaultTTL,
+// WithDriftMargin, WithPrefix and WithLogger are the names every backend
+// gives these settings (see backend.Settings); the others are this
+// package's own.
+type Option func(*config) error
 
+// config is the shared settings (backend.Settings: the default TTL, the
+// drift margin, 0 for sessionTimeout/10 at least MinDriftMargin, the
+// prefix, which is the root node, and the logger) and this package's own.
 type config struct {
-	root           string
+	backend.Settings
 	sessionTimeout time.Duration // requested (Connect) or declared (New)
 	acl            []zk.ACL
 	auth           []authInfo
-	drift          time.Duration // 0: sessionTimeout/10, at least MinDriftMargin
-	logger         zk.Logger
+	logger         zk.Logger // Settings.Logger for go-zookeeper; none by default
 	containers     bool
 	err            error
 }
@@ -45,14 +52,13 @@ func (c *config) fail(err error) {
 }
 
 func newConfig(opts []Option) config {
-	c := config{root: DefaultRoot, acl: zk.WorldACL(zk.PermAll), logger: quietLogger{}, containers: true}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&c)
-		}
+	c := config{Settings: backend.Settings{Prefix: DefaultRoot}, acl: zk.WorldACL(zk.PermAll), logger: quietLogger{}, containers: true}
+	c.fail(backend.Apply(&c, opts))
+	if c.DriftMargin > 0 && c.sessionTimeout > 0 && c.DriftMargin >= c.sessionTimeout/2 {
+		c.fail(fmt.Errorf("zookeeper: WithDriftMargin: %w: %v is not below half the session timeout %v (every short disconnect would lose every lock)", locker.ErrInvalidOption, c.DriftMargin, c.sessionTimeout))
 	}
-	if c.drift > 0 && c.sessionTimeout > 0 && c.drift >= c.sessionTimeout/2 {
-		c.fail(fmt.Errorf("zookeeper: WithDriftMargin: %w: %v is not below half the session timeout %v (every short disconnect would lose every lock)", locker.ErrInvalidOption, c.drift, c.sessionTimeout))
+	if c.Logger != nil {
+		c.logger = slogPrinter{c.Logger}
 	}
 	return c
 }
@@ -62,22 +68,35 @@ func newConfig(opts []Option) config {
 // A margin set with WithDriftMargin is kept below half the timeout the
 // server granted, should it have granted less than was asked.
 func (c *config) driftMargin(timeout time.Duration) time.Duration {
-	if c.drift > 0 {
-		return min(c.drift, timeout/2)
+	if c.DriftMargin > 0 {
+		return min(c.DriftMargin, timeout/2)
 	}
 	return max(timeout/10, MinDriftMargin)
 }
 
-// WithRoot sets the parent node of the lock directories (default
-// DefaultRoot, "/locker"). Every Locker that locks the same keys must use
-// the same root. It is created, as container nodes, when missing.
-func WithRoot(root string) Option {
-	return func(c *config) {
+// WithPrefix sets the root: the parent node of the lock directories
+// (default DefaultRoot, "/locker"; in a URL its path, or the parameter
+// prefix). Every Locker that locks the same keys must use the same root.
+// It is created, as container nodes, when missing.
+func WithPrefix(root string) Option {
+	return func(c *config) error {
 		if err := checkRoot(root); err != nil {
-			c.fail(fmt.Errorf("zookeeper: WithRoot: %w", err))
-			return
+			return fmt.Errorf("zookeeper: WithPrefix: %w", err)
 		}
-		c.root = root
+		c.Prefix = root
+		return nil
+	}
+}
+
+// WithDefaultTTL sets the lease of locks taken without a per-call
+// locker.WithTTL (URL parameter ttl). Unset, a lock's lease is the
+// session timeout. A TTL is checked as a per-call one is (see Acquire).
+func WithDefaultTTL(ttl time.Duration) Option {
+	return func(c *config) error {
+		if err := backend.SetDefaultTTL(ttl)(&c.Settings); err != nil {
+			return fmt.Errorf("zookeeper: %w", err)
+		}
+		return nil
 	}
 }
 
@@ -89,12 +108,12 @@ func WithRoot(root string) Option {
 // let the Locker report a disconnected lock lost too late). It must be at
 // least a second.
 func WithSessionTimeout(d time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if d < time.Second {
-			c.fail(fmt.Errorf("zookeeper: WithSessionTimeout: %w: %v is below a second", locker.ErrInvalidOption, d))
-			return
+			return fmt.Errorf("zookeeper: WithSessionTimeout: %w: %v is below a second", locker.ErrInvalidOption, d)
 		}
 		c.sessionTimeout = d
+		return nil
 	}
 }
 
@@ -105,12 +124,12 @@ func WithSessionTimeout(d time.Duration) Option {
 // the locks. Every Locker that locks the same keys needs the permissions
 // the ACL grants.
 func WithACL(acl ...zk.ACL) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if len(acl) == 0 {
-			c.fail(fmt.Errorf("zookeeper: WithACL: %w: empty ACL", locker.ErrInvalidOption))
-			return
+			return fmt.Errorf("zookeeper: WithACL: %w: empty ACL", locker.ErrInvalidOption)
 		}
 		c.acl = append([]zk.ACL(nil), acl...)
+		return nil
 	}
 }
 
@@ -119,12 +138,12 @@ func WithACL(acl ...zk.ACL) Option {
 // go-zookeeper sends it again after every reconnect. New ignores it: add
 // auth to your own connection.
 func WithAuth(scheme string, auth []byte) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if scheme == "" {
-			c.fail(fmt.Errorf("zookeeper: WithAuth: %w: empty scheme", locker.ErrInvalidOption))
-			return
+			return fmt.Errorf("zookeeper: WithAuth: %w: empty scheme", locker.ErrInvalidOption)
 		}
 		c.auth = append(c.auth, authInfo{scheme, append([]byte(nil), auth...)})
+		return nil
 	}
 }
 
@@ -132,26 +151,31 @@ func WithAuth(scheme string, auth []byte) Option {
 // expire a disconnected session the Locker reports its locks lost (default:
 // a tenth of the session timeout, at least MinDriftMargin). It covers clock
 // rate differences and the time a ping takes to reach the server. It must
-// be at least MinDriftMargin and below half the session timeout.
+// be at least MinDriftMargin and below half the session timeout. URL
+// parameter drift_margin.
 func WithDriftMargin(d time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if d < MinDriftMargin {
-			c.fail(fmt.Errorf("zookeeper: WithDriftMargin: %w: %v is below %v", locker.ErrInvalidOption, d, MinDriftMargin))
-			return
+			return fmt.Errorf("zookeeper: WithDriftMargin: %w: %v is below %v", locker.ErrInvalidOption, d, MinDriftMargin)
 		}
-		c.drift = d
+		c.DriftMargin = d
+		return nil
 	}
 }
 
-// WithLogger sets the logger of a connection Connect makes (default: none;
-// go-zookeeper otherwise logs every reconnect through the log package).
-func WithLogger(l zk.Logger) Option {
-	return func(c *config) {
-		if l == nil {
-			l = quietLogger{}
-		}
-		c.logger = l
-	}
+// WithLogger sets the logger of a connection Connect makes and of the
+// Locker's own notes (default: none; go-zookeeper otherwise logs every
+// reconnect through the log package). Its messages are logged at level
+// Info. A nil logger means none.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error { return backend.SetLogger(l)(&c.Settings) }
+}
+
+// slogPrinter is a zk.Logger over a *slog.Logger.
+type slogPrinter struct{ l *slog.Logger }
+
+func (p slogPrinter) Printf(format string, args ...any) {
+	p.l.Info(fmt.Sprintf(format, args...), "backend", "zookeeper")
 }
 
 // WithoutContainers makes the Locker create its root and lock directories
@@ -161,7 +185,10 @@ func WithLogger(l zk.Logger) Option {
 // Locker also falls back to persistent nodes by itself when the server
 // answers CreateContainer with "unimplemented".
 func WithoutContainers() Option {
-	return func(c *config) { c.containers = false }
+	return func(c *config) error {
+		c.containers = false
+		return nil
+	}
 }
 
 type quietLogger struct{}

@@ -11,7 +11,7 @@ import (
 
 func TestOptionsRejectBadValues(t *testing.T) {
 	for name, opt := range map[string]Option{
-		"WithRoot":           WithRoot("relative"),
+		"WithPrefix":         WithPrefix("relative"),
 		"WithSessionTimeout": WithSessionTimeout(10 * time.Millisecond),
 		"WithACL":            WithACL(),
 		"WithAuth":           WithAuth("", nil),
@@ -55,7 +55,7 @@ func TestConnectRejectsBadInput(t *testing.T) {
 	if _, err := Connect(ctx, nil); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Errorf("Connect(no servers): %v", err)
 	}
-	if _, err := Connect(ctx, []string{"h:2181"}, WithRoot("x")); !errors.Is(err, locker.ErrInvalidOption) {
+	if _, err := Connect(ctx, []string{"h:2181"}, WithPrefix("x")); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Errorf("Connect(bad root): %v", err)
 	}
 }

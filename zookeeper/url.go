@@ -19,7 +19,6 @@ const Scheme = "zookeeper"
 // URL query parameters.
 const (
 	paramSessionTimeout = "session_timeout" // WithSessionTimeout
-	paramDriftMargin    = "drift_margin"    // WithDriftMargin
 	paramContainers     = "containers"      // false: WithoutContainers
 	paramACL            = "acl"             // open (default) or creator
 )
@@ -69,19 +68,30 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		// Decoded, it would name a different, deeper root.
 		return bad("path (the lock root) %q has an escaped '/' (%%2F); a ZooKeeper path component cannot contain '/'", u.EscapedPath())
 	}
-	if p := u.Path; p != "" && p != "/" {
-		if err := checkRoot(p); err != nil {
+	pathPrefix := u.Path != "" && u.Path != "/"
+	if pathPrefix {
+		if err := checkRoot(u.Path); err != nil {
 			return bad("path (the lock root): %v", err)
 		}
-		cfg.opts = append(cfg.opts, WithRoot(p))
+		cfg.opts = append(cfg.opts, WithPrefix(u.Path))
 	}
 	q, err := backend.ParseQuery(u)
 	if err != nil {
 		return urlConfig{}, err
 	}
-	var st, drift time.Duration
+	// The shared parameters (backend.Settings): ttl, drift_margin and
+	// prefix set what WithDefaultTTL, WithDriftMargin and WithPrefix do;
+	// retry_interval and ddl are checked and change nothing here (watches
+	// wake waiters; the root and lock directories are nodes, not schema);
+	// watchdog=false is refused.
+	for _, set := range q.Shared(map[string]string{backend.ParamWatchdog: "a lock lasts as long as the session, which the client keeps alive"}) {
+		cfg.opts = append(cfg.opts, sharedOption(set))
+	}
+	if pathPrefix && q.Has(backend.ParamPrefix) {
+		return bad("the lock root is given twice, as the path and as the parameter prefix: give one")
+	}
+	var st time.Duration
 	q.Duration(paramSessionTimeout, &st)
-	q.Duration(paramDriftMargin, &drift)
 	containers := true
 	q.Bool(paramContainers, &containers)
 	acl := "open"
@@ -91,9 +101,6 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	}
 	if st != 0 {
 		cfg.opts = append(cfg.opts, WithSessionTimeout(st))
-	}
-	if drift != 0 {
-		cfg.opts = append(cfg.opts, WithDriftMargin(drift))
 	}
 	if !containers {
 		cfg.opts = append(cfg.opts, WithoutContainers())
@@ -133,4 +140,24 @@ func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
 		return nil, backend.RedactedError(backend.Redact(err.Error(), u), err)
 	}
 	return l, nil
+}
+
+// sharedOption is the Option of a shared setting read from a URL: through
+// the With function of the same name, which checks this package's range.
+func sharedOption(set backend.Setting) Option {
+	return func(c *config) error {
+		var s backend.Settings
+		if err := set(&s); err != nil {
+			return fmt.Errorf("zookeeper: %w", err)
+		}
+		switch {
+		case s.TTL != 0:
+			return WithDefaultTTL(s.TTL)(c)
+		case s.DriftMargin != 0:
+			return WithDriftMargin(s.DriftMargin)(c)
+		case s.Prefix != "":
+			return WithPrefix(s.Prefix)(c)
+		}
+		return nil // retry_interval, ddl: no effect on ZooKeeper
+	}
 }

@@ -27,12 +27,12 @@ func TestParseURL(t *testing.T) {
 	switch {
 	case c.err != nil:
 		t.Errorf("config error: %v", c.err)
-	case c.root != "/app/locks":
-		t.Errorf("root = %q", c.root)
+	case c.Prefix != "/app/locks":
+		t.Errorf("root = %q", c.Prefix)
 	case c.sessionTimeout != 4*time.Second:
 		t.Errorf("session timeout = %v", c.sessionTimeout)
-	case c.drift != 300*time.Millisecond:
-		t.Errorf("drift = %v", c.drift)
+	case c.DriftMargin != 300*time.Millisecond:
+		t.Errorf("drift = %v", c.DriftMargin)
 	case c.containers:
 		t.Errorf("containers = true, want false")
 	case len(c.auth) != 1 || c.auth[0].scheme != "digest" || string(c.auth[0].auth) != "alice:s3cret":
@@ -49,7 +49,7 @@ func TestParseURLDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newConfig(cfg.opts)
-	if c.root != DefaultRoot || c.sessionTimeout != 0 || !c.containers || len(c.auth) != 0 || cfg.servers[0] != "127.0.0.1:2181" {
+	if c.Prefix != DefaultRoot || c.sessionTimeout != 0 || !c.containers || len(c.auth) != 0 || cfg.servers[0] != "127.0.0.1:2181" {
 		t.Errorf("defaults: %+v %v", c, cfg.servers)
 	}
 }

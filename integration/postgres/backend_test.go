@@ -106,8 +106,8 @@ func TestPoolExhaustion(t *testing.T) {
 func TestKeysHashApart(t *testing.T) {
 	ctx := testCtx(t)
 	pool := sharedPool(t, 10)
-	a := newLocker(t, pool, postgres.WithNamespace("app-a"))
-	b := newLocker(t, pool, postgres.WithNamespace("app-b"))
+	a := newLocker(t, pool, postgres.WithPrefix("app-a"))
+	b := newLocker(t, pool, postgres.WithPrefix("app-b"))
 	base := testKey(t, "")
 	keys := []string{base, base + " ", base + "/", base + "\u00e9", base + "e\u0301", strings.ToUpper(base)}
 	seen := map[int64]string{}
@@ -131,7 +131,7 @@ func TestKeysHashApart(t *testing.T) {
 	}
 	mustRelease(t, ctx, hb)
 	// Same namespace, another Locker: excluded.
-	a2 := newLocker(t, pool, postgres.WithNamespace("app-a"))
+	a2 := newLocker(t, pool, postgres.WithPrefix("app-a"))
 	if _, err := a2.TryAcquire(ctx, base); !errors.Is(err, locker.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held key from another Locker of the namespace: %v, want ErrNotAcquired", err)
 	}

@@ -89,7 +89,7 @@ func TestOpenURL(t *testing.T) {
 	direct := sharedPool(t, 4)
 	for _, scheme := range []string{"postgres", "postgresql"} {
 		app := fmt.Sprintf("locker-url-test-%d", time.Now().UnixNano())
-		u := withHost(t, dsn, "", url.Values{"lock_namespace": {"url-test"}, "lock_health_interval": {"1s"}, "pool_max_conns": {"3"}, "application_name": {app}})
+		u := withHost(t, dsn, "", url.Values{"prefix": {"url-test"}, "lock_health_interval": {"1s"}, "pool_max_conns": {"3"}, "application_name": {app}})
 		u = scheme + u[strings.Index(u, "://"):]
 		l, err := locker.Open(ctx, u)
 		if err != nil {
@@ -100,9 +100,9 @@ func TestOpenURL(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TryAcquire on an opened Locker: %v", err)
 		}
-		// lock_namespace reached the Locker: it locked k in namespace url-test.
-		if _, err := newLocker(t, direct, postgres.WithNamespace("url-test")).TryAcquire(ctx, k); !errors.Is(err, locker.ErrNotAcquired) {
-			t.Errorf("Open(%s): TryAcquire of the opened Locker's key in namespace url-test: %v, want ErrNotAcquired (lock_namespace ignored?)", scheme, err)
+		// prefix reached the Locker: it locked k in namespace url-test.
+		if _, err := newLocker(t, direct, postgres.WithPrefix("url-test")).TryAcquire(ctx, k); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Errorf("Open(%s): TryAcquire of the opened Locker's key in namespace url-test: %v, want ErrNotAcquired (prefix ignored?)", scheme, err)
 		}
 		// pool_max_conns reached pgx: three held locks exhaust the pool.
 		var more []locker.Handle

@@ -32,7 +32,7 @@ func TestConformance(t *testing.T) {
 		params := url.Values{
 			"pool_max_conns":       {"30"},
 			"lock_health_interval": {suiteInterval.String()},
-			"lock_namespace":       {"conformance"},
+			"prefix":               {"conformance"},
 		}
 		for k, v := range extra {
 			params[k] = v

@@ -17,8 +17,8 @@ func TestOptionsRejected(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
 	for name, l := range map[string]*redis.Locker{
-		"TTL below minimum":   newTestLocker(t, srv.Addr(), redis.WithTTL(redis.MinTTL/2)),
-		"drift over half TTL": newTestLocker(t, srv.Addr(), redis.WithTTL(time.Second), redis.WithDriftMargin(600*time.Millisecond)),
+		"TTL below minimum":   newTestLocker(t, srv.Addr(), redis.WithDefaultTTL(redis.MinTTL/2)),
+		"drift over half TTL": newTestLocker(t, srv.Addr(), redis.WithDefaultTTL(time.Second), redis.WithDriftMargin(600*time.Millisecond)),
 		"retry interval":      newTestLocker(t, srv.Addr(), redis.WithRetryInterval(0)),
 		"nil client":          redis.New(nil),
 	} {
@@ -45,7 +45,7 @@ func TestLeaseOnServer(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
 	admin := testClient(t, srv.Addr(), true)
-	l := newTestLocker(t, srv.Addr(), redis.WithTTL(5*time.Second))
+	l := newTestLocker(t, srv.Addr(), redis.WithDefaultTTL(5*time.Second))
 	key := uniqueKey(t)
 	h := mustGet(t, ctx, l, key)
 	lock, fence, _ := l.KeyNames(key)
@@ -172,7 +172,7 @@ func TestClockTokens(t *testing.T) {
 func TestWatchdogOff(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
-	l := newTestLocker(t, srv.Addr(), redis.WithoutWatchdog(), redis.WithTTL(time.Second))
+	l := newTestLocker(t, srv.Addr(), redis.WithoutWatchdog(), redis.WithDefaultTTL(time.Second))
 	other := newTestLocker(t, srv.Addr())
 	key := uniqueKey(t)
 	h := mustGet(t, ctx, l, key)
@@ -218,7 +218,7 @@ func TestServerRestartWhileHeld(t *testing.T) {
 			}
 			ctx := testCtx(t)
 			const ttl = 2 * time.Second
-			holder := newTestLocker(t, srv.Addr(), redis.WithTTL(ttl), redis.WithClockTokens(clock))
+			holder := newTestLocker(t, srv.Addr(), redis.WithDefaultTTL(ttl), redis.WithClockTokens(clock))
 			other := newTestLocker(t, srv.Addr(), redis.WithClockTokens(clock))
 			key := uniqueKey(t)
 			h := mustGet(t, ctx, holder, key)
@@ -250,7 +250,7 @@ func TestServerRestartWhileHeld(t *testing.T) {
 		ctx := testCtx(t)
 		admin := testClient(t, srv.Addr(), true)
 		const ttl = 10 * time.Second
-		holder := newTestLocker(t, srv.Addr(), redis.WithTTL(ttl))
+		holder := newTestLocker(t, srv.Addr(), redis.WithDefaultTTL(ttl))
 		other := newTestLocker(t, srv.Addr())
 		key := uniqueKey(t)
 		h := mustGet(t, ctx, holder, key)
@@ -289,7 +289,7 @@ func TestPausedServerLongerThanTTL(t *testing.T) {
 	}
 	ctx := testCtx(t)
 	const ttl = time.Second
-	holder := newTestLocker(t, srv.Addr(), redis.WithTTL(ttl))
+	holder := newTestLocker(t, srv.Addr(), redis.WithDefaultTTL(ttl))
 	other := newTestLocker(t, srv.Addr())
 	key := uniqueKey(t)
 	h := mustGet(t, ctx, holder, key)
@@ -529,7 +529,7 @@ func TestCutHolderLosesFirst(t *testing.T) {
 	admin := testClient(t, srv.Addr(), true)
 	px := testserver.NewProxy(t, srv.Addr())
 	const ttl = time.Second
-	holder := newTestLocker(t, px.Addr(), redis.WithTTL(ttl))
+	holder := newTestLocker(t, px.Addr(), redis.WithDefaultTTL(ttl))
 	other := newTestLocker(t, srv.Addr())
 	key := uniqueKey(t)
 	h := mustGet(t, ctx, holder, key)
@@ -568,7 +568,7 @@ func TestWatchdogUnderLatency(t *testing.T) {
 	const ttl = time.Second
 	key := uniqueKey(t)
 	px := testserver.NewProxy(t, srv.Addr())
-	holder := newTestLocker(t, px.Addr(), redis.WithTTL(ttl))
+	holder := newTestLocker(t, px.Addr(), redis.WithDefaultTTL(ttl))
 	other := newTestLocker(t, srv.Addr())
 	h := mustGet(t, ctx, holder, key)
 	px.Latency(t, ttl/5)

@@ -116,8 +116,8 @@ func TestQueueCancelledWaiterLeaves(t *testing.T) {
 	// A long TTL, so that the entry's deadline (a third of it) is far
 	// beyond the test: only the waiter's leaving can remove it in time.
 	const ttl = 5 * time.Minute
-	first := newTestLocker(t, srv.Addr(), redis.WithTTL(ttl), redis.WithRetryInterval(time.Minute))
-	second := newTestLocker(t, srv.Addr(), redis.WithTTL(ttl), redis.WithRetryInterval(time.Minute))
+	first := newTestLocker(t, srv.Addr(), redis.WithDefaultTTL(ttl), redis.WithRetryInterval(time.Minute))
+	second := newTestLocker(t, srv.Addr(), redis.WithDefaultTTL(ttl), redis.WithRetryInterval(time.Minute))
 	key := uniqueKey(t)
 	queue := queueName(holder, key)
 	h := mustGet(t, ctx, holder, key)
@@ -198,8 +198,8 @@ func TestQueueKilledWaiter(t *testing.T) {
 			slack := time.Second // round trips and scheduling on a loaded machine
 			holder := newTestLocker(t, srv.Addr())
 			px := testserver.NewProxy(t, srv.Addr())
-			dying := newTestLocker(t, px.Addr(), redis.WithTTL(ttl))
-			next := newTestLocker(t, srv.Addr(), redis.WithTTL(ttl))
+			dying := newTestLocker(t, px.Addr(), redis.WithDefaultTTL(ttl))
+			next := newTestLocker(t, srv.Addr(), redis.WithDefaultTTL(ttl))
 			key := uniqueKey(t)
 			queue := queueName(holder, key)
 			h := mustGet(t, ctx, holder, key, locker.WithTTL(time.Minute))
@@ -295,7 +295,7 @@ func TestOneReleaseWakesOne(t *testing.T) {
 	// A TTL and a retry interval far beyond the test: no waiter refreshes
 	// its entry or checks again on its own while the test runs, so every
 	// request counted is one a release caused.
-	opts := []redis.Option{redis.WithTTL(10 * time.Minute), redis.WithRetryInterval(10 * time.Minute)}
+	opts := []redis.Option{redis.WithDefaultTTL(10 * time.Minute), redis.WithRetryInterval(10 * time.Minute)}
 	holder := newTestLocker(t, srv.Addr(), opts...)
 	// Load the scripts first: a script's first call on a fresh server is
 	// an EVALSHA refused with NOSCRIPT and an EVAL, two calls.

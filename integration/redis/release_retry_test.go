@@ -36,7 +36,7 @@ func TestReleaseRetriedAfterNextHolderReleased(t *testing.T) {
 		ReadTimeout: 40 * time.Second,
 	})
 	t.Cleanup(func() { _ = c.Close() })
-	l := redis.New(c, redis.WithTTL(30*time.Second))
+	l := redis.New(c, redis.WithDefaultTTL(30*time.Second))
 	t.Cleanup(func() { _ = l.Close() })
 	next := newTestLocker(t, srv.Addr())
 	key := uniqueKey(t)

@@ -75,7 +75,7 @@ func TestAliasedNodesRefused(t *testing.T) {
 			for _, a := range addrs {
 				cs = append(cs, newClient(t, a))
 			}
-			l := redlock.New(cs, redlock.WithTTL(2*time.Second))
+			l := redlock.New(cs, redlock.WithDefaultTTL(2*time.Second))
 			t.Cleanup(func() { _ = l.Close() })
 			if err := l.Err(); err != nil {
 				t.Fatalf("New: %v (New does not contact the nodes; the refusal comes at first contact)", err)
@@ -107,7 +107,7 @@ func TestAliasFirstSeenLater(t *testing.T) {
 	for _, a := range addrs {
 		cs = append(cs, newClient(t, a))
 	}
-	l := redlock.New(cs, redlock.WithTTL(2*time.Second))
+	l := redlock.New(cs, redlock.WithDefaultTTL(2*time.Second))
 	t.Cleanup(func() { _ = l.Close() })
 	ctx := testCtx(t, 30*time.Second)
 	key := uniqueKey(t)
@@ -140,7 +140,7 @@ func TestAliasFirstSeenAfterRestart(t *testing.T) {
 	for _, a := range addrs {
 		cs = append(cs, newClient(t, a))
 	}
-	l := redlock.New(cs, redlock.WithTTL(2*time.Second))
+	l := redlock.New(cs, redlock.WithDefaultTTL(2*time.Second))
 	t.Cleanup(func() { _ = l.Close() })
 	ctx := testCtx(t, 60*time.Second)
 	key := uniqueKey(t)

@@ -83,7 +83,7 @@ func BenchmarkManyHeld(b *testing.B) {
 			}
 			admin := admins(b, addrs)
 			for range b.N {
-				l := redlock.New(cs, redlock.WithTTL(ttl))
+				l := redlock.New(cs, redlock.WithDefaultTTL(ttl))
 				ctx := context.Background()
 				base := "bench/manyheld/" + randomID() + "/"
 				handles := make([]locker.Handle, n)

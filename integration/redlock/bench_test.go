@@ -61,7 +61,7 @@ func BenchmarkLock(b *testing.B) {
 	addrs := nodeAddrs(b, 3)
 	benchmark.Run(b, benchmark.Harness{Sides: []benchmark.Side{
 		benchmark.LockerSide("redlock", 0, func(tb testing.TB) locker.Locker {
-			return redlock.New(universal(benchClients(tb, addrs)))
+			return redlock.New(benchClients(tb, addrs))
 		}),
 		{Name: "redsync", New: func(tb testing.TB, key string, _ int) benchmark.Lock {
 			rs := newRedsync(benchClients(tb, addrs))

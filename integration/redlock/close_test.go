@@ -38,7 +38,7 @@ func requestGoroutines() int {
 // Locker.Close documents the limit.
 func TestCloseWithRequestInFlight(t *testing.T) {
 	addrs := nodeAddrs(t, 3)
-	c := newLocker(t, addrs, redlock.WithTTL(3*time.Second)) // node timeout 300ms
+	c := newLocker(t, addrs, redlock.WithDefaultTTL(3*time.Second)) // node timeout 300ms
 	key := uniqueKey(t)
 	warm(t, c.l, key)
 	c.pxs[0].Blackhole(t)

@@ -25,7 +25,7 @@ func TestConformance(t *testing.T) {
 		t.Run(map[int]string{3: "Nodes3", 5: "Nodes5"}[n], func(t *testing.T) {
 			addrs := nodeAddrs(t, n)
 			adm := admins(t, addrs)
-			namer := redlock.New(nil) // only for KeyNames: the default prefix
+			namer := redlock.New([]goredis.UniversalClient(nil)) // only for KeyNames: the default prefix
 			var (
 				mu      sync.Mutex
 				clients = map[locker.Locker]client{}

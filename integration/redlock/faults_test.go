@@ -7,13 +7,15 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/redis/redlock"
 )
 
 const faultTTL = 2 * time.Second
 
-var namer = redlock.New(nil) // KeyNames with the default prefix
+var namer = redlock.New([]goredis.UniversalClient(nil)) // KeyNames with the default prefix
 
 // A minority of the nodes down (connections refused) or cut off (requests
 // hang): acquisitions still succeed, stay exclusive, hand off on release,
@@ -23,7 +25,7 @@ func TestMinorityDown(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			addrs := nodeAddrs(t, 3)
 			sp := newSharedPaths(t, addrs)
-			a, b := sp.locker(t, redlock.WithTTL(faultTTL)), sp.locker(t, redlock.WithTTL(faultTTL))
+			a, b := sp.locker(t, redlock.WithDefaultTTL(faultTTL)), sp.locker(t, redlock.WithDefaultTTL(faultTTL))
 			ctx := testCtx(t, 60*time.Second)
 			key := uniqueKey(t)
 			h1, err := a.TryAcquire(ctx, key)
@@ -91,7 +93,7 @@ func TestMajorityDown(t *testing.T) {
 	addrs := nodeAddrs(t, 3)
 	adm := admins(t, addrs)
 	sp := newSharedPaths(t, addrs)
-	a, b := sp.locker(t, redlock.WithTTL(faultTTL)), sp.locker(t, redlock.WithTTL(faultTTL))
+	a, b := sp.locker(t, redlock.WithDefaultTTL(faultTTL)), sp.locker(t, redlock.WithDefaultTTL(faultTTL))
 	ctx := testCtx(t, 60*time.Second)
 	key := uniqueKey(t)
 	lock, _, _ := namer.KeyNames(key)
@@ -189,7 +191,7 @@ func TestTokensAfterEarlyExpiry(t *testing.T) {
 	if err := adm[0].Set(ctx, fence, 100, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	a := newLocker(t, addrs, redlock.WithTTL(faultTTL))
+	a := newLocker(t, addrs, redlock.WithDefaultTTL(faultTTL))
 	a.pxs[2].Crash(t) // a reaches nodes 1 and 2 only
 	h1, err := a.l.TryAcquire(ctx, key)
 	if err != nil {
@@ -205,7 +207,7 @@ func TestTokensAfterEarlyExpiry(t *testing.T) {
 	if err := adm[1].Del(ctx, lock).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b := newLocker(t, addrs, redlock.WithTTL(faultTTL))
+	b := newLocker(t, addrs, redlock.WithDefaultTTL(faultTTL))
 	h2, err := b.l.TryAcquire(ctx, key)
 	if err != nil {
 		t.Fatalf("second holder (nodes 2 and 3 free): %v", err)
@@ -219,7 +221,7 @@ func TestTokensAfterEarlyExpiry(t *testing.T) {
 
 	// And under random early expiries on every round: strictly increasing.
 	last := h2.Token()
-	c := newLocker(t, addrs, redlock.WithTTL(faultTTL))
+	c := newLocker(t, addrs, redlock.WithDefaultTTL(faultTTL))
 	for i := range 20 {
 		h, err := c.l.Acquire(ctx, key)
 		if err != nil {
@@ -258,7 +260,7 @@ func TestTokensAfterNodeLostCounter(t *testing.T) {
 	if err := adm[0].Set(ctx, fence, 100, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	a := newLocker(t, addrs, redlock.WithTTL(faultTTL))
+	a := newLocker(t, addrs, redlock.WithDefaultTTL(faultTTL))
 	a.pxs[2].Crash(t)
 	h1, err := a.l.TryAcquire(ctx, key)
 	if err != nil {
@@ -271,7 +273,7 @@ func TestTokensAfterNodeLostCounter(t *testing.T) {
 	if err := adm[1].Del(ctx, lock, fence).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b := newLocker(t, addrs, redlock.WithTTL(faultTTL))
+	b := newLocker(t, addrs, redlock.WithDefaultTTL(faultTTL))
 	b.pxs[0].Crash(t) // node 1, the only one that remembers, is unreachable
 	h2, err := b.l.TryAcquire(ctx, key)
 	if err != nil {

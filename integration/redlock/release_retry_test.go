@@ -37,7 +37,7 @@ func TestReleaseRetriedAfterLostReply(t *testing.T) {
 		cs = append(cs, c)
 	}
 	// A 30s TTL gives a node timeout of 3s: room for the retry.
-	l := redlock.New(cs, redlock.WithTTL(30*time.Second))
+	l := redlock.New(cs, redlock.WithDefaultTTL(30*time.Second))
 	if err := l.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestReleaseRetriedAfterNextHolderReleased(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		cs = append(cs, c)
 	}
-	l := redlock.New(cs, redlock.WithTTL(30*time.Second))
+	l := redlock.New(cs, redlock.WithDefaultTTL(30*time.Second))
 	if err := l.Err(); err != nil {
 		t.Fatal(err)
 	}

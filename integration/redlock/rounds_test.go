@@ -52,7 +52,7 @@ func TestLostRoundGivesBackGrants(t *testing.T) {
 				a.Del(context.Background(), lock)
 			}
 		})
-		c := newLocker(t, addrs, redlock.WithTTL(3*time.Second))
+		c := newLocker(t, addrs, redlock.WithDefaultTTL(3*time.Second))
 		warm(t, c.l, key)
 		c.pxs[0].Latency(t, 100*time.Millisecond)
 		c.pxs[1].Latency(t, 100*time.Millisecond)
@@ -77,7 +77,7 @@ func TestLostRoundGivesBackGrants(t *testing.T) {
 
 	t.Run("MajorityDown", func(t *testing.T) {
 		key := uniqueKey(t)
-		c := newLocker(t, addrs, redlock.WithTTL(3*time.Second))
+		c := newLocker(t, addrs, redlock.WithDefaultTTL(3*time.Second))
 		warm(t, c.l, key)
 		c.pxs[0].Crash(t)
 		c.pxs[1].Crash(t)
@@ -129,7 +129,7 @@ func TestAcquireSlowerThanValidity(t *testing.T) {
 		t.Cleanup(func() { _ = cl.Close() })
 		cs = append(cs, cl)
 	}
-	c.l = redlock.New(cs, redlock.WithTTL(9*time.Second), redlock.WithNodeTimeout(3*time.Second), redlock.WithDrift(4400*time.Millisecond))
+	c.l = redlock.New(cs, redlock.WithDefaultTTL(9*time.Second), redlock.WithNodeTimeout(3*time.Second), redlock.WithDriftMargin(4400*time.Millisecond))
 	if err := c.l.Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -337,7 +337,7 @@ func TestPoolOfOneConnection(t *testing.T) {
 		ctx := testCtx(t)
 		db := d.admin(t)
 		db.SetMaxOpenConns(1)
-		l := sqltable.New(db, sqltable.WithTTL(time.Second))
+		l := sqltable.New(db, sqltable.WithDefaultTTL(time.Second))
 		t.Cleanup(func() { l.Close() })
 		k := testKey(t, "")
 		h := mustAcquire(t, ctx, l, k)
@@ -430,7 +430,7 @@ func TestContention(t *testing.T) {
 func TestFailedTryDoesNotWrite(t *testing.T) {
 	forEach(t, func(t *testing.T, d dialect) {
 		ctx := testCtx(t)
-		a, b := open(t, d.url(t, "", nil)), open(t, d.url(t, "", url.Values{"lock_watchdog": {"false"}}))
+		a, b := open(t, d.url(t, "", nil)), open(t, d.url(t, "", url.Values{"watchdog": {"false"}}))
 		admin := d.admin(t)
 		k := testKey(t, "")
 		h := mustAcquire(t, ctx, b, k, locker.WithTTL(time.Minute)) // no renewals meanwhile

@@ -26,7 +26,7 @@ func TestBellAcrossProcesses(t *testing.T) {
 	d := dialectNamed(t, "MariaDB")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	u := d.url(t, "", url.Values{"lock_retry_interval": {"1h"}, "lock_ttl": {"1h"}})
+	u := d.url(t, "", url.Values{"retry_interval": {"1h"}, "ttl": {"1h"}})
 	l := open(t, u)
 	key := "bell/" + randomID()
 	child := startHandoffChild(t, u, key)

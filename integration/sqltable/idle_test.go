@@ -97,9 +97,9 @@ func TestIdleConnectionKillers(t *testing.T) {
 func idleKiller(t *testing.T, db, other *sql.DB, held func(t *testing.T, l *sqltable.Locker, k string)) {
 	t.Helper()
 	ctx := testCtx(t)
-	l1 := sqltable.New(db, sqltable.WithTTL(2*time.Second))
+	l1 := sqltable.New(db, sqltable.WithDefaultTTL(2*time.Second))
 	t.Cleanup(func() { l1.Close() })
-	l2 := sqltable.New(other, sqltable.WithTTL(2*time.Second))
+	l2 := sqltable.New(other, sqltable.WithDefaultTTL(2*time.Second))
 	t.Cleanup(func() { l2.Close() })
 	k := testKey(t, "")
 	h1 := mustAcquire(t, ctx, l1, k)

@@ -23,7 +23,7 @@ func TestPoolShrunkAfterNew(t *testing.T) {
 		t.Run(d.name, func(t *testing.T) {
 			t.Run("BeforeUse", func(t *testing.T) {
 				db := d.admin(t)
-				l := sqltable.New(db, sqltable.WithTTL(time.Second))
+				l := sqltable.New(db, sqltable.WithDefaultTTL(time.Second))
 				t.Cleanup(func() { l.Close() })
 				db.SetMaxOpenConns(1)
 				holdThrough(t, l, testKey(t, ""))
@@ -36,7 +36,7 @@ func TestPoolShrunkAfterNew(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					ctx := testCtx(t)
 					db := d.admin(t)
-					l := sqltable.New(db, sqltable.WithTTL(time.Second))
+					l := sqltable.New(db, sqltable.WithDefaultTTL(time.Second))
 					t.Cleanup(func() { l.Close() })
 					// A handoff between two goroutines: the waiter starts
 					// the listener (PostgreSQL), the holder rings its bell
@@ -64,7 +64,7 @@ func TestPoolShrunkAfterNew(t *testing.T) {
 					if other {
 						// Another Locker on the same *sql.DB, whose
 						// statements must get the connection l pins.
-						l2 := sqltable.New(db, sqltable.WithTTL(time.Second))
+						l2 := sqltable.New(db, sqltable.WithDefaultTTL(time.Second))
 						t.Cleanup(func() { l2.Close() })
 						l = l2
 					}

@@ -86,7 +86,7 @@ func TestSQLiteProcesses(t *testing.T) {
 func processWorker(t *testing.T, dir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	l, err := sqltable.Open(ctx, "sqlite://"+filepath.Join(dir, "locks.db")+"?lock_retry_interval=20ms")
+	l, err := sqltable.Open(ctx, "sqlite://"+filepath.Join(dir, "locks.db")+"?retry_interval=20ms")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestWakeAcrossIdentities(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := "public." + sqltable.DefaultTable
-	opts := []sqltable.Option{sqltable.WithTable(table), sqltable.WithTTL(30 * time.Second), sqltable.WithRetryInterval(3 * time.Second)}
+	opts := []sqltable.Option{sqltable.WithTable(table), sqltable.WithDefaultTTL(30 * time.Second), sqltable.WithRetryInterval(3 * time.Second)}
 	t.Run("SearchPath", func(t *testing.T) {
 		a := sqltable.New(openDB(t, "pgx", srv.DSN()), opts...)
 		b := sqltable.New(openDB(t, "pgx", withQuery(t, srv.DSN(), "", url.Values{"search_path": {"locker_other"}})), opts...)

@@ -852,12 +852,12 @@ func TestACL(t *testing.T) {
 	srv := testserver.ZooKeeper(t)
 	root := "/locker-acl-" + hex.EncodeToString([]byte(time.Now().Format("150405.000")))
 	auth := []zookeeper.Option{
-		zookeeper.WithRoot(root),
+		zookeeper.WithPrefix(root),
 		zookeeper.WithAuth("digest", []byte("alice:wonderland")),
 		zookeeper.WithACL(zk.AuthACL(zk.PermAll)...),
 	}
 	alice, alice2 := newClient(t, srv.Addr(), auth...), newClient(t, srv.Addr(), auth...)
-	mallory := newClient(t, srv.Addr(), zookeeper.WithRoot(root), zookeeper.WithAuth("digest", []byte("mallory:x")))
+	mallory := newClient(t, srv.Addr(), zookeeper.WithPrefix(root), zookeeper.WithAuth("digest", []byte("mallory:x")))
 	ctx := ctxFor(t, time.Minute)
 	k := testKey(t)
 	h := mustAcquire(t, ctx, alice.l, k)
@@ -881,7 +881,7 @@ func TestACL(t *testing.T) {
 	// An ACL without WRITE: the Locker cannot write the lock directory's
 	// data (its one-request acquisition), and takes locks all the same.
 	noWrite := []zookeeper.Option{
-		zookeeper.WithRoot(root + "-nowrite"),
+		zookeeper.WithPrefix(root + "-nowrite"),
 		zookeeper.WithAuth("digest", []byte("alice:wonderland")),
 		zookeeper.WithACL(zk.AuthACL(zk.PermCreate | zk.PermRead | zk.PermDelete | zk.PermAdmin)...),
 	}

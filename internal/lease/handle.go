@@ -95,7 +95,7 @@ var ErrToClose = errors.New("lease: Close releases the lock")
 // LostErr is the error of a lock on key that was lost for the reason why:
 // op "hold", wrapping locker.ErrLost.
 func LostErr(key, why string) error {
-	return locker.KeyError("hold", key, fmt.Errorf("%w: %s", locker.ErrLost, why))
+	return backend.KeyError("hold", key, fmt.Errorf("%w: %s", locker.ErrLost, why))
 }
 
 // LostErr is the error of this lock lost for the reason why.
@@ -241,7 +241,7 @@ func (h *Handle) Release(ctx context.Context) error {
 		if !errors.Is(err, locker.ErrClosed) && h.cleanup() {
 			then = fmt.Sprintf("it is deleted in the background if %s answers, else %s", h.Proto.Server, then)
 		}
-		return locker.KeyError("release", h.Key, fmt.Errorf("%w (the lock was given up; %s)", err, then))
+		return backend.KeyError("release", h.Key, fmt.Errorf("%w (the lock was given up; %s)", err, then))
 	case ours:
 		if !h.End(locker.ErrReleased) {
 			// Close ended it meanwhile: say what the holder was told.
@@ -263,8 +263,8 @@ func (h *Handle) Release(ctx context.Context) error {
 func (h *Handle) Closed(ours bool, err error) error {
 	switch {
 	case err != nil:
-		h.End(locker.KeyError("hold", h.Key, fmt.Errorf("%w (%w): Close could not release the lock (%v); it expires within its TTL of %v", locker.ErrLost, locker.ErrClosed, err, h.TTL)))
-		return locker.KeyError("release", h.Key, fmt.Errorf("%w (the lock expires within its TTL of %v)", err, h.TTL))
+		h.End(backend.KeyError("hold", h.Key, fmt.Errorf("%w (%w): Close could not release the lock (%v); it expires within its TTL of %v", locker.ErrLost, locker.ErrClosed, err, h.TTL)))
+		return backend.KeyError("release", h.Key, fmt.Errorf("%w (the lock expires within its TTL of %v)", err, h.TTL))
 	case ours:
 		h.End(locker.ErrReleasedByClose)
 	default:
@@ -285,7 +285,7 @@ func (h *Handle) closeVerdict(ctx context.Context) error {
 		// give it up here.
 		h.End(h.LostErr("the Locker closed before Release"))
 	case <-ctx.Done():
-		return locker.KeyError("release", h.Key, fmt.Errorf("%w (the Locker is closing; Close releases the lock)", backend.ContextError(ctx)))
+		return backend.KeyError("release", h.Key, fmt.Errorf("%w (the Locker is closing; Close releases the lock)", backend.ContextError(ctx)))
 	}
 	return h.EndedErr(ctx)
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 // Limits are a backend's bounds on a lease.
@@ -44,7 +45,7 @@ func (l Limits) Check(ttl time.Duration) error {
 // TTL returns the lease of one call: the per-call locker.WithTTL if opts
 // has one (checked against the limits), else def.
 func (l Limits) TTL(def time.Duration, opts []locker.Option) (time.Duration, error) {
-	o, err := locker.ApplyOptions(opts...)
+	o, err := backend.ApplyOptions(opts...)
 	if err != nil {
 		return 0, err
 	}

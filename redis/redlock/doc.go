@@ -4,7 +4,7 @@
 // implementation we know of provides (redsync, RedLock.net, DistributedLock,
 // Redisson's RedissonRedLock hand out none, or none that is ordered).
 //
-//	l := redlock.New([]goredis.UniversalClient{c1, c2, c3})
+//	l := redlock.New([]*goredis.Client{c1, c2, c3})
 //	if err := l.Err(); err != nil { ... }   // wrong clients or options
 //	defer l.Close()
 //	h, err := l.Acquire(ctx, "invoice/42")
@@ -51,7 +51,7 @@
 // Waiting) and gives up with ErrNoQuorum when, three rounds in a row, so
 // many nodes failed that no majority could answer.
 //
-// The drift allowance (WithDrift) defaults to TTL/50 + 100ms, at most
+// The drift allowance (WithDriftMargin, URL drift_margin) defaults to TTL/50 + 100ms, at most
 // TTL/4: 2% for the nodes' clocks running faster than the client's (Redis
 // expires keys by its own clock) and 100ms for timer latency and stalls of
 // the holder on a loaded machine. The Redlock description suggests 1% plus
@@ -192,9 +192,14 @@
 //
 // # URL
 //
-//	redlock://[user:password@]host1:6379,host2:6379,host3:6379[/db][?ttl=30s&drift=700ms&node_timeout=200ms&retry_interval=1s&prefix=locker:redlock:]
+//	redlock://[user:password@]host1:6379,host2:6379,host3:6379[/db][?ttl=30s&drift_margin=700ms&node_timeout=200ms&retry_interval=1s&prefix=locker:redlock:]
 //	rediss+redlock://...    (TLS to every node)
 //
+// ttl, drift_margin, retry_interval and prefix are the parameters every
+// backend shares (WithDefaultTTL, WithDriftMargin, WithRetryInterval,
+// WithPrefix; see backend.Settings), ddl is accepted and has no effect,
+// watchdog=false is refused (Redlock always renews); node_timeout and
+// allow_eviction are this package's own,
 // plus go-redis' client parameters (see Open), except skip_verify, which is
 // refused (build the clients with a tls.Config and call New instead).
 // Unknown parameters and malformed node addresses are rejected; the

@@ -22,7 +22,7 @@ func ExampleNew() {
 		defer c.Close() // after the Locker: New does not take the clients over
 		clients = append(clients, c)
 	}
-	l := redlock.New(clients, redlock.WithTTL(10*time.Second))
+	l := redlock.New(clients, redlock.WithDefaultTTL(10*time.Second))
 	if err := l.Err(); err != nil {
 		log.Fatal(err) // e.g. an even number of nodes
 	}

@@ -8,6 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 var _ locker.Inspector = (*Locker)(nil)
@@ -31,7 +32,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 			return runInspect(ctx, c, k)
 		}, nil, nil)
 	if err != nil {
-		return info, locker.KeyError("inspect", key, err)
+		return info, backend.KeyError("inspect", key, err)
 	}
 	byOwner := map[string][]lockState{}
 	answered := 0
@@ -65,7 +66,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	}
 	if most+len(l.clients)-answered >= l.quorum {
 		// The nodes that did not answer could make a majority holder.
-		return info, locker.KeyError("inspect", key, fmt.Errorf("%w: %d of %d nodes answered, too few to tell: %w", ErrNoQuorum, answered, len(l.clients), firstErr))
+		return info, backend.KeyError("inspect", key, fmt.Errorf("%w: %d of %d nodes answered, too few to tell: %w", ErrNoQuorum, answered, len(l.clients), firstErr))
 	}
 	return info, nil
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,15 +78,30 @@ type Locker struct {
 // see "Unsafe configurations" in the package documentation), and an acquire
 // that finds either refuses with an error naming the nodes.
 //
-// The Locker does not close the clients: the caller keeps owning them and
-// must close them after the Locker. Set ContextTimeoutEnabled on them: it
-// lets the node timeout reach the socket, so that a request to a node that
+// clients may be a []*goredis.Client or a []goredis.UniversalClient, as
+// the caller has them. Each must have ContextTimeoutEnabled, which lets
+// the node timeout reach the socket, so that a request to a node that
 // stopped answering ends with its round instead of at the client's
-// ReadTimeout.
-func New(clients []goredis.UniversalClient, opts ...Option) *Locker {
+// ReadTimeout; a client without it is refused (clients Open makes have
+// it). The Locker does not close the clients: the caller keeps owning them
+// and must close them after the Locker.
+func New[C goredis.UniversalClient](clients []C, opts ...Option) *Locker {
+	return newLocker(universal(clients), opts)
+}
+
+// universal returns clients as the interface the Locker keeps.
+func universal[C goredis.UniversalClient](clients []C) []goredis.UniversalClient {
+	out := make([]goredis.UniversalClient, len(clients))
+	for i, c := range clients {
+		out[i] = c
+	}
+	return out
+}
+
+func newLocker(clients []goredis.UniversalClient, opts []Option) *Locker {
 	cfg, cfgErr := newConfig(opts)
 	l := &Locker{
-		clients: slices.Clone(clients),
+		clients: clients,
 		cfg:     cfg,
 		quorum:  len(clients)/2 + 1,
 	}
@@ -127,6 +141,9 @@ func (l *Locker) checkClients() error {
 		case *goredis.Ring:
 			errs = append(errs, fmt.Errorf("redlock: node %d: a *goredis.Ring is not an independent node (it remaps keys to other shards when one fails)", i+1))
 		case *goredis.Client:
+			if !c.Options().ContextTimeoutEnabled {
+				errs = append(errs, fmt.Errorf("redlock: node %d: the client has ContextTimeoutEnabled off: the node timeout would not reach its socket, and every round would wait for a node that stopped answering until the client's ReadTimeout; set goredis.Options.ContextTimeoutEnabled (or FailoverOptions') to true", i+1))
+			}
 			addr := c.Options().Addr
 			if addr == failoverAddr {
 				// go-redis's placeholder for every NewFailoverClient: the
@@ -234,15 +251,15 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	defer done()
 	tm, err := l.cfg.lockTiming(opts)
 	if err != nil {
-		return nil, locker.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, err)
 	}
 	k := l.keysFor(key)
 	if !wait {
 		h, err := l.try(ctx, key, k, tm)
-		return h, locker.KeyError(op, key, err)
+		return h, backend.KeyError(op, key, err)
 	}
 	h, err := l.wait(ctx, key, k, tm)
-	return h, locker.KeyError(op, key, err)
+	return h, backend.KeyError(op, key, err)
 }
 
 // enter counts a call that Life.Enter did not admit (a Handle's Release,

@@ -68,7 +68,7 @@ func TestOpenURLRefusesSkipVerify(t *testing.T) {
 func TestNewAcceptsSentinelNodes(t *testing.T) {
 	var cs []goredis.UniversalClient
 	for _, m := range []string{"m1", "m2", "m3"} {
-		c := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: m, SentinelAddrs: deadAddrs(t, 1)})
+		c := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: m, SentinelAddrs: deadAddrs(t, 1), ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
 		cs = append(cs, c)
 	}
@@ -221,7 +221,7 @@ func TestCloseWithSilentNodes(t *testing.T) {
 					t.Cleanup(func() { _ = c.Close() })
 					cs = append(cs, c)
 				}
-				l = New(cs, WithTTL(500*time.Millisecond))
+				l = New(cs, WithDefaultTTL(500*time.Millisecond))
 			}
 			done := make(chan error, 1)
 			go func() {

@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/redis/internal/settings"
 )
 
 const (
-	// DefaultTTL is the lease of a lock on each node when neither WithTTL
+	// DefaultTTL is the lease of a lock on each node when neither WithDefaultTTL
 	// nor the per-call locker.WithTTL says otherwise. With renewal on (it
 	// always is) it is only how long a crashed or cut-off holder keeps
 	// blocking others.
@@ -54,32 +55,35 @@ type config struct {
 
 func defaultConfig() config {
 	return config{Core: settings.Core{
-		Limits: limits, Prefix: DefaultPrefix, TTL: DefaultTTL, RetryInterval: DefaultRetryInterval,
+		Settings: backend.Settings{Prefix: DefaultPrefix, TTL: DefaultTTL, RetryInterval: DefaultRetryInterval},
+		Limits:   limits,
 	}}
 }
 
 // Option configures a Locker. New checks the options; an invalid one is
 // reported by Locker.Err and by every Acquire and TryAcquire, with an error
 // wrapping locker.ErrInvalidOption (Open returns it at once).
+// WithDefaultTTL, WithDriftMargin, WithPrefix and WithRetryInterval are
+// the names every backend gives these settings (see backend.Settings); the
+// others are this package's own.
 type Option func(*config) error
 
 // WithPrefix sets the prefix of every Redis key and Pub/Sub channel the
-// Locker uses on its nodes (default DefaultPrefix). Lockers that should
-// exclude each other must use the same prefix and the same nodes.
+// Locker uses on its nodes (default DefaultPrefix; URL parameter prefix).
+// Lockers that should exclude each other must use the same prefix and the
+// same nodes.
 func WithPrefix(prefix string) Option {
-	return func(c *config) error {
-		c.Prefix = prefix
-		return nil
-	}
+	return func(c *config) error { return c.Set(backend.SetPrefix(prefix)) }
 }
 
-// WithTTL sets the default lease of the Locker's locks (default 30s, from
-// MinTTL to MaxTTL). A per-call locker.WithTTL overrides it.
-func WithTTL(ttl time.Duration) Option {
-	return func(c *config) error { return c.SetTTL(ttl) }
+// WithDefaultTTL sets the lease of the Locker's locks taken without a
+// per-call locker.WithTTL (default 30s, from MinTTL to MaxTTL; URL
+// parameter ttl).
+func WithDefaultTTL(ttl time.Duration) Option {
+	return func(c *config) error { return c.Set(backend.SetDefaultTTL(ttl)) }
 }
 
-// WithDrift sets the clock-drift allowance of the Redlock validity
+// WithDriftMargin sets the clock-drift allowance of the Redlock validity
 // computation: a lock acquired by a round whose first request left at t is
 // taken to be held until t + TTL − drift on the client's monotonic clock,
 // and renewals move that point the same way. It covers the nodes' clocks
@@ -88,9 +92,9 @@ func WithTTL(ttl time.Duration) Option {
 // holder's process. The default is TTL/50 + 100ms, at most TTL/4: 2% for
 // clock rates (the Redlock description suggests 1% plus a few
 // milliseconds) and 100ms for stalls on a loaded machine. It must be below
-// half the TTL of every lock.
-func WithDrift(d time.Duration) Option {
-	return func(c *config) error { return c.SetDrift("drift", d) }
+// half the TTL of every lock. URL parameter drift_margin.
+func WithDriftMargin(d time.Duration) Option {
+	return func(c *config) error { return c.Set(backend.SetDriftMargin(d)) }
 }
 
 // WithNodeTimeout sets how long one request to one node may take before
@@ -112,9 +116,10 @@ func WithNodeTimeout(d time.Duration) Option {
 }
 
 // WithRetryInterval sets the longest a waiter sleeps between rounds when no
-// notification arrives (default DefaultRetryInterval).
+// notification arrives (default DefaultRetryInterval; URL parameter
+// retry_interval).
 func WithRetryInterval(d time.Duration) Option {
-	return func(c *config) error { return c.SetRetryInterval(d) }
+	return func(c *config) error { return c.Set(backend.SetRetryInterval(d)) }
 }
 
 // WithAllowEviction turns off the check that every node's maxmemory-policy
@@ -139,6 +144,9 @@ func newConfig(opts []Option) (config, error) {
 	if err := settings.Apply(&cfg, opts); err != nil {
 		return cfg, err
 	}
+	if err := cfg.Check(); err != nil {
+		return cfg, err
+	}
 	if _, err := cfg.timing(cfg.TTL); err != nil {
 		return cfg, err
 	}
@@ -159,7 +167,7 @@ type timing struct {
 // timing derives the drift, node timeout and minimum validity for ttl, or
 // reports a configured value that does not fit it.
 func (c *config) timing(ttl time.Duration) (timing, error) {
-	d, err := c.DriftFor("drift", ttl)
+	d, err := c.DriftFor(ttl)
 	if err != nil {
 		return timing{}, err
 	}

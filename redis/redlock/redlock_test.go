@@ -93,11 +93,11 @@ func TestOptions(t *testing.T) {
 		opts []Option
 		want string
 	}{
-		{"ttl below min", []Option{WithTTL(100 * time.Millisecond)}, "below the minimum"},
-		{"ttl above max", []Option{WithTTL(MaxTTL + 1)}, "above the maximum"},
-		{"drift zero", []Option{WithDrift(0)}, "drift must be positive"},
-		{"drift half ttl", []Option{WithTTL(time.Second), WithDrift(500 * time.Millisecond)}, "not below half"},
-		{"node timeout too long", []Option{WithTTL(time.Second), WithNodeTimeout(400 * time.Millisecond)}, "above a third"},
+		{"ttl below min", []Option{WithDefaultTTL(100 * time.Millisecond)}, "below the minimum"},
+		{"ttl above max", []Option{WithDefaultTTL(MaxTTL + 1)}, "above the maximum"},
+		{"drift zero", []Option{WithDriftMargin(0)}, "WithDriftMargin: must be positive"},
+		{"drift half ttl", []Option{WithDefaultTTL(time.Second), WithDriftMargin(500 * time.Millisecond)}, "not below half"},
+		{"node timeout too long", []Option{WithDefaultTTL(time.Second), WithNodeTimeout(400 * time.Millisecond)}, "above a third"},
 		{"node timeout tiny", []Option{WithNodeTimeout(time.Microsecond)}, "at least 1ms"},
 		{"retry tiny", []Option{WithRetryInterval(0)}, "at least 1ms"},
 	} {
@@ -110,7 +110,7 @@ func TestOptions(t *testing.T) {
 		})
 	}
 	// Per-call TTLs are checked against the same bounds.
-	l := New(three, WithDrift(300*time.Millisecond))
+	l := New(three, WithDriftMargin(300*time.Millisecond))
 	defer l.Close()
 	if err := l.Err(); err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ func TestOpenURL(t *testing.T) {
 		}
 	}
 	for _, u := range []string{
-		"redlock://" + hosts + "/2?ttl=5s&drift=200ms&node_timeout=100ms&retry_interval=300ms&prefix=x:&read_timeout=1s",
+		"redlock://" + hosts + "/2?ttl=5s&drift_margin=200ms&node_timeout=100ms&retry_interval=300ms&prefix=x:&read_timeout=1s",
 		"rediss+redlock://user:pw@" + a[0] + "?addr=" + a[1] + "&addr=" + a[2],
 	} {
 		l, err := Open(context.Background(), u)

@@ -37,8 +37,11 @@ func init() {
 // with one client per node, all with the same user, password, database
 // and client settings. A node whose address cannot be written in the host
 // list (an IPv6 literal) can be given as addr=[::1]:6379, repeated. The
-// parameters are ttl, drift, node_timeout, retry_interval and prefix (see
-// the options of the same names), allow_eviction (WithAllowEviction), and any go-redis client parameter of
+// parameters are the shared ones (see backend.Settings) ttl
+// (WithDefaultTTL), drift_margin, retry_interval, prefix and ddl (no
+// effect: Redlock creates no schema; watchdog=false is refused, since
+// Redlock always renews), this package's node_timeout (WithNodeTimeout)
+// and allow_eviction (WithAllowEviction), and any go-redis client parameter of
 // redis:// URLs (dial_timeout, read_timeout, pool_size, ...), except
 // skip_verify, which is refused with an error (it would turn certificate
 // verification off for every node): for a private CA, build the clients
@@ -78,19 +81,15 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	var opts []Option
+	for _, set := range q.Shared(map[string]string{backend.ParamWatchdog: "Redlock always renews its locks (at TTL/3)"}) {
+		opts = append(opts, func(c *config) error { return c.Set(set) })
+	}
 	var (
-		prefix      = DefaultPrefix
-		ttl         = DefaultTTL
-		drift       time.Duration
 		nodeTimeout time.Duration
-		retry       = DefaultRetryInterval
 		eviction    bool
 	)
-	q.String("prefix", &prefix)
-	q.Duration("ttl", &ttl)
-	q.Duration("drift", &drift)
 	q.Duration("node_timeout", &nodeTimeout)
-	q.Duration("retry_interval", &retry)
 	q.Bool("allow_eviction", &eviction)
 	if err := q.Err(); err != nil {
 		return nil, err
@@ -110,10 +109,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	if len(hosts) < 3 || len(hosts)%2 == 0 {
 		return nil, fmt.Errorf("%w: %s: need an odd number of at least 3 nodes, got %d", locker.ErrInvalidURL, scheme, len(hosts))
 	}
-	opts := []Option{WithPrefix(prefix), WithTTL(ttl), WithRetryInterval(retry), WithAllowEviction(eviction)}
-	if drift > 0 {
-		opts = append(opts, WithDrift(drift))
-	}
+	opts = append(opts, WithAllowEviction(eviction))
 	if nodeTimeout > 0 {
 		opts = append(opts, WithNodeTimeout(nodeTimeout))
 	}
@@ -142,7 +138,7 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		o.Dialer = conns.dialer(goredis.NewDialer(o))
 		clients = append(clients, goredis.NewClient(o))
 	}
-	l := New(clients, opts...)
+	l := newLocker(clients, opts)
 	l.ownClients = true
 	l.conns = conns
 	if err := l.Err(); err != nil {

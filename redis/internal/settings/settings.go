@@ -1,8 +1,7 @@
 // Package settings is what the redis and redlock packages configure alike:
-// the settings both Lockers have (the key prefix, the default TTL, the drift
-// margin, the waiters' retry interval, the eviction-policy opt-out), their
-// checks, the one way to apply a list of options, and the parts of their
-// URLs that both read the same way. Each package keeps its own exported
+// the settings both Lockers have (backend.Settings, which every backend
+// shares, and the eviction-policy opt-out), their checks, and the parts of
+// their URLs that both read the same way. Each package keeps its own exported
 // Option type and With functions (their docs say what the setting means
 // for that backend); their bodies are one line over this.
 package settings
@@ -18,48 +17,30 @@ import (
 	"github.com/go-locker/locker/internal/lease"
 )
 
-// Core holds the settings both Lockers have. A package's config embeds it.
+// Core holds the settings both Lockers have: the shared ones
+// (backend.Settings: the default TTL, drift margin, prefix, retry interval,
+// watchdog) and the eviction-policy opt-out. A package's config embeds it.
 type Core struct {
+	backend.Settings
 	Limits        lease.Limits // the package's bounds on a lease; names it in errors
-	Prefix        string
-	TTL           time.Duration
-	Drift         time.Duration // 0: derived from the TTL (lease.DefaultDrift)
-	RetryInterval time.Duration
-	AllowEviction bool // skip the maxmemory-policy check
+	AllowEviction bool         // skip the maxmemory-policy check
 }
 
-// SetTTL sets the default lease, within the limits.
-func (c *Core) SetTTL(ttl time.Duration) error {
-	if err := c.Limits.Check(ttl); err != nil {
-		return err
+// Set applies a shared setting, naming the backend in its error.
+func (c *Core) Set(s backend.Setting) error {
+	if err := s(&c.Settings); err != nil {
+		return fmt.Errorf("%s: %w", c.Limits.Backend, err)
 	}
-	c.TTL = ttl
 	return nil
 }
 
-// SetDrift sets the drift margin, which must be positive; what names the
-// setting in errors ("drift margin").
-func (c *Core) SetDrift(what string, d time.Duration) error {
-	if err := c.Limits.Positive(what, d); err != nil {
-		return err
-	}
-	c.Drift = d
-	return nil
-}
-
-// SetRetryInterval sets the waiters' retry interval: at least 1ms.
-func (c *Core) SetRetryInterval(d time.Duration) error {
-	if err := c.Limits.AtLeast("retry interval", d, time.Millisecond); err != nil {
-		return err
-	}
-	c.RetryInterval = d
-	return nil
-}
+// Check reports a default TTL outside the limits.
+func (c *Core) Check() error { return c.Limits.Check(c.TTL) }
 
 // DriftFor returns the drift margin of a lock of ttl, or an error when the
 // configured one leaves too little of the lease (see lease.Limits.Drift).
-func (c *Core) DriftFor(what string, ttl time.Duration) (time.Duration, error) {
-	return c.Limits.Drift(what, c.Drift, ttl)
+func (c *Core) DriftFor(ttl time.Duration) (time.Duration, error) {
+	return c.Limits.Drift("drift margin", c.DriftMargin, ttl)
 }
 
 // LockTTL resolves the lease of one call from its options.
@@ -67,19 +48,8 @@ func (c *Core) LockTTL(opts []locker.Option) (time.Duration, error) {
 	return c.Limits.TTL(c.TTL, opts)
 }
 
-// Apply applies opts to cfg in order, skipping nil ones, and returns the
-// first error.
-func Apply[C any, O ~func(*C) error](cfg *C, opts []O) error {
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(cfg); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// Apply applies opts to cfg (backend.Apply: every error, joined).
+func Apply[C any, O ~func(*C) error](cfg *C, opts []O) error { return backend.Apply(cfg, opts) }
 
 // ContextTimeoutOption is the go-redis URL parameter that both packages
 // default to true (see DefaultContextTimeout).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/lease"
 )
 
@@ -18,26 +19,29 @@ type cfg struct {
 
 type opt func(*cfg) error
 
-func TestApplySkipsNilAndStopsAtFirstError(t *testing.T) {
+func TestApplySkipsNilAndCollectsErrors(t *testing.T) {
 	c := cfg{Core: Core{Limits: lease.Limits{Backend: "x", Min: time.Second, Max: time.Hour}}}
-	bad := errors.New("bad")
+	bad, worse := errors.New("bad"), errors.New("worse")
 	err := Apply(&c, []opt{
 		nil,
 		func(c *cfg) error { c.n++; return nil },
 		func(c *cfg) error { return bad },
-		func(c *cfg) error { c.n++; return nil },
+		func(c *cfg) error { c.n++; return worse },
 	})
-	if !errors.Is(err, bad) || c.n != 1 {
-		t.Fatalf("Apply = %v with %d options applied; want bad after 1", err, c.n)
+	if !errors.Is(err, bad) || !errors.Is(err, worse) || c.n != 2 {
+		t.Fatalf("Apply = %v with %d options applied; want bad and worse, 2 applied", err, c.n)
 	}
-	if err := c.SetTTL(time.Millisecond); !errors.Is(err, locker.ErrInvalidOption) || c.TTL != 0 {
-		t.Errorf("SetTTL below the minimum = %v, TTL %v; want ErrInvalidOption, TTL unchanged", err, c.TTL)
+	if err := c.Set(backend.SetDefaultTTL(time.Millisecond)); err != nil {
+		t.Fatal(err)
 	}
-	if err := c.SetRetryInterval(0); !errors.Is(err, locker.ErrInvalidOption) {
-		t.Errorf("SetRetryInterval(0) = %v, want ErrInvalidOption", err)
+	if err := c.Check(); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("Check of a TTL below the minimum = %v, want ErrInvalidOption", err)
 	}
-	if err := c.SetDrift("drift", -1); !errors.Is(err, locker.ErrInvalidOption) {
-		t.Errorf("SetDrift(-1) = %v, want ErrInvalidOption", err)
+	if err := c.Set(backend.SetRetryInterval(0)); !errors.Is(err, locker.ErrInvalidOption) || !strings.HasPrefix(err.Error(), "x: ") {
+		t.Errorf("Set(SetRetryInterval(0)) = %v, want ErrInvalidOption naming the backend", err)
+	}
+	if err := c.Set(backend.SetDriftMargin(-1)); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("Set(SetDriftMargin(-1)) = %v, want ErrInvalidOption", err)
 	}
 }
 
