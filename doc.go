@@ -28,6 +28,10 @@
 //   - Keys are any non-empty valid UTF-8 string without NUL, up to MaxKeyLen
 //     bytes, encoded injectively by every backend.
 //   - Locks are not reentrant.
+//   - One TTL: WithTTL(d) is the longest a lock outlives a holder that went
+//     silent, on every backend; every TTL in [MinTTL, MaxTTL] works
+//     everywhere, DefaultTTL is the default everywhere, and Handle.TTL
+//     reports the lease the backend gave (see MinTTL for the rule).
 //
 // # Why fencing tokens
 //

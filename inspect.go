@@ -38,4 +38,8 @@ type LockInfo struct {
 	// the key is not held or the backend's locks have no lease (a session
 	// lock, held until its session ends).
 	TTL time.Duration
+	// Lease is the full lease the holder was given (its Handle's TTL), or 0
+	// when the key is not held or the backend cannot tell (each backend's
+	// Inspect says which).
+	Lease time.Duration
 }

@@ -1,6 +1,46 @@
 package locker
 
-import "context"
+import (
+	"context"
+	"time"
+)
+
+// The TTL contract, the same on every backend.
+//
+// WithTTL(d) is the longest a lock may outlive a holder that went silent:
+// one that stopped renewing (it crashed, was paused, or was partitioned
+// from the backend). Within d of the holder's last word to the backend the
+// lock is free for others, on every backend; a live, connected holder keeps
+// it for as long as it wants (the backend renews it).
+//
+// Every backend accepts every TTL in [MinTTL, MaxTTL], the portable range,
+// and a lock taken without WithTTL has DefaultTTL on every backend. A TTL
+// outside the range is refused by WithTTL itself, on every backend, with an
+// error wrapping ErrInvalidOption that names the range.
+//
+// Where a backend cannot give a lease of exactly the TTL asked, it does the
+// nearest safe thing, the same way everywhere:
+//   - it gives a shorter lease rather than a longer one (a shorter lease is
+//     safe for exclusion: the holder renews sooner, and hears of a loss
+//     sooner): a server that counts leases in whole seconds rounds down, a
+//     server with a lease ceiling gives the ceiling;
+//   - it gives a longer lease only where the server cannot go lower (etcd's
+//     minimum lease, ZooKeeper's minimum session timeout), and then exactly
+//     the server's minimum;
+//
+// and it reports the lease it gave: Handle.TTL, and LockInfo.Lease where the
+// backend is an Inspector. So a caller that needs to know how long a silent
+// holder may block others reads Handle.TTL, not what it asked for.
+const (
+	// MinTTL is the shortest TTL of the portable range.
+	MinTTL = time.Second
+	// MaxTTL is the longest TTL of the portable range.
+	MaxTTL = 24 * time.Hour
+	// DefaultTTL is the lease of a lock taken without WithTTL, on every
+	// backend (a backend's option for its Lockers' default TTL may change it
+	// for one Locker, within [MinTTL, MaxTTL]).
+	DefaultTTL = 30 * time.Second
+)
 
 // Locker takes locks on keys in one keyspace shared by every client of the same
 // backend. Implementations must be safe for concurrent use by multiple goroutines.
@@ -53,6 +93,16 @@ type Handle interface {
 	// Err is nil while the lock is held; after Done is closed it is ErrReleased
 	// after Release, or an error wrapping ErrLost when the lock was lost.
 	Err() error
+
+	// TTL is the lease the backend gave this lock: the longest the lock
+	// outlives this holder once it goes silent (see MinTTL for the rule). It
+	// is the TTL asked (WithTTL, else the Locker's default) unless the
+	// backend could not give exactly that, and then what it gave instead:
+	// rounded down to the server's unit, the server's ceiling, or the
+	// server's minimum, never anything else. It is positive and does not
+	// change while the lock is held; a session backend reports its session's
+	// timeout as granted by the server.
+	TTL() time.Duration
 
 	// Release gives the lock up. It never removes a lock that another holder has
 	// since acquired. A second Release returns an error wrapping ErrReleased; a

@@ -72,11 +72,11 @@ func positive(option string, d time.Duration) error {
 }
 
 // SetDefaultTTL is WithDefaultTTL: the lease of a lock taken without a
-// per-call locker.WithTTL. It must be positive; the backend checks its own
-// range.
+// per-call locker.WithTTL. It must be within the portable range
+// [locker.MinTTL, locker.MaxTTL], as every TTL is (CheckTTL).
 func SetDefaultTTL(d time.Duration) Setting {
 	return func(s *Settings) error {
-		if err := positive("WithDefaultTTL", d); err != nil {
+		if err := CheckTTL("WithDefaultTTL", d); err != nil {
 			return err
 		}
 		s.TTL = d

@@ -79,6 +79,9 @@ func (h Harness) withDefaults() Harness {
 	if h.LossBound <= 0 {
 		h.LossBound = h.TTL
 	}
+	if h.ExpirySlack <= 0 {
+		h.ExpirySlack = time.Second
+	}
 	if h.CtxSlack <= 0 {
 		h.CtxSlack = 500 * time.Millisecond
 	}
@@ -112,6 +115,9 @@ func (s *suite) cases() []testCase {
 		{"Keys/Invalid", s.invalidKeys},
 		{"Options/InvalidTTL", s.invalidTTL},
 		{"Options/HugeTTL", s.hugeTTL},
+		{"TTL/Range", s.ttlRange},
+		{"TTL/Default", s.ttlDefault},
+		{"TTL/SilentHolder", s.ttlSilentHolder},
 		{"Release/Twice", s.releaseTwice},
 		{"Release/Concurrent", s.releaseConcurrent},
 		{"Release/AfterLoss", s.releaseAfterLoss},

@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance"
@@ -25,7 +24,7 @@ func toyHarness(f flaw) conformance.Harness {
 			l.(*toyLocker).setCut(true)
 			return func() { l.(*toyLocker).setCut(false) }
 		},
-		TTL:      300 * time.Millisecond,
+		TTL:      locker.MinTTL,
 		ManyKeys: 500,
 		Unsafe: []conformance.UnsafeConfig{
 			{
@@ -90,6 +89,12 @@ var flaws = []struct {
 	{"ResetFreesSilently", resetFreesSilently, []string{"Loss/ConnectionsReset"}},
 	{"DropsCause", dropsCause, []string{"Context/Cause"}},
 	{"CloseCutClaimsRelease", closeCutClaimsRelease, []string{"Close/WhileCut"}},
+	{"RefusesLongTTL", refusesLongTTL, []string{"TTL/Range"}},
+	{"RoundsLeaseUp", roundsLeaseUp, []string{"TTL/Range", "TTL/Default"}},
+	{"OwnDefaultTTL", ownDefaultTTL, []string{"TTL/Default"}},
+	{"OutlivesLease", outlivesLease, []string{"TTL/SilentHolder"}},
+	{"InspectNoLease", inspectNoLease, []string{"TTL/Range", "TTL/Default"}},
+	{"IgnoresBadTTL", ignoresBadTTL, []string{"Options/InvalidTTL", "Options/HugeTTL"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"

@@ -31,6 +31,14 @@
 // turns on the checks of the backend's URL opener. Harness.Skip names known,
 // tracked failures, which are reported as skipped, never as passed.
 //
+// The TTL cases hold every backend to locker's one TTL contract (see
+// locker.MinTTL): the shortest, the longest and a between TTL of the
+// portable range work, a lock without WithTTL has locker.DefaultTTL, each
+// Handle.TTL (and LockInfo.Lease, where Inspect can tell) is exactly the TTL
+// asked unless the harness declares what the server imposes
+// (Harness.LeaseGrain, LeaseFloor, LeaseCeiling), and a silent holder's lock
+// is gone within the lease reported plus Harness.ExpirySlack.
+//
 // Run must not run in parallel with other tests of the same binary: its
 // goroutine-leak check looks at the whole process.
 //

@@ -88,14 +88,36 @@ type Harness struct {
 	// client. Zero: 3 × TTL.
 	ExpiryBound time.Duration
 
-	// MinTTL is the smallest TTL the backend accepts; the suite checks that a
-	// TTL below it is rejected with locker.ErrInvalidOption (or, with
-	// ClampsTTL, accepted). Zero: the backend has no minimum above zero.
-	MinTTL time.Duration
+	// The lease rule (see locker.MinTTL): a backend gives the TTL asked, or
+	// the nearest safe lease, and reports it in Handle.TTL. The TTL/* cases
+	// hold every handle's TTL to exactly the lease these fields predict
+	// from the TTL asked: the TTL rounded down to LeaseGrain, at most
+	// LeaseCeiling, at least LeaseFloor. All zero (the default): exactly
+	// the TTL asked. Set one only for what the server imposes, and say
+	// where you set it which server setting it comes from.
+	//
+	// LeaseGrain is the unit the server counts leases in (etcd: a second).
+	LeaseGrain time.Duration
+	// LeaseFloor is the server's shortest lease, given in place of a
+	// shorter TTL because the server cannot go lower (etcd's minimum lease,
+	// ZooKeeper's minSessionTimeout).
+	LeaseFloor time.Duration
+	// LeaseCeiling is the server's longest lease, given in place of a
+	// longer TTL (ZooKeeper's maxSessionTimeout).
+	LeaseCeiling time.Duration
 
-	// ClampsTTL says the backend documents that a TTL below MinTTL is raised
-	// to MinTTL instead of rejected.
-	ClampsTTL bool
+	// NoInspectLease says why the backend's Inspect cannot tell the full
+	// lease of a holder (LockInfo.Lease), when it cannot: the suite then
+	// checks that Lease is 0, as LockInfo documents. Empty: Lease must
+	// equal the holder's Handle.TTL.
+	NoInspectLease string
+
+	// ExpirySlack is how long, beyond the lease its Handle reported, the
+	// lock of a holder that went silent (Cut, else Crash) may still keep
+	// another client from acquiring the key: the server's expiry
+	// granularity and the waiter's wake-up. TTL/SilentHolder holds the
+	// backend to it. Zero: 1s.
+	ExpirySlack time.Duration
 
 	// NoTTL says the backend has no leases (locks end with the holder's
 	// session, as with PostgreSQL advisory locks): WithTTL is validated but

@@ -266,4 +266,5 @@ func (tokenOnly) Key() string                   { return "" }
 func (t tokenOnly) Token() int64                { return int64(t) }
 func (tokenOnly) Done() <-chan struct{}         { return nil }
 func (tokenOnly) Err() error                    { return nil }
+func (tokenOnly) TTL() time.Duration            { return 0 }
 func (tokenOnly) Release(context.Context) error { return nil }

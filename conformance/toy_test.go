@@ -49,7 +49,13 @@ const (
 	strandsCutWaiter           // a waiter whose Locker was cut off waits until its ctx ends, whatever happens
 	resetFreesSilently         // a reset of its connections frees the Locker's keys, its handles unaware
 	dropsCause                 // a call its context ended reports ctx.Err() without the cause
+	refusesLongTTL             // a TTL above an hour, inside the portable range, is refused
+	roundsLeaseUp              // the lease given (and reported) is the TTL asked plus a second
+	ownDefaultTTL              // a lock taken without WithTTL gets 10s, not locker.DefaultTTL
+	outlivesLease              // the store keeps a silent holder's lock 3× the lease reported
+	inspectNoLease             // Inspect reports the remaining lease but not the full one
 	closeCutClaimsRelease      // Close while cut off says its locks were released, and returns nil
+	ignoresBadTTL              // a refused WithTTL is ignored: the call goes on with the default
 )
 
 // errToyPrivate is the toy's refusal of a store private to one Locker, the
@@ -145,7 +151,8 @@ type toyHandle struct {
 	relMu   sync.Mutex // serialises Release
 }
 
-const toyTTL = 30 * time.Second
+// toyTTL is the toy's default lease; ownDefaultTTL uses its own.
+const toyTTL = locker.DefaultTTL
 
 var errUnreachable = errors.New("toy: backend unreachable")
 
@@ -238,7 +245,7 @@ func (l *toyLocker) try(ctx context.Context, key string, ttl time.Duration, forc
 		}
 	}
 	s.fence[sk]++
-	h := &toyHandle{l: l, key: key, sk: sk, token: s.fence[sk], ttl: ttl, expires: now.Add(ttl), st: backend.NewState()}
+	h := &toyHandle{l: l, key: key, sk: sk, token: s.fence[sk], ttl: ttl, expires: now.Add(l.storeLease(ttl)), st: backend.NewState()}
 	l.mu.Lock()
 	if l.closed { // Close ran since reachable(): take nothing
 		l.mu.Unlock()
@@ -264,11 +271,18 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 		return nil, err
 	}
 	o, err := backend.ApplyOptions(opts...)
-	if err != nil {
+	if err != nil && l.flaw != ignoresBadTTL {
 		return nil, err
 	}
-	if o.TTL == 0 {
+	switch {
+	case o.TTL == 0 && l.flaw == ownDefaultTTL:
+		o.TTL = 10 * time.Second
+	case o.TTL == 0:
 		o.TTL = toyTTL
+	case o.TTL > time.Hour && l.flaw == refusesLongTTL:
+		return nil, backend.KeyError("acquire", key, fmt.Errorf("%w: toy: TTL %v is above an hour", locker.ErrInvalidOption, o.TTL))
+	case l.flaw == roundsLeaseUp:
+		o.TTL += time.Second
 	}
 	if ctx.Err() != nil {
 		return nil, l.ctxErr(ctx)
@@ -384,7 +398,7 @@ func (l *toyLocker) watchdog(h *toyHandle) {
 			cur := s.held[h.sk]
 			blind := l.flaw == blindRenewal || l.flaw == checkedBlindRenewal
 			if cur == h || (blind && cur != nil) {
-				cur.expires = time.Now().Add(h.ttl)
+				cur.expires = time.Now().Add(l.storeLease(h.ttl))
 				lastOK = time.Now()
 			}
 			s.mu.Unlock()
@@ -413,6 +427,38 @@ func (h *toyHandle) Key() string           { return h.key }
 func (h *toyHandle) Token() int64          { return h.token }
 func (h *toyHandle) Done() <-chan struct{} { return h.st.Done() }
 func (h *toyHandle) Err() error            { return h.st.Err() }
+func (h *toyHandle) TTL() time.Duration    { return h.ttl }
+
+// storeLease is how long the store keeps a lock of lease ttl after its
+// holder's last word: ttl, or, with outlivesLease, three times that.
+func (l *toyLocker) storeLease(ttl time.Duration) time.Duration {
+	if l.flaw == outlivesLease {
+		return 3 * ttl
+	}
+	return ttl
+}
+
+// Inspect is the toy's locker.Inspector: held while the lease in the store
+// runs, with the holder's token, remaining and full lease.
+func (l *toyLocker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
+	if err := locker.ValidateKey(key); err != nil {
+		return locker.LockInfo{}, err
+	}
+	if err := l.reach(ctx); err != nil {
+		return locker.LockInfo{}, backend.KeyError("inspect", key, err)
+	}
+	s := l.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info := locker.LockInfo{Key: key}
+	if cur := s.held[l.storeKey(key)]; cur != nil && time.Now().Before(cur.expires) {
+		info.Held, info.Token, info.TTL, info.Lease = true, cur.token, min(time.Until(cur.expires), cur.ttl), cur.ttl
+		if l.flaw == inspectNoLease {
+			info.Lease = 0
+		}
+	}
+	return info, nil
+}
 
 func (h *toyHandle) Release(ctx context.Context) error {
 	s := h.l.s

@@ -47,12 +47,15 @@
 // The price of sharing is that a lost lease loses every lock on it at
 // once, which is what happens anyway when the process or its link dies.
 //
-// etcd counts TTLs in whole seconds: locker.WithTTL is rounded up to a
-// second, and below MinTTL (1s) it is rejected with an error wrapping
-// locker.ErrInvalidOption. The server may raise a short TTL to its own
-// minimum (1.5 election timeouts, 2s by default); the Locker then uses the
-// TTL the server granted. Locks without WithTTL use DefaultTTL (10s) or
-// WithDefaultTTL.
+// Every TTL of locker's portable range [locker.MinTTL, locker.MaxTTL] (1s
+// to 24h) works; locks without locker.WithTTL use locker.DefaultTTL (30s)
+// or WithDefaultTTL. etcd counts TTLs in whole seconds: the TTL asked of
+// the server is rounded down to a second (a shorter lease, the safe
+// direction). The server may raise a short TTL to its own minimum (1.5
+// election timeouts rounded up: 2s with the default --election-timeout of
+// 1000ms, so a 1s TTL gets a 2s lease); the Locker then uses the TTL the
+// server granted, and reports it in Handle.TTL and in Inspect's
+// LockInfo.Lease (the lease's GrantedTTL).
 //
 // The Locker renews each lease every third of its TTL (KeepAliveOnce, one
 // request at a time, each bounded by that interval, so that a member that

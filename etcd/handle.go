@@ -46,6 +46,11 @@ func (h *Handle) Key() string { return h.key }
 // key. See the package documentation for why it increases across holders.
 func (h *Handle) Token() int64 { return h.rev }
 
+// TTL returns the lease the server granted the lock's etcd lease: the TTL
+// asked rounded down to a whole second, or the server's minimum lease if
+// that is longer (2s for a 1s TTL with etcd's default election timeout).
+func (h *Handle) TTL() time.Duration { return h.ls.granted }
+
 // Done is closed once the lock is released or lost.
 func (h *Handle) Done() <-chan struct{} { h.checkLease(); return h.state.Done() }
 

@@ -17,7 +17,8 @@ var _ locker.Inspector = (*Locker)(nil)
 // is the key of smallest create revision in the lock directory (whether or
 // not its contender has seen the watch event yet); Token is that create
 // revision, the holder's fencing token; TTL is what remains of the
-// holder's lease as the server counts it (whole seconds). It reads twice
+// holder's lease as the server counts it (whole seconds), and Lease the
+// TTL the server granted that lease (the holder's Handle.TTL). It reads twice
 // (the directory, then the lease) and writes nothing.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
 	const op = "inspect"
@@ -59,6 +60,9 @@ func (l *Locker) inspect(ctx context.Context, key string) (locker.LockInfo, erro
 			continue
 		}
 		info.TTL = time.Duration(max(ttl.TTL, 0)) * time.Second
+		if ttl.TTL >= 0 {
+			info.Lease = time.Duration(ttl.GrantedTTL) * time.Second
+		}
 		return info, nil
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"github.com/go-locker/locker/backend"
 	"testing"
 	"time"
+
+	"github.com/go-locker/locker"
 )
 
 func TestSlotsReuseLowestFree(t *testing.T) {
@@ -48,8 +50,8 @@ func TestSlotsBeyondReusedAreUnique(t *testing.T) {
 }
 
 func TestWaiterNameFreesOnce(t *testing.T) {
-	l := &Locker{nonce: "n", cfg: config{Settings: backend.Settings{TTL: DefaultTTL}}, leases: map[time.Duration]*lease{}}
-	ls := &lease{l: l, id: 0x2a, ttl: DefaultTTL, users: 3} // leaseFor's use per name
+	l := &Locker{nonce: "n", cfg: config{Settings: backend.Settings{TTL: locker.DefaultTTL}}, leases: map[time.Duration]*lease{}}
+	ls := &lease{l: l, id: 0x2a, ttl: locker.DefaultTTL, users: 3} // leaseFor's use per name
 	l.leases[ls.ttl] = ls
 	a := l.newName(ls, "/locker/k/")
 	if want := "/locker/k/000000000000002a-n-0"; a.key != want {

@@ -13,16 +13,6 @@ import (
 // unless WithPrefix says otherwise.
 const DefaultPrefix = "/locker"
 
-// DefaultTTL is the lease of a lock taken without locker.WithTTL, unless
-// WithDefaultTTL says otherwise.
-const DefaultTTL = 10 * time.Second
-
-// MinTTL is the shortest lease the Locker accepts: etcd counts lease TTLs in
-// whole seconds. The server may raise a short TTL to its own minimum (one
-// and a half election timeouts, rounded up: 2s with the default settings);
-// the Locker then times renewals and losses by the TTL the server granted.
-const MinTTL = time.Second
-
 // MinDriftMargin is the least margin the Locker keeps between declaring a
 // lease lost and the earliest moment the server could expire it; see
 // WithDriftMargin.
@@ -42,7 +32,7 @@ type config struct {
 }
 
 func newConfig(opts []Option) config {
-	c := config{Settings: backend.Settings{Prefix: DefaultPrefix, TTL: DefaultTTL}}
+	c := config{Settings: backend.Settings{Prefix: DefaultPrefix, TTL: locker.DefaultTTL}}
 	c.err = backend.Apply(&c, opts)
 	return c
 }
@@ -56,17 +46,19 @@ func (c *config) driftMargin(ttl time.Duration) time.Duration {
 	return max(ttl/10, MinDriftMargin)
 }
 
-// checkTTL rejects a lease etcd cannot express.
-func checkTTL(ttl time.Duration) error {
-	if ttl < MinTTL {
-		return fmt.Errorf("%w: TTL %v is below %v (etcd leases count whole seconds)", locker.ErrInvalidOption, ttl, MinTTL)
-	}
-	return nil
-}
+// checkTTL rejects a TTL outside the portable range, as every backend does.
+func checkTTL(ttl time.Duration) error { return backend.CheckTTL("etcd", ttl) }
 
-// leaseSeconds is the TTL asked of etcd for ttl: rounded up to a second.
+// leaseSeconds is the TTL asked of etcd for ttl: etcd counts lease TTLs in
+// whole seconds, so it is rounded down, the nearest safe lease by locker's
+// TTL rule (a shorter lease, never a longer one), and at least a second
+// (the portable range starts there). The server may grant more than it is
+// asked, up to its own minimum (one and a half election timeouts, rounded
+// up: 2s with the default --election-timeout=1000); the Locker then reports
+// (Handle.TTL) and times its renewals and losses by the TTL the server
+// granted.
 func leaseSeconds(ttl time.Duration) int64 {
-	return int64((ttl + time.Second - 1) / time.Second)
+	return max(int64(ttl/time.Second), 1)
 }
 
 // checkPrefix rejects a prefix that is empty or ends in '/': the lock
@@ -98,8 +90,8 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithDefaultTTL sets the lease of locks taken without locker.WithTTL
-// (default DefaultTTL; URL parameter ttl). It must be at least MinTTL; it
-// is rounded up to a whole second.
+// (default locker.DefaultTTL; URL parameter ttl). It must be within [locker.MinTTL,
+// locker.MaxTTL], like every TTL; it is rounded down to a whole second.
 func WithDefaultTTL(ttl time.Duration) Option {
 	return func(c *config) error {
 		if err := checkTTL(ttl); err != nil {

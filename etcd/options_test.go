@@ -39,7 +39,7 @@ func TestOptions(t *testing.T) {
 }
 
 func TestLeaseSeconds(t *testing.T) {
-	for ttl, want := range map[time.Duration]int64{time.Second: 1, 1500 * time.Millisecond: 2, 2 * time.Second: 2, 10*time.Second + 1: 11} {
+	for ttl, want := range map[time.Duration]int64{time.Second: 1, 1500 * time.Millisecond: 1, 2 * time.Second: 2, 10*time.Second + 1: 10, 24 * time.Hour: 86400} {
 		if got := leaseSeconds(ttl); got != want {
 			t.Errorf("leaseSeconds(%v) = %d, want %d", ttl, got, want)
 		}

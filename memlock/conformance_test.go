@@ -2,7 +2,6 @@ package memlock
 
 import (
 	"testing"
-	"time"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance"
@@ -22,10 +21,8 @@ func TestConformance(t *testing.T) {
 		URL:       "mem://conformance",
 		// The store hands an expired key on by a timer, at the lease's end,
 		// so the expiry bound needs only slack for a loaded machine. The
-		// lease is long enough that the renewal case survives stalls of a
-		// few hundred milliseconds under -race.
-		TTL:         500 * time.Millisecond,
-		ExpiryBound: 1500 * time.Millisecond,
-		MinTTL:      MinTTL,
+		// lease is the shortest of the portable range.
+		TTL:         locker.MinTTL,
+		ExpiryBound: 2 * locker.MinTTL,
 	})
 }

@@ -44,8 +44,11 @@
 //     or an expiry hands the key to the oldest waiter in the same step; waiters
 //     are woken by a channel, never by polling.
 //   - Leases: every lock has a TTL (locker.WithTTL per call, WithDefaultTTL per
-//     Locker, else DefaultTTL; at least MinTTL, else the call fails with an
-//     error wrapping locker.ErrInvalidOption). Each Locker has one watchdog
+//     Locker, else locker.DefaultTTL), within locker's portable range
+//     [locker.MinTTL, locker.MaxTTL], as on every backend: outside it the
+//     call fails with an error wrapping locker.ErrInvalidOption. The lease
+//     is exactly the TTL, reported by Handle.TTL and by Inspect
+//     (LockInfo.Lease). Each Locker has one watchdog
 //     goroutine that renews each of its leases every TTL/3 while it is held.
 //     A lease that is not renewed runs out after its TTL, and a timer (not a
 //     poll) then hands the key on.

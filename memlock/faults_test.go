@@ -18,7 +18,7 @@ func TestExpiryEndsHolderBeforeHandoff(t *testing.T) {
 		t.Run(fault, func(t *testing.T) {
 			s := NewStore()
 			a, b := newLocker(t, s), newLocker(t, s)
-			const ttl = 50 * time.Millisecond
+			const ttl = time.Second
 			ha := mustAcquire(t, a, "k", locker.WithTTL(ttl))
 			ch := goAcquire(testCtx(t), b, "k")
 			waitQueued(t, s, "k", 1)
@@ -83,7 +83,7 @@ func TestCut(t *testing.T) {
 	a, b := newLocker(t, s), newLocker(t, s)
 	// Long enough that the lease outlives the checks made while cut, even
 	// on a loaded machine; the test waits for it to run out once.
-	const ttl = 300 * time.Millisecond
+	const ttl = time.Second
 	ha := mustAcquire(t, a, "k", locker.WithTTL(ttl))
 	hb := mustAcquire(t, b, "w")
 	waiting := goAcquire(testCtx(t), a, "w")
@@ -139,7 +139,7 @@ func TestCut(t *testing.T) {
 func TestCutAndHealInTimeKeepsLock(t *testing.T) {
 	s := NewStore()
 	a := newLocker(t, s)
-	const ttl = 500 * time.Millisecond // see TestRenewalKeepsLockPastTTL
+	const ttl = time.Second // see TestRenewalKeepsLockPastTTL
 	h := mustAcquire(t, a, "k", locker.WithTTL(ttl))
 	a.cut()()
 	select {
@@ -205,7 +205,7 @@ func TestClose(t *testing.T) {
 func TestCloseWhileCutLeavesLeasesToExpire(t *testing.T) {
 	s := NewStore()
 	a, b := newLocker(t, s), newLocker(t, s)
-	h := mustAcquire(t, a, "k", locker.WithTTL(300*time.Millisecond)) // outlives the checks below
+	h := mustAcquire(t, a, "k", locker.WithTTL(time.Second)) // outlives the checks below
 	a.cut()
 	if err := a.Close(); !errors.Is(err, errUnreachable) {
 		t.Fatalf("Close while cut: %v, want an error saying locks were left", err)

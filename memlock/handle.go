@@ -25,6 +25,10 @@ func (h *handle) Token() int64          { return h.g.token }
 func (h *handle) Done() <-chan struct{} { return h.g.state.Done() }
 func (h *handle) Err() error            { return h.g.state.Err() }
 
+// TTL is the lease of the lock: exactly the TTL asked (memlock counts in
+// nanoseconds, like time.Duration).
+func (h *handle) TTL() time.Duration { return h.g.ttl }
+
 // Release gives the lock up and hands the key to the next waiter. It fails
 // with an error wrapping locker.ErrReleased if the handle was released
 // already, and with one wrapping locker.ErrLost if the lease expired first;

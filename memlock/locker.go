@@ -11,16 +11,6 @@ import (
 	"github.com/go-locker/locker/backend"
 )
 
-// DefaultTTL is the lease of a lock when neither locker.WithTTL nor
-// WithDefaultTTL says otherwise.
-const DefaultTTL = 30 * time.Second
-
-// MinTTL is the shortest lease memlock accepts; a shorter one fails with an
-// error wrapping locker.ErrInvalidOption. The watchdog renews a lease every
-// TTL/3, so a holder whose process stalls for more than 2/3 of its TTL loses
-// the lock: leases near the minimum are for tests, not for real work.
-const MinTTL = time.Millisecond
-
 // errUnreachable is what a Locker cut off from its Store (by the test hook
 // cut) gets from every call that needs the store.
 var errUnreachable = errors.New("memlock: store unreachable (connection cut)")
@@ -37,10 +27,10 @@ type config struct {
 }
 
 // WithDefaultTTL sets the lease used when a call has no locker.WithTTL
-// (URL parameter ttl). It must be at least MinTTL. NewLocker returns no
-// error, so a bad value is reported by Err and by every Acquire and
-// TryAcquire of the Locker instead, with an error wrapping
-// locker.ErrInvalidOption.
+// (default locker.DefaultTTL; URL parameter ttl). It must be within [locker.MinTTL,
+// locker.MaxTTL], like every TTL. NewLocker returns no error, so a bad value is
+// reported by every Acquire and TryAcquire of the Locker instead, with an
+// error wrapping locker.ErrInvalidOption.
 func WithDefaultTTL(ttl time.Duration) Option {
 	return func(c *config) error {
 		if err := checkTTL(ttl); err != nil {
@@ -51,12 +41,7 @@ func WithDefaultTTL(ttl time.Duration) Option {
 	}
 }
 
-func checkTTL(ttl time.Duration) error {
-	if ttl < MinTTL {
-		return fmt.Errorf("%w: TTL %v is below memlock's minimum of %v", locker.ErrInvalidOption, ttl, MinTTL)
-	}
-	return nil
-}
+func checkTTL(ttl time.Duration) error { return backend.CheckTTL("memlock", ttl) }
 
 // Locker is one client of a Store: what a process is to a lock server. It is
 // safe for concurrent use. Its locks are kept alive by a watchdog goroutine
@@ -87,7 +72,7 @@ var _ locker.Locker = (*Locker)(nil)
 // NewLocker returns a new client of s. It starts the Locker's watchdog
 // goroutine, which runs until Close: always Close a Locker.
 func (s *Store) NewLocker(opts ...Option) *Locker {
-	cfg := config{Settings: backend.Settings{TTL: DefaultTTL}}
+	cfg := config{Settings: backend.Settings{TTL: locker.DefaultTTL}}
 	cfg.err = backend.Apply(&cfg, opts)
 	l := &Locker{
 		store:   s,
@@ -196,10 +181,7 @@ func (l *Locker) ttl(opts []locker.Option) (time.Duration, error) {
 	if o.TTL == 0 {
 		return l.cfg.TTL, nil
 	}
-	if err := checkTTL(o.TTL); err != nil {
-		return 0, err
-	}
-	return o.TTL, nil
+	return o.TTL, nil // locker.WithTTL checked it
 }
 
 // Close releases every lock the Locker holds, so that waiters elsewhere get

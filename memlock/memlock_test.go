@@ -140,15 +140,18 @@ func TestTTLValidation(t *testing.T) {
 		wantTTL  time.Duration // when the call succeeds
 		wantErr  error
 	}{
-		{"Default", nil, nil, DefaultTTL, nil},
+		{"Default", nil, nil, locker.DefaultTTL, nil},
 		{"PerCall", nil, []locker.Option{locker.WithTTL(time.Second)}, time.Second, nil},
-		{"AtMinimum", nil, []locker.Option{locker.WithTTL(MinTTL)}, MinTTL, nil},
+		{"AtMinimum", nil, []locker.Option{locker.WithTTL(locker.MinTTL)}, locker.MinTTL, nil},
+		{"AtMaximum", nil, []locker.Option{locker.WithTTL(locker.MaxTTL)}, locker.MaxTTL, nil},
+		{"AboveMaximum", nil, []locker.Option{locker.WithTTL(locker.MaxTTL + 1)}, 0, locker.ErrInvalidOption},
+		{"LockerDefaultAboveMaximum", []Option{WithDefaultTTL(locker.MaxTTL + 1)}, nil, 0, locker.ErrInvalidOption},
 		{"LockerDefault", []Option{WithDefaultTTL(time.Minute)}, nil, time.Minute, nil},
 		{"PerCallBeatsLockerDefault", []Option{WithDefaultTTL(time.Minute)}, []locker.Option{locker.WithTTL(time.Second)}, time.Second, nil},
-		{"NilOptions", []Option{nil}, []locker.Option{nil}, DefaultTTL, nil},
+		{"NilOptions", []Option{nil}, []locker.Option{nil}, locker.DefaultTTL, nil},
 		{"Zero", nil, []locker.Option{locker.WithTTL(0)}, 0, locker.ErrInvalidOption},
 		{"Negative", nil, []locker.Option{locker.WithTTL(-time.Second)}, 0, locker.ErrInvalidOption},
-		{"BelowMinimum", nil, []locker.Option{locker.WithTTL(MinTTL - 1)}, 0, locker.ErrInvalidOption},
+		{"BelowMinimum", nil, []locker.Option{locker.WithTTL(locker.MinTTL - 1)}, 0, locker.ErrInvalidOption},
 		{"LockerDefaultBelowMinimum", []Option{WithDefaultTTL(time.Microsecond)}, nil, 0, locker.ErrInvalidOption},
 		{"LockerDefaultZero", []Option{WithDefaultTTL(0)}, []locker.Option{locker.WithTTL(time.Second)}, 0, locker.ErrInvalidOption},
 	}
@@ -173,7 +176,7 @@ func TestTTLValidation(t *testing.T) {
 					}
 					continue
 				}
-				if got := h.(*handle).g.ttl; got != tt.wantTTL {
+				if got := h.TTL(); got != tt.wantTTL {
 					t.Errorf("try=%v: lease %v, want %v", try, got, tt.wantTTL)
 				}
 				if err := h.Release(t.Context()); err != nil {
@@ -358,7 +361,7 @@ func TestCancelRacingHandoff(t *testing.T) {
 func TestRenewalKeepsLockPastTTL(t *testing.T) {
 	s := NewStore()
 	a, b := newLocker(t, s), newLocker(t, s)
-	const ttl = 500 * time.Millisecond
+	const ttl = time.Second
 	h := mustAcquire(t, a, "k", locker.WithTTL(ttl))
 	select {
 	case <-h.Done():

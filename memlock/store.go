@@ -250,6 +250,7 @@ func (s *Store) inspect(key string) locker.LockInfo {
 		info.Held = true
 		info.Token = e.holder.token
 		info.TTL = max(time.Until(e.holder.deadline), 0)
+		info.Lease = e.holder.ttl
 	}
 	return info
 }

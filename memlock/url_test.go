@@ -15,11 +15,12 @@ func TestOpen(t *testing.T) {
 		wantTTL time.Duration
 		wantErr []error // all must match; nil means success
 	}{
-		{"mem://", DefaultTTL, nil},
-		{"mem:///", DefaultTTL, nil},
-		{"MEM://jobs", DefaultTTL, nil},
+		{"mem://", locker.DefaultTTL, nil},
+		{"mem:///", locker.DefaultTTL, nil},
+		{"MEM://jobs", locker.DefaultTTL, nil},
 		{"mem://jobs?ttl=10s", 10 * time.Second, nil},
-		{"mem://?ttl=1ms", time.Millisecond, nil},
+		{"mem://?ttl=1s", time.Second, nil},
+		{"mem://?ttl=1ms", 0, []error{locker.ErrInvalidURL, locker.ErrInvalidOption}},
 		{"mem://jobs?ttl=0s", 0, []error{locker.ErrInvalidURL}},
 		{"mem://jobs?ttl=soon", 0, []error{locker.ErrInvalidURL}},
 		{"mem://jobs?ttl=500us", 0, []error{locker.ErrInvalidURL, locker.ErrInvalidOption}},

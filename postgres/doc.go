@@ -67,7 +67,9 @@
 // # Failure modes
 //
 // A lock ends with its session. There is no lease: locker.WithTTL is
-// validated (it must be positive) and otherwise ignored. What bounds how long
+// validated (it must be within locker's portable range [locker.MinTTL,
+// locker.MaxTTL], as on every backend) and reported by Handle.TTL, but not
+// yet enforced by the server. What bounds how long
 // a dead holder blocks others is how fast the server notices the session is
 // gone:
 //

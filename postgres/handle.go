@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,6 +44,8 @@ type handle struct {
 	idle       bool          // the monitor is waiting on the socket, not running a statement
 	exited     chan struct{} // closed when the monitor returns
 	startTimer *timerq.Entry // starts the monitor after monitorDelay
+
+	ttl time.Duration // the lease reported by TTL (ttl.go)
 }
 
 var _ locker.Handle = (*handle)(nil)

@@ -287,7 +287,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Opti
 }
 
 func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (_ locker.Handle, err error) {
-	if _, err := backend.ApplyOptions(opts...); err != nil {
+	o, err := backend.ApplyOptions(opts...)
+	if err != nil {
 		return nil, backend.KeyError(op, key, err)
 	}
 	ctx, done, err := l.life.Enter(ctx, op, key)
@@ -325,6 +326,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		return nil, backend.KeyError(op, key, err)
 	}
 	h := newHandle(l, conn, key, id, g)
+	h.ttl = leaseOf(o)
 	// The monitor is scheduled before the handle is held, so that a Close
 	// that releases it at once finds a monitor to stop.
 	h.scheduleMonitor()

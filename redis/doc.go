@@ -20,7 +20,14 @@
 // the loss (Done is closed, Err wraps locker.ErrLost) before the server can
 // give the key to anyone else. Release and renewal act only on the caller's
 // own lock, never on another holder's. A crashed holder blocks others for at
-// most its TTL (default 30s, at least MinTTL).
+// most its TTL.
+//
+// TTL: every TTL of locker's portable range [locker.MinTTL, locker.MaxTTL]
+// (1s to 24h) works; without locker.WithTTL a lock has locker.DefaultTTL
+// (30s), or the Locker's WithTTL. The lease is the TTL rounded down to a
+// whole millisecond (PX's unit), which Handle.TTL reports. Inspect reports
+// the remaining lease (PTTL) but not the full one (LockInfo.Lease is 0):
+// the lock key keeps only its expiry.
 //
 // Every call returns when its context ends, with an error wrapping
 // ctx.Err(), also for a plain cancel() while a request is in flight, and

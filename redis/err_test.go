@@ -14,7 +14,7 @@ func TestErrAtConstruction(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	for name, l := range map[string]*Locker{
-		"TTL below minimum": New(c, WithDefaultTTL(MinTTL/2)),
+		"TTL below minimum": New(c, WithDefaultTTL(locker.MinTTL/2)),
 		"retry interval":    New(c, WithRetryInterval(0)),
 		"nil client":        New(nil),
 	} {

@@ -114,7 +114,7 @@ func TestOptionsRejectedOffline(t *testing.T) {
 	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	t.Cleanup(func() { _ = ring.Close() })
 	for name, l := range map[string]*Locker{
-		"TTL below minimum":                 New(client(), WithDefaultTTL(MinTTL/2)),
+		"TTL below minimum":                 New(client(), WithDefaultTTL(locker.MinTTL/2)),
 		"drift over half TTL":               New(client(), WithDefaultTTL(time.Second), WithDriftMargin(600*time.Millisecond)),
 		"drift not positive":                New(client(), WithDriftMargin(0)),
 		"retry interval":                    New(client(), WithRetryInterval(0)),
@@ -133,10 +133,10 @@ func TestOptionsRejectedOffline(t *testing.T) {
 	}
 	l := New(client())
 	t.Cleanup(func() { _ = l.Close() })
-	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(MinTTL-time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
+	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(locker.MinTTL-time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Errorf("per-call TTL below MinTTL: %v, want an error wrapping ErrInvalidOption", err)
 	}
-	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(MaxTTL+time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
+	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(locker.MaxTTL+time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Errorf("per-call TTL above MaxTTL: %v, want an error wrapping ErrInvalidOption", err)
 	}
 	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(math.MaxInt64)); !errors.Is(err, locker.ErrInvalidOption) {

@@ -11,22 +11,6 @@ import (
 )
 
 const (
-	// DefaultTTL is the lease of a lock when neither WithDefaultTTL nor the per-call
-	// locker.WithTTL says otherwise. With the watchdog on (the default) it is
-	// only how long a crashed or cut-off holder keeps blocking others.
-	DefaultTTL = 30 * time.Second
-
-	// MinTTL is the shortest lease accepted. Below it the watchdog (renewing
-	// every TTL/3) would spend most of the lease on round trips and the drift
-	// margin, and a single slow request would be reported as a loss.
-	MinTTL = 100 * time.Millisecond
-
-	// MaxTTL is the longest lease accepted: a year. Redis rejects an expiry
-	// whose milliseconds overflow its clock arithmetic (an "invalid expire
-	// time" from inside the acquire script), and no holder needs a lease
-	// longer than this: the watchdog renews a live holder's lock anyway.
-	MaxTTL = 365 * 24 * time.Hour
-
 	// DefaultPrefix namespaces every Redis key and channel the Locker uses.
 	DefaultPrefix = "locker:"
 
@@ -49,7 +33,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		Core: settings.Core{
-			Settings: backend.Settings{Prefix: DefaultPrefix, TTL: DefaultTTL, RetryInterval: DefaultRetryInterval},
+			Settings: backend.Settings{Prefix: DefaultPrefix, TTL: locker.DefaultTTL, RetryInterval: DefaultRetryInterval},
 			Limits:   limits,
 		},
 	}
@@ -74,8 +58,8 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithDefaultTTL sets the lease of the Locker's locks taken without a
-// per-call locker.WithTTL (default 30s, at least MinTTL; URL parameter
-// ttl).
+// per-call locker.WithTTL (default locker.DefaultTTL, within [locker.MinTTL, locker.MaxTTL]
+// like every TTL; URL parameter ttl).
 func WithDefaultTTL(ttl time.Duration) Option {
 	return func(c *config) error { return c.Set(backend.SetDefaultTTL(ttl)) }
 }
@@ -152,6 +136,11 @@ func WithClockTokens(on bool) Option {
 // counter, and it also covers a small step back of the server clock.
 const MinFenceExpiry = time.Minute
 
+// MaxFenceExpiry is the longest idle period accepted by WithFenceExpiry: a
+// year. Redis rejects an expiry whose milliseconds overflow its clock
+// arithmetic.
+const MaxFenceExpiry = 365 * 24 * time.Hour
+
 // WithFenceExpiry lets a key's fence counter expire once the key has not been
 // acquired for idle (at least MinFenceExpiry; hours or days are typical), so
 // that Redis memory does not grow with every distinct key ever locked: by
@@ -163,8 +152,8 @@ const MinFenceExpiry = time.Minute
 // fence_expiry=24h (with clock_tokens=true).
 func WithFenceExpiry(idle time.Duration) Option {
 	return func(c *config) error {
-		if idle < MinFenceExpiry || idle > MaxTTL {
-			return fmt.Errorf("%w: redis: fence expiry %v is outside [%v, %v]", locker.ErrInvalidOption, idle, MinFenceExpiry, MaxTTL)
+		if idle < MinFenceExpiry || idle > MaxFenceExpiry {
+			return fmt.Errorf("%w: redis: fence expiry %v is outside [%v, %v]", locker.ErrInvalidOption, idle, MinFenceExpiry, MaxFenceExpiry)
 		}
 		c.fenceExpiry = idle
 		return nil
@@ -188,8 +177,8 @@ func WithAllowEviction(on bool) Option {
 	}
 }
 
-// limits are the package's lease bounds (see internal/lease).
-var limits = lease.Limits{Backend: "redis", Min: MinTTL, Max: MaxTTL}
+// limits are the package's checks of lease settings (see internal/lease).
+var limits = lease.Limits{Backend: "redis"}
 
 // driftFor returns the drift margin for a lock of the given TTL, or an error
 // when the configured margin leaves too little of the lease.

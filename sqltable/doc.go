@@ -137,6 +137,15 @@
 // the table in two, and no server-side check can see it from another
 // connection. Do not.
 //
+// # TTL
+//
+// Every TTL of locker's portable range [locker.MinTTL, locker.MaxTTL] (1s
+// to 24h) works; without locker.WithTTL a lock has locker.DefaultTTL (30s),
+// or the Locker's WithTTL (URL: lock_ttl). The lease is the TTL rounded
+// down to a whole microsecond (the unit of the table's expiry), which
+// Handle.TTL reports. Inspect reports the remaining lease but not the full
+// one (LockInfo.Lease is 0): the row keeps only the expiry.
+//
 // # Time
 //
 // Leases are measured on the database's clock only: expires_us is

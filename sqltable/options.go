@@ -10,20 +10,6 @@ import (
 )
 
 const (
-	// DefaultTTL is the lease of a lock when neither WithDefaultTTL nor the per-call
-	// locker.WithTTL says otherwise. The watchdog renews it every TTL/3 while
-	// the lock is held, so it is only how long a crashed or cut-off holder
-	// keeps blocking others.
-	DefaultTTL = 30 * time.Second
-
-	// MinTTL is the shortest lease accepted: below it renewals every TTL/3
-	// would be round trips of a busy database apart, and a single slow
-	// statement would be reported as a loss.
-	MinTTL = 100 * time.Millisecond
-
-	// MaxTTL is the longest lease accepted: a year.
-	MaxTTL = 365 * 24 * time.Hour
-
 	// DefaultRetryInterval is the longest a waiter sleeps between two tries
 	// when nothing wakes it (see "Waiting" in the package documentation).
 	DefaultRetryInterval = time.Second
@@ -46,7 +32,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		Settings: backend.Settings{TTL: DefaultTTL, RetryInterval: DefaultRetryInterval},
+		Settings: backend.Settings{TTL: locker.DefaultTTL, RetryInterval: DefaultRetryInterval},
 		table:    DefaultTable,
 		notify:   true,
 	}
@@ -100,8 +86,8 @@ func WithTable(name string) Option {
 }
 
 // WithDefaultTTL sets the lease of the Locker's locks taken without a
-// per-call locker.WithTTL (default 30s, at least MinTTL; URL parameter
-// ttl).
+// per-call locker.WithTTL (default locker.DefaultTTL, within [locker.MinTTL, locker.MaxTTL]
+// like every TTL; URL parameter ttl).
 func WithDefaultTTL(ttl time.Duration) Option {
 	return func(c *config) error { return c.set(backend.SetDefaultTTL(ttl)) }
 }
@@ -175,8 +161,8 @@ func newConfig(opts []Option) (config, error) {
 	return cfg, nil
 }
 
-// limits are the package's lease bounds (see internal/lease).
-var limits = lease.Limits{Backend: "sqltable", Min: MinTTL, Max: MaxTTL}
+// limits are the package's checks of lease settings (see internal/lease).
+var limits = lease.Limits{Backend: "sqltable"}
 
 func checkTTL(ttl time.Duration) error { return limits.Check(ttl) }
 
@@ -186,7 +172,11 @@ func (c *config) driftFor(ttl time.Duration) (time.Duration, error) {
 	return limits.Drift("drift margin", c.DriftMargin, ttl)
 }
 
-// lockTTL resolves the lease of one call from the per-call options.
+// lockTTL resolves the lease of one call from the per-call options: the
+// TTL asked (or the default) rounded down to a whole microsecond, the unit
+// the lock table's expiry is computed in, the nearest safe lease by
+// locker's TTL rule. It is the lease the handle reports.
 func (c *config) lockTTL(opts []locker.Option) (time.Duration, error) {
-	return limits.TTL(c.TTL, opts)
+	ttl, err := limits.TTL(c.TTL, opts)
+	return ttl.Truncate(time.Microsecond), err
 }

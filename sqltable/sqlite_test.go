@@ -217,7 +217,7 @@ func TestNoClientTime(t *testing.T) {
 	s := &spy{}
 	db := sql.OpenDB(&spyConnector{s: s, dsn: p})
 	defer db.Close()
-	l := sqltable.New(db, sqltable.WithDialect(sqltable.SQLite), sqltable.WithDefaultTTL(300*time.Millisecond))
+	l := sqltable.New(db, sqltable.WithDialect(sqltable.SQLite), sqltable.WithDefaultTTL(time.Second))
 	ctx := context.Background()
 	h, err := l.Acquire(ctx, "k")
 	if err != nil {
@@ -234,7 +234,7 @@ func TestNoClientTime(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(400 * time.Millisecond) // past the TTL: renewals were sent
+	time.Sleep(1200 * time.Millisecond) // past the TTL: renewals were sent
 	if err := h.Err(); err != nil {
 		t.Fatalf("lock lost while renewed: %v", err)
 	}

@@ -26,7 +26,7 @@ func TestOpenErrors(t *testing.T) {
 		want    string // in the message
 	}{
 		{"sqlite://" + dir + "/x.db?bogus=1", true, `unknown parameter(s) bogus`},
-		{"sqlite://" + dir + "/x.db?ttl=1ms", true, `below the minimum`},
+		{"sqlite://" + dir + "/x.db?ttl=1ms", true, `outside the portable range`},
 		{"sqlite://" + dir + "/x.db?lock_table=1bad", true, `table name "1bad"`},
 		{"sqlite://" + dir + "/x.db?lock_table=a.b.c", true, `at most one '.'`},
 		{"sqlite://" + dir + "/x.db?lock_table=" + strings.Repeat("a", 59), true, `1 to 58`},

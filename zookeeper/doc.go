@@ -166,8 +166,11 @@
 // rejected with an error wrapping locker.ErrInvalidOption, since no lock of
 // this connection can outlive a dead holder by less. Connect with a shorter
 // WithSessionTimeout for shorter leases. SessionTimeout reports the value
-// in force. WithDefaultTTL (URL ttl) is the TTL of a call without
-// locker.WithTTL, checked the same way; unset, it is the session timeout.
+// in force, and so does every Handle's TTL, the lease of its lock.
+// WithDefaultTTL (URL ttl) is the TTL of a call without locker.WithTTL,
+// checked the same way; unset, it is the session timeout. Inspect cannot
+// tell a holder's lease (LockInfo.Lease is 0): a node's stat names its
+// session, not the session's timeout.
 //
 // The server grants a session timeout between its minSessionTimeout and
 // maxSessionTimeout (by default 2 and 20 ticks), which may be far from the

@@ -115,7 +115,7 @@ which excludes the processes of this user on this host, with no server.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.url, "url", "", "backend URL (default $LOCKER_URL, else the SQLite database above)")
-	f.DurationVar(&o.ttl, "ttl", 0, "lease of the lock, renewed while the command runs (default: the backend's)")
+	f.DurationVar(&o.ttl, "ttl", 0, "lease of the lock, renewed while the command runs, within [1s, 24h] (default: locker.DefaultTTL, 30s)")
 	f.Var(&o.wait, "wait", `how long to wait for the lock: a duration, 0 for one try (like flock -n), or "forever"`)
 	f.IntVarP(&o.conflictCode, "conflict-exit-code", "E", 1, "exit status when the lock stays held elsewhere for --wait (like flock -E)")
 	f.StringVarP(&o.shell, "shell", "c", "", "run this shell command line (with /bin/sh -c) instead of COMMAND")
@@ -233,7 +233,7 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 	h, err := acquire(wctx, l, key, o, opts)
 	stopNotice()
 	if o.verbose && err == nil {
-		fmt.Fprintf(os.Stderr, "locker: holding the lock on %q after %v, token %d\n", key, time.Since(start).Round(time.Millisecond), h.Token())
+		fmt.Fprintf(os.Stderr, "locker: holding the lock on %q after %v, token %d, lease %v\n", key, time.Since(start).Round(time.Millisecond), h.Token(), h.TTL())
 	}
 	// From here on signals go to the command; one that came while the lock
 	// was being granted means the user wants nothing run.

@@ -65,29 +65,33 @@ type statusJSON struct {
 	Held  bool    `json:"held"`
 	Token int64   `json:"token,omitempty"`
 	TTL   float64 `json:"ttl_seconds,omitempty"`
+	Lease float64 `json:"lease_seconds,omitempty"` // the full lease, where the backend can tell
 }
 
 func printStatus(infos []locker.LockInfo, output string) error {
 	if output == "json" {
 		out := make([]statusJSON, len(infos))
 		for i, in := range infos {
-			out[i] = statusJSON{Key: in.Key, Held: in.Held, Token: in.Token, TTL: in.TTL.Seconds()}
+			out[i] = statusJSON{Key: in.Key, Held: in.Held, Token: in.Token, TTL: in.TTL.Seconds(), Lease: in.Lease.Seconds()}
 		}
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tHELD\tTOKEN\tLEASE LEFT")
+	fmt.Fprintln(tw, "KEY\tHELD\tTOKEN\tLEASE LEFT\tLEASE")
 	for _, in := range infos {
-		token, ttl := "-", "-"
+		token, ttl, lease := "-", "-", "-"
 		if in.Held {
 			token = fmt.Sprint(in.Token)
 			if in.TTL > 0 {
 				ttl = in.TTL.Round(time.Millisecond).String()
 			}
+			if in.Lease > 0 {
+				lease = in.Lease.String()
+			}
 		}
-		fmt.Fprintf(tw, "%q\t%v\t%s\t%s\n", in.Key, in.Held, token, ttl)
+		fmt.Fprintf(tw, "%q\t%v\t%s\t%s\t%s\n", in.Key, in.Held, token, ttl, lease)
 	}
 	return tw.Flush()
 }

@@ -24,7 +24,7 @@ func memlockHarness(wrap func(locker.Locker) locker.Locker) Harness {
 	store := memlock.NewStore()
 	return Harness{
 		InProcess: true,
-		TTL:       300 * time.Millisecond,
+		TTL:       locker.MinTTL, // the shortest portable TTL: many handoffs in a short run
 		Duration:  testDuration,
 		NewLocker: func(t *testing.T, w Worker) locker.Locker { return wrap(store.NewLocker()) },
 		Faults: []Fault{{Name: "revoke", Inject: func(t *testing.T, tg Target) func() {

@@ -80,10 +80,14 @@ func TestClusterConformance(t *testing.T) {
 				t.Fatalf("Steal: %v", err)
 			}
 		},
-		LossBound:   time.Second,
-		URL:         "etcd://" + strings.Join(addrs, ",") + "/locker?ttl=" + ttl.String(),
-		TTL:         ttl,
-		MinTTL:      etcd.MinTTL,
+		LossBound: time.Second,
+		URL:       "etcd://" + strings.Join(addrs, ",") + "/locker?ttl=" + ttl.String(),
+		TTL:       ttl,
+		// etcd counts leases in whole seconds and grants at least its
+		// minimum lease, 1.5 election timeouts rounded up: 2s with the
+		// default --election-timeout=1000 the test server runs with.
+		LeaseGrain:  time.Second,
+		LeaseFloor:  2 * time.Second,
 		ExpiryBound: 3 * ttl,
 	})
 }

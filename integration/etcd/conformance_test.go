@@ -46,7 +46,11 @@ func TestConformance(t *testing.T) {
 		LossBound: time.Second,
 		URL:       "etcd://" + srv.Addr() + "/locker?ttl=" + ttl.String(),
 		TTL:       ttl,
-		MinTTL:    etcd.MinTTL,
+		// etcd counts leases in whole seconds and grants at least its
+		// minimum lease, 1.5 election timeouts rounded up: 2s with the
+		// default --election-timeout=1000 the test server runs with.
+		LeaseGrain: time.Second,
+		LeaseFloor: 2 * time.Second,
 		// A dead holder's lease ends one TTL after its last renewal (the
 		// server checks every 500ms); then the next waiter's watch fires.
 		ExpiryBound: 3 * ttl,

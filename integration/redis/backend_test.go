@@ -17,7 +17,7 @@ func TestOptionsRejected(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
 	for name, l := range map[string]*redis.Locker{
-		"TTL below minimum":   newTestLocker(t, srv.Addr(), redis.WithDefaultTTL(redis.MinTTL/2)),
+		"TTL below minimum":   newTestLocker(t, srv.Addr(), redis.WithDefaultTTL(locker.MinTTL/2)),
 		"drift over half TTL": newTestLocker(t, srv.Addr(), redis.WithDefaultTTL(time.Second), redis.WithDriftMargin(600*time.Millisecond)),
 		"retry interval":      newTestLocker(t, srv.Addr(), redis.WithRetryInterval(0)),
 		"nil client":          redis.New(nil),
@@ -27,10 +27,10 @@ func TestOptionsRejected(t *testing.T) {
 		}
 	}
 	l := newTestLocker(t, srv.Addr())
-	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(redis.MinTTL-time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
+	if _, err := l.TryAcquire(ctx, "k", locker.WithTTL(locker.MinTTL-time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Errorf("per-call TTL below MinTTL: %v, want an error wrapping ErrInvalidOption", err)
 	}
-	h, err := l.TryAcquire(ctx, uniqueKey(t), locker.WithTTL(redis.MinTTL))
+	h, err := l.TryAcquire(ctx, uniqueKey(t), locker.WithTTL(locker.MinTTL))
 	if err != nil {
 		t.Fatalf("TryAcquire with TTL = MinTTL: %v", err)
 	}

@@ -261,9 +261,9 @@ func TestConformanceCluster(t *testing.T) {
 				t.Fatalf("Steal: DEL %s: %v", lock, err)
 			}
 		},
-		URL:    "redis+cluster://" + addrs[0] + "?" + seeds.Encode(),
-		TTL:    2 * time.Second,
-		MinTTL: redis.MinTTL,
+		URL:            "redis+cluster://" + addrs[0] + "?" + seeds.Encode(),
+		TTL:            2 * time.Second,
+		NoInspectLease: "a Redis lock key keeps its remaining expiry (PTTL), not the lease it was set with",
 	})
 }
 

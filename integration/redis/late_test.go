@@ -20,7 +20,7 @@ import (
 func TestAcquireSlowerThanLease(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
-	const ttl = 500 * time.Millisecond
+	const ttl = time.Second
 	px := testserver.NewProxy(t, srv.Addr())
 	l := newTestLocker(t, px.Addr())
 	admin := testClient(t, srv.Addr(), true)

@@ -191,7 +191,7 @@ func TestQueueKilledWaiter(t *testing.T) {
 			srv := testserver.Redis(t)
 			ctx := testCtx(t)
 			admin := testClient(t, srv.Addr(), true)
-			const ttl = 900 * time.Millisecond
+			const ttl = time.Second
 			lease := queueLeaseOf(ttl)
 			recheck := lease / 3 // the next waiter has the same TTL
 			bound := lease + recheck

@@ -91,9 +91,9 @@ func TestConformance(t *testing.T) {
 						t.Fatalf("Steal: DEL %s: %v", lock, err)
 					}
 				},
-				URL:    "redis://" + srv.Addr() + "/0",
-				TTL:    2 * time.Second,
-				MinTTL: redis.MinTTL,
+				URL:            "redis://" + srv.Addr() + "/0",
+				TTL:            2 * time.Second,
+				NoInspectLease: "a Redis lock key keeps its remaining expiry (PTTL), not the lease it was set with",
 				Unsafe: []conformance.UnsafeConfig{{
 					Name: "maxmemory-policy=allkeys-lru",
 					New: func(t *testing.T) (locker.Locker, error) {

@@ -82,7 +82,7 @@ func TestRowDeletedWhileHeld(t *testing.T) {
 		a, b := open(t, d.url(t, "", nil)), open(t, d.url(t, "", nil))
 		admin := d.admin(t)
 		k := testKey(t, "")
-		const ttl = 900 * time.Millisecond
+		const ttl = time.Second
 		h := mustAcquire(t, ctx, a, k, locker.WithTTL(ttl))
 		if _, err := admin.ExecContext(ctx, "DELETE FROM "+d.table("")+" WHERE lock_key = "+d.ph(1), k); err != nil {
 			t.Fatal(err)

@@ -56,12 +56,12 @@ func TestConformance(t *testing.T) {
 			// rows stay until their lease runs out.
 			Crash: func(t *testing.T, l locker.Locker) { faults.Get(t, l, "Crash").Crash() },
 			// Cut: every statement of the client hangs until heal.
-			Cut:       func(t *testing.T, l locker.Locker) func() { return faults.Get(t, l, "Cut").Cut() },
-			Steal:     func(t *testing.T, h locker.Handle) { steal(t, d, admin, h.Key()) },
-			LossBound: suiteTTL/3 + time.Second,
-			URL:       sqliteURL(t),
-			TTL:       suiteTTL,
-			MinTTL:    sqltable.MinTTL,
+			Cut:            func(t *testing.T, l locker.Locker) func() { return faults.Get(t, l, "Cut").Cut() },
+			Steal:          func(t *testing.T, h locker.Handle) { steal(t, d, admin, h.Key()) },
+			LossBound:      suiteTTL/3 + time.Second,
+			URL:            sqliteURL(t),
+			TTL:            suiteTTL,
+			NoInspectLease: "the lock table keeps the expiry, not the lease",
 			// Waiters in other processes are woken through the signal
 			// file; a lost signal costs at most the retry interval (1s
 			// by default).
@@ -93,13 +93,13 @@ func TestConformance(t *testing.T) {
 					px.Partition(t)
 					return func() { px.Heal(t) }
 				},
-				Steal:        func(t *testing.T, h locker.Handle) { steal(t, d, admin, h.Key()) },
-				LossBound:    suiteTTL/3 + time.Second,
-				URL:          d.url(t, "", nil),
-				TTL:          suiteTTL,
-				MinTTL:       sqltable.MinTTL,
-				HandoffBound: time.Second,
-				ManyKeys:     500,
+				Steal:          func(t *testing.T, h locker.Handle) { steal(t, d, admin, h.Key()) },
+				LossBound:      suiteTTL/3 + time.Second,
+				URL:            d.url(t, "", nil),
+				TTL:            suiteTTL,
+				NoInspectLease: "the lock table keeps the expiry, not the lease",
+				HandoffBound:   time.Second,
+				ManyKeys:       500,
 			}
 			if d.name == "PostgreSQL" {
 				// MySQL and MariaDB have no temporary schema to refuse

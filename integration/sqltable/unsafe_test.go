@@ -346,7 +346,7 @@ func TestAcquireSlowerThanLease(t *testing.T) {
 			}
 			mustRelease(t, ctx, mustAcquire(t, ctx, l, testKey(t, "/warm"))) // the table and statements are ready
 			k := testKey(t, "")
-			const ttl = 500 * time.Millisecond
+			const ttl = time.Second
 			heal := hold() // healed below, once the lease ran out
 			type result struct {
 				h   locker.Handle

@@ -92,8 +92,8 @@ func TestConformance(t *testing.T) {
 		URL:       "zookeeper://" + srv.Addr() + "/locker?session_timeout=" + sessionTimeout.String(),
 		// The lease is the session timeout: WithTTL below it is rejected,
 		// at or above it accepted (see the package documentation).
-		TTL:    sessionTimeout,
-		MinTTL: sessionTimeout,
+		TTL:            sessionTimeout,
+		NoInspectLease: "a node's stat names its session, not the session's timeout",
 		// A dead or cut-off holder's session ends one session timeout
 		// after the server last heard from it (rounded up to the next
 		// tick, 500ms here); then the next waiter's watch fires.

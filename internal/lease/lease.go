@@ -24,26 +24,21 @@ import (
 	"github.com/go-locker/locker/backend"
 )
 
-// Limits are a backend's bounds on a lease.
+// Limits are a backend's checks of its lease settings. The lease itself has
+// one range on every backend, [locker.MinTTL, locker.MaxTTL]
+// (backend.CheckTTL); Backend names the backend in errors: "redis".
 type Limits struct {
-	Backend  string // names the backend in errors: "redis"
-	Min, Max time.Duration
+	Backend string
 }
 
-// Check reports a TTL outside the limits as an error wrapping
-// locker.ErrInvalidOption.
+// Check reports a TTL outside the portable range as an error wrapping
+// locker.ErrInvalidOption that names the range and the backend.
 func (l Limits) Check(ttl time.Duration) error {
-	if ttl < l.Min {
-		return fmt.Errorf("%w: %s: TTL %v is below the minimum of %v", locker.ErrInvalidOption, l.Backend, ttl, l.Min)
-	}
-	if l.Max > 0 && ttl > l.Max {
-		return fmt.Errorf("%w: %s: TTL %v is above the maximum of %v", locker.ErrInvalidOption, l.Backend, ttl, l.Max)
-	}
-	return nil
+	return backend.CheckTTL(l.Backend, ttl)
 }
 
 // TTL returns the lease of one call: the per-call locker.WithTTL if opts
-// has one (checked against the limits), else def.
+// has one (WithTTL checked it against the portable range), else def.
 func (l Limits) TTL(def time.Duration, opts []locker.Option) (time.Duration, error) {
 	o, err := backend.ApplyOptions(opts...)
 	if err != nil {
@@ -51,9 +46,6 @@ func (l Limits) TTL(def time.Duration, opts []locker.Option) (time.Duration, err
 	}
 	if o.TTL == 0 {
 		return def, nil
-	}
-	if err := l.Check(o.TTL); err != nil {
-		return 0, err
 	}
 	return o.TTL, nil
 }

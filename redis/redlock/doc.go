@@ -27,6 +27,15 @@
 // than one it has seen. When even that is not enough — no resource that can
 // check a token — use a consensus system (etcd, ZooKeeper).
 //
+// # TTL
+//
+// Every TTL of locker's portable range [locker.MinTTL, locker.MaxTTL] (1s
+// to 24h) works; without locker.WithTTL a lock has locker.DefaultTTL (30s),
+// or the Locker's WithTTL. The lease set on each node is the TTL rounded
+// down to a whole millisecond (PX's unit), which Handle.TTL reports.
+// Inspect reports the remaining lease but not the full one (LockInfo.Lease
+// is 0): the nodes keep only the expiry.
+//
 // # The algorithm
 //
 // Acquire (one round): a fresh random owner token; SET lock owner NX PX ttl

@@ -132,7 +132,7 @@ func TestNodeTimeoutIsNotCallerDeadline(t *testing.T) {
 		t.Errorf("caller's cancelled context: %v", out.err[0])
 	}
 	// End to end, over nodes that refuse connections.
-	ol, err := Open(context.Background(), "redlock://"+strings.Join(deadAddrs(t, 3), ",")+"?ttl=500ms")
+	ol, err := Open(context.Background(), "redlock://"+strings.Join(deadAddrs(t, 3), ",")+"?ttl=1s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestCloseWithSilentNodes(t *testing.T) {
 			var l *Locker
 			if own {
 				var err error
-				l, err = Open(context.Background(), "redlock://"+strings.Join(addrs, ",")+"?ttl=500ms")
+				l, err = Open(context.Background(), "redlock://"+strings.Join(addrs, ",")+"?ttl=1s")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -221,7 +221,7 @@ func TestCloseWithSilentNodes(t *testing.T) {
 					t.Cleanup(func() { _ = c.Close() })
 					cs = append(cs, c)
 				}
-				l = New(cs, WithDefaultTTL(500*time.Millisecond))
+				l = New(cs, WithDefaultTTL(time.Second))
 			}
 			done := make(chan error, 1)
 			go func() {

@@ -11,21 +11,6 @@ import (
 )
 
 const (
-	// DefaultTTL is the lease of a lock on each node when neither WithDefaultTTL
-	// nor the per-call locker.WithTTL says otherwise. With renewal on (it
-	// always is) it is only how long a crashed or cut-off holder keeps
-	// blocking others.
-	DefaultTTL = 30 * time.Second
-
-	// MinTTL is the shortest lease accepted. A Redlock acquisition takes two
-	// rounds to every node (grant and fencing write-back), each bounded by
-	// the node timeout, and must leave a usable part of the lease after
-	// them and the drift margin.
-	MinTTL = 500 * time.Millisecond
-
-	// MaxTTL is the longest lease accepted: a year.
-	MaxTTL = 365 * 24 * time.Hour
-
 	// DefaultPrefix namespaces every Redis key and channel the Locker uses
 	// on its nodes. It differs from the single-node backend's "locker:", so
 	// a node shared by both keeps their locks apart.
@@ -55,7 +40,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{Core: settings.Core{
-		Settings: backend.Settings{Prefix: DefaultPrefix, TTL: DefaultTTL, RetryInterval: DefaultRetryInterval},
+		Settings: backend.Settings{Prefix: DefaultPrefix, TTL: locker.DefaultTTL, RetryInterval: DefaultRetryInterval},
 		Limits:   limits,
 	}}
 }
@@ -77,8 +62,8 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithDefaultTTL sets the lease of the Locker's locks taken without a
-// per-call locker.WithTTL (default 30s, from MinTTL to MaxTTL; URL
-// parameter ttl).
+// per-call locker.WithTTL (default locker.DefaultTTL, within [locker.MinTTL, locker.MaxTTL]
+// like every TTL; URL parameter ttl).
 func WithDefaultTTL(ttl time.Duration) Option {
 	return func(c *config) error { return c.Set(backend.SetDefaultTTL(ttl)) }
 }
@@ -154,7 +139,7 @@ func newConfig(opts []Option) (config, error) {
 }
 
 // limits are the package's lease bounds (see internal/lease).
-var limits = lease.Limits{Backend: "redlock", Min: MinTTL, Max: MaxTTL}
+var limits = lease.Limits{Backend: "redlock"}
 
 // timing is what one lock of a given TTL runs with.
 type timing struct {

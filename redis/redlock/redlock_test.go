@@ -93,8 +93,8 @@ func TestOptions(t *testing.T) {
 		opts []Option
 		want string
 	}{
-		{"ttl below min", []Option{WithDefaultTTL(100 * time.Millisecond)}, "below the minimum"},
-		{"ttl above max", []Option{WithDefaultTTL(MaxTTL + 1)}, "above the maximum"},
+		{"ttl below min", []Option{WithDefaultTTL(100 * time.Millisecond)}, "outside the portable range [1s, 24h0m0s]"},
+		{"ttl above max", []Option{WithDefaultTTL(locker.MaxTTL + 1)}, "outside the portable range"},
 		{"drift zero", []Option{WithDriftMargin(0)}, "WithDriftMargin: must be positive"},
 		{"drift half ttl", []Option{WithDefaultTTL(time.Second), WithDriftMargin(500 * time.Millisecond)}, "not below half"},
 		{"node timeout too long", []Option{WithDefaultTTL(time.Second), WithNodeTimeout(400 * time.Millisecond)}, "above a third"},
@@ -110,12 +110,12 @@ func TestOptions(t *testing.T) {
 		})
 	}
 	// Per-call TTLs are checked against the same bounds.
-	l := New(three, WithDriftMargin(300*time.Millisecond))
+	l := New(three, WithDriftMargin(600*time.Millisecond))
 	defer l.Close()
 	if err := l.Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := l.TryAcquire(context.Background(), "k", locker.WithTTL(500*time.Millisecond))
+	_, err := l.TryAcquire(context.Background(), "k", locker.WithTTL(time.Second))
 	if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "not below half") {
 		t.Fatalf("per-call TTL too short for the drift: %v", err)
 	}
@@ -263,7 +263,7 @@ func TestOpenURL(t *testing.T) {
 		{"redlock://" + hosts + "," + a[0], "got 4"},
 		{"redlock://" + hosts + "?bogus=1", "bogus"},
 		{"redlock://" + hosts + "?ttl=abc", "not a duration"},
-		{"redlock://" + hosts + "?ttl=100ms", "below the minimum"},
+		{"redlock://" + hosts + "?ttl=100ms", "outside the portable range"},
 		{"redlock://" + a[0] + "," + a[0] + "," + a[1], "same server"},
 		{"redlock://" + a[0] + ",," + a[1], "empty node address"},
 		{"redlock://user:s3cret@" + hosts + "?dial_timeout=zz", "dial_timeout"},

@@ -43,9 +43,13 @@ func (c *Core) DriftFor(ttl time.Duration) (time.Duration, error) {
 	return c.Limits.Drift("drift margin", c.DriftMargin, ttl)
 }
 
-// LockTTL resolves the lease of one call from its options.
+// LockTTL resolves the lease of one call from its options: the TTL asked
+// (or the default) rounded down to a whole millisecond, Redis' unit for
+// PX and PEXPIRE, the nearest safe lease by locker's TTL rule. It is the
+// lease the handle reports and times its renewals and loss by.
 func (c *Core) LockTTL(opts []locker.Option) (time.Duration, error) {
-	return c.Limits.TTL(c.TTL, opts)
+	ttl, err := c.Limits.TTL(c.TTL, opts)
+	return ttl.Truncate(time.Millisecond), err
 }
 
 // Apply applies opts to cfg (backend.Apply: every error, joined).

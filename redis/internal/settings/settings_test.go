@@ -20,7 +20,7 @@ type cfg struct {
 type opt func(*cfg) error
 
 func TestApplySkipsNilAndCollectsErrors(t *testing.T) {
-	c := cfg{Core: Core{Limits: lease.Limits{Backend: "x", Min: time.Second, Max: time.Hour}}}
+	c := cfg{Core: Core{Limits: lease.Limits{Backend: "x"}}}
 	bad, worse := errors.New("bad"), errors.New("worse")
 	err := Apply(&c, []opt{
 		nil,
@@ -31,11 +31,8 @@ func TestApplySkipsNilAndCollectsErrors(t *testing.T) {
 	if !errors.Is(err, bad) || !errors.Is(err, worse) || c.n != 2 {
 		t.Fatalf("Apply = %v with %d options applied; want bad and worse, 2 applied", err, c.n)
 	}
-	if err := c.Set(backend.SetDefaultTTL(time.Millisecond)); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Check(); !errors.Is(err, locker.ErrInvalidOption) {
-		t.Errorf("Check of a TTL below the minimum = %v, want ErrInvalidOption", err)
+	if err := c.Set(backend.SetDefaultTTL(time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) || c.TTL != 0 {
+		t.Errorf("Set(SetDefaultTTL) below the minimum = %v, TTL %v; want ErrInvalidOption, TTL unchanged", err, c.TTL)
 	}
 	if err := c.Set(backend.SetRetryInterval(0)); !errors.Is(err, locker.ErrInvalidOption) || !strings.HasPrefix(err.Error(), "x: ") {
 		t.Errorf("Set(SetRetryInterval(0)) = %v, want ErrInvalidOption naming the backend", err)
