@@ -2,7 +2,7 @@
 // does: the backend is named only by the URL in $LOCKER_URL, and the program
 // uses nothing but locker.Open, locker.Do, locker.TryDo and locker.WithTTL.
 // The same binary runs unchanged on every backend the library has; start it
-// twice on one URL and the two processes take turns:
+// twice on one URL and the two processes never hold the lock at once:
 //
 //	export LOCKER_URL=redis://127.0.0.1:6379   # or etcd://, postgres://, sqlite:///tmp/locks.db, ...
 //	go build -o /tmp/portable ./examples/portable

@@ -78,14 +78,20 @@ var targets = []target{
 // by the same holder's "exit": never two holders at once; tokens strictly
 // rising in the order they held, above the test's own), and what each
 // printed per round (every round held once, via a wait exactly when its
-// TryDo said busy, with the lease the backend gives for 5s).
+// TryDo said busy, with the lease the backend gives for 5s). Its first
+// subtest shows that these checks catch two processes that do not share
+// their locks.
 func TestPortable(t *testing.T) {
 	bin := buildPortable(t)
+	t.Run("ChecksCatchUnsharedLocks", func(t *testing.T) { checksCatchUnsharedLocks(t, bin) })
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			u := tg.url(t)
 			start := time.Now()
-			r := runTwo(t, bin, u, tg.inProcess)
+			r, err := runTwo(t, bin, u, tg.inProcess, !tg.inProcess)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if t.Failed() {
 				return
 			}
@@ -131,8 +137,8 @@ func raceEnabled() bool {
 // run is what two runs of the program left: the lines they printed and the
 // shared file's lines, in order.
 type run struct {
-	inProcess bool
-	holdToken int64         // the token of the test's own hold (0: none)
+	hold      bool          // the test held the key while the processes started
+	holdToken int64         // the token of the test's own hold
 	contended time.Duration // from the test's release to the last exit
 	held      []heldLine    // every "held" line, in each worker's order
 	busyLines []string      // every "busy" line
@@ -175,29 +181,30 @@ type proc struct {
 }
 
 // runTwo runs the program twice at once on u (once with two workers when
-// inProcess), each for rounds rounds on one key, and returns what they left.
-// Every process must exit 0.
-func runTwo(t *testing.T, bin, u string, inProcess bool) *run {
+// inProcess), each for rounds rounds on one key, and returns what they
+// left, or why their output or the shared file cannot be read. With hold,
+// the test holds the key while they start. Every process must exit 0.
+func runTwo(t *testing.T, bin, u string, inProcess, hold bool) (*run, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	key := fmt.Sprintf("portability/%s/%d", t.Name(), time.Now().UnixNano())
 	shared := filepath.Join(t.TempDir(), "shared.log")
-	r := &run{inProcess: inProcess}
+	r := &run{hold: hold}
 
 	// The test holds the key while the processes start: each one's first
 	// TryDo then meets a key another process holds.
-	var hold locker.Handle
-	if !inProcess {
+	var held locker.Handle
+	if hold {
 		l, err := locker.Open(ctx, u)
 		if err != nil {
 			t.Fatalf("the test's own locker.Open(%q): %v", u, err)
 		}
 		defer l.Close()
-		if hold, err = l.TryAcquire(ctx, key); err != nil {
+		if held, err = l.TryAcquire(ctx, key); err != nil {
 			t.Fatalf("the test's own hold on %q: %v", key, err)
 		}
-		r.holdToken = hold.Token()
+		r.holdToken = held.Token()
 	}
 
 	var procs []*proc
@@ -247,7 +254,7 @@ func runTwo(t *testing.T, bin, u string, inProcess bool) *run {
 		}
 	}
 
-	if hold != nil {
+	if held != nil {
 		// Both must have met the held key before the test lets it go.
 		for _, p := range procs {
 			busy := fmt.Sprintf("worker=%d.0 round=1 busy", p.cmd.Process.Pid)
@@ -260,10 +267,10 @@ func runTwo(t *testing.T, bin, u string, inProcess bool) *run {
 				p.stdout = append(p.stdout, line)
 			}
 		}
-		if err := hold.Err(); err != nil {
+		if err := held.Err(); err != nil {
 			t.Fatalf("the test's own hold ended while both processes waited: %v", err)
 		}
-		if err := hold.Release(ctx); err != nil {
+		if err := held.Release(ctx); err != nil {
 			t.Fatalf("the test's own release: %v", err)
 		}
 	}
@@ -273,7 +280,7 @@ func runTwo(t *testing.T, bin, u string, inProcess bool) *run {
 	}
 	r.contended = time.Since(released)
 	if t.Failed() {
-		return r
+		return r, nil
 	}
 
 	var out []string
@@ -282,16 +289,14 @@ func runTwo(t *testing.T, bin, u string, inProcess bool) *run {
 	}
 	var err error
 	if r.held, r.busyLines, err = parseOutput(out); err != nil {
-		t.Fatal(err)
+		return r, err
 	}
 	data, err := os.ReadFile(shared)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.order, err = parseShared(string(data)); err != nil {
-		t.Fatal(err)
-	}
-	return r
+	r.order, err = parseShared(string(data))
+	return r, err
 }
 
 // parseOutput reads the program's lines:
@@ -405,9 +410,9 @@ func (r *run) problems(want time.Duration) []string {
 			errs = append(errs, fmt.Sprintf("worker %s held %d rounds, want %d", w, next[w], rounds))
 		}
 	}
-	// Each process met the test's hold in its first round. With both
-	// workers in one process there is no hold, only their contention.
-	if !r.inProcess {
+	// Each process met the test's hold in its first round. Without the
+	// hold (both workers in one process) there is only their contention.
+	if r.hold {
 		for _, w := range workers {
 			if !slices.ContainsFunc(r.held, func(h heldLine) bool { return h.worker == w && h.round == 1 && h.busy }) {
 				errs = append(errs, fmt.Sprintf("worker %s: round 1 did not report the key the test held as busy", w))
@@ -438,6 +443,27 @@ func (r *run) problems(want time.Duration) []string {
 	return errs
 }
 
+// checksCatchUnsharedLocks runs the program as two processes on mem://,
+// whose store each process has to itself: both "hold" the key at once and
+// their tokens start over, which the checks of TestPortable must catch
+// (two holders in the shared file, or tokens that do not rise).
+func checksCatchUnsharedLocks(t *testing.T, bin string) {
+	r, err := runTwo(t, bin, "mem://portability", false, false)
+	switch {
+	case t.Failed():
+	case err != nil && strings.Contains(err.Error(), "two holders at once"):
+		t.Logf("caught: %v", err)
+	case err != nil:
+		t.Fatalf("unexpected: %v", err)
+	default:
+		errs := r.problems(ttl)
+		if !slices.ContainsFunc(errs, func(e string) bool { return strings.Contains(e, "want strictly higher") }) {
+			t.Fatalf("two processes with a store each passed the checks: %v", errs)
+		}
+		t.Logf("caught: %v", errs)
+	}
+}
+
 // TestChecks feeds the checks above with what broken lockers would leave,
 // so that a passing TestPortable means something.
 func TestChecks(t *testing.T) {
@@ -453,7 +479,7 @@ func TestChecks(t *testing.T) {
 		}
 	}
 	good := func() *run {
-		r := &run{holdToken: 1}
+		r := &run{hold: true, holdToken: 1}
 		for i := range 2 * rounds {
 			w, round := fmt.Sprintf("%c.0", 'a'+i%2), i/2+1
 			h := heldLine{worker: w, round: round, token: int64(10 + i), lease: ttl, via: "try"}
