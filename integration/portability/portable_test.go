@@ -262,7 +262,7 @@ func runTwo(t *testing.T, bin, u string, inProcess, hold bool) (*run, error) {
 				line, ok := <-p.lines
 				if !ok {
 					wait(p)
-					t.Fatalf("process %d ended before its first TryDo met the key the test holds", p.cmd.Process.Pid)
+					t.Fatalf("process %d ended without reporting its first TryDo busy while the test held the key (%q)", p.cmd.Process.Pid, busy)
 				}
 				p.stdout = append(p.stdout, line)
 			}
