@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/pgrace"
 )
 
 // init creates the tables (unless WithoutDDL) and checks the schema
@@ -88,9 +87,9 @@ func (l *Locker) init(ctx context.Context) error {
 		if l.dialect == SQLite {
 			// id is the database file. Its signal is written whatever
 			// WithNotify says, for the waiters of other processes.
-			l.fw = joinFileWake(id, l.hubKey, l.cfg.notify)
+			l.fw = l.drv.JoinFileSignal(id, l.hubKey, l.cfg.notify, procHub.wakeTable)
 			if l.cfg.notify {
-				l.wake = l.fw // its waiters watch the file
+				l.wake = fileSignal{l.fw} // its waiters watch the file
 			}
 		}
 	} // else New's key, by the *sql.DB, stays
@@ -214,7 +213,7 @@ func (l *Locker) runDDL(ctx context.Context, stmts []string) error {
 			_, err := l.db.ExecContext(ctx, stmt)
 			return err
 		})
-		for try := 0; try < 3 && err != nil && l.dialect == PostgreSQL && pgrace.Lost(err); try++ {
+		for try := 0; try < 3 && err != nil && l.drv.RaceLost != nil && l.drv.RaceLost(err); try++ {
 			// Clients creating the table at once: PostgreSQL's IF NOT
 			// EXISTS is not atomic, and another one won (it committed
 			// before this statement failed): run it again, now a no-op.

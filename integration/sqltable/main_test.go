@@ -21,6 +21,10 @@ import (
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/sqltable"
+	// The driver packages: each dialect's URL scheme, and New's detection.
+	_ "github.com/go-locker/locker/sqltable/mysql"
+	_ "github.com/go-locker/locker/sqltable/pgx"
+	_ "github.com/go-locker/locker/sqltable/sqlite"
 )
 
 func TestMain(m *testing.M) {
