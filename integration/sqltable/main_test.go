@@ -123,11 +123,13 @@ type dialect struct {
 
 var dialects = []dialect{
 	{
-		name:  "SQLite",
-		url:   func(t testing.TB, _ string, extra url.Values) string { return withParams(sqliteURL(t), extra) },
-		addr:  func(testing.TB) string { return "" },
-		admin: func(t testing.TB) *sql.DB { return openDB(t, "sqlite", sqliteFile(t)+"?_pragma=busy_timeout(5000)") },
-		ph:    func(n int) string { return fmt.Sprintf("?%d", n) },
+		name: "SQLite",
+		url:  func(t testing.TB, _ string, extra url.Values) string { return withParams(sqliteURL(t), extra) },
+		addr: func(testing.TB) string { return "" },
+		admin: func(t testing.TB) *sql.DB {
+			return openDB(t, "sqlite", sqliteFile(t)+"?_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)")
+		},
+		ph: func(n int) string { return fmt.Sprintf("?%d", n) },
 	},
 	{
 		name:  "PostgreSQL",
