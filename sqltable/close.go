@@ -51,7 +51,7 @@ func (l *Locker) shutdown() error {
 	l.pins.leave()
 	l.initSem <- struct{}{} // no init in progress; none starts (closing)
 	if l.fw != nil {
-		l.fw.leave(l.hubKey, l.cfg.notify)
+		l.fw.Leave()
 	}
 	err := l.ps.close()
 	if l.ownDB && l.db != nil {

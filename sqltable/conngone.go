@@ -5,9 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // connGone reports an error that says the statement's connection was gone
@@ -15,15 +12,15 @@ import (
 // rather than that the statement failed: a pooled connection that died
 // while idle is found dead only when a statement uses it, and database/sql
 // retries on another one only when the driver knew before sending. Whether
-// the statement took effect is unknown.
-func connGone(err error) bool {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) {
+// the statement took effect is unknown. The driver package adds its
+// driver's own such errors (go-sql-driver/mysql's ErrInvalidConn, a
+// PostgreSQL FATAL error: the server ended the session).
+func (l *Locker) connGone(err error) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, driver.ErrBadConn) {
 		return true
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Severity == "FATAL" // the server ended the session (idle_session_timeout, shutdown)
+	if l.drv.ConnGone != nil && l.drv.ConnGone(err) {
+		return true
 	}
 	var ne *net.OpError
 	return errors.As(err, &ne)

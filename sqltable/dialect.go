@@ -5,30 +5,33 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"reflect"
 	"regexp"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/stdlib"
-	"modernc.org/sqlite"
-
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/sqltable/internal/drivers"
 )
 
 // Dialect is the SQL dialect a Locker speaks. New detects it from the
 // *sql.DB's driver; WithDialect names it for a driver New does not know (a
-// wrapper around one of the three, for instance).
+// wrapper around one of the three, for instance). Each dialect needs its
+// driver package imported (see "Drivers and imports" in the package
+// documentation).
 type Dialect int
 
 const (
 	// DialectAuto detects the dialect from the driver (the default).
 	DialectAuto Dialect = iota
-	// PostgreSQL 12 or later, through github.com/jackc/pgx/v5/stdlib.
+	// PostgreSQL 12 or later, through github.com/jackc/pgx/v5/stdlib;
+	// driver package github.com/go-locker/locker/sqltable/pgx.
 	PostgreSQL
 	// MySQL 8.0 or later, or MariaDB 10.5 or later, through
-	// github.com/go-sql-driver/mysql.
+	// github.com/go-sql-driver/mysql; driver package
+	// github.com/go-locker/locker/sqltable/mysql.
 	MySQL
-	// SQLite 3.42 or later, through modernc.org/sqlite.
+	// SQLite 3.42 or later, through modernc.org/sqlite; driver package
+	// github.com/go-locker/locker/sqltable/sqlite.
 	SQLite
 )
 
@@ -45,17 +48,31 @@ func (d Dialect) String() string {
 	}
 }
 
-// detectDialect names the dialect of db's driver.
-func detectDialect(db *sql.DB) (Dialect, error) {
-	switch db.Driver().(type) {
-	case *stdlib.Driver:
-		return PostgreSQL, nil
-	case *mysql.MySQLDriver:
-		return MySQL, nil
-	case *sqlite.Driver:
-		return SQLite, nil
+// detectDialect names the dialect of db's driver, from the driver packages
+// the program imported.
+func detectDialect(db *sql.DB) (Dialect, *drivers.Driver, error) {
+	if drv := drivers.Detect(db.Driver()); drv != nil {
+		return Dialect(drv.Dialect), drv, nil
 	}
-	return DialectAuto, fmt.Errorf("%w: sqltable: cannot tell the SQL dialect of driver %T; use WithDialect", locker.ErrInvalidOption, db.Driver())
+	t := reflect.TypeOf(db.Driver())
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t != nil {
+		if d, ok := drivers.DriverPackages[t.PkgPath()]; ok {
+			return DialectAuto, nil, fmt.Errorf("%w: sqltable: the *sql.DB's driver is %s's, whose dialect (%s) is in a package this program does not import: import _ %q (forgotten import?)", locker.ErrInvalidOption, t.PkgPath(), Dialect(d), drivers.Packages[d])
+		}
+	}
+	return DialectAuto, nil, fmt.Errorf("%w: sqltable: cannot tell the SQL dialect of driver %T; use WithDialect (and import the dialect's driver package)", locker.ErrInvalidOption, db.Driver())
+}
+
+// dialectDriver returns the registered driver of dialect d, or an error
+// naming the package to import.
+func dialectDriver(d Dialect) (*drivers.Driver, error) {
+	if drv := drivers.Lookup(int(d)); drv != nil {
+		return drv, nil
+	}
+	return nil, fmt.Errorf("%w: sqltable: dialect %s (WithDialect) is in a package this program does not import: import _ %q (forgotten import?)", locker.ErrInvalidOption, d, drivers.Packages[int(d)])
 }
 
 // identRE is one SQL identifier we accept unquoted-looking: ASCII letters,

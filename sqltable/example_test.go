@@ -3,69 +3,25 @@ package sqltable_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log"
-	"os"
-	"path/filepath"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/sqltable"
 )
 
-// Open takes a URL; with SQLite the lock table lives in a file that every
-// process of the host can open, and no server is needed.
-func ExampleOpen() {
-	dir, err := os.MkdirTemp("", "sqltable-example-*")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-
-	ctx := context.Background()
-	l, err := sqltable.Open(ctx, "sqlite://"+filepath.Join(dir, "locks.db"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer l.Close()
-
-	h, err := l.Acquire(ctx, "nightly-report")
-	if err != nil {
-		log.Fatal(err)
-	}
-	// Another client (here, another Locker on the same file) cannot take it.
-	other, err := sqltable.Open(ctx, "sqlite://"+filepath.Join(dir, "locks.db"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer other.Close()
-	_, err = other.TryAcquire(ctx, "nightly-report")
-	fmt.Println("second client:", errors.Is(err, locker.ErrNotAcquired))
-
-	if err := h.Release(ctx); err != nil {
-		log.Fatal(err)
-	}
-	h2, err := other.TryAcquire(ctx, "nightly-report")
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("after release, token increased:", h2.Token() > h.Token())
-	_ = h2.Release(ctx)
-	// Output:
-	// second client: true
-	// after release, token increased: true
-}
-
 // New builds a Locker on the application's own *sql.DB; the dialect comes
-// from the driver. The Locker does not close the database.
+// from the driver, whose driver package the program imports:
+//
+//	import _ "github.com/go-locker/locker/sqltable/sqlite" // or sqltable/pgx, sqltable/mysql
+//
+// On SQLite, open the file with the DSN that sqlite.DSN returns (WAL,
+// synchronous=NORMAL and a busy timeout on every connection): the Locker
+// refuses connections that would flush to disk at every commit. The
+// Locker does not close the database. (Runnable: the package example of
+// sqltable/sqlite.)
 func ExampleNew() {
-	dir, err := os.MkdirTemp("", "sqltable-example-*")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-
-	db, err := sql.Open("sqlite", filepath.Join(dir, "app.db"))
+	db, err := sql.Open("sqlite", "/var/lib/app/app.db?_pragma=busy_timeout(50)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -77,14 +33,31 @@ func ExampleNew() {
 	ctx := context.Background()
 	err = locker.Do(ctx, l, "invoice/2026-11", func(ctx context.Context, h locker.Handle) error {
 		// Only one process runs this at a time; ctx ends if the lock is lost.
-		fmt.Println("holding", h.Key(), "in dialect", l.Dialect())
+		fmt.Println("holding", h.Key(), "with token", h.Token())
 		return nil
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	// Output:
-	// holding invoice/2026-11 in dialect sqlite
+}
+
+// Open takes a URL, here of a PostgreSQL lock table; the Locker owns its
+// pool. The scheme's driver package must be imported:
+//
+//	import _ "github.com/go-locker/locker/sqltable/pgx"
+func ExampleOpen() {
+	ctx := context.Background()
+	l, err := sqltable.Open(ctx, "postgres+table://app:secret@db.internal:5432/app?sslmode=verify-full")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	h, err := l.TryAcquire(ctx, "nightly-report")
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, locker.ErrNotAcquired): another process runs it
+	}
+	defer h.Release(ctx)
 }
 
 // DDL gives the statements for users who create the tables themselves and

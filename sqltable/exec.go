@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgconn"
-	"modernc.org/sqlite"
-
 	"github.com/go-locker/locker/internal/backoff"
+	"github.com/go-locker/locker/sqltable/internal/drivers"
 )
 
 // How the lock's statements run: each under retry (a busy database, a
@@ -21,27 +18,12 @@ import (
 // background.
 
 // transient reports errors after which the statement is known not to have
-// taken effect and may simply run again: SQLite's busy and locked
-// databases (another connection or process writes), deadlocks and lock-wait
-// timeouts, which roll the statement back.
-func transient(err error) bool {
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() & 0xff {
-		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED
-			return true
-		}
-		return false
-	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number == 1213 || me.Number == 1205 // deadlock, lock wait timeout
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "40P01" || pe.Code == "40001" // deadlock, serialization failure
-	}
-	return false
+// taken effect and may simply run again, as the dialect's driver package
+// tells them: SQLite's busy and locked databases (another connection or
+// process writes), deadlocks and lock-wait timeouts, which roll the
+// statement back.
+func (l *Locker) transient(err error) bool {
+	return l.drv.Transient != nil && l.drv.Transient(err)
 }
 
 // retry runs f until it succeeds, fails for good, or ctx ends, sleeping a
@@ -52,7 +34,7 @@ func (l *Locker) retry(ctx context.Context, f func(context.Context) error) error
 	var back *backoff.Backoff
 	for {
 		err := f(ctx)
-		if err == nil || !transient(err) {
+		if err == nil || !l.transient(err) {
 			return err
 		}
 		if back == nil {
@@ -130,13 +112,13 @@ func (l *Locker) runAcquire(ctx context.Context, key, owner string, ttl time.Dur
 			}
 			return err
 		}
-		if l.dialect == PostgreSQL && !l.notPGX.Load() {
+		if l.drv.QueryInt64 != nil && !l.notOwn.Load() {
 			var err error
-			token, ok, err = l.acquirePGX(ctx, key, owner, ttl)
-			if !errors.Is(err, errNotPGX) {
+			token, ok, err = l.acquireRaw(ctx, key, owner, ttl)
+			if !errors.Is(err, drivers.ErrNotOwn) {
 				return err
 			}
-			l.notPGX.Store(true)
+			l.notOwn.Store(true)
 		}
 		err := l.ps.acquire.QueryRowContext(ctx, key, owner, ttl.Microseconds()).Scan(&token)
 		switch {
@@ -191,7 +173,7 @@ func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 		return n == 1, err
 	}
 	ok, err := run()
-	for try := 0; try < maxGoneRetries && err != nil && connGone(err) && ctx.Err() == nil; try++ {
+	for try := 0; try < maxGoneRetries && err != nil && l.connGone(err) && ctx.Err() == nil; try++ {
 		// Each dead connection found is dropped from the pool; the next
 		// run gets another, or a new one.
 		var err2 error
@@ -200,7 +182,7 @@ func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 			err = nil
 		case err2 == nil:
 			try = maxGoneRetries // nothing freed: the first error stands
-		case !connGone(err2):
+		case !l.connGone(err2):
 			try = maxGoneRetries
 		}
 	}
@@ -214,7 +196,9 @@ func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 // the file signal) in others, after the lock of owner was freed.
 func (l *Locker) released(key, owner string) {
 	procHub.wake(l.hubKey, key, owner)
-	l.fw.signal()
+	if l.fw != nil {
+		l.fw.Signal()
+	}
 }
 
 // affected runs exec (an UPDATE or a DELETE) under retry and returns the

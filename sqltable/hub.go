@@ -19,9 +19,9 @@ import (
 //
 //   - PostgreSQL: the listener (listener.go), one connection per Locker
 //     that LISTENs on the table's channel and hands each NOTIFY to the hub;
-//   - SQLite: the database file's signal (filewake.go), a file beside the
+//   - SQLite: the database file's signal (sqltable/sqlite, filewake.go), a file beside the
 //     database that every release writes and one watch per file and process
-//     (the process-wide fileWakes) turns into wake-ups of the hub;
+//     (sqltable/sqlite's process-wide fileWakes) turns into wake-ups of the hub;
 //   - MySQL: the bell (bell.go), a named lock that a holder takes and gives
 //     back at its release, which the head waiter of a key (the hub says
 //     which, needsBell) waits for itself, on a connection of the pool.
@@ -70,7 +70,7 @@ func (noWaker) wait(context.Context, *waiter, string, time.Duration) (bool, bool
 // procHub wakes the waiters of this process when a lock they wait for is
 // released: by a Locker of this process (at once), or, in any process, on
 // PostgreSQL through a Locker's listener and on SQLite through the
-// database's signal file (see filewake.go). (On MySQL the head waiter of a
+// database's signal file (see sqltable/sqlite, filewake.go). (On MySQL the head waiter of a
 // key that nobody in this process holds waits for the holder's bell
 // itself, see bell.go; the hub tells it whether to.) Waiters are keyed by
 // dialect, database, table name and key (Locker.hubKey), so a release through any

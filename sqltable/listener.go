@@ -9,9 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/go-locker/locker/internal/backoff"
+	"github.com/go-locker/locker/sqltable/internal/drivers"
 )
 
 // listener is the waker of a PostgreSQL Locker (see hub.go): it keeps one
@@ -34,7 +33,7 @@ func newListener(l *Locker) *listener {
 	ls := &listener{l: l, ready: make(chan struct{})}
 	// The pool's limit is read when the listener takes its connection
 	// (see pool.go), not here: the caller may change it after New.
-	ls.enabled.Store(l.dialect == PostgreSQL && l.cfg.notify)
+	ls.enabled.Store(l.dialect == PostgreSQL && l.cfg.notify && l.drv.Listen != nil)
 	return ls
 }
 
@@ -141,37 +140,29 @@ func (ls *listener) listenOnce(ctx context.Context) (listened bool) {
 	}
 	defer conn.Close()
 	_ = conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
-			ls.enabled.Store(false) // a wrapped driver: no LISTEN
-			return driver.ErrBadConn
-		}
-		c := sc.Conn()
-		if _, err := c.Exec(ctx, `LISTEN "`+ls.l.table.channel()+`"`); err != nil {
-			return driver.ErrBadConn
-		}
 		// The listening session is idle by design: a server that ends
 		// idle sessions (idle_session_timeout, PostgreSQL 14+) would end
 		// it again and again, each time costing the waiters a round of
-		// tries. The connection is discarded afterwards, never pooled.
-		if _, err := c.Exec(ctx, listenIdle); err != nil {
-			return driver.ErrBadConn
+		// tries (listenIdle). The connection is discarded afterwards,
+		// never pooled.
+		setup := []string{`LISTEN "` + ls.l.table.channel() + `"`, listenIdle}
+		ready := func() {
+			listened = true
+			ls.setListening(true)
+			// Releases made while nobody listened were not heard.
+			procHub.wakeTable(ls.l.hubKey)
 		}
-		listened = true
-		ls.setListening(true)
-		// Releases made while nobody listened were not heard.
-		procHub.wakeTable(ls.l.hubKey)
-		for {
-			n, err := c.WaitForNotification(ctx)
-			if err != nil {
-				return errors.Join(driver.ErrBadConn, err)
-			}
+		notify := func(payload string) {
 			// The payload is "owner:key" (owners have no ':').
-			owner, key, ok := strings.Cut(n.Payload, ":")
-			if ok {
+			if owner, key, ok := strings.Cut(payload, ":"); ok {
 				procHub.wake(ls.l.hubKey, key, owner)
 			}
 		}
+		err := ls.l.drv.Listen(ctx, dc, setup, ready, notify)
+		if errors.Is(err, drivers.ErrNotOwn) {
+			ls.enabled.Store(false) // a wrapped driver: no LISTEN
+		}
+		return errors.Join(driver.ErrBadConn, err)
 	})
 	return listened
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/sqltable/internal/drivers"
 )
 
 var _ locker.Locker = (*Locker)(nil)
@@ -19,15 +20,16 @@ type Locker struct {
 	ownDB   bool // opened from a URL: Close closes db too
 	cfg     config
 	dialect Dialect
-	notPGX  atomic.Bool // PostgreSQL through a driver that is not pgx's: acquire via database/sql
+	drv     *drivers.Driver // the dialect's driver package's hooks
+	notOwn  atomic.Bool     // PostgreSQL through a wrapped driver: acquire via database/sql
 	table   tableName
 	st      statements
 	hubKey  string // names the table in the process-wide wake-up hub
 	listen  *listener
-	wake    waker     // the listener, the file signal or the bell; set by New, and by init on SQLite
-	fw      *fileWake // SQLite: the database file's signal to other processes; set by init
-	bell    *bell     // MySQL: the named locks that wake other processes' waiters; nil if none
-	pins    *pinSet   // the connections kept by the listener and the bell (see pool.go)
+	wake    waker              // the listener, the file signal or the bell; set by New, and by init on SQLite
+	fw      drivers.FileSignal // SQLite: the database file's signal to other processes; set by init
+	bell    *bell              // MySQL: the named locks that wake other processes' waiters; nil if none
+	pins    *pinSet            // the connections kept by the listener and the bell (see pool.go)
 	pinned  atomic.Int32
 	// watching: watchPool runs (while the Locker holds pins).
 	watching atomic.Bool
@@ -49,9 +51,13 @@ type Locker struct {
 
 // New returns a Locker that keeps its locks in a table of db. The dialect
 // is detected from db's driver (pgx's stdlib, go-sql-driver/mysql or
-// modernc.org/sqlite) unless WithDialect names it. New does not contact the
-// database: the table is created (unless WithoutDDL) and its schema version
-// checked by the first call that needs it. The Locker does not close db.
+// modernc.org/sqlite) unless WithDialect names it; the dialect's driver
+// package (sqltable/pgx, sqltable/mysql or sqltable/sqlite) must be
+// imported, else the Locker fails every call with an error that names it.
+// New does not contact the database: the table is created (unless
+// WithoutDDL) and its schema version checked by the first call that needs
+// it, which on SQLite also checks the connection's settings (see "SQLite"
+// in the package documentation). The Locker does not close db.
 func New(db *sql.DB, opts ...Option) *Locker {
 	cfg, cfgErr := newConfig(opts)
 	endCtx, endStop := context.WithCancel(context.Background())
@@ -69,7 +75,9 @@ func New(db *sql.DB, opts ...Option) *Locker {
 	if cfgErr == nil {
 		l.dialect = cfg.dialect
 		if l.dialect == DialectAuto {
-			l.dialect, cfgErr = detectDialect(db)
+			l.dialect, l.drv, cfgErr = detectDialect(db)
+		} else {
+			l.drv, cfgErr = dialectDriver(l.dialect)
 		}
 	}
 	if cfgErr == nil {

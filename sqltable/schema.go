@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/internal/pgrace"
 )
 
 // init creates the tables (unless WithoutDDL) and checks the schema
@@ -26,6 +25,9 @@ func (l *Locker) init(ctx context.Context) error {
 	}
 	if l.dialect == SQLite {
 		if err := l.walMode(ctx); err != nil {
+			return err
+		}
+		if err := l.checkSynchronous(ctx); err != nil {
 			return err
 		}
 	}
@@ -88,9 +90,9 @@ func (l *Locker) init(ctx context.Context) error {
 		if l.dialect == SQLite {
 			// id is the database file. Its signal is written whatever
 			// WithNotify says, for the waiters of other processes.
-			l.fw = joinFileWake(id, l.hubKey, l.cfg.notify)
+			l.fw = l.drv.JoinFileSignal(id, l.hubKey, l.cfg.notify, procHub.wakeTable)
 			if l.cfg.notify {
-				l.wake = l.fw // its waiters watch the file
+				l.wake = fileSignal{l.fw} // its waiters watch the file
 			}
 		}
 	} // else New's key, by the *sql.DB, stays
@@ -214,7 +216,7 @@ func (l *Locker) runDDL(ctx context.Context, stmts []string) error {
 			_, err := l.db.ExecContext(ctx, stmt)
 			return err
 		})
-		for try := 0; try < 3 && err != nil && l.dialect == PostgreSQL && pgrace.Lost(err); try++ {
+		for try := 0; try < 3 && err != nil && l.drv.RaceLost != nil && l.drv.RaceLost(err); try++ {
 			// Clients creating the table at once: PostgreSQL's IF NOT
 			// EXISTS is not atomic, and another one won (it committed
 			// before this statement failed): run it again, now a no-op.
@@ -281,6 +283,55 @@ func (l *Locker) walMode(ctx context.Context) error {
 		return fmt.Errorf("sqltable: SQLite database refuses WAL mode (journal mode %q): an in-memory database cannot be shared between connections; use a file", mode)
 	}
 	return nil
+}
+
+// sqliteDSN is the DSN that sets what the lock table needs on every
+// connection (sqlite.DSN of sqltable/sqlite), with %s for the file.
+const sqliteDSN = "%s?_pragma=busy_timeout(50)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
+
+// checkSynchronous refuses an SQLite connection whose synchronous setting
+// is not NORMAL. It is a setting of each connection, which the Locker
+// cannot change for the pool it was given: a PRAGMA would change one
+// connection of the caller's pool, and the caller's other statements on it
+// (and not the pool's later connections); only the DSN sets it on all. So
+// it is checked here, on one connection, and the error says which DSN sets
+// it. OFF is refused as unsafe: an operating system crash or a power loss
+// can corrupt the database. FULL (the default) and EXTRA are refused as
+// needlessly slow: they sync the WAL at each commit, a disk flush in every
+// acquisition, renewal and release (4 to 5 times the time of the URL's
+// Locker, measured), and buy the lock table nothing: a power loss that
+// undoes the last commits under NORMAL also ends every process on the host
+// that could hold a lock in the file, and the tokens issued after it still
+// rise, as they start from the clock (see "SQLite" in the package
+// documentation).
+func (l *Locker) checkSynchronous(ctx context.Context) error {
+	var sync int
+	err := l.retry(ctx, func(ctx context.Context) error {
+		return l.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync)
+	})
+	if err != nil {
+		return fmt.Errorf("sqltable: read SQLite's synchronous setting: %w", err)
+	}
+	if sync == 1 { // NORMAL
+		return nil
+	}
+	var file sql.NullString
+	_ = l.retry(ctx, func(ctx context.Context) error {
+		return l.db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file)
+	})
+	path := file.String
+	if path == "" {
+		path = "/path/to/locks.db"
+	}
+	fix := fmt.Sprintf(`synchronous is a setting of each connection, so set it for every connection of the pool in the DSN: sql.Open("sqlite", %q), which DSN of package github.com/go-locker/locker/sqltable/sqlite returns, or open the Locker with the URL sqlite://%s (a pool of the program's own with another setting may share the file)`, fmt.Sprintf(sqliteDSN, path), path)
+	switch sync {
+	case 0:
+		return fmt.Errorf("%w: sqltable: the SQLite connection has synchronous=OFF, with which a crash of the operating system or a power loss can corrupt the lock table; %s", locker.ErrUnsafeConfig, fix)
+	case 2, 3:
+		name := map[int]string{2: "FULL (SQLite's default)", 3: "EXTRA"}[sync]
+		return fmt.Errorf("%w: sqltable: the SQLite connection has synchronous=%s, which flushes the WAL to disk at every commit: each acquisition, renewal and release would wait for the disk, about 4 times as long as with NORMAL, which is as safe for the lock table; %s", locker.ErrInvalidOption, name, fix)
+	}
+	return fmt.Errorf("%w: sqltable: the SQLite connection has synchronous=%d, which the lock table does not know; %s", locker.ErrInvalidOption, sync, fix)
 }
 
 // checkAffectedRows makes sure the MySQL connection reports changed rows,

@@ -3,9 +3,8 @@ package sqltable_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,137 +12,10 @@ import (
 	"github.com/go-locker/locker/sqltable"
 )
 
-func TestOpenErrors(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "afile")
-	if err := os.WriteFile(file, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	const secret = "s3cr3t-pw"
-	for _, c := range []struct {
-		url     string
-		invalid bool   // wraps ErrInvalidURL
-		want    string // in the message
-	}{
-		{"sqlite://" + dir + "/x.db?bogus=1", true, `unknown parameter(s) bogus`},
-		{"sqlite://" + dir + "/x.db?ttl=1ms", true, `outside the portable range`},
-		{"sqlite://" + dir + "/x.db?lock_table=1bad", true, `table name "1bad"`},
-		{"sqlite://" + dir + "/x.db?lock_table=a.b.c", true, `at most one '.'`},
-		{"sqlite://" + dir + "/x.db?lock_table=" + strings.Repeat("a", 59), true, `1 to 58`},
-		{"sqlite://" + dir + "/x.db?lock_table=", true, `parameter "lock_table" is empty`},
-		{"mysql://u:" + secret + "@h:3306/db?lock_table=", true, `parameter "lock_table" is empty`},
-		{"postgres+table://u:" + secret + "@h:5432/db?lock_table=", true, `parameter "lock_table" is empty`},
-		{"sqlite://" + dir + "/x.db?lock_file_mode=0400", true, `octal file mode`},
-		{"sqlite://" + dir + "/x.db?lock_file_mode=rw", true, `octal file mode`},
-		{"sqlite://" + dir + "/x.db?ttl=5", true, `not a duration`},
-		{"sqlite://host/x.db", true, `has a host "host"`},
-		{"sqlite:", true, `names no database file`},
-		{"sqlite::memory:", true, `in-memory`},
-		{"sqlite://" + dir + "/", true, `names a directory`},
-		{"sqlite://" + dir + "/missing/x.db", false, `directory "` + dir + `/missing" of the database file does not exist`},
-		{"sqlite://" + file + "/x.db", false, `is not a directory`},
-		{"mysql://u:" + secret + "@h:3306/db?bogus=1", true, `unknown parameter(s) bogus`},
-		{"mysql://u:" + secret + "@h:3306/", true, `must name one database`},
-		{"mysql://u:" + secret + "@h:3306/db?tls=maybe", true, `"maybe" is not true, false`},
-		{"mysql://u:" + secret + "@h:3306/db?timeout=x", true, `not a duration`},
-		{"postgres+table://u:" + secret + "@h:5432/db?bogus=1", true, `unknown parameter(s) bogus`},
-		{"postgres+table://u:" + secret + "@h:5432/db?lock_bogus=1", true, `unknown parameter(s) lock_bogus`},
-		{"postgres+table://u:" + secret + "@h:5432/db?sslmode=nonsense", true, `sslmode`},
-		{"postgres+table://u:" + secret + "@h:5432/db?lock_notify=maybe", true, `not true or false`},
-		{"sqlite://" + dir + "/x.db?lock_notify=maybe", true, `not true or false`},
-		{"mysql://u:" + secret + "@h:3306/db?lock_notify=maybe", true, `not true or false`},
-	} {
-		l, err := locker.Open(context.Background(), c.url)
-		if err == nil {
-			l.Close()
-			t.Errorf("Open(%q) succeeded", c.url)
-			continue
-		}
-		if c.invalid != errors.Is(err, locker.ErrInvalidURL) {
-			t.Errorf("Open(%q) = %v; wraps ErrInvalidURL: %v, want %v", c.url, err, !c.invalid, c.invalid)
-		}
-		if !strings.Contains(err.Error(), c.want) {
-			t.Errorf("Open(%q) = %v, want it to say %q", c.url, err, c.want)
-		}
-		if strings.Contains(err.Error(), secret) {
-			t.Errorf("Open(%q) echoes the password: %v", c.url, err)
-		}
-	}
-}
-
-func TestOpenDoesNotConnect(t *testing.T) {
-	for _, u := range []string{
-		"mysql://u:p@127.0.0.1:1/db?timeout=1s&ttl=5s",
-		"mysql://u:p@127.0.0.1:1/db?timeout=1s&lock_notify=false",
-		"postgres+table://u:p@127.0.0.1:1/db?sslmode=disable&connect_timeout=1&lock_notify=false",
-		"postgresql+table://u:p@127.0.0.1:1/db",
-	} {
-		l, err := locker.Open(context.Background(), u)
-		if err != nil {
-			t.Errorf("Open(%q): %v", u, err)
-			continue
-		}
-		if err := l.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	}
-}
-
-func TestSQLiteFileMode(t *testing.T) {
-	ctx := context.Background()
-	for _, c := range []struct {
-		query string
-		want  os.FileMode
-	}{
-		{"", 0o600},
-		{"?lock_file_mode=0640", 0o640},
-	} {
-		p := filepath.Join(t.TempDir(), "locks.db")
-		l, err := sqltable.Open(ctx, "sqlite://"+p+c.query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := l.TryAcquire(ctx, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range []string{p, p + "-wal", p + "-shm"} {
-			fi, err := os.Stat(f)
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if fi.Mode().Perm() != c.want {
-				t.Errorf("%s has mode %v, want %v", filepath.Base(f), fi.Mode().Perm(), c.want)
-			}
-		}
-		if err := h.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func TestSQLiteRelativePath(t *testing.T) {
-	t.Chdir(t.TempDir())
-	ctx := context.Background()
-	l, err := locker.Open(ctx, "sqlite:locks.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	h, err := l.TryAcquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat("locks.db"); err != nil {
-		t.Errorf("sqlite:locks.db did not make ./locks.db: %v", err)
-	}
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
+// The tests of this package import no driver package: a test's imports
+// reach the go.sum of every program that imports the package. The tests
+// that need a database are in sqltable/sqlite (and, on servers, in the
+// integration module).
 
 func TestDDLErrors(t *testing.T) {
 	if _, err := sqltable.DDL(sqltable.SQLite, "bad-name"); !errors.Is(err, locker.ErrInvalidOption) {
@@ -160,60 +32,54 @@ func TestDDLErrors(t *testing.T) {
 	}
 }
 
-// TestTemporarySchemaRefused: a table in a temporary schema, where each
-// connection has tables of its own, is refused by Open and New with an
-// error naming the option; the same names are ordinary schemas elsewhere.
-func TestTemporarySchemaRefused(t *testing.T) {
-	dir := t.TempDir()
-	for _, u := range []string{
-		"sqlite://" + dir + "/x.db?lock_table=temp.locks",
-		"sqlite://" + dir + "/x.db?lock_table=Temp.locks",
-		"postgres+table://u:p@127.0.0.1:1/db?lock_table=pg_temp.locks",
-		"postgres+table://u:p@127.0.0.1:1/db?lock_table=PG_TEMP.locks",
-		"postgres+table://u:p@127.0.0.1:1/db?lock_table=pg_temp_12.locks",
-		"postgres+table://u:p@127.0.0.1:1/db?lock_table=pg_toast_temp_3.locks",
+// TestForgottenImport: without its driver package, a URL of a dialect
+// fails with an error wrapping locker.ErrUnknownScheme that names the
+// package to import, by locker.Open and by sqltable.Open; so does New for
+// the dialect named by WithDialect.
+func TestForgottenImport(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct{ url, pkg string }{
+		{"sqlite:///tmp/locks.db", "github.com/go-locker/locker/sqltable/sqlite"},
+		{"sqlite:locks.db?lock_table=x", "github.com/go-locker/locker/sqltable/sqlite"},
+		{"mysql://u:p@127.0.0.1:1/db", "github.com/go-locker/locker/sqltable/mysql"},
+		{"postgres+table://u:p@127.0.0.1:1/db", "github.com/go-locker/locker/sqltable/pgx"},
+		{"POSTGRESQL+TABLE://u:p@127.0.0.1:1/db", "github.com/go-locker/locker/sqltable/pgx"},
 	} {
-		l, err := locker.Open(context.Background(), u)
-		if err == nil {
-			l.Close()
-			t.Errorf("Open(%q) succeeded", u)
-			continue
-		}
-		if !errors.Is(err, locker.ErrInvalidURL) || !errors.Is(err, locker.ErrInvalidOption) || !errors.Is(err, locker.ErrUnsafeConfig) || !strings.Contains(err.Error(), "lock_table") {
-			t.Errorf("Open(%q) = %v; want ErrInvalidURL, ErrInvalidOption and an unsafe configuration naming lock_table", u, err)
+		_, err := locker.Open(ctx, c.url)
+		_, err2 := sqltable.Open(ctx, c.url)
+		for _, err := range []error{err, err2} {
+			if !errors.Is(err, locker.ErrUnknownScheme) || !strings.Contains(err.Error(), `import _ "`+c.pkg+`"`) || !strings.Contains(err.Error(), "forgotten import?") {
+				t.Errorf("Open(%q) without its driver package = %v; want ErrUnknownScheme naming %s (forgotten import?)", c.url, err, c.pkg)
+			}
 		}
 	}
-	for _, u := range []string{
-		"sqlite://" + dir + "/x.db?lock_table=pg_temp.locks",
-		"postgres+table://u:p@127.0.0.1:1/db?lock_table=temp.locks",
-		"postgres+table://u:p@127.0.0.1:1/db?lock_table=pg_temporal.locks",
-		"mysql://u:p@127.0.0.1:1/db?lock_table=temp.locks",
+	db := sql.OpenDB(noDriver{})
+	defer db.Close()
+	for d, pkg := range map[sqltable.Dialect]string{
+		sqltable.SQLite:     "github.com/go-locker/locker/sqltable/sqlite",
+		sqltable.MySQL:      "github.com/go-locker/locker/sqltable/mysql",
+		sqltable.PostgreSQL: "github.com/go-locker/locker/sqltable/pgx",
 	} {
-		l, err := locker.Open(context.Background(), u)
-		if err != nil {
-			t.Errorf("Open(%q) = %v, want an ordinary schema", u, err)
-			continue
+		l := sqltable.New(db, sqltable.WithDialect(d))
+		if err := l.Err(); !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), `import _ "`+pkg+`"`) {
+			t.Errorf("New(WithDialect(%v)) without its driver package: Err() = %v; want ErrInvalidOption naming %s", d, err, pkg)
 		}
 		l.Close()
 	}
-	db, _ := sqliteDB(t)
-	l := sqltable.New(db, sqltable.WithTable("temp.locks"))
+	l := sqltable.New(db)
 	defer l.Close()
-	if err := l.Err(); !errors.Is(err, locker.ErrInvalidOption) || !errors.Is(err, locker.ErrUnsafeConfig) || !strings.Contains(err.Error(), "WithTable") {
-		t.Errorf("New(WithTable(temp.locks)).Err() = %v; want ErrInvalidOption, an unsafe configuration naming WithTable", err)
+	if err := l.Err(); !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "WithDialect") {
+		t.Errorf("New on a driver of no dialect: Err() = %v; want ErrInvalidOption suggesting WithDialect", err)
 	}
-	if _, err := l.TryAcquire(context.Background(), "k"); !errors.Is(err, locker.ErrInvalidOption) {
-		t.Errorf("TryAcquire = %v, want the option's error", err)
-	}
-	// An in-memory database, given as a *sql.DB: refused at the first call.
-	mem, err := sql.Open("sqlite", ":memory:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
-	lm := sqltable.New(mem)
-	defer lm.Close()
-	if _, err := lm.TryAcquire(context.Background(), "k"); !errors.Is(err, locker.ErrUnsafeConfig) {
-		t.Errorf("TryAcquire on an in-memory database = %v, want an unsafe configuration", err)
-	}
+}
+
+// noDriver is a database/sql driver of no dialect; New never connects.
+type noDriver struct{}
+
+func (noDriver) Connect(context.Context) (driver.Conn, error) {
+	return nil, errors.New("noDriver: no connections")
+}
+func (noDriver) Driver() driver.Driver { return noDriver{} }
+func (noDriver) Open(string) (driver.Conn, error) {
+	return nil, errors.New("noDriver: no connections")
 }

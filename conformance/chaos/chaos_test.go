@@ -11,6 +11,7 @@ import (
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/memlock"
 	"github.com/go-locker/locker/sqltable"
+	_ "github.com/go-locker/locker/sqltable/sqlite"
 )
 
 // short runs: the package's own tests check the machinery; the backends'

@@ -37,7 +37,9 @@ import (
 	"github.com/go-locker/locker"
 	_ "github.com/go-locker/locker/postgres"
 	_ "github.com/go-locker/locker/redis"
-	_ "github.com/go-locker/locker/sqltable"
+	_ "github.com/go-locker/locker/sqltable/mysql"  // mysql://
+	_ "github.com/go-locker/locker/sqltable/pgx"    // postgres+table://
+	_ "github.com/go-locker/locker/sqltable/sqlite" // sqlite: (the default here)
 )
 
 func main() {

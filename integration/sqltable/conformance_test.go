@@ -45,7 +45,7 @@ func TestConformance(t *testing.T) {
 			NewLocker: func(t *testing.T) locker.Locker {
 				// Another process, as far as the lock table can tell: a
 				// pool of its own on the same file.
-				db, f := openFaultDB(t, file+"?_pragma=busy_timeout(50)")
+				db, f := openFaultDB(t, file+"?_pragma=busy_timeout(50)&_pragma=synchronous(NORMAL)")
 				db.SetMaxOpenConns(4)
 				l := sqltable.New(db, sqltable.WithDialect(sqltable.SQLite))
 				faults.Put(l, f)

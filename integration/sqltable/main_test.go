@@ -21,6 +21,10 @@ import (
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/sqltable"
+	// The driver packages: each dialect's URL scheme, and New's detection.
+	_ "github.com/go-locker/locker/sqltable/mysql"
+	_ "github.com/go-locker/locker/sqltable/pgx"
+	_ "github.com/go-locker/locker/sqltable/sqlite"
 )
 
 func TestMain(m *testing.M) {
@@ -119,11 +123,13 @@ type dialect struct {
 
 var dialects = []dialect{
 	{
-		name:  "SQLite",
-		url:   func(t testing.TB, _ string, extra url.Values) string { return withParams(sqliteURL(t), extra) },
-		addr:  func(testing.TB) string { return "" },
-		admin: func(t testing.TB) *sql.DB { return openDB(t, "sqlite", sqliteFile(t)+"?_pragma=busy_timeout(5000)") },
-		ph:    func(n int) string { return fmt.Sprintf("?%d", n) },
+		name: "SQLite",
+		url:  func(t testing.TB, _ string, extra url.Values) string { return withParams(sqliteURL(t), extra) },
+		addr: func(testing.TB) string { return "" },
+		admin: func(t testing.TB) *sql.DB {
+			return openDB(t, "sqlite", sqliteFile(t)+"?_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)")
+		},
+		ph: func(n int) string { return fmt.Sprintf("?%d", n) },
 	},
 	{
 		name:  "PostgreSQL",

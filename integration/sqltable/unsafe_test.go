@@ -110,7 +110,7 @@ func TestTemporarySchemaRefused(t *testing.T) {
 	t.Run("SQLite/WithTable", func(t *testing.T) {
 		d := dialects[0]
 		expectRefused(t, "WithTable", true, func(t *testing.T) (locker.Locker, error) {
-			db := openDB(t, "sqlite", sqliteFile(t)+"?_pragma=busy_timeout(5000)")
+			db := openDB(t, "sqlite", sqliteFile(t)+"?_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)")
 			db.SetMaxOpenConns(1)
 			l := sqltable.New(db, sqltable.WithTable("temp.locks"))
 			t.Cleanup(func() { l.Close() })
@@ -332,7 +332,7 @@ func TestAcquireSlowerThanLease(t *testing.T) {
 			if d.name == "SQLite" {
 				// No network to slow down: the answers are held above the
 				// driver, once the statement is over.
-				db, s := openSlowDB(t, sqliteFile(t)+"?_pragma=busy_timeout(50)")
+				db, s := openSlowDB(t, sqliteFile(t)+"?_pragma=busy_timeout(50)&_pragma=synchronous(NORMAL)")
 				sl := sqltable.New(db)
 				t.Cleanup(func() { sl.Close() })
 				l, hold = sl, s.Hold
@@ -404,7 +404,7 @@ func TestAcquireSlowerThanLease(t *testing.T) {
 func TestSQLiteTempTableShadows(t *testing.T) {
 	ctx := testCtx(t)
 	file := sqliteFile(t)
-	db := openDB(t, "sqlite", file+"?_pragma=busy_timeout(5000)")
+	db := openDB(t, "sqlite", file+"?_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)")
 	db.SetMaxOpenConns(1)
 	c, err := db.Conn(ctx)
 	if err != nil {

@@ -1,7 +1,11 @@
-package sqltable
+package sqlite
+
+// These tests reach inside the package (the signal files of the process)
+// and, through drivers.Peek, inside sqltable's Locker (its wake-up hub).
 
 import (
 	"context"
+	"database/sql"
 	"io"
 	"os"
 	"os/exec"
@@ -10,13 +14,62 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/sqltable"
+	"github.com/go-locker/locker/sqltable/internal/drivers"
 )
 
+func openFile(t *testing.T, p string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", DSN(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// started makes l's first call (which joins the signal file).
+func started(t *testing.T, l locker.Locker) {
+	t.Helper()
+	h, err := l.TryAcquire(context.Background(), "init")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// signalOf returns this process's signal of the database file p; nil when
+// no Locker is on it.
+func signalOf(p string) *fileWake {
+	fileWakes.mu.Lock()
+	defer fileWakes.mu.Unlock()
+	return fileWakes.m[p+fileWakeSuffix]
+}
+
+// watch registers a waiter of key on l's table in sqltable's hub.
+func watch(t *testing.T, l *sqltable.Locker, key string) <-chan struct{} {
+	t.Helper()
+	c, leave := drivers.Peek.Watch(drivers.Peek.HubKey(l), key)
+	t.Cleanup(leave)
+	return c
+}
+
+func pending(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
 // awaitWake waits, boundedly, for a wake-up of w.
-func awaitWake(t *testing.T, w *waiter, what string) {
+func awaitWake(t *testing.T, w <-chan struct{}, what string) {
 	t.Helper()
 	select {
-	case <-w.c:
+	case <-w:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no wake-up within 10s of %s", what)
 	}
@@ -26,9 +79,10 @@ func awaitWake(t *testing.T, w *waiter, what string) {
 // to it by anyone (another process) wakes the waiters of this process.
 func TestFileSignal(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "locks.db")
-	l := New(openFile(t, p))
+	l := sqltable.New(openFile(t, p))
 	t.Cleanup(func() { l.Close() })
 	started(t, l)
+	fw := signalOf(p)
 	sig := p + fileWakeSuffix
 	fi, err := os.Stat(sig)
 	if err != nil {
@@ -37,7 +91,7 @@ func TestFileSignal(t *testing.T) {
 	if db, err := os.Stat(p); err != nil || fi.Mode().Perm() != db.Mode().Perm() {
 		t.Errorf("signal file mode %v, want the database file's (%v, %v)", fi.Mode().Perm(), db.Mode().Perm(), err)
 	}
-	if !l.fw.start(context.Background()) || !l.fw.up() {
+	if fw == nil || !fw.start(context.Background()) || !fw.up() {
 		t.Fatal("the signal file is not watched")
 	}
 
@@ -51,11 +105,9 @@ func TestFileSignal(t *testing.T) {
 	}
 
 	// A write from outside wakes the head waiter of every waited key.
-	w1 := procHub.watch(l.hubKey, "k1")
-	defer procHub.leave(w1, false)
-	w2 := procHub.watch(l.hubKey, "k2")
-	defer procHub.leave(w2, false)
-	drain := func(w *waiter) {
+	w1 := watch(t, l, "k1")
+	w2 := watch(t, l, "k2")
+	drain := func(w <-chan struct{}) {
 		for pending(w) {
 		}
 	}
@@ -90,7 +142,7 @@ func TestFileSignal(t *testing.T) {
 
 	// The last Locker on the file stops the watch.
 	l.Close()
-	if l.fw.up() {
+	if fw.up() {
 		t.Error("the watch outlived the last Locker on the file")
 	}
 }
@@ -105,16 +157,15 @@ func TestFileSignalOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	sl := l.(*Locker)
-	started(t, sl)
-	if sl.wake.start(context.Background()) || sl.fw.up() {
+	started(t, l)
+	if fw := signalOf(filepath.Join(dir, "locks.db")); fw == nil || fw.start(context.Background()) || fw.up() {
 		t.Error("a Locker with lock_notify=false watches the signal file")
 	}
 	sig := filepath.Join(dir, "locks.db"+fileWakeSuffix)
 	if err := os.Remove(sig); err != nil {
 		t.Fatalf("the Locker made no signal file: %v", err)
 	}
-	started(t, sl)
+	started(t, l)
 	if fi, err := os.Stat(sig); err != nil || fi.Size() != 1 {
 		t.Fatalf("a release after the signal file was removed did not write a new one (%v)", err)
 	}
@@ -130,7 +181,7 @@ func TestFileSignalMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	started(t, l.(*Locker))
+	started(t, l)
 	db, err := os.Stat(filepath.Join(dir, "locks.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +205,7 @@ const signalChildEnv = "LOCKER_TEST_SQLTABLE_SIGNAL_DB"
 func TestFileSignalAcrossProcesses(t *testing.T) {
 	ctx := context.Background()
 	if p := os.Getenv(signalChildEnv); p != "" {
-		l := New(openFile(t, p), WithDefaultTTL(time.Hour))
+		l := sqltable.New(openFile(t, p), sqltable.WithDefaultTTL(time.Hour))
 		defer l.Close()
 		h, err := l.TryAcquire(ctx, "k")
 		if err != nil {
@@ -191,7 +242,7 @@ func TestFileSignalAcrossProcesses(t *testing.T) {
 		t.Fatalf("the child did not take the key: %q, %v", buf, err)
 	}
 
-	l := New(openFile(t, p), WithRetryInterval(time.Hour))
+	l := sqltable.New(openFile(t, p), sqltable.WithRetryInterval(time.Hour))
 	t.Cleanup(func() { l.Close() })
 	started(t, l)
 	got := make(chan error, 1)
@@ -205,7 +256,7 @@ func TestFileSignalAcrossProcesses(t *testing.T) {
 	// Wait until the Acquire sleeps in the hub, watching the file, so that
 	// the release can reach it only through the signal.
 	deadline := time.Now().Add(30 * time.Second)
-	for !waitingOn(l, "k") || !l.fw.up() {
+	for !drivers.Peek.Waiting(drivers.Peek.HubKey(l), "k") || !signalOf(p).up() {
 		if time.Now().After(deadline) {
 			t.Fatal("the Acquire did not start waiting")
 		}
@@ -223,11 +274,4 @@ func TestFileSignalAcrossProcesses(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("child: %v", err)
 	}
-}
-
-// waitingOn reports whether an Acquire of l waits for key in the hub.
-func waitingOn(l *Locker, key string) bool {
-	procHub.mu.Lock()
-	defer procHub.mu.Unlock()
-	return len(procHub.keys[hubID(l.hubKey, key)]) > 0
 }

@@ -1,4 +1,4 @@
-package sqltable_test
+package sqlite_test
 
 import (
 	"context"

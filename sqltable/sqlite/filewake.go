@@ -1,4 +1,4 @@
-package sqltable
+package sqlite
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/go-locker/locker/sqltable/internal/drivers"
 )
 
 // SQLite has no way to tell another process that a row changed, so
@@ -60,26 +62,48 @@ type fileWake struct {
 	path string
 
 	mu       sync.Mutex
-	users    int            // Lockers on the file that have not closed
-	tables   map[string]int // hub keys (see Locker.hubKey) of those that watch (WithNotify), counted
-	wf       *os.File       // open for writing; nil: this process cannot signal
-	wfInfo   os.FileInfo    // wf's, to see that the path still names it
+	users    int                // Lockers on the file that have not closed
+	tables   map[string]int     // wake-up identities (sqltable's Locker.hubKey) of those that watch (WithNotify), counted
+	wake     func(table string) // wakes this process's waiters of a table: sqltable's hub
+	wf       *os.File           // open for writing; nil: this process cannot signal
+	wfInfo   os.FileInfo        // wf's, to see that the path still names it
 	watcher  *fsnotify.Watcher
 	done     chan struct{} // closed when the watch goroutine has returned
 	failedAt time.Time     // the last failed start of the watch
 	watching atomic.Bool
 }
 
+// member is one Locker's membership of a signal file.
+type member struct {
+	fw    *fileWake
+	table string
+	watch bool
+	once  sync.Once
+}
+
+func (m *member) Signal()                        { m.fw.signal() }
+func (m *member) Start(ctx context.Context) bool { return m.fw.start(ctx) }
+func (m *member) Up() bool                       { return m.fw.up() }
+func (m *member) Leave()                         { m.once.Do(func() { m.fw.leave(m.table, m.watch) }) }
+
+// joinFileSignal registers a Locker of table (its wake-up identity) on the
+// SQLite database file dbFile, and returns its membership of the file's
+// signal; the Locker leaves it when it closes. With watch, the Locker's
+// waiters are woken (wake(table)) by the signal.
+func joinFileSignal(dbFile, table string, watch bool, wake func(table string)) drivers.FileSignal {
+	return &member{fw: joinFileWake(dbFile, table, watch, wake), table: table, watch: watch}
+}
+
 // joinFileWake registers a Locker of table hubKey on the SQLite database
 // file dbFile, and returns the file's signal; the Locker leaves it when it
 // closes. With watch, the Locker's waiters are woken by the signal.
-func joinFileWake(dbFile, hubKey string, watch bool) *fileWake {
+func joinFileWake(dbFile, hubKey string, watch bool, wake func(table string)) *fileWake {
 	path := dbFile + fileWakeSuffix
 	fileWakes.mu.Lock()
 	defer fileWakes.mu.Unlock()
 	fw := fileWakes.m[path]
 	if fw == nil {
-		fw = &fileWake{path: path, tables: map[string]int{}}
+		fw = &fileWake{path: path, tables: map[string]int{}, wake: wake}
 		fw.reopen()
 		fileWakes.m[path] = fw
 	}
@@ -192,11 +216,6 @@ func (fw *fileWake) signal() {
 	}
 }
 
-// wait does not wait: the watch wakes the waiters through procHub.
-func (*fileWake) wait(context.Context, *waiter, string, time.Duration) (bool, bool) {
-	return false, false
-}
-
 // up reports whether this process watches the file now.
 func (fw *fileWake) up() bool { return fw != nil && fw.watching.Load() }
 
@@ -306,8 +325,9 @@ func (fw *fileWake) wakeAll() {
 	for t := range fw.tables {
 		tables = append(tables, t)
 	}
+	wake := fw.wake
 	fw.mu.Unlock()
 	for _, t := range tables {
-		procHub.wakeTable(t)
+		wake(t)
 	}
 }

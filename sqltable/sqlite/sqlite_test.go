@@ -1,4 +1,4 @@
-package sqltable_test
+package sqlite_test
 
 import (
 	"context"
@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"modernc.org/sqlite"
+	msqlite "modernc.org/sqlite"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/sqltable"
+	"github.com/go-locker/locker/sqltable/sqlite"
 )
 
 // These tests run on SQLite, which needs no server; the same tests on
@@ -24,7 +25,7 @@ import (
 func sqliteDB(t *testing.T) (*sql.DB, string) {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "locks.db")
-	db, err := sql.Open("sqlite", p+"?_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", sqlite.DSN(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,14 +153,14 @@ type spyConnector struct {
 }
 
 func (c *spyConnector) Connect(context.Context) (driver.Conn, error) {
-	conn, err := (&sqlite.Driver{}).Open(c.dsn)
+	conn, err := (&msqlite.Driver{}).Open(c.dsn)
 	if err != nil {
 		return nil, err
 	}
 	return &spyConn{Conn: conn, s: c.s}, nil
 }
 
-func (c *spyConnector) Driver() driver.Driver { return &sqlite.Driver{} }
+func (c *spyConnector) Driver() driver.Driver { return &msqlite.Driver{} }
 
 type spyConn struct {
 	driver.Conn
@@ -215,7 +216,7 @@ func (c *spyConn) QueryContext(ctx context.Context, q string, args []driver.Name
 func TestNoClientTime(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "locks.db")
 	s := &spy{}
-	db := sql.OpenDB(&spyConnector{s: s, dsn: p})
+	db := sql.OpenDB(&spyConnector{s: s, dsn: sqlite.DSN(p)})
 	defer db.Close()
 	l := sqltable.New(db, sqltable.WithDialect(sqltable.SQLite), sqltable.WithDefaultTTL(time.Second))
 	ctx := context.Background()
