@@ -49,10 +49,12 @@ import (
 	_ "github.com/go-locker/locker/redis"
 	_ "github.com/go-locker/locker/redis/redlock"
 	_ "github.com/go-locker/locker/zookeeper"
-	// sqlite://, mysql:// and postgres+table://. The lock table's database
-	// drivers are moving to packages of their own (sqltable/sqlite,
-	// sqltable/mysql, sqltable/pgx); a program imports those it uses then.
-	_ "github.com/go-locker/locker/sqltable"
+	// The lock table: each database driver registers its URL schemes
+	// (sqlite://, mysql://, postgres+table://); a program imports those it
+	// uses.
+	_ "github.com/go-locker/locker/sqltable/mysql"
+	_ "github.com/go-locker/locker/sqltable/pgx"
+	_ "github.com/go-locker/locker/sqltable/sqlite"
 )
 
 // config is what the flags set.

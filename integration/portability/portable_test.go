@@ -27,7 +27,9 @@ import (
 	_ "github.com/go-locker/locker/postgres"
 	_ "github.com/go-locker/locker/redis"
 	_ "github.com/go-locker/locker/redis/redlock"
-	_ "github.com/go-locker/locker/sqltable"
+	_ "github.com/go-locker/locker/sqltable/mysql"
+	_ "github.com/go-locker/locker/sqltable/pgx"
+	_ "github.com/go-locker/locker/sqltable/sqlite"
 	_ "github.com/go-locker/locker/zookeeper"
 )
 
