@@ -43,11 +43,29 @@ func (l *Locker) Close() error {
 		Release: l.releaseAll,
 		Grace:   closeWait,
 		Shutdown: func() error {
-			if l.owns {
-				l.conn.Close()
+			// Every session: the primary, and those dialed for other
+			// leases (closed, as the Locker dialed them; yours, New's
+			// primary, is left open).
+			l.smu.Lock()
+			all := map[*session]bool{}
+			if l.primary != nil {
+				all[l.primary] = true
 			}
-			if l.events != nil {
-				eventReaders.CompareAndDelete(l.events, l) // the supervisor reads it no more
+			for _, s := range l.sessions {
+				all[s] = true
+			}
+			l.smu.Unlock()
+			var wg sync.WaitGroup
+			for s := range all {
+				wg.Add(1)
+				go func() { // go-zookeeper's Close waits up to a second each
+					defer wg.Done()
+					s.shutdown()
+				}()
+			}
+			wg.Wait()
+			if p := l.primary; p != nil && p.events != nil {
+				eventReaders.CompareAndDelete(p.events, l) // the supervisor reads it no more
 			}
 			return nil
 		},
@@ -94,7 +112,7 @@ func (l *Locker) releaseByClose(ctx context.Context, h *Handle) error {
 	}
 	h.releasing.Store(true)
 	h.stopWatch()
-	err := l.call(ctx, func() error { return l.conn.Delete(h.node, -1) }, nil)
+	err := l.call(ctx, func() error { return h.s.conn.Delete(h.node, -1) }, nil)
 	switch {
 	case err == nil:
 		h.state.End(locker.ErrReleasedByClose)
