@@ -110,6 +110,11 @@ func (l *Locker) sessionFor(ttl time.Duration) (*session, func(), error) {
 }
 
 func (l *Locker) sessionForLocked(ttl time.Duration) (*session, error) {
+	if l.life.IsClosing() {
+		// Close takes the sessions to shut down once it began: a session
+		// dialed now could be missed.
+		return nil, locker.ErrClosed
+	}
 	if p := l.primary; !p.owned && p.asked <= ttl && (leaseStep(ttl) <= p.asked || l.servers == nil) {
 		// New: your session's timeout lies between the lease step and
 		// the TTL (nearer than the step), or no other can be dialed.

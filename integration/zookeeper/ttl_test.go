@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/integration/testserver"
@@ -243,4 +246,153 @@ func TestSilentHolderTTL2s(t *testing.T) {
 	t.Logf("over %d runs: loss reported at +%v..+%v (median %v), next holder at +%v..+%v (median %v)", runs,
 		lost[0].Round(time.Millisecond), lost[runs-1].Round(time.Millisecond), lost[runs/2].Round(time.Millisecond),
 		got[0].Round(time.Millisecond), got[runs-1].Round(time.Millisecond), got[runs/2].Round(time.Millisecond))
+}
+
+// sessionsOn returns the ids of the sessions connected to the server at
+// addr (the four-letter command cons, which the server must allow).
+func sessionsOn(t *testing.T, addr string) map[int64]bool {
+	t.Helper()
+	// FLWCons reports !ok for the line of its own connection (no
+	// session), which it cannot parse; it lists the others.
+	res, _ := zk.FLWCons([]string{addr}, 5*time.Second)
+	if len(res) != 1 || res[0].Error != nil {
+		t.Fatalf("cons on %s: %+v", addr, res)
+	}
+	ids := map[int64]bool{}
+	for _, c := range res[0].Clients {
+		if c.SessionID != 0 {
+			ids[c.SessionID] = true
+		}
+	}
+	return ids
+}
+
+// One session per lease in use: locks whose TTLs round down to one lease
+// step share a session, a TTL beyond the server's ceiling is the
+// ceiling's session (the primary one here: the default TTL, 30s, is
+// granted 10s), and a session other than the primary one is closed once
+// idle: a Locker without a lock keeps no extra session. Counted on the
+// server (cons), on a server of the test's own.
+func TestSessionPerLease(t *testing.T) {
+	srv := testserver.NewZooKeeperWith(t, "4lw.commands.whitelist=ruok,srvr,stat,cons")
+	a := defaultClient(t, srv.Addr())
+	ctx := ctxFor(t, 2*time.Minute)
+	k := testKey(t)
+	primary := a.l.Conn().SessionID()
+	if got := sessionsOn(t, srv.Addr()); len(got) != 1 || !got[primary] {
+		t.Fatalf("sessions on the server after Connect: %v, want the primary one %#x only", got, primary)
+	}
+	take := func(key string, ttl time.Duration) *zookeeper.Handle {
+		t.Helper()
+		h, err := a.l.TryAcquire(ctx, key, locker.WithTTL(ttl))
+		if err != nil {
+			t.Fatalf("TryAcquire with WithTTL(%v): %v", ttl, err)
+		}
+		return h.(*zookeeper.Handle)
+	}
+	h2 := take(k+"/2s", 2*time.Second)
+	h25 := take(k+"/2.5s", 2500*time.Millisecond) // rounded down to the 2s step
+	hDay := take(k+"/24h", locker.MaxTTL)         // the ceiling: the primary session
+	if h2.TTL() != 2*time.Second || h25.TTL() != 2*time.Second || hDay.TTL() != 10*time.Second {
+		t.Errorf("leases %v, %v, %v for WithTTL(2s), (2.5s), (24h), want 2s, 2s (the lease step below 2.5s) and 10s (maxSessionTimeout)", h2.TTL(), h25.TTL(), hDay.TTL())
+	}
+	if h2.SessionID() == primary || h25.SessionID() != h2.SessionID() {
+		t.Errorf("sessions %#x, %#x for the 2s and 2.5s locks (primary %#x): want one session, not the primary", h2.SessionID(), h25.SessionID(), primary)
+	}
+	if hDay.SessionID() != primary {
+		t.Errorf("the 24h lock is in session %#x, want the primary %#x (its grant, 10s, is the server's ceiling)", hDay.SessionID(), primary)
+	}
+	if got := sessionsOn(t, srv.Addr()); len(got) != 2 || !got[h2.SessionID()] {
+		t.Fatalf("sessions on the server with locks of 2s and 10s: %v, want two", got)
+	}
+	// Held across more than two idle checks (10s each), the session stays.
+	time.Sleep(21 * time.Second)
+	if h2.Err() != nil || !sessionsOn(t, srv.Addr())[h2.SessionID()] {
+		t.Fatalf("the 2s session was closed while its lock was held: Err() = %v", h2.Err())
+	}
+	for _, h := range []*zookeeper.Handle{h2, h25, hDay} {
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	released := time.Now()
+	for {
+		got := sessionsOn(t, srv.Addr())
+		if len(got) == 1 && got[primary] {
+			t.Logf("the idle 2s session was closed %v after its last lock was released", time.Since(released).Round(time.Millisecond))
+			break
+		}
+		if time.Since(released) > 25*time.Second {
+			t.Fatalf("sessions on the server %v after the last lock of the 2s session was released: want the primary one only (idle sessions close within 20s)", time.Since(released).Round(time.Second))
+		}
+		time.Sleep(500 * time.Millisecond) // the server only answers when asked
+	}
+	// And it is dialed again when needed.
+	h := take(k+"/again", 2*time.Second)
+	if h.TTL() != 2*time.Second || h.SessionID() == primary {
+		t.Errorf("after the idle close: lease %v in session %#x, want 2s in a new session", h.TTL(), h.SessionID())
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// New on your connection: its session serves the TTLs at or above its
+// timeout (the default TTL included); a shorter TTL needs a session New
+// can dial only with WithServers, and without it is refused with an error
+// naming WithServers, never given a longer lease.
+func TestNewLeases(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	for _, withServers := range []bool{false, true} {
+		conn, events := plainConn(t, srv.Addr())
+		opts := []zookeeper.Option{zookeeper.WithSessionTimeout(sessionTimeout)}
+		if withServers {
+			opts = append(opts, zookeeper.WithServers(srv.Addr()))
+		}
+		l := zookeeper.New(conn, events, opts...)
+		t.Cleanup(func() { _ = l.Close() })
+		name := fmt.Sprintf("New (WithServers: %v)", withServers)
+
+		// The default TTL, 30s, and WithTTL(3s): your session (3s), or,
+		// with servers, a session of its own for the 30s.
+		hd, err := l.TryAcquire(ctx, fmt.Sprintf("%s/%v/default", k, withServers))
+		if err != nil {
+			t.Fatalf("%s: TryAcquire without WithTTL: %v", name, err)
+		}
+		want, wantOwn := sessionTimeout, true
+		if withServers {
+			want, wantOwn = 10*time.Second, false // 30s asked, the server's ceiling granted
+		}
+		if hd.TTL() != want || (hd.(*zookeeper.Handle).SessionID() == conn.SessionID()) != wantOwn {
+			t.Errorf("%s: default TTL: lease %v in session %#x (yours %#x), want %v in yours: %v", name, hd.TTL(), hd.(*zookeeper.Handle).SessionID(), conn.SessionID(), want, wantOwn)
+		}
+		h3, err := l.TryAcquire(ctx, fmt.Sprintf("%s/%v/3s", k, withServers), locker.WithTTL(sessionTimeout))
+		if err != nil {
+			t.Fatalf("%s: TryAcquire with WithTTL(%v): %v", name, sessionTimeout, err)
+		}
+		if h3.TTL() != sessionTimeout || h3.(*zookeeper.Handle).SessionID() != conn.SessionID() {
+			t.Errorf("%s: WithTTL(%v): lease %v in session %#x, want %v in yours (%#x)", name, sessionTimeout, h3.TTL(), h3.(*zookeeper.Handle).SessionID(), sessionTimeout, conn.SessionID())
+		}
+		// Shorter than your session: only with servers.
+		h1, err := l.TryAcquire(ctx, fmt.Sprintf("%s/%v/1s", k, withServers), locker.WithTTL(time.Second))
+		switch {
+		case withServers && err != nil:
+			t.Errorf("%s: TryAcquire with WithTTL(1s): %v", name, err)
+		case withServers && (h1.TTL() != time.Second || h1.(*zookeeper.Handle).SessionID() == conn.SessionID()):
+			t.Errorf("%s: WithTTL(1s): lease %v in session %#x, want 1s in a session of its own", name, h1.TTL(), h1.(*zookeeper.Handle).SessionID())
+		case !withServers && err == nil:
+			t.Errorf("%s: WithTTL(1s) taken with lease %v: a TTL below your session's timeout needs a session New cannot dial without WithServers", name, h1.TTL())
+		case !withServers && (!errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "WithServers")):
+			t.Errorf("%s: WithTTL(1s): %v, want an error wrapping ErrInvalidOption that names WithServers", name, err)
+		}
+		for _, h := range []locker.Handle{hd, h3, h1} {
+			if h != nil {
+				if err := h.Release(ctx); err != nil {
+					t.Errorf("%s: Release: %v", name, err)
+				}
+			}
+		}
+	}
 }
