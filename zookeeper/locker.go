@@ -261,14 +261,14 @@ func (l *Locker) awaitChecked(ctx context.Context) error {
 }
 
 // connGen returns the connection generation: a count of the session
-// events the Locker has seen. A Connect Locker counts each one on
+// events the session has seen. A session the Locker dialed counts each one on
 // go-zookeeper's own goroutine before go-zookeeper goes on (the callback
 // runs inline), so before a new connection re-arms the old watches: a
 // watch set at generation g whose event is read at generation g came on
 // the connection it was set on, in transaction order with every other
 // such watch. After a reconnect go-zookeeper sets the old watches again
 // in no particular order, and the server fires those whose nodes changed
-// meanwhile at once, in that order. New counts the events as the
+// meanwhile at once, in that order. New's own session counts the events as the
 // supervisor reads them from the caller's channel, a little later (see
 // the package documentation).
 func (s *session) connGen() uint64 { return s.gen.Load() }

@@ -13,7 +13,7 @@ import (
 	"github.com/go-locker/locker/backend"
 )
 
-// enqueue is the connection's event callback (Connect). It runs on
+// enqueue is the event callback of a connection the Locker dialed. It runs on
 // go-zookeeper's own goroutine, so it only queues the event for the
 // supervisor; it never blocks.
 func (s *session) enqueue(ev zk.Event) {
@@ -35,16 +35,17 @@ func (s *session) enqueue(ev zk.Event) {
 	}
 }
 
-// supervise follows the session: it reads events (from events, the
-// caller's channel, for New; from the queue that enqueue fills, for
-// Connect) and gives every lock of the session up when it may have ended.
+// supervise follows the session: it reads events (from events, your
+// channel, for New's own session; from the queue that enqueue fills, for
+// a session the Locker dialed) and gives every lock of the session up
+// when it may have ended.
 // It returns when Close begins or the session is retired.
 func (s *session) supervise(events <-chan zk.Event) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	// lease checks, while connected, that some request was answered
-	// recently enough (Connect only: see checkLease). It is armed when a
+	// recently enough (dialed sessions only: see checkLease). It is armed when a
 	// session is established (onSession), at the timeout the server
 	// granted: the one asked for may be far longer.
 	lease := time.NewTimer(time.Hour)
@@ -194,8 +195,9 @@ func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
 		s.discAt = now
 		// The server expires the session one timeout after it last heard
 		// from us. When we last heard from it bounds that from below:
-		// exactly, below go-zookeeper (Connect); else by go-zookeeper's
-		// receive timeout of two thirds of the session timeout (New).
+		// exactly, below go-zookeeper (a session the Locker dialed); else
+		// by go-zookeeper's receive timeout of two thirds of the session
+		// timeout (New's own session).
 		heard := now.Add(-s.timeout * 2 / 3)
 		if s.link != nil {
 			if h := s.link.heard(); !h.IsZero() && h.Before(now) {
@@ -367,7 +369,7 @@ func isUnimplemented(err error) bool {
 }
 
 // leaseStaleLocked reports that no request sent within the last session
-// timeout less the drift margin has been answered, on a Connect Locker
+// timeout less the drift margin has been answered, on a session the Locker dialed
 // (New has no such view): the server may expire the session any moment,
 // even though go-zookeeper still counts the connection as up (watch
 // notifications keep coming on a link that drops what the client sends).
@@ -441,7 +443,7 @@ func (s *session) checkLease(t *time.Timer) {
 
 // expiredBy says why the locks of the current session must count as lost
 // at now although the supervisor may not have ended them yet: the
-// disconnect deadline or the lease of the last answered request (Connect)
+// disconnect deadline or the lease of the last answered request (dialed)
 // has passed. "" when neither has.
 func (s *session) expiredBy(now time.Time) string {
 	s.mu.Lock()
