@@ -396,3 +396,25 @@ func TestNewLeases(t *testing.T) {
 		}
 	}
 }
+
+// The granted timeout governs every session, not only the first: on a
+// server whose maxSessionTimeout is 1.6s, a Locker whose primary session
+// is of 1s takes a lock with WithTTL(10s) in a second session, asked for
+// 10s and granted 1.6s. The lock reports 1.6s, and once its holder is cut
+// off, it reports the loss before the key goes to another client, within
+// about 1.6s (it would take the asked 10s if that session's deadlines
+// came from the timeout asked).
+func TestGrantedCeilingOnSecondSession(t *testing.T) {
+	srv := shortSessionServer(t)
+	a, b := newClient(t, srv.Addr(), zookeeper.WithDefaultTTL(time.Second)), newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	if st := a.l.SessionTimeout(); st != time.Second {
+		t.Fatalf("primary session timeout %v, want the 1s asked", st)
+	}
+	r := cutHolderWithTTL(t, ctx, a, b, testKey(t), askedLong, time.Second)
+	if r.lease != maxGranted {
+		t.Errorf("Handle.TTL() = %v for WithTTL(%v) on a server with maxSessionTimeout=%v, want the ceiling %v", r.lease, askedLong, maxGranted, maxGranted)
+	}
+	t.Logf("lease %v in a second session: loss reported %v after the cut, key taken by another client %v after it",
+		r.lease, r.lost.Round(time.Millisecond), r.got.Round(time.Millisecond))
+}
