@@ -128,8 +128,7 @@ func (l *Locker) probe() {
 		servers := l.servers
 		if servers == nil {
 			if _, _, err := s.awaitConnected(ctx); err != nil {
-				l.checkErr = err
-				return
+				return // Close began: calls fail with ErrClosed
 			}
 			servers = []string{s.conn.Server()}
 		}
@@ -142,8 +141,7 @@ func (l *Locker) probe() {
 		case err == nil:
 			return
 		case ctx.Err() != nil:
-			l.checkErr = locker.ErrClosed
-			return
+			return // Close began: calls fail with ErrClosed
 		}
 		l.logf("zookeeper: New: could not check the session timeout with %v (trying again): %v", servers, err)
 		select {
