@@ -37,43 +37,43 @@ func (l *Locker) spawn(f func()) {
 // TryAcquire), waiting at most cleanupWait; the deletion goes on after that
 // until the server answers, and is retried after a reconnect in the same
 // session. It does not use the caller's context, which may have ended.
-func (l *Locker) removeNode(node string) {
+func (s *session) removeNode(node string) {
 	done := make(chan struct{})
-	l.deleteNode(node, done)
+	s.deleteNode(node, done)
 	t := time.NewTimer(cleanupWait)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
-	case <-l.life.Abandoned().Done():
+	case <-s.l.life.Abandoned().Done():
 	}
 }
 
 // deleteDetached deletes node in the background.
-func (l *Locker) deleteDetached(node string) { l.deleteNode(node, nil) }
+func (s *session) deleteDetached(node string) { s.deleteNode(node, nil) }
 
 // deleteNode deletes node on a detached call and closes done (if not nil)
 // when the server answered or the attempt is handed to the next reconnect.
-func (l *Locker) deleteNode(node string, done chan struct{}) {
-	l.mu.Lock()
-	sid, connected, closing := l.sessID, l.connected, l.life.Abandoned().Err() != nil
+func (s *session) deleteNode(node string, done chan struct{}) {
+	s.mu.Lock()
+	sid, connected, closing := s.sessID, s.connected, s.l.life.Abandoned().Err() != nil
 	if !connected && !closing {
-		l.orphans[node] = sid
-		l.mu.Unlock()
+		s.orphans[node] = sid
+		s.mu.Unlock()
 		if done != nil {
 			close(done)
 		}
 		return
 	}
-	l.mu.Unlock()
-	started := l.life.Go(func() {
-		err := l.conn.Delete(node, -1)
+	s.mu.Unlock()
+	started := s.l.life.Go(func() {
+		err := s.conn.Delete(node, -1)
 		if isConnErr(err) && !errors.Is(err, zk.ErrClosing) {
-			l.mu.Lock()
-			if l.sessID == sid && !l.life.IsClosing() {
-				l.orphans[node] = sid
+			s.mu.Lock()
+			if s.sessID == sid && !s.l.life.IsClosing() {
+				s.orphans[node] = sid
 			}
-			l.mu.Unlock()
+			s.mu.Unlock()
 		}
 		if done != nil {
 			close(done)

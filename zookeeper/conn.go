@@ -160,13 +160,18 @@ func (c *linkConn) received(frame int, head []byte) {
 
 // handshakeLimit is how long a handshake may take: the session timeout
 // granted by the last connect response, else the one asked for (a
-// reconnect that takes longer could not save the session anyway).
+// reconnect that takes longer could not save the session anyway), and at
+// most maxHandshake (a session asked for a day must not wait a day for a
+// server that went silent: trying the next one costs nothing).
 func (k *link) handshakeLimit() time.Duration {
 	if g := time.Duration(k.granted.Load()); g > 0 {
-		return g
+		return min(g, maxHandshake)
 	}
-	return k.requested
+	return min(k.requested, maxHandshake)
 }
+
+// maxHandshake bounds every handshake (see handshakeLimit).
+const maxHandshake = 10 * time.Second
 
 // SetReadDeadline caps the deadlines of the handshake (see link); once the
 // connect response is in, go-zookeeper's own deadlines (two thirds of the

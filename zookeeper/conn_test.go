@@ -168,15 +168,27 @@ func TestDriftMarginBelowHalfTimeout(t *testing.T) {
 	}
 }
 
+// deadConn is a go-zookeeper connection to nowhere (it keeps trying) and
+// its events channel, closed when the test ends.
+func deadConn(t *testing.T) (*zk.Conn, <-chan zk.Event) {
+	t.Helper()
+	conn, events, err := zk.Connect([]string{"127.0.0.1:1"}, 4*time.Second, zk.WithLogger(quietLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	return conn, events
+}
+
 // TestNewRefusesSecondReader: the events channel has one reader; a second
 // Locker on it is refused (each would miss events), until the first closes.
 func TestNewRefusesSecondReader(t *testing.T) {
-	ch := make(chan zk.Event)
-	a := New(&zk.Conn{}, ch, WithSessionTimeout(4*time.Second))
+	conn, ch := deadConn(t)
+	a := New(conn, ch, WithSessionTimeout(4*time.Second))
 	if a.cfg.err != nil {
 		t.Fatal(a.cfg.err)
 	}
-	b := New(&zk.Conn{}, ch, WithSessionTimeout(4*time.Second))
+	b := New(conn, ch, WithSessionTimeout(4*time.Second))
 	defer b.Close()
 	if err := b.Err(); !errors.Is(err, locker.ErrUnsafeConfig) || !strings.Contains(err.Error(), "events channel") {
 		t.Fatalf("second New on one events channel: Err() = %v, want ErrUnsafeConfig naming the events channel", err)
@@ -184,9 +196,28 @@ func TestNewRefusesSecondReader(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c := New(&zk.Conn{}, ch, WithSessionTimeout(4*time.Second))
+	c := New(conn, ch, WithSessionTimeout(4*time.Second))
 	defer c.Close()
 	if err := c.Err(); err != nil {
 		t.Fatalf("New on the channel after its reader closed: %v", err)
+	}
+}
+
+// TestNewRefusesForeignEvents: an events channel that is not the one
+// zk.Connect returned with the connection (another connection's, or one of
+// the caller's own) is refused: the Locker would follow another session.
+func TestNewRefusesForeignEvents(t *testing.T) {
+	conn, _ := deadConn(t)
+	_, other := deadConn(t)
+	for name, ch := range map[string]<-chan zk.Event{"another connection's": other, "a channel of its own": make(chan zk.Event)} {
+		l := New(conn, ch, WithSessionTimeout(4*time.Second))
+		err := l.Err()
+		_ = l.Close()
+		if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "not the one zk.Connect returned") {
+			t.Errorf("New with %s events channel: Err() = %v, want ErrInvalidOption saying it is not the connection's", name, err)
+		}
+	}
+	if same, known := connEvents(conn, other); !known || same {
+		t.Fatalf("connEvents(conn, another's channel) = %v, %v: want known and different (go-zookeeper's Conn no longer keeps eventChan?)", same, known)
 	}
 }

@@ -6,11 +6,10 @@
 // holder's czxid, and a loss report that takes the session timeout
 // seriously. It runs on go-zookeeper (github.com/go-zookeeper/zk).
 //
-//	l, err := zookeeper.Connect(ctx, []string{"zk1:2181", "zk2:2181", "zk3:2181"},
-//		zookeeper.WithSessionTimeout(10*time.Second))
+//	l, err := zookeeper.Connect(ctx, []string{"zk1:2181", "zk2:2181", "zk3:2181"})
 //	...
 //	defer l.Close()
-//	h, err := l.Acquire(ctx, "invoice/42")
+//	h, err := l.Acquire(ctx, "invoice/42", locker.WithTTL(5*time.Second))
 //	...
 //	defer h.Release(ctx)
 //
@@ -28,37 +27,88 @@
 // anyone else, as long as clocks run at about the same rate (see "Failure
 // modes"). Release deletes only the holder's own node.
 //
+// # Leases: one session per TTL
+//
+// A ZooKeeper lock has no lease of its own: it lives as long as its node,
+// an ephemeral node, which lives as long as the session that created it.
+// The client keeps the session alive with pings (every third of its
+// timeout) as long as it reaches a server; a holder that dies or is cut
+// off blocks others until the server expires its session, one session
+// timeout after it last heard from it. So a lock's lease is the timeout
+// of the session that owns its node, and a Locker has one session per
+// lease in use, each on a connection of its own:
+//
+//   - locker.WithTTL(ttl) (else the default TTL: locker.DefaultTTL, or
+//     WithDefaultTTL, URL parameter ttl) is rounded down to a lease step:
+//     1, 1.5, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 30, 40 and 50 seconds, the
+//     same in minutes, then 1, 1.5, 2, 3, 4, 5, 6, 8, 10, 12, 15 and 20
+//     hours, and 24h. That is 43 steps, each at most a third below the
+//     next, and every round TTL (1s, 5s, 30s, 1m, 5m, 1h, 24h) is a step
+//     of its own. Rounding down is the rule of the TTL contract
+//     (locker.MinTTL): a shorter lease is safe for exclusion.
+//   - The lock goes into the Locker's session of that lease, dialed at the
+//     first Acquire that needs it and shared by every lock of the lease.
+//   - The server grants a session timeout between its minSessionTimeout
+//     and maxSessionTimeout (by default 2 and 20 ticks, 4s and 40s with
+//     the usual tickTime of 2s): a TTL beyond them gets the floor or the
+//     ceiling. Once a grant has shown the floor or the ceiling, every
+//     lease beyond it goes to that session, with no session dialed for
+//     it: on a server with default settings a Locker so has at most about
+//     ten sessions (4s up to 40s), whatever TTLs it is asked for.
+//   - Handle.TTL reports the lease given: the timeout the server granted
+//     the lock's session, as it was when the lock was taken.
+//   - The primary session, the default TTL's (Connect waits for it), stays
+//     open for the Locker's life; another is closed once no lock of it is
+//     held and no Acquire has used it for 10 to 20 seconds, and on
+//     Close. A Locker that holds no lock so keeps no session but the
+//     primary one.
+//
+// Everything below (loss deadlines, lease checks, watches, the clean-up
+// of nodes given up, reconnects) is per session, for every session. An
+// expiry ends the locks of its session, not those of the Locker's other
+// sessions.
+//
 // # Connection and session events: Connect or New
 //
-// The lock's lease is the ZooKeeper session, so the Locker must see every
-// session event (disconnected, reconnected, expired), and go-zookeeper
-// delivers those only on the channel zk.Connect returns or to a
-// zk.WithEventCallback given to zk.Connect. Hence two constructors:
+// The lease is the session, so the Locker must see every session event
+// (disconnected, reconnected, expired), and go-zookeeper delivers those
+// only on the channel zk.Connect returns or to a zk.WithEventCallback
+// given to zk.Connect. Hence two constructors:
 //
-//   - Connect makes a connection of its own, with its own session, and
-//     owns it: Close closes it. It registers an event callback (no event
-//     is ever dropped), and dials through a thin wrapper that tells it
-//     when bytes last came from the server and which session timeout the
-//     server granted (go-zookeeper exposes neither), so that a
-//     disconnected lock is given up at the latest safe moment, not
-//     earlier. Use it unless you must share a connection.
+//   - Connect dials its sessions itself, and owns them: Close closes them.
+//     It registers an event callback on each (no event is ever dropped),
+//     and dials through a thin wrapper that tells it when bytes last came
+//     from the server and which session timeout the server granted
+//     (go-zookeeper exposes neither), so that a disconnected lock is given
+//     up at the latest safe moment, not earlier. Use it unless you must
+//     share a connection.
 //   - New uses a connection you made with zk.Connect and keep using (Close
-//     leaves it open). Pass the event channel zk.Connect returned: the
-//     Locker becomes its only reader (a program that wants the events too
-//     registers zk.WithEventCallback, which sees them independently; a nil
-//     channel is an error wrapping locker.ErrInvalidOption). Pass
-//     WithSessionTimeout with the timeout you gave zk.Connect, and keep the
-//     server's maxSessionTimeout at or above it: go-zookeeper does not say
-//     what the server granted. Without the view below go-zookeeper, New
-//     assumes the server was last heard from two thirds of a session
-//     timeout before the disconnect (go-zookeeper's receive timeout), so a
-//     disconnected lock is given up sooner than with Connect.
+//     leaves it open) as its primary session. It reads what the connection
+//     shows (its session, its state, the server it is on) and checks what
+//     it must be told: the events channel must be the one zk.Connect
+//     returned with that connection (the Locker becomes its only reader; a
+//     program that wants the events too registers zk.WithEventCallback,
+//     which sees them independently), and WithSessionTimeout, the timeout
+//     you gave zk.Connect, must be what the server grants for it (New asks
+//     the server with a short session of its own). A channel that is nil,
+//     another connection's, or read by another open Locker, or a timeout
+//     the server does not grant as is, fails every call with an error that
+//     says so. A timeout the server grants as is but that is not the one
+//     you gave zk.Connect cannot be told apart: give the same. Without the
+//     view below go-zookeeper, New assumes the server was last heard from
+//     two thirds of a session timeout before the disconnect (go-zookeeper's
+//     receive timeout), so a disconnected lock is given up sooner than
+//     with Connect. Your session serves every TTL at or above its timeout
+//     up to the next lease step; for the other leases New dials sessions
+//     of its own (as Connect does, closed when idle and on Close) at the
+//     servers named by WithServers. Without WithServers it dials none: a
+//     TTL above your session's timeout gets that timeout (a shorter lease,
+//     reported by Handle.TTL), and a shorter TTL is refused with an error
+//     wrapping locker.ErrInvalidOption that names WithServers (a longer
+//     lease than asked is never given).
 //
-// A connection has one Locker: New refuses a second one on the same
-// events channel (each would miss the events the other read), with an
-// error wrapping locker.ErrUnsafeConfig. One Locker serves any number of
-// goroutines and keys; all its locks share the connection's session, and
-// an expiry ends all of them.
+// One Locker serves any number of goroutines and keys; the locks of one
+// lease share its session.
 //
 // # How it works
 //
@@ -88,9 +138,9 @@
 // particular order; a waiter that hears of its predecessor's deletion on
 // a connection other than the one its watches were set on lists the
 // directory before it takes the lock, as its own node's deletion may come
-// second. A Connect Locker counts connections on go-zookeeper's goroutine,
-// before the old watches are re-armed; New counts them as it reads the
-// events from your channel, which could in principle lag behind a
+// second. On a session it dialed the Locker counts connections on
+// go-zookeeper's goroutine, before the old watches are re-armed; on New's
+// own session it counts them as it reads the events from your channel, which could in principle lag behind a
 // re-armed watch firing). When the
 // node two before goes, the one just before most likely holds the lock
 // now, and the contender lists again at once, while that holder holds: its
@@ -152,34 +202,18 @@
 // would not do: they restart at zero when the container directory is
 // deleted and made again.
 //
-// # Leases, WithTTL and the session timeout
-//
-// There is no lease per lock: a lock lives as long as its node, and the
-// node as long as the session, which the client keeps alive with pings
-// (every third of the session timeout) as long as it can reach a server.
-// A holder that dies or is cut off blocks others until the server expires
-// its session: one negotiated session timeout after the server last heard
-// from it. That timeout is the lease, and it is per connection, not per
-// lock. So locker.WithTTL(ttl) is checked against it: a TTL at or above
-// the session timeout is accepted (a dead holder blocks others for at most
-// the session timeout, which is no longer than asked), and a shorter TTL is
-// rejected with an error wrapping locker.ErrInvalidOption, since no lock of
-// this connection can outlive a dead holder by less. Connect with a shorter
-// WithSessionTimeout for shorter leases. SessionTimeout reports the value
-// in force, and so does every Handle's TTL, the lease of its lock.
-// WithDefaultTTL (URL ttl) is the TTL of a call without locker.WithTTL,
-// checked the same way; unset, it is the session timeout. Inspect cannot
-// tell a holder's lease (LockInfo.Lease is 0): a node's stat names its
-// session, not the session's timeout.
+// # The granted session timeout
 //
 // The server grants a session timeout between its minSessionTimeout and
-// maxSessionTimeout (by default 2 and 20 ticks), which may be far from the
-// one asked for. A Connect Locker works with the granted one from the
-// moment the session is established: its loss deadlines, its checks that
-// requests are still answered, the wait of a TryAcquire for a session and
-// the bound of a reconnect's handshake, and again after every reconnect
-// (another server of the ensemble may grant another value). New cannot
-// learn it (see above).
+// maxSessionTimeout, which may be far from the one asked for. A session
+// the Locker dialed works with the granted one from the moment it is
+// established: its loss deadlines, its checks that requests are still
+// answered, the wait of a TryAcquire for a session and the bound of a
+// reconnect's handshake (at most 10s, so that a session asked for a day
+// does not wait that long on a silent server), and again after every
+// reconnect (another server of the ensemble may grant another value).
+// New's own session has the timeout declared with WithSessionTimeout,
+// checked against what the server grants (see above).
 //
 // # Failure modes
 //
@@ -187,8 +221,8 @@
 //     the server has deleted the session's nodes; every lock of the
 //     session is lost at once.
 //   - Disconnected: the server may expire the session one session timeout
-//     after it last heard from the client. With Connect the Locker knows
-//     when that was at the latest: the send time of the last request (a
+//     after it last heard from the client. On a session it dialed the
+//     Locker knows when that was at the latest: the send time of the last request (a
 //     ping, an operation) whose reply came, since the server got it; bytes
 //     merely read (a watch notification, a reply read late) do not count.
 //     It gives every lock of the session up at that moment + (negotiated
@@ -200,11 +234,11 @@
 //     monotonic clock: a step of the wall clock does not move them.
 //   - Cut off one way (the server stops hearing the client, the client
 //     still hears the server): go-zookeeper keeps the connection up as long
-//     as notifications arrive, but no request is answered. A Connect Locker
-//     gives the locks up by the same deadline as for a disconnect, while
-//     still connected, and deletes their nodes once requests are answered
-//     again. New has no view below go-zookeeper and relies on its receive
-//     timeout.
+//     as notifications arrive, but no request is answered. On a session it
+//     dialed the Locker gives the locks up by the same deadline as for a
+//     disconnect, while still connected, and deletes their nodes once
+//     requests are answered again. On New's own session it has no view
+//     below go-zookeeper and relies on its receive timeout.
 //   - A create whose answer is lost (the connection broke in between): the
 //     Acquire lists the directory for its GUID and adopts the node. If it
 //     gives up first (its context ends, the Locker closes), the Locker
@@ -230,8 +264,9 @@
 //
 // Locker implements locker.Inspector: Inspect lists the key's lock
 // directory and reports the lowest node's owner as the holder, with that
-// node's czxid as the token and a TTL of 0 (the lock lasts as long as its
-// holder's session; a crashed holder shows until the server expires it).
+// node's czxid as the token, and a TTL and a Lease of 0: the lock lasts as
+// long as its holder's session, and a node's stat names the session, not
+// its timeout (a crashed holder shows until the server expires it).
 //
 // # ACLs
 //
@@ -244,18 +279,22 @@
 //
 // The package registers the scheme zookeeper with locker.Open:
 //
-//	zookeeper://[user:password@]host1:2181,host2:2181[/root]?session_timeout=10s
+//	zookeeper://[user:password@]host1:2181,host2:2181[/root]?ttl=30s
 //
 // The path is the root of the lock directories (WithPrefix; default
 // /locker), or the parameter prefix (not both). A user and password add
 // digest authentication (WithAuth). Parameters:
 //
-//	ttl=30s               WithDefaultTTL     (shared by every backend; see backend.Settings)
+//	ttl=30s               WithDefaultTTL     (shared by every backend; see backend.Settings):
+//	                                         the default TTL, and the primary session's timeout
 //	drift_margin=1s       WithDriftMargin    (shared)
 //	prefix=/app           WithPrefix         (shared; or the path)
-//	session_timeout=10s   WithSessionTimeout (default 10s)
 //	containers=false      WithoutContainers
 //	acl=creator           lock nodes only for the URL's user (zk.AuthACL); default open
+//
+// There is no session_timeout parameter (nor a WithSessionTimeout for
+// Connect): a session's timeout is the lease of its locks, so it is the
+// TTL; the parameter is refused with an error that says to use ttl.
 //
 // The other shared parameters, retry_interval and ddl, are checked and
 // change nothing here (watches wake waiters; the lock directories are

@@ -18,10 +18,12 @@ import (
 // directory. It is safe for concurrent use.
 type Handle struct {
 	l     *Locker
+	s     *session      // the Locker's session (connection) that owns the node
+	lease time.Duration // s's timeout when the lock was taken: see TTL
 	key   string
 	node  string
 	token int64
-	sid   int64 // the session that owns the node
+	sid   int64 // the id of the ZooKeeper session that owns the node
 	state *backend.State
 
 	// dup is set when the node's create was retried after a lost answer:
@@ -37,8 +39,8 @@ type Handle struct {
 
 var _ locker.Handle = (*Handle)(nil)
 
-func newHandle(l *Locker, key, node string, token, sid int64) *Handle {
-	return &Handle{l: l, key: key, node: node, token: token, sid: sid, state: backend.NewState()}
+func newHandle(s *session, key, node string, token, sid int64, lease time.Duration) *Handle {
+	return &Handle{l: s.l, s: s, lease: lease, key: key, node: node, token: token, sid: sid, state: backend.NewState()}
 }
 
 // Key returns the key as the caller gave it.
@@ -65,9 +67,9 @@ func (h *Handle) checkSession() {
 	if h.state.Ended() || h.releasing.Load() {
 		return
 	}
-	if why := h.l.expiredBy(time.Now()); why != "" && h.state.End(h.lostErr(why)) {
+	if why := h.s.expiredBy(time.Now()); why != "" && h.state.End(h.lostErr(why)) {
 		h.l.life.Drop(h)
-		h.l.deleteDetached(h.node)
+		h.s.deleteDetached(h.node)
 	}
 }
 
@@ -93,31 +95,31 @@ func (h *Handle) Release(ctx context.Context) error {
 	if err := h.state.Err(); err != nil {
 		return backend.KeyError("release", h.key, err)
 	}
-	l := h.l
+	s := h.s
 	h.releasing.Store(true)
 	h.stopWatch()
-	if why := l.expiredBy(time.Now()); why != "" {
+	if why := s.expiredBy(time.Now()); why != "" {
 		// The session may have expired already, and the key gone to
 		// someone else: the supervisor has not said so yet (the process
 		// was paused, say, and this ran first when it resumed). The lock
 		// was lost, not released; its node is deleted all the same, in
 		// case the session lives.
 		h.state.End(h.lostErr(why))
-		l.life.Drop(h)
-		l.deleteDetached(h.node)
+		s.l.life.Drop(h)
+		s.deleteDetached(h.node)
 		return backend.KeyError("release", h.key, h.state.Err())
 	}
-	err := l.call(ctx, func() error { return l.conn.Delete(h.node, -1) }, func(err error) {
+	err := s.l.call(ctx, func() error { return s.conn.Delete(h.node, -1) }, func(err error) {
 		if isConnErr(err) && !errors.Is(err, zk.ErrClosing) {
-			l.deleteDetached(h.node)
+			s.deleteDetached(h.node)
 		}
 	})
-	l.life.Drop(h)
+	s.l.life.Drop(h)
 	switch {
 	case err == nil:
 		h.state.End(locker.ErrReleased)
 		if h.dup != nil {
-			l.dropCreate(h.dup.dir, h.dup.guid, h.sid)
+			s.dropCreate(h.dup.dir, h.dup.guid, h.sid)
 		}
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
@@ -129,7 +131,7 @@ func (h *Handle) Release(ctx context.Context) error {
 		h.state.End(h.lostErr("the server answered the release that the session had expired"))
 		return backend.KeyError("release", h.key, h.state.Err())
 	case isConnErr(err) && !errors.Is(err, zk.ErrClosing):
-		l.deleteDetached(h.node)
+		s.deleteDetached(h.node)
 	}
 	h.state.End(locker.ErrReleased)
 	return backend.KeyError("release", h.key, fmt.Errorf("zookeeper: the server did not confirm the deletion of the lock node (the lock is given up; the node is deleted when the connection comes back, or ends with the session): %w", err))
@@ -166,9 +168,9 @@ func (h *Handle) lose(why string) {
 // first, and a node already gone or owned by another session is a loss
 // too.
 func (h *Handle) monitor(own <-chan zk.Event) {
-	l := h.l
+	s := h.s
 	if own == nil {
-		if h.releasing.Load() || h.state.Ended() || l.life.IsClosing() {
+		if h.releasing.Load() || h.state.Ended() || s.l.life.IsClosing() {
 			return
 		}
 		var ok bool
@@ -197,7 +199,7 @@ func (h *Handle) monitor(own <-chan zk.Event) {
 			}
 		case <-h.state.Done():
 			return
-		case <-l.life.Closing().Done():
+		case <-s.l.life.Closing().Done():
 			return
 		}
 	}
@@ -209,8 +211,8 @@ func (h *Handle) monitor(own <-chan zk.Event) {
 // session; false means the monitor is done: the lock ended (or is lost
 // now), or the Locker is closing.
 func (h *Handle) watch() (<-chan zk.Event, bool) {
-	l := h.l
-	ctx, cancel := context.WithCancel(l.life.Closing())
+	s := h.s
+	ctx, cancel := context.WithCancel(s.l.life.Closing())
 	defer cancel()
 	stop := context.AfterFunc(doneContext{h.state.Done()}, cancel)
 	defer stop()
@@ -219,9 +221,9 @@ func (h *Handle) watch() (<-chan zk.Event, bool) {
 			st *zk.Stat
 			ch <-chan zk.Event
 		)
-		err := l.call(ctx, func() error {
+		err := s.l.call(ctx, func() error {
 			var err error
-			_, st, ch, err = l.conn.GetW(h.node)
+			_, st, ch, err = s.conn.GetW(h.node)
 			return err
 		}, nil)
 		if h.releasing.Load() || h.state.Ended() || ctx.Err() != nil {
@@ -239,7 +241,7 @@ func (h *Handle) watch() (<-chan zk.Event, bool) {
 		case isConnErr(err) && !errors.Is(err, zk.ErrClosing):
 			// The session logic decides whether the lock survives the
 			// disconnection; if it does, watch again once connected.
-			if _, _, err := l.awaitSession(ctx); err != nil {
+			if _, _, err := s.awaitSession(ctx); err != nil {
 				return nil, false
 			}
 		default:
@@ -268,12 +270,12 @@ func (doneContext) Value(any) any { return nil }
 // verify checks, after a reconnect in the same session, that the holder's
 // node still exists.
 func (h *Handle) verify() {
-	l := h.l
+	s := h.s
 	var exists bool
 	var st *zk.Stat
-	err := l.call(l.life.Closing(), func() error {
+	err := s.l.call(s.l.life.Closing(), func() error {
 		var err error
-		exists, st, err = l.conn.Exists(h.node)
+		exists, st, err = s.conn.Exists(h.node)
 		return err
 	}, nil)
 	switch {

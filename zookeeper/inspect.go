@@ -30,12 +30,16 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	fail := func(err error) (locker.LockInfo, error) {
 		return locker.LockInfo{}, backend.KeyError(op, key, l.life.Why(cctx, err))
 	}
+	if err := l.awaitChecked(cctx); err != nil {
+		return fail(err)
+	}
+	conn := l.primary.conn
 
 	dir := LockDir(l.cfg.Prefix, key)
 	for tries := 0; ; tries++ {
 		var kids []string
 		err := l.call(cctx, func() error {
-			k, _, err := l.conn.Children(dir)
+			k, _, err := conn.Children(dir)
 			kids = k
 			return err
 		}, nil)
@@ -55,7 +59,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 		)
 		err = l.call(cctx, func() error {
 			var err error
-			exists, st, err = l.conn.Exists(dir + "/" + nodes[0].name)
+			exists, st, err = conn.Exists(dir + "/" + nodes[0].name)
 			return err
 		}, nil)
 		if err != nil {

@@ -40,25 +40,25 @@ type createdNode struct {
 // costs one request, as a bare create does. A server that refuses the write
 // (an ACL on the directory without WRITE) makes the Locker use plain
 // creates from then on.
-func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode, error) {
+func (s *session) createNode(ctx context.Context, dir, guid string) (createdNode, error) {
 	prefix := dir + "/" + nodeName(guid)
 	retried := false
 	for tries := 0; ; tries++ {
 		var c createdNode
-		multi := !l.noMulti.Load() && !l.hot.recent(dir)
-		sid := l.conn.SessionID()
-		err := l.call(ctx, func() error {
+		multi := !s.l.noMulti.Load() && !s.l.hot.recent(dir)
+		sid := s.conn.SessionID()
+		err := s.l.call(ctx, func() error {
 			if !multi {
-				p, err := l.conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, l.cfg.acl)
+				p, err := s.conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, s.l.cfg.acl)
 				c.node = p
 				return err
 			}
-			r, err := l.conn.Multi(
-				&zk.CreateRequest{Path: prefix, Flags: zk.FlagEphemeral | zk.FlagSequence, Acl: l.cfg.acl},
+			r, err := s.conn.Multi(
+				&zk.CreateRequest{Path: prefix, Flags: zk.FlagEphemeral | zk.FlagSequence, Acl: s.l.cfg.acl},
 				&zk.SetDataRequest{Path: dir, Version: -1})
 			if err == nil && len(r) == 2 && r[1].Stat != nil {
 				c = createdNode{node: r[0].String, dir: r[1].Stat, sid: sid}
-				if now := l.conn.SessionID(); now != sid {
+				if now := s.conn.SessionID(); now != sid {
 					// The session changed around the request: which one
 					// owns the node is not known here; contend reads it.
 					c.dir, c.sid = nil, 0
@@ -79,9 +79,9 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 			// contends with would block everyone after it.
 			switch {
 			case err == nil:
-				l.deleteDetached(c.node)
+				s.deleteDetached(c.node)
 			case isConnErr(err):
-				l.dropCreate(dir, guid, sid)
+				s.dropCreate(dir, guid, sid)
 			}
 		})
 		var refused errMultiRefused
@@ -91,20 +91,20 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 			return c, nil
 		case errors.As(err, &refused) || errors.Is(err, zk.ErrUnknown) || errors.Is(err, zk.ErrAPIError) || isUnimplemented(err):
 			// Nothing was applied: go on with plain creates.
-			l.logf("zookeeper: creating lock nodes without the directory write from now on: %v", err)
-			l.noMulti.Store(true)
+			s.l.logf("zookeeper: creating lock nodes without the directory write from now on: %v", err)
+			s.l.noMulti.Store(true)
 		case errors.Is(err, zk.ErrNoNode) && tries < 8:
-			if err := l.ensureDir(ctx, dir); err != nil {
+			if err := s.ensureDir(ctx, dir); err != nil {
 				return createdNode{}, err
 			}
-		case isConnErr(err) && tries < 8 && ctx.Err() == nil && !l.life.IsClosing():
+		case isConnErr(err) && tries < 8 && ctx.Err() == nil && !s.l.life.IsClosing():
 			// The create may have been applied: look for our GUID, until
 			// a listing answers (creating again before that could leave
 			// the first node behind as a ghost of our own).
 			retried = true
-			found, err := l.findOwnRetrying(ctx, dir, guid)
+			found, err := s.findOwnRetrying(ctx, dir, guid)
 			if err != nil {
-				l.dropCreate(dir, guid, sid)
+				s.dropCreate(dir, guid, sid)
 				return createdNode{}, err
 			}
 			if found != "" {
@@ -114,7 +114,7 @@ func (l *Locker) createNode(ctx context.Context, dir, guid string) (createdNode,
 			if isConnErr(err) {
 				// Given up with the create's outcome unknown: should it
 				// have been applied, the node must not stay behind.
-				l.dropCreate(dir, guid, sid)
+				s.dropCreate(dir, guid, sid)
 			}
 			return createdNode{}, err
 		}
@@ -131,12 +131,12 @@ func (e errMultiRefused) Unwrap() error { return e.err }
 
 // findOwnRetrying is findOwn repeated, once the session is back, until the
 // listing is answered.
-func (l *Locker) findOwnRetrying(ctx context.Context, dir, guid string) (string, error) {
+func (s *session) findOwnRetrying(ctx context.Context, dir, guid string) (string, error) {
 	for {
-		if _, _, err := l.awaitSession(ctx); err != nil {
+		if _, _, err := s.awaitSession(ctx); err != nil {
 			return "", err
 		}
-		found, err := l.findOwn(ctx, dir, guid)
+		found, err := s.findOwn(ctx, dir, guid)
 		if !isConnErr(err) || errors.Is(err, zk.ErrClosing) {
 			return found, err
 		}
@@ -148,10 +148,10 @@ func (l *Locker) findOwnRetrying(ctx context.Context, dir, guid string) (string,
 }
 
 // findOwn returns the path of the node in dir that carries guid, or "".
-func (l *Locker) findOwn(ctx context.Context, dir, guid string) (string, error) {
+func (s *session) findOwn(ctx context.Context, dir, guid string) (string, error) {
 	var kids []string
-	err := l.call(ctx, func() error {
-		k, _, err := l.conn.Children(dir)
+	err := s.l.call(ctx, func() error {
+		k, _, err := s.conn.Children(dir)
 		kids = k
 		return err
 	}, nil)
@@ -174,11 +174,11 @@ func (l *Locker) findOwn(ctx context.Context, dir, guid string) (string, error) 
 
 // ensureDir creates dir and its missing parents as container nodes (or
 // persistent ones, on servers without containers).
-func (l *Locker) ensureDir(ctx context.Context, dir string) error {
+func (s *session) ensureDir(ctx context.Context, dir string) error {
 	parts := strings.Split(strings.TrimPrefix(dir, "/"), "/")
 	for i := range parts {
 		p := "/" + strings.Join(parts[:i+1], "/")
-		err := l.call(ctx, func() error { return l.createDir(p) }, nil)
+		err := s.l.call(ctx, func() error { return s.createDir(p) }, nil)
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return fmt.Errorf("zookeeper: creating %s: %w", p, err)
 		}
@@ -186,21 +186,16 @@ func (l *Locker) ensureDir(ctx context.Context, dir string) error {
 	return nil
 }
 
-func (l *Locker) createDir(p string) error {
-	l.mu.Lock()
-	containers := l.containers
-	l.mu.Unlock()
-	if containers {
-		_, err := l.conn.CreateContainer(p, nil, zk.FlagContainer, l.cfg.acl)
+func (s *session) createDir(p string) error {
+	if s.l.containers.Load() {
+		_, err := s.conn.CreateContainer(p, nil, zk.FlagContainer, s.l.cfg.acl)
 		if !errors.Is(err, zk.ErrUnknown) && !errors.Is(err, zk.ErrAPIError) && !isUnimplemented(err) {
 			return err
 		}
 		// A server before 3.5.3 does not know container nodes.
-		l.mu.Lock()
-		l.containers = false
-		l.mu.Unlock()
+		s.l.containers.Store(false)
 	}
-	_, err := l.conn.Create(p, nil, zk.FlagPersistent, l.cfg.acl)
+	_, err := s.conn.Create(p, nil, zk.FlagPersistent, s.l.cfg.acl)
 	return err
 }
 

@@ -11,11 +11,6 @@ import (
 	"github.com/go-locker/locker/backend"
 )
 
-// DefaultSessionTimeout is the session timeout Connect asks for unless
-// WithSessionTimeout says otherwise. The server grants a value between its
-// minSessionTimeout and maxSessionTimeout (by default 2 and 20 ticks).
-const DefaultSessionTimeout = 10 * time.Second
-
 // MinDriftMargin is the least margin the Locker keeps between declaring a
 // disconnected lock lost and the earliest moment the server could expire
 // the session; see WithDriftMargin.
@@ -32,7 +27,8 @@ type Option func(*config) error
 // prefix, which is the root node, and the logger) and this package's own.
 type config struct {
 	backend.Settings
-	sessionTimeout time.Duration // requested (Connect) or declared (New)
+	sessionTimeout time.Duration // New: declared (WithSessionTimeout)
+	servers        []string      // New: where to dial sessions (WithServers)
 	acl            []zk.ACL
 	auth           []authInfo
 	logger         zk.Logger // Settings.Logger for go-zookeeper; none by default
@@ -55,7 +51,7 @@ func newConfig(opts []Option) config {
 	c := config{Settings: backend.Settings{Prefix: DefaultRoot}, acl: zk.WorldACL(zk.PermAll), logger: quietLogger{}, containers: true}
 	c.fail(backend.Apply(&c, opts))
 	if c.DriftMargin > 0 && c.sessionTimeout > 0 && c.DriftMargin >= c.sessionTimeout/2 {
-		c.fail(fmt.Errorf("zookeeper: WithDriftMargin: %w: %v is not below half the session timeout %v (every short disconnect would lose every lock)", locker.ErrInvalidOption, c.DriftMargin, c.sessionTimeout))
+		c.fail(fmt.Errorf("zookeeper: WithDriftMargin: %w: %v is not below half the session timeout %v of your connection (every short disconnect would lose every lock)", locker.ErrInvalidOption, c.DriftMargin, c.sessionTimeout))
 	}
 	if c.Logger != nil {
 		c.logger = slogPrinter{c.Logger}
@@ -64,9 +60,9 @@ func newConfig(opts []Option) config {
 }
 
 // driftMargin is how long before the earliest possible server-side expiry
-// of a silent session the Locker gives its locks up.
-// A margin set with WithDriftMargin is kept below half the timeout the
-// server granted, should it have granted less than was asked.
+// of a silent session the Locker gives its locks up. A margin set with
+// WithDriftMargin is kept at most half the session's timeout: a short
+// lease's session (a TTL of a second) keeps half of it.
 func (c *config) driftMargin(timeout time.Duration) time.Duration {
 	if c.DriftMargin > 0 {
 		return min(c.DriftMargin, timeout/2)
@@ -88,9 +84,11 @@ func WithPrefix(root string) Option {
 	}
 }
 
-// WithDefaultTTL sets the lease of locks taken without a per-call
-// locker.WithTTL (URL parameter ttl). Unset, a lock's lease is the
-// session timeout. A TTL is checked as a per-call one is (see Acquire).
+// WithDefaultTTL sets the TTL of locks taken without a per-call
+// locker.WithTTL (URL parameter ttl; default locker.DefaultTTL). It must
+// lie in the portable range [locker.MinTTL, locker.MaxTTL]. With Connect
+// it is also the timeout of the Locker's primary session, the one Connect
+// waits for.
 func WithDefaultTTL(ttl time.Duration) Option {
 	return func(c *config) error {
 		if err := backend.SetDefaultTTL(ttl)(&c.Settings); err != nil {
@@ -100,19 +98,40 @@ func WithDefaultTTL(ttl time.Duration) Option {
 	}
 }
 
-// WithSessionTimeout sets the session timeout. With Connect it is the
-// timeout asked of the server, which may grant another (the Locker uses the
-// granted one). With New it must be the timeout the caller gave zk.Connect,
-// and the server's maxSessionTimeout must not be lower (go-zookeeper does
-// not tell the Locker the granted value; a server that grants less would
-// let the Locker report a disconnected lock lost too late). It must be at
-// least a second.
+// WithSessionTimeout is for New: the session timeout you gave zk.Connect
+// for the connection you pass (go-zookeeper does not tell what the server
+// granted). It is required there, at least a second, and checked against
+// what the server grants for it (see New). Connect refuses it: its
+// sessions' timeouts are the TTLs of its locks (WithDefaultTTL,
+// locker.WithTTL), and the session_timeout URL parameter is gone with it.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < time.Second {
 			return fmt.Errorf("zookeeper: WithSessionTimeout: %w: %v is below a second", locker.ErrInvalidOption, d)
 		}
 		c.sessionTimeout = d
+		return nil
+	}
+}
+
+// WithServers is for New: the ensemble ("host:port"; the port defaults to
+// 2181) where New dials sessions of its own for the locks whose lease
+// differs from your connection's session timeout, as Connect does for
+// every lease (with WithAuth's credentials). Without it New has your
+// session only: a lock with a TTL at or above its timeout gets that
+// timeout as its lease (shorter, and reported by Handle.TTL), and a
+// shorter TTL is refused with an error wrapping locker.ErrInvalidOption.
+// Connect refuses it (it takes the servers as its argument).
+func WithServers(servers ...string) Option {
+	return func(c *config) error {
+		if len(servers) == 0 {
+			return fmt.Errorf("zookeeper: WithServers: %w: no servers", locker.ErrInvalidOption)
+		}
+		addrs, err := checkServers(servers)
+		if err != nil {
+			return fmt.Errorf("zookeeper: WithServers: %w", err)
+		}
+		c.servers = addrs
 		return nil
 	}
 }
@@ -133,10 +152,11 @@ func WithACL(acl ...zk.ACL) Option {
 	}
 }
 
-// WithAuth adds authentication to a connection Connect makes, as
-// zk.Conn.AddAuth does (for example scheme "digest" and "user:password").
-// go-zookeeper sends it again after every reconnect. New ignores it: add
-// auth to your own connection.
+// WithAuth adds authentication to every session the Locker dials, as
+// zk.Conn.AddAuth does (for example scheme "digest" and "user:password"),
+// before the session takes a lock; go-zookeeper sends it again after every
+// reconnect. On New's own connection it is not added: add auth to your
+// connection yourself.
 func WithAuth(scheme string, auth []byte) Option {
 	return func(c *config) error {
 		if scheme == "" {
@@ -149,10 +169,12 @@ func WithAuth(scheme string, auth []byte) Option {
 
 // WithDriftMargin sets how long before the earliest moment the server could
 // expire a disconnected session the Locker reports its locks lost (default:
-// a tenth of the session timeout, at least MinDriftMargin). It covers clock
-// rate differences and the time a ping takes to reach the server. It must
-// be at least MinDriftMargin and below half the session timeout. URL
-// parameter drift_margin.
+// a tenth of the session's timeout, at least MinDriftMargin). It covers
+// clock rate differences and the time a ping takes to reach the server. It
+// must be at least MinDriftMargin (and, with New, below half your
+// connection's session timeout); a session whose timeout is shorter than
+// twice the margin keeps half its timeout instead. URL parameter
+// drift_margin.
 func WithDriftMargin(d time.Duration) Option {
 	return func(c *config) error {
 		if d < MinDriftMargin {
@@ -163,7 +185,7 @@ func WithDriftMargin(d time.Duration) Option {
 	}
 }
 
-// WithLogger sets the logger of a connection Connect makes and of the
+// WithLogger sets the logger of the connections the Locker dials and of the
 // Locker's own notes (default: none; go-zookeeper otherwise logs every
 // reconnect through the log package). Its messages are logged at level
 // Info. A nil logger means none.

@@ -24,8 +24,8 @@ import (
 // deletion (events come in transaction order) is not missed. Otherwise
 // the directory is listed again: the node that went was most likely the
 // holder, and the others before it are gone too.
-func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wait bool) (*Handle, error) {
-	q := &place{l: l, ctx: ctx, key: key, dir: dir, node: c.node, name: c.node[len(dir)+1:], wait: wait}
+func (s *session) contend(ctx context.Context, key, dir string, c createdNode, wait bool) (*Handle, error) {
+	q := &place{s: s, ctx: ctx, key: key, dir: dir, node: c.node, name: c.node[len(dir)+1:], wait: wait}
 	if c.dir != nil {
 		q.czxid, q.owner, q.known = c.dir.Mzxid, c.sid, true
 	}
@@ -60,7 +60,7 @@ func (l *Locker) contend(ctx context.Context, key, dir string, c createdNode, wa
 //   - After a reconnect (retry) every watch is dropped and set afresh,
 //     and the directory listed again.
 type place struct {
-	l                    *Locker
+	s                    *session
 	ctx                  context.Context
 	key, dir, node, name string // name: node's, in dir
 	wait                 bool   // false: TryAcquire, one look
@@ -93,7 +93,7 @@ func (q *place) run() (*Handle, error) {
 				return nil, err
 			}
 			if ours {
-				return q.l.hold(q.key, q.node, q.czxid, q.owner, q.own)
+				return q.s.hold(q.key, q.node, q.czxid, q.owner, q.own)
 			}
 			continue
 		}
@@ -118,19 +118,19 @@ func (q *place) run() (*Handle, error) {
 // retry reports whether err, from a request on the way, is a broken
 // connection to wait out (a waiting Acquire) rather than a failure.
 func (q *place) retry(err error) (bool, error) {
-	l := q.l
-	if !q.wait || !isConnErr(err) || q.ctx.Err() != nil || l.life.IsClosing() {
+	s := q.s
+	if !q.wait || !isConnErr(err) || q.ctx.Err() != nil || s.l.life.IsClosing() {
 		return false, err
 	}
-	if _, _, err := l.awaitSession(q.ctx); err != nil {
+	if _, _, err := s.awaitSession(q.ctx); err != nil {
 		return false, err
 	}
 	// go-zookeeper sets the watches again on the new connection, in no
 	// particular order: events on the old ones no longer come in
 	// transaction order. Set them afresh.
 	q.listed = false
-	l.dropWatch(q.pred)
-	l.dropWatch(q.pp)
+	s.dropWatch(q.pred)
+	s.dropWatch(q.pp)
 	q.own, q.pred, q.pp = nil, nil, nil
 	return true, nil
 }
@@ -139,33 +139,33 @@ func (q *place) retry(err error) (bool, error) {
 // adopted node (!known) it also reads our node's stat, with a watch on it:
 // both requests go out back to back on the one connection.
 func (q *place) list() error {
-	l := q.l
+	s := q.s
 	var (
 		kids            []string
 		ownErr, kidsErr error
 		ch              <-chan zk.Event
 		st              *zk.Stat
-		g               = l.connGen()
+		g               = s.connGen()
 	)
 	children := func() error {
-		k, _, err := l.conn.Children(q.dir)
+		k, _, err := s.conn.Children(q.dir)
 		kids = k
 		return err
 	}
 	if !q.known {
 		done := make(chan struct{})
-		l.spawn(func() {
+		s.l.spawn(func() {
 			defer close(done)
-			ownErr = l.call(q.ctx, func() error {
+			ownErr = s.l.call(q.ctx, func() error {
 				var err error
-				_, st, ch, err = l.conn.GetW(q.node)
+				_, st, ch, err = s.conn.GetW(q.node)
 				return err
 			}, nil)
 		})
-		kidsErr = l.call(q.ctx, children, nil)
+		kidsErr = s.l.call(q.ctx, children, nil)
 		<-done
 	} else {
-		kidsErr = l.call(q.ctx, children, nil)
+		kidsErr = s.l.call(q.ctx, children, nil)
 	}
 	if errors.Is(ownErr, zk.ErrNoNode) || errors.Is(kidsErr, zk.ErrNoNode) {
 		return errNodeGone
@@ -190,12 +190,12 @@ func (q *place) list() error {
 	// an ensemble, a server behind the leader answered it). Delete it.
 	for i, n := range nodes {
 		if i != idx && n.guid == nodes[idx].guid {
-			l.deleteDetached(q.dir + "/" + n.name)
+			s.deleteDetached(q.dir + "/" + n.name)
 		}
 	}
 	q.lower, q.listed, q.fresh = nodes[:idx], true, true
 	if len(q.lower) > 0 {
-		l.hot.mark(q.dir)
+		s.l.hot.mark(q.dir)
 	}
 	return nil
 }
@@ -219,7 +219,7 @@ func (q *place) atHead() (bool, error) {
 		q.listed = false
 		return false, nil
 	}
-	if !q.fresh && (q.ownGen != q.l.connGen() || q.emptiedGen != q.ownGen) {
+	if !q.fresh && (q.ownGen != q.s.connGen() || q.emptiedGen != q.ownGen) {
 		// The connection changed since the watches were set: the deletion
 		// of our own node may come after the news of the predecessor's,
 		// though it happened first. List again.
@@ -237,7 +237,7 @@ func (q *place) atHead() (bool, error) {
 // wakes the next holder and the one after it, never the rest. With one
 // node before ours, it watches our own node too (see atHead).
 func (q *place) arm() error {
-	l := q.l
+	s := q.s
 	pred := q.dir + "/" + q.lower[len(q.lower)-1].name
 	pp := ""
 	if len(q.lower) >= 2 {
@@ -262,8 +262,8 @@ func (q *place) arm() error {
 		ppReq = &watchReq{path: pp, shared: true}
 		reqs = append(reqs, ppReq)
 	}
-	reqGen := l.connGen()
-	l.watchAll(q.ctx, reqs)
+	reqGen := s.connGen()
+	s.watchAll(q.ctx, reqs)
 	var errs []error
 	if ownReq != nil {
 		switch {
@@ -313,7 +313,7 @@ func (q *place) await() error {
 	select {
 	case <-q.pred.fired():
 		ev, gen := q.pred.ev, q.pred.gen
-		if q.l.connGen() != gen {
+		if q.s.connGen() != gen {
 			gen = 0 // read after a reconnect: maybe a re-armed watch's
 		}
 		q.pred = nil

@@ -27,26 +27,28 @@ func TestReleaseAfterDeadlineReportsLoss(t *testing.T) {
 	defer conn.Close()
 	for _, tc := range []struct {
 		name  string
-		setup func(l *Locker)
+		setup func(s *session)
 	}{
-		{"disconnected past the deadline", func(l *Locker) {
-			l.connected = false
-			l.discAt = time.Now().Add(-timeout)
-			l.deadline = time.Now().Add(-time.Millisecond)
+		{"disconnected past the deadline", func(s *session) {
+			s.connected = false
+			s.discAt = time.Now().Add(-timeout)
+			s.deadline = time.Now().Add(-time.Millisecond)
 		}},
-		{"connected, no answer for a session timeout", func(l *Locker) {
-			l.connected = true
-			l.link = newLink(timeout)
-			l.link.base = time.Now().Add(-time.Minute) // a link made a minute ago
-			l.link.heardSince(time.Now().Add(-timeout))
+		{"connected, no answer for a session timeout", func(s *session) {
+			s.connected = true
+			s.link = newLink(timeout)
+			s.link.base = time.Now().Add(-time.Minute) // a link made a minute ago
+			s.link.heardSince(time.Now().Add(-timeout))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLocker(newConfig([]Option{WithSessionTimeout(timeout)}))
-			l.conn, l.sessID, l.timeout = conn, 42, timeout
+			l := newLocker(newConfig(nil))
+			s := newSession(l, timeout)
+			s.conn, s.sessID = conn, 42
+			l.primary = s
 			l.life = backend.NewLife[*Handle](nil) // no supervisor
-			tc.setup(l)
-			h := newHandle(l, "k", "/locker/kk/_c_x-lock-0000000001", 7, 42)
+			tc.setup(s)
+			h := newHandle(s, "k", "/locker/kk/_c_x-lock-0000000001", 7, 42, timeout)
 			l.life.Hold(h)
 			err := h.Release(context.Background())
 			if !errors.Is(err, locker.ErrLost) {

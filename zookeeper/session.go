@@ -13,38 +13,39 @@ import (
 	"github.com/go-locker/locker/backend"
 )
 
-// enqueue is the connection's event callback (Connect). It runs on
+// enqueue is the event callback of a connection the Locker dialed. It runs on
 // go-zookeeper's own goroutine, so it only queues the event for the
 // supervisor; it never blocks.
-func (l *Locker) enqueue(ev zk.Event) {
+func (s *session) enqueue(ev zk.Event) {
 	if ev.Type != zk.EventSession {
 		return // watch events reach their watchers through go-zookeeper
 	}
-	l.gen.Add(1) // before go-zookeeper re-arms any watch (see connGen)
-	if ev.State == zk.StateExpired && l.link != nil {
+	s.gen.Add(1) // before go-zookeeper re-arms any watch (see connGen)
+	if ev.State == zk.StateExpired && s.link != nil {
 		// The server is reachable and said so: get the new session now,
 		// not after go-zookeeper's one-second pause between rounds.
-		l.link.hosts.reset()
+		s.link.hosts.reset()
 	}
-	l.qmu.Lock()
-	l.queue = append(l.queue, ev)
-	l.qmu.Unlock()
+	s.qmu.Lock()
+	s.queue = append(s.queue, ev)
+	s.qmu.Unlock()
 	select {
-	case l.kick <- struct{}{}:
+	case s.kick <- struct{}{}:
 	default:
 	}
 }
 
-// supervise follows the session: it reads events (from events, the
-// caller's channel, for New; from the queue that enqueue fills, for
-// Connect) and gives every lock of the session up when it may have ended.
-// It returns when Close begins.
-func (l *Locker) supervise(events <-chan zk.Event) {
+// supervise follows the session: it reads events (from events, your
+// channel, for New's own session; from the queue that enqueue fills, for
+// a session the Locker dialed) and gives every lock of the session up
+// when it may have ended.
+// It returns when Close begins or the session is retired.
+func (s *session) supervise(events <-chan zk.Event) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	// lease checks, while connected, that some request was answered
-	// recently enough (Connect only: see checkLease). It is armed when a
+	// recently enough (dialed sessions only: see checkLease). It is armed when a
 	// session is established (onSession), at the timeout the server
 	// granted: the one asked for may be far longer.
 	lease := time.NewTimer(time.Hour)
@@ -52,7 +53,9 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 	defer lease.Stop()
 	for {
 		select {
-		case <-l.life.Closing().Done():
+		case <-s.l.life.Closing().Done():
+			return
+		case <-s.stop:
 			return
 		case ev, ok := <-events:
 			if !ok {
@@ -60,40 +63,40 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 				continue
 			}
 			if ev.Type == zk.EventSession {
-				l.gen.Add(1) // see connGen
+				s.gen.Add(1) // see connGen
 			}
-			if ev.Type == zk.EventSession && !l.staleEvent(ev.State) {
-				l.onSession(ev.State, timer, lease)
+			if ev.Type == zk.EventSession && !s.staleEvent(ev.State) {
+				s.onSession(ev.State, timer, lease)
 			}
-		case <-l.kick:
-			l.qmu.Lock()
-			q := l.queue
-			l.queue = nil
-			l.qmu.Unlock()
+		case <-s.kick:
+			s.qmu.Lock()
+			q := s.queue
+			s.queue = nil
+			s.qmu.Unlock()
 			for _, ev := range q {
-				l.onSession(ev.State, timer, lease)
+				s.onSession(ev.State, timer, lease)
 			}
 		case <-timer.C:
-			l.mu.Lock()
-			if !l.connected && !l.deadline.IsZero() {
-				if now := time.Now(); now.Before(l.deadline) {
-					timer.Reset(l.deadline.Sub(now)) // early: wait on
+			s.mu.Lock()
+			if !s.connected && !s.deadline.IsZero() {
+				if now := time.Now(); now.Before(s.deadline) {
+					timer.Reset(s.deadline.Sub(now)) // early: wait on
 				} else {
-					l.loseSessionLocked(l.sessID, fmt.Sprintf("disconnected from ZooKeeper for %v; the server may expire the session (timeout %v) any moment now",
-						time.Since(l.discAt).Round(time.Millisecond), l.timeout))
-					l.deadline = time.Time{}
-					l.broadcastLocked()
+					s.loseSessionLocked(s.sessID, fmt.Sprintf("disconnected from ZooKeeper for %v; the server may expire the session (timeout %v) any moment now",
+						time.Since(s.discAt).Round(time.Millisecond), s.timeout))
+					s.deadline = time.Time{}
+					s.broadcastLocked()
 				}
 			}
-			l.mu.Unlock()
+			s.mu.Unlock()
 		case <-lease.C:
-			l.checkLease(lease)
+			s.checkLease(lease)
 		}
 		if events != nil {
 			// Events nobody read may have been dropped by go-zookeeper:
 			// trust the connection's own state.
-			if l.conn.State() == zk.StateHasSession {
-				l.onSession(zk.StateHasSession, timer, lease)
+			if s.conn.State() == zk.StateHasSession {
+				s.onSession(zk.StateHasSession, timer, lease)
 			}
 		}
 	}
@@ -108,43 +111,49 @@ func (l *Locker) supervise(events <-chan zk.Event) {
 // HasSession was seen); applied, it would take the Locker through a
 // disconnection that is over. A session that survived a disconnection
 // keeps its nodes, so nothing is lost by skipping it.
-func (l *Locker) staleEvent(s zk.State) bool {
-	if s == zk.StateHasSession || s == zk.StateExpired || l.conn.State() != zk.StateHasSession {
+func (s *session) staleEvent(st zk.State) bool {
+	if st == zk.StateHasSession || st == zk.StateExpired || s.conn.State() != zk.StateHasSession {
 		return false
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.connected && l.conn.SessionID() == l.sessID
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.connected && s.conn.SessionID() == s.sessID
 }
 
 // onSession applies one session state change. timer is the supervisor's
 // disconnect deadline, lease its lease check.
-func (l *Locker) onSession(state zk.State, timer, lease *time.Timer) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
+	var granted time.Duration
+	defer func() {
+		if granted > 0 {
+			s.l.learnGrant(s, granted) // after s.mu is released
+		}
+	}()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	switch state {
 	case zk.StateHasSession:
-		id := l.conn.SessionID()
-		if l.connected && id == l.sessID {
+		id := s.conn.SessionID()
+		if s.connected && id == s.sessID {
 			return
 		}
 		// A new connection: the shared watches set before it were set
 		// again by go-zookeeper, which gives up on that after a server
 		// error. Waiters from now on set their own.
-		l.clearWatches()
-		if l.sessID != 0 && id != l.sessID {
-			l.loseSessionLocked(l.sessID, "the session expired: the server deleted the lock nodes")
-			for n, sid := range l.orphans {
+		s.clearWatches()
+		if s.sessID != 0 && id != s.sessID {
+			s.loseSessionLocked(s.sessID, "the session expired: the server deleted the lock nodes")
+			for n, sid := range s.orphans {
 				if sid != id {
-					delete(l.orphans, n)
+					delete(s.orphans, n)
 				}
 			}
 		}
-		same := id == l.sessID
-		l.sessID, l.connected, l.deadline, l.lostSess = id, true, time.Time{}, 0
-		if l.link != nil {
-			if g := time.Duration(l.link.granted.Load()); g > 0 {
-				l.timeout = g
+		same := id == s.sessID
+		s.sessID, s.connected, s.deadline, s.lostSess = id, true, time.Time{}, 0
+		if s.link != nil {
+			if g := time.Duration(s.link.granted.Load()); g > 0 {
+				s.timeout, granted = g, g
 			}
 			// The connect response just came (the handshake is a request
 			// answered, so heard is now about its send time): the next
@@ -154,126 +163,149 @@ func (l *Locker) onSession(state zk.State, timer, lease *time.Timer) {
 			// connect, or of an older grant after a reconnect: with a
 			// server that grants far less than asked (its
 			// maxSessionTimeout), after the session may have expired.
-			lease.Reset(l.nextLeaseCheckLocked(time.Now()))
+			lease.Reset(s.nextLeaseCheckLocked(time.Now()))
 		}
 		timer.Stop()
-		l.broadcastLocked()
+		s.broadcastLocked()
 		if same {
 			// Back in the same session: the locks still stand, if their
 			// nodes do. go-zookeeper has set the watches again (a node
 			// deleted meanwhile fires at once); check anyway.
-			for _, h := range l.life.Held() {
-				l.life.Go(h.verify)
+			for _, h := range s.l.life.Held() {
+				s.l.life.Go(h.verify)
 			}
 		}
-		for g, sid := range l.ghosts {
+		for g, sid := range s.ghosts {
 			if sid != id {
-				delete(l.ghosts, g) // its session is gone, and its node with it
+				delete(s.ghosts, g) // its session is gone, and its node with it
 			}
 		}
-		l.sweepLocked(id)
+		s.sweepLocked(id)
 	case zk.StateExpired:
-		l.loseSessionLocked(l.sessID, "the session expired: the server deleted the lock nodes")
-		l.connected, l.deadline = false, time.Time{}
+		s.loseSessionLocked(s.sessID, "the session expired: the server deleted the lock nodes")
+		s.connected, s.deadline = false, time.Time{}
 		timer.Stop()
-		l.broadcastLocked()
+		s.broadcastLocked()
 	default: // Disconnected, Connecting, Connected (no session yet), AuthFailed
-		if !l.connected {
+		if !s.connected {
 			return
 		}
-		l.connected = false
+		s.connected = false
 		now := time.Now()
-		l.discAt = now
+		s.discAt = now
 		// The server expires the session one timeout after it last heard
 		// from us. When we last heard from it bounds that from below:
-		// exactly, below go-zookeeper (Connect); else by go-zookeeper's
-		// receive timeout of two thirds of the session timeout (New).
-		heard := now.Add(-l.timeout * 2 / 3)
-		if l.link != nil {
-			if h := l.link.heard(); !h.IsZero() && h.Before(now) {
+		// exactly, below go-zookeeper (a session the Locker dialed); else
+		// by go-zookeeper's receive timeout of two thirds of the session
+		// timeout (New's own session).
+		heard := now.Add(-s.timeout * 2 / 3)
+		if s.link != nil {
+			if h := s.link.heard(); !h.IsZero() && h.Before(now) {
 				heard = h
 			}
 		}
-		l.deadline = heard.Add(l.timeout - l.cfg.driftMargin(l.timeout))
-		timer.Reset(max(l.deadline.Sub(now), 0))
-		l.broadcastLocked()
+		s.deadline = heard.Add(s.timeout - s.l.cfg.driftMargin(s.timeout))
+		timer.Reset(max(s.deadline.Sub(now), 0))
+		s.broadcastLocked()
 	}
 }
 
 // loseSessionLocked ends every held lock of session sid with ErrLost. Their
 // nodes, should the session come back after all, are deleted then.
-func (l *Locker) loseSessionLocked(sid int64, why string) {
+func (s *session) loseSessionLocked(sid int64, why string) {
 	if sid == 0 {
 		return
 	}
-	l.lostSess = sid
-	for _, h := range l.life.Held() {
+	s.lostSess = sid
+	for _, h := range s.l.life.Held() {
 		if h.sid != sid {
 			continue
 		}
-		l.life.Drop(h)
+		s.l.life.Drop(h)
 		if h.state.End(h.lostErr(why)) {
-			l.orphans[h.node] = sid
+			s.orphans[h.node] = sid
 		}
 	}
 }
 
-func (l *Locker) broadcastLocked() {
-	close(l.sessCh)
-	l.sessCh = make(chan struct{})
+func (s *session) broadcastLocked() {
+	close(s.sessCh)
+	s.sessCh = make(chan struct{})
 }
 
-// awaitSession waits until the Locker has a live session and returns its id
-// and timeout.
-func (l *Locker) awaitSession(ctx context.Context) (int64, time.Duration, error) {
+// awaitSession waits until the session may carry locks (see setup) and is
+// live, and returns its id and timeout.
+func (s *session) awaitSession(ctx context.Context) (int64, time.Duration, error) {
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return 0, 0, backend.ContextError(ctx)
+	case <-s.l.life.Closing().Done():
+		return 0, 0, locker.ErrClosed
+	}
+	if s.setupErr != nil {
+		return 0, 0, s.setupErr
+	}
+	return s.awaitConnected(ctx)
+}
+
+// awaitConnected waits until the session is live and returns its id and
+// timeout.
+func (s *session) awaitConnected(ctx context.Context) (int64, time.Duration, error) {
 	for {
-		l.mu.Lock()
-		if l.life.IsClosing() {
-			l.mu.Unlock()
+		s.mu.Lock()
+		if s.l.life.IsClosing() {
+			s.mu.Unlock()
 			return 0, 0, locker.ErrClosed
 		}
-		if l.connected {
-			id, t := l.sessID, l.timeout
-			l.mu.Unlock()
+		if s.connected {
+			id, t := s.sessID, s.timeout
+			s.mu.Unlock()
 			return id, t, nil
 		}
-		ch := l.sessCh
-		l.mu.Unlock()
+		ch := s.sessCh
+		s.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			return 0, 0, backend.ContextError(ctx)
-		case <-l.life.Closing().Done():
+		case <-s.l.life.Closing().Done():
 			return 0, 0, locker.ErrClosed
+		case <-s.stop:
+			return 0, 0, errRetired
 		}
 	}
 }
 
+// errRetired is the error of a wait on a session that was closed while
+// idle (none waits on it then) or whose credentials were refused.
+var errRetired = errors.New("zookeeper: the session was closed")
+
 // sweepLocked deletes, in the background, the nodes of session id that the
 // Locker gave up while it could not reach the server (orphans), and looks
 // for the nodes of creates whose outcome it never learnt (ghosts).
-func (l *Locker) sweepLocked(id int64) {
-	if l.life.IsClosing() {
+func (s *session) sweepLocked(id int64) {
+	if s.l.life.IsClosing() {
 		return
 	}
-	for n, sid := range l.orphans {
+	for n, sid := range s.orphans {
 		if sid == id {
-			delete(l.orphans, n)
-			l.life.Go(func() {
-				if err := l.conn.Delete(n, -1); isConnErr(err) {
-					l.mu.Lock()
-					if l.sessID == id && !l.life.IsClosing() {
-						l.orphans[n] = id
+			delete(s.orphans, n)
+			s.l.life.Go(func() {
+				if err := s.conn.Delete(n, -1); isConnErr(err) {
+					s.mu.Lock()
+					if s.sessID == id && !s.l.life.IsClosing() {
+						s.orphans[n] = id
 					}
-					l.mu.Unlock()
+					s.mu.Unlock()
 				}
 			})
 		}
 	}
-	for g, sid := range l.ghosts {
+	for g, sid := range s.ghosts {
 		if sid == id {
-			delete(l.ghosts, g)
-			l.life.Go(func() { l.sweepGhost(g, id) })
+			delete(s.ghosts, g)
+			s.l.life.Go(func() { s.sweepGhost(g, id) })
 		}
 	}
 }
@@ -289,32 +321,32 @@ type ghost struct{ dir, guid string }
 // the session lives. It is looked for (and deleted) now if the session is
 // connected, else once it is back; a new session means the node, if any,
 // is gone with the old one.
-func (l *Locker) dropCreate(dir, guid string, sid int64) {
+func (s *session) dropCreate(dir, guid string, sid int64) {
 	if sid == 0 {
 		return
 	}
 	g := ghost{dir, guid}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.life.IsClosing() || sid != l.sessID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.l.life.IsClosing() || sid != s.sessID {
 		return
 	}
-	if !l.connected {
-		l.ghosts[g] = sid
+	if !s.connected {
+		s.ghosts[g] = sid
 		return
 	}
-	l.life.Go(func() { l.sweepGhost(g, sid) })
+	s.l.life.Go(func() { s.sweepGhost(g, sid) })
 }
 
 // sweepGhost lists g's directory for its GUID and deletes the node found.
 // If the server cannot be asked, the ghost waits for the session to be
 // back (see sweepLocked).
-func (l *Locker) sweepGhost(g ghost, sid int64) {
-	ctx, cancel := context.WithTimeout(l.life.Abandoned(), cleanupWait)
+func (s *session) sweepGhost(g ghost, sid int64) {
+	ctx, cancel := context.WithTimeout(s.l.life.Abandoned(), cleanupWait)
 	defer cancel()
-	found, err := l.findOwn(ctx, g.dir, g.guid)
+	found, err := s.findOwn(ctx, g.dir, g.guid)
 	if err == nil && found != "" {
-		err = l.conn.Delete(found, -1)
+		err = s.conn.Delete(found, -1)
 		if errors.Is(err, zk.ErrNoNode) {
 			err = nil
 		}
@@ -322,10 +354,10 @@ func (l *Locker) sweepGhost(g ghost, sid int64) {
 	if err == nil {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.sessID == sid && !l.life.IsClosing() {
-		l.ghosts[g] = sid
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessID == sid && !s.l.life.IsClosing() {
+		s.ghosts[g] = sid
 	}
 }
 
@@ -337,31 +369,31 @@ func isUnimplemented(err error) bool {
 }
 
 // leaseStaleLocked reports that no request sent within the last session
-// timeout less the drift margin has been answered, on a Connect Locker
+// timeout less the drift margin has been answered, on a session the Locker dialed
 // (New has no such view): the server may expire the session any moment,
 // even though go-zookeeper still counts the connection as up (watch
 // notifications keep coming on a link that drops what the client sends).
-func (l *Locker) leaseStaleLocked(now time.Time) bool {
-	if l.link == nil {
+func (s *session) leaseStaleLocked(now time.Time) bool {
+	if s.link == nil {
 		return false
 	}
-	h := l.link.heard()
-	return !h.IsZero() && !now.Before(l.leaseEnd(h))
+	h := s.link.heard()
+	return !h.IsZero() && !now.Before(s.leaseEnd(h))
 }
 
 // leaseEnd is when the locks of a session last heard of at h are given up.
-func (l *Locker) leaseEnd(h time.Time) time.Time {
-	return h.Add(l.timeout - l.cfg.driftMargin(l.timeout))
+func (s *session) leaseEnd(h time.Time) time.Time {
+	return h.Add(s.timeout - s.l.cfg.driftMargin(s.timeout))
 }
 
 // nextLeaseCheckLocked is how long after now the lease check is next due:
 // when the lease of the latest answer ends, or in a third of the session
 // timeout when nothing was answered yet.
-func (l *Locker) nextLeaseCheckLocked(now time.Time) time.Duration {
-	if h := l.link.heard(); !h.IsZero() {
-		return max(l.leaseEnd(h).Sub(now), 0)
+func (s *session) nextLeaseCheckLocked(now time.Time) time.Duration {
+	if h := s.link.heard(); !h.IsZero() {
+		return max(s.leaseEnd(h).Sub(now), 0)
 	}
-	return l.timeout / 3
+	return s.timeout / 3
 }
 
 // checkLease gives the locks of the session up when, while connected, no
@@ -370,36 +402,36 @@ func (l *Locker) nextLeaseCheckLocked(now time.Time) time.Duration {
 // has stopped hearing from us (or answering us), and may expire the
 // session before it can say so. The check runs again when the deadline of
 // the latest answer comes.
-func (l *Locker) checkLease(t *time.Timer) {
-	l.mu.Lock()
+func (s *session) checkLease(t *time.Timer) {
+	s.mu.Lock()
 	var nodes []string
 	defer func() {
-		l.mu.Unlock()
+		s.mu.Unlock()
 		for _, n := range nodes {
-			l.deleteDetached(n)
+			s.deleteDetached(n)
 		}
 	}()
-	next := l.timeout / 3
+	next := s.timeout / 3
 	defer func() { t.Reset(next) }()
-	if l.life.IsClosing() || !l.connected || l.sessID == 0 {
+	if s.l.life.IsClosing() || !s.connected || s.sessID == 0 {
 		return // the disconnect deadline (or nothing) applies
 	}
-	h := l.link.heard()
+	h := s.link.heard()
 	if h.IsZero() {
 		return
 	}
 	now := time.Now()
-	if end := l.leaseEnd(h); now.Before(end) {
+	if end := s.leaseEnd(h); now.Before(end) {
 		next = end.Sub(now)
 		return
 	}
 	why := fmt.Sprintf("no answer from ZooKeeper to any request sent in the last %v, though connected; the server may expire the session (timeout %v) any moment now",
-		now.Sub(h).Round(time.Millisecond), l.timeout)
-	for _, hd := range l.life.Held() {
-		if hd.sid != l.sessID {
+		now.Sub(h).Round(time.Millisecond), s.timeout)
+	for _, hd := range s.l.life.Held() {
+		if hd.sid != s.sessID {
 			continue
 		}
-		l.life.Drop(hd)
+		s.l.life.Drop(hd)
 		if hd.state.End(hd.lostErr(why)) {
 			// The session may well be alive: delete the node once the
 			// server answers (deleteNode keeps it for the next
@@ -411,16 +443,16 @@ func (l *Locker) checkLease(t *time.Timer) {
 
 // expiredBy says why the locks of the current session must count as lost
 // at now although the supervisor may not have ended them yet: the
-// disconnect deadline or the lease of the last answered request (Connect)
+// disconnect deadline or the lease of the last answered request (dialed)
 // has passed. "" when neither has.
-func (l *Locker) expiredBy(now time.Time) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.connected && !l.deadline.IsZero() && !now.Before(l.deadline) {
-		return fmt.Sprintf("disconnected from ZooKeeper for %v; the server may have expired the session (timeout %v)", now.Sub(l.discAt).Round(time.Millisecond), l.timeout)
+func (s *session) expiredBy(now time.Time) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.connected && !s.deadline.IsZero() && !now.Before(s.deadline) {
+		return fmt.Sprintf("disconnected from ZooKeeper for %v; the server may have expired the session (timeout %v)", now.Sub(s.discAt).Round(time.Millisecond), s.timeout)
 	}
-	if l.leaseStaleLocked(now) {
-		return fmt.Sprintf("no answer from ZooKeeper to any request sent in the last %v; the server may have expired the session (timeout %v)", now.Sub(l.link.heard()).Round(time.Millisecond), l.timeout)
+	if s.leaseStaleLocked(now) {
+		return fmt.Sprintf("no answer from ZooKeeper to any request sent in the last %v; the server may have expired the session (timeout %v)", now.Sub(s.link.heard()).Round(time.Millisecond), s.timeout)
 	}
 	return ""
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -18,9 +17,12 @@ const Scheme = "zookeeper"
 
 // URL query parameters.
 const (
-	paramSessionTimeout = "session_timeout" // WithSessionTimeout
-	paramContainers     = "containers"      // false: WithoutContainers
-	paramACL            = "acl"             // open (default) or creator
+	paramContainers = "containers" // false: WithoutContainers
+	paramACL        = "acl"        // open (default) or creator
+
+	// paramSessionTimeout is gone: the sessions' timeouts are the TTLs of
+	// the locks (ttl, locker.WithTTL). Refused with a pointer to ttl.
+	paramSessionTimeout = "session_timeout"
 )
 
 func init() { backend.Register(openURL, Scheme) }
@@ -90,17 +92,15 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	if pathPrefix && q.Has(backend.ParamPrefix) {
 		return bad("the lock root is given twice, as the path and as the parameter prefix: give one")
 	}
-	var st time.Duration
-	q.Duration(paramSessionTimeout, &st)
+	if q.Has(paramSessionTimeout) {
+		return bad("parameter %q is gone: a lock's lease is its TTL (a session per lease); set the default TTL with %q", paramSessionTimeout, backend.ParamTTL)
+	}
 	containers := true
 	q.Bool(paramContainers, &containers)
 	acl := "open"
 	q.String(paramACL, &acl)
 	if err := q.Finish(); err != nil {
 		return urlConfig{}, err
-	}
-	if st != 0 {
-		cfg.opts = append(cfg.opts, WithSessionTimeout(st))
 	}
 	if !containers {
 		cfg.opts = append(cfg.opts, WithoutContainers())

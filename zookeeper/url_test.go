@@ -12,7 +12,7 @@ import (
 )
 
 func TestParseURL(t *testing.T) {
-	u, err := url.Parse("zookeeper://alice:s3cret@h1:2181,h2,h3:2182/app/locks?session_timeout=4s&drift_margin=300ms&containers=false&acl=creator")
+	u, err := url.Parse("zookeeper://alice:s3cret@h1:2181,h2,h3:2182/app/locks?ttl=4s&drift_margin=300ms&containers=false&acl=creator")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +29,8 @@ func TestParseURL(t *testing.T) {
 		t.Errorf("config error: %v", c.err)
 	case c.Prefix != "/app/locks":
 		t.Errorf("root = %q", c.Prefix)
-	case c.sessionTimeout != 4*time.Second:
-		t.Errorf("session timeout = %v", c.sessionTimeout)
+	case c.TTL != 4*time.Second:
+		t.Errorf("default TTL = %v", c.TTL)
 	case c.DriftMargin != 300*time.Millisecond:
 		t.Errorf("drift = %v", c.DriftMargin)
 	case c.containers:
@@ -73,9 +73,10 @@ func TestParseURLBracketedIPv6(t *testing.T) {
 func TestParseURLRejects(t *testing.T) {
 	for _, raw := range []string{
 		"zookeeper://h1:2181?unknown=1",
-		"zookeeper://h1:2181?session_timeout=10",
-		"zookeeper://h1:2181?session_timeout=10ms",
-		"zookeeper://h1:2181?session_timeout=1s&session_timeout=2s",
+		"zookeeper://h1:2181?session_timeout=10s", // gone: ttl
+		"zookeeper://h1:2181?ttl=10",
+		"zookeeper://h1:2181?ttl=10ms",
+		"zookeeper://h1:2181?ttl=1s&ttl=2s",
 		"zookeeper://h1:2181?containers=maybe",
 		"zookeeper://h1:2181?acl=creator",
 		"zookeeper://u:p@h1:2181?acl=everyone",

@@ -23,17 +23,17 @@ type watchReq struct {
 // watchAll sets the watches of reqs (GetW, not ExistsW: on a node already
 // gone it sets no watch, where ExistsW would leave one behind for good),
 // the requests going out back to back.
-func (l *Locker) watchAll(ctx context.Context, reqs []*watchReq) {
+func (s *session) watchAll(ctx context.Context, reqs []*watchReq) {
 	var wg sync.WaitGroup
 	for i, r := range reqs {
 		get := func() {
 			if r.shared {
-				r.w, r.err = l.watchNode(ctx, r.path)
+				r.w, r.err = s.watchNode(ctx, r.path)
 				return
 			}
-			r.err = l.call(ctx, func() error {
+			r.err = s.l.call(ctx, func() error {
 				var err error
-				_, _, r.ch, err = l.conn.GetW(r.path)
+				_, _, r.ch, err = s.conn.GetW(r.path)
 				return err
 			}, nil)
 		}
@@ -42,7 +42,7 @@ func (l *Locker) watchAll(ctx context.Context, reqs []*watchReq) {
 			break
 		}
 		wg.Add(1)
-		l.spawn(func() {
+		s.l.spawn(func() {
 			defer wg.Done()
 			get()
 		})
@@ -95,22 +95,22 @@ func (w *nodeWatch) on() string {
 // watchNode returns the Locker's watch on path, setting one (GetW) if there
 // is none, once the server has answered the GetW. A node gone makes it
 // fail with zk.ErrNoNode.
-func (l *Locker) watchNode(ctx context.Context, path string) (*nodeWatch, error) {
-	l.wmu.Lock()
-	w := l.watches[path]
-	if g := l.connGen(); w == nil || w.gen != g {
+func (s *session) watchNode(ctx context.Context, path string) (*nodeWatch, error) {
+	s.wmu.Lock()
+	w := s.watches[path]
+	if g := s.connGen(); w == nil || w.gen != g {
 		// None, or one set on an older connection (the supervisor empties
 		// the table on a new one, maybe not yet): set a new one.
 		w = &nodeWatch{path: path, gen: g, set: make(chan struct{}), done: make(chan struct{})}
-		l.watches[path] = w
-		if !l.life.Go(func() { l.runWatch(w) }) {
+		s.watches[path] = w
+		if !s.l.life.Go(func() { s.runWatch(w) }) {
 			// Close has stopped waiting: no GetW goes out.
-			delete(l.watches, path)
+			delete(s.watches, path)
 			w.err = locker.ErrClosed
 			close(w.set)
 		}
 	}
-	l.wmu.Unlock()
+	s.wmu.Unlock()
 	select {
 	case <-w.set:
 		if w.err != nil {
@@ -119,18 +119,18 @@ func (l *Locker) watchNode(ctx context.Context, path string) (*nodeWatch, error)
 		return w, nil
 	case <-ctx.Done():
 		return nil, backend.ContextError(ctx)
-	case <-l.life.Closing().Done():
+	case <-s.l.life.Closing().Done():
 		return nil, locker.ErrClosed
 	}
 }
 
 // runWatch sets w (GetW) and waits for it to fire, or for Close to begin
 // (no waiter is left then).
-func (l *Locker) runWatch(w *nodeWatch) {
-	_, _, ch, err := l.conn.GetW(w.path)
+func (s *session) runWatch(w *nodeWatch) {
+	_, _, ch, err := s.conn.GetW(w.path)
 	if err != nil {
 		w.err = err
-		l.dropWatch(w)
+		s.dropWatch(w)
 		close(w.set)
 		return
 	}
@@ -141,32 +141,32 @@ func (l *Locker) runWatch(w *nodeWatch) {
 		if ev = e; !ok {
 			ev = zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: w.path, Err: zk.ErrClosing}
 		}
-	case <-l.life.Closing().Done():
+	case <-s.l.life.Closing().Done():
 		ev = zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: w.path, Err: locker.ErrClosed}
 	}
 	w.ev = ev
-	l.dropWatch(w)
+	s.dropWatch(w)
 	close(w.done)
 }
 
 // clearWatches empties the Locker's table of shared watches: later waiters
 // set new ones. Those that hold one keep it.
-func (l *Locker) clearWatches() {
-	l.wmu.Lock()
-	clear(l.watches)
-	l.wmu.Unlock()
+func (s *session) clearWatches() {
+	s.wmu.Lock()
+	clear(s.watches)
+	s.wmu.Unlock()
 }
 
 // dropWatch takes w out of the Locker's table, so that the next waiter on
 // its node sets a new watch (after a reconnect, say); those that hold w
 // keep it.
-func (l *Locker) dropWatch(w *nodeWatch) {
+func (s *session) dropWatch(w *nodeWatch) {
 	if w == nil {
 		return
 	}
-	l.wmu.Lock()
-	if l.watches[w.path] == w {
-		delete(l.watches, w.path)
+	s.wmu.Lock()
+	if s.watches[w.path] == w {
+		delete(s.watches, w.path)
 	}
-	l.wmu.Unlock()
+	s.wmu.Unlock()
 }

@@ -32,7 +32,7 @@ func benchLocker(b testing.TB, addr string) *zookeeper.Locker {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := zookeeper.Connect(ctx, []string{addr}, zookeeper.WithSessionTimeout(sessionTimeout))
+	l, err := zookeeper.Connect(ctx, []string{addr}, zookeeper.WithDefaultTTL(sessionTimeout))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestChaos(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			l, err := zookeeper.Connect(ctx, []string{w.Env(envChaosAddr)},
-				zookeeper.WithSessionTimeout(chaosTTL))
+				zookeeper.WithDefaultTTL(chaosTTL))
 			if err != nil {
 				t.Fatalf("zookeeper.Connect: %v", err)
 			}

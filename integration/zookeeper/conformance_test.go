@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance"
 	"github.com/go-locker/locker/integration/testserver"
@@ -39,10 +41,11 @@ func TestConformance(t *testing.T) {
 	}
 	conformance.Run(t, conformance.Harness{
 		IgnoreGoroutines: testserver.ProxyGoroutines,
-		// Each client is another process: its own connection and session,
-		// through its own proxy.
+		// Each client is another process: its own connections and
+		// sessions, through its own proxy. No options: the default TTL is
+		// locker.DefaultTTL (TTL/Default).
 		NewLocker: func(t *testing.T) locker.Locker {
-			c := newClient(t, srv.Addr())
+			c := defaultClient(t, srv.Addr())
 			reg.Put(c.l, c.px)
 			return c.l
 		},
@@ -86,18 +89,56 @@ func TestConformance(t *testing.T) {
 				t.Cleanup(func() { _ = first.Close() })
 				return zookeeper.New(conn, events, zookeeper.WithSessionTimeout(sessionTimeout)), nil
 			},
+		}, {
+			// New given another connection's events channel: it would
+			// follow another session. Refused.
+			Name:    "New-with-another-connection's-events-channel",
+			Mention: "events channel",
+			New: func(t *testing.T) (locker.Locker, error) {
+				conn, _ := plainConn(t, srv.Addr())
+				_, events := plainConn(t, srv.Addr())
+				return zookeeper.New(conn, events, zookeeper.WithSessionTimeout(sessionTimeout)), nil
+			},
+		}, {
+			// New told the timeout its connection asked for, 30s, which
+			// the server (maxSessionTimeout 10s) does not grant: the
+			// session has 10s, and the Locker would give a disconnected
+			// lock up too late. Refused once the server is asked.
+			Name:    "New-declaring-a-timeout-the-server-does-not-grant",
+			Mention: "WithSessionTimeout",
+			New: func(t *testing.T) (locker.Locker, error) {
+				conn, events, err := zk.Connect([]string{srv.Addr()}, 30*time.Second, zk.WithLogger(quiet{}))
+				if err != nil {
+					return nil, err
+				}
+				t.Cleanup(conn.Close)
+				return zookeeper.New(conn, events, zookeeper.WithSessionTimeout(30*time.Second)), nil
+			},
 		}},
 		// The holder's watch on its own node fires at once.
 		LossBound: time.Second,
-		URL:       "zookeeper://" + srv.Addr() + "/locker?session_timeout=" + sessionTimeout.String(),
-		// The lease is the session timeout: WithTTL below it is rejected,
-		// at or above it accepted (see the package documentation).
-		TTL:            sessionTimeout,
+		URL:       "zookeeper://" + srv.Addr() + "/locker?ttl=" + sessionTimeout.String(),
+		// A lock's lease is the timeout of a session of its own TTL: the
+		// expiry, cut and steal cases ask for 2s, so their locks live in
+		// a second session of each Locker (the first is the default
+		// TTL's, 3s).
+		TTL: 2 * time.Second,
+		// What the test server grants: it runs with tickTime=500ms
+		// (build/docker/serve.sh writes it into zoo.cfg for the local
+		// image; testserver sets ZOO_TICK_TIME=500 for the official one)
+		// and no minSessionTimeout or maxSessionTimeout of its own, so
+		// ZooKeeper's defaults apply: 2 and 20 ticks. TTL/Range's 24h and
+		// TTL/Default's 30s are given the ceiling.
+		LeaseFloor:     time.Second,      // minSessionTimeout = 2 × tickTime
+		LeaseCeiling:   10 * time.Second, // maxSessionTimeout = 20 × tickTime
 		NoInspectLease: "a node's stat names its session, not the session's timeout",
 		// A dead or cut-off holder's session ends one session timeout
 		// after the server last heard from it (rounded up to the next
 		// tick, 500ms here); then the next waiter's watch fires.
 		ExpiryBound: 2 * sessionTimeout,
+		// TTL/SilentHolder: the lease reported, plus the tick and the
+		// waiter's wake-up.
+		ExpirySlack: time.Second,
 		// go-zookeeper's Conn.Close waits up to a second for the server to
 		// confirm the end of the session: Close of a cut-off Locker (which
 		// owns its connection) takes that second.

@@ -156,17 +156,21 @@ func TestLongDisconnect(t *testing.T) {
 }
 
 // A session that expires while the Locker still trusts it (New, told a
-// session timeout longer than the server's): the StateExpired event alone
-// ends every lock of the session.
+// session timeout longer than the one given to zk.Connect: a mismatch New
+// cannot see, as the server grants the declared 10s as is, so its check
+// passes): the StateExpired event alone ends every lock of the session.
+// The session is of 1s, so that it expires, and the heal brings the news,
+// well before the Locker's own deadline for a 10s session (about 3s after
+// the cut).
 func TestSessionExpiredEvent(t *testing.T) {
 	srv := testserver.ZooKeeper(t)
 	px := testserver.NewProxy(t, srv.Addr())
-	conn, events, err := zk.Connect([]string{px.Addr()}, sessionTimeout, zk.WithLogger(quiet{}))
+	conn, events, err := zk.Connect([]string{px.Addr()}, time.Second, zk.WithLogger(quiet{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	l := zookeeper.New(conn, events, zookeeper.WithSessionTimeout(time.Minute))
+	l := zookeeper.New(conn, events, zookeeper.WithSessionTimeout(10*time.Second))
 	t.Cleanup(func() { _ = l.Close() })
 	other := newClient(t, srv.Addr())
 	ctx := ctxFor(t, time.Minute)

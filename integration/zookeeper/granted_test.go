@@ -70,7 +70,7 @@ func watchedBy(t *testing.T, addr string, sid int64) map[string]bool {
 // that the server granted maxGranted (so that zoo.cfg took effect).
 func connectAskingLong(t *testing.T, addr string) client {
 	t.Helper()
-	c := newClient(t, addr, zookeeper.WithSessionTimeout(askedLong))
+	c := newClient(t, addr, zookeeper.WithDefaultTTL(askedLong))
 	if got := c.l.SessionTimeout(); got != maxGranted {
 		t.Fatalf("SessionTimeout() = %v after asking %v of a server with maxSessionTimeout=%v: want the granted %v", got, askedLong, maxGranted, maxGranted)
 	}

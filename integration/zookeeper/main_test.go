@@ -35,7 +35,7 @@ func newClient(t testing.TB, addr string, opts ...zookeeper.Option) client {
 	px := testserver.NewProxy(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	opts = append([]zookeeper.Option{zookeeper.WithSessionTimeout(sessionTimeout)}, opts...)
+	opts = append([]zookeeper.Option{zookeeper.WithDefaultTTL(sessionTimeout)}, opts...)
 	l, err := zookeeper.Connect(ctx, []string{px.Addr()}, opts...)
 	if err != nil {
 		t.Fatalf("zookeeper.Connect: %v", err)
