@@ -361,7 +361,11 @@ const watchDelay = 50 * time.Millisecond
 // when none is set yet: then the Handle's monitor sets it after
 // watchDelay.
 func (l *Locker) hold(key, node string, czxid, owner int64, own <-chan zk.Event) (*Handle, error) {
-	h := newHandle(l, key, node, czxid, owner)
+	token, err := l.cfg.Token(czxid)
+	if err != nil { // a zxid beyond 2^62: cannot happen (see doc.go)
+		return nil, err
+	}
+	h := newHandle(l, key, node, token, owner)
 	l.mu.Lock()
 	switch {
 	case l.life.IsClosing():
