@@ -1,5 +1,3 @@
-// Package portability_test checks that a deployment can change its lock
-// backend by changing the URL and nothing else, against real servers.
 package portability_test
 
 import (
@@ -28,7 +26,9 @@ import (
 	_ "github.com/go-locker/locker/zookeeper"
 )
 
-func TestMain(m *testing.M) { testserver.Main(m) }
+// The package's TestMain (testserver.Main, which removes the containers
+// when the binary ends) is main_test.go's, which the package's other tests
+// bring; without it scripts/with-servers.sh removes them.
 
 // TestChangingBackends follows README's "Changing backends" on a resource
 // fenced as README's example is: a row whose fence column a write must
