@@ -33,6 +33,9 @@ type LockInfo struct {
 	// Held reports whether a holder has the lock.
 	Held bool
 	// Token is the holder's fencing token, or 0 when the key is not held.
+	// It is the token the holder's Handle reports when the inspecting
+	// Locker has the holder's token base (see MaxTokenBase): a Locker adds
+	// its own base to the backend's token.
 	Token int64
 	// TTL is the holder's remaining lease as the backend sees it, or 0 when
 	// the key is not held or the backend's locks have no lease (a session

@@ -42,6 +42,51 @@ const (
 	DefaultTTL = 30 * time.Second
 )
 
+// The token base, the same on every backend.
+//
+// Backends draw fencing tokens from different ranges: a counter from 1
+// (memlock, redis, redis/redlock, a PostgreSQL sequence), the cluster's
+// revision (etcd), the ZooKeeper transaction id (about 2^32 per leader
+// epoch), the database clock in microseconds (sqltable: about 1.8e15). A
+// resource fenced on one backend's tokens would refuse every write of a
+// backend with a lower range, or accept a stale holder's writes from one
+// with a higher range. So every backend has one option, the same
+// everywhere, that moves its tokens above a floor the operator sets:
+// WithTokenBase(n) in each backend package, URL parameter token_base=n.
+//
+// The rule is an offset: a Locker with base n hands out n + t where t is
+// the token the backend would have given without a base, and reports the
+// same n + t in Handle.Token and LockInfo.Token. Every token is then above
+// n (t is positive) and tokens still strictly increase per key across
+// holders (t does). A floor, max(n, t), would not do: the holders of a key
+// whose t stays below n would all get n, on every backend, and etcd's
+// revisions and ZooKeeper's zxids cannot be made to jump above a floor on
+// the server. An offset needs no state on the server, so it means the same
+// on every backend, ours or a third party's.
+//
+// Because the base is added by the client, every Locker of a deployment
+// must have the same base, as it must have the same prefix: Lockers with
+// different bases exclude each other but hand out tokens that are not
+// ordered. Raise the base only as README's "Changing backends" says (every
+// Locker at once, old holders stopped), and never lower it: tokens would
+// go backwards.
+//
+// The base is in [0, MaxTokenBase]; a negative base or one above
+// MaxTokenBase is refused (an error wrapping ErrInvalidOption, or
+// ErrInvalidURL from a URL). Zero, the default, gives the backend's own
+// tokens. The sum cannot overflow an int64 for any token a backend issues
+// in its own range: MaxTokenBase is 2^62, and every backend's own tokens
+// stay below 2^62 - 1 (each backend's doc.go says why, under "Fencing
+// tokens"); a backend that meets a larger own token (a counter written
+// by hand) refuses the acquisition with an error wrapping
+// ErrInvalidOption rather than wrap around.
+//
+// MaxTokenBase is the largest token base: 2^62, about 4.6e18, far above
+// every backend's own tokens (the largest, sqltable's microsecond clock,
+// is about 1.8e15 ≈ 2^51), so a deployment can change backends many times,
+// each time setting the base above the highest token issued so far.
+const MaxTokenBase int64 = 1 << 62
+
 // Locker takes locks on keys in one keyspace shared by every client of the same
 // backend. Implementations must be safe for concurrent use by multiple goroutines.
 //
@@ -81,9 +126,10 @@ type Handle interface {
 	// Key is the key as the caller gave it.
 	Key() string
 
-	// Token is the fencing token of this acquisition: positive, and strictly
-	// greater than the token of every earlier holder of the same key on the same
-	// backend. Pass it to the protected resource, which must reject writes that
+	// Token is the fencing token of this acquisition: positive, above the
+	// Locker's token base (see MaxTokenBase), and strictly greater than the
+	// token of every earlier holder of the same key on the same backend and
+	// base. Pass it to the protected resource, which must reject writes that
 	// carry a token lower than one it has already seen.
 	Token() int64
 

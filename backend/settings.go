@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/go-locker/locker"
@@ -25,6 +27,7 @@ import (
 //	WithRetryInterval(d)  retry_interval=1s  the longest a waiter sleeps when no wake-up comes
 //	WithoutDDL()          ddl=false          create no tables, sequences or other schema objects
 //	WithoutWatchdog()     watchdog=false     no automatic renewal: a lock ends after its TTL
+//	WithTokenBase(n)      token_base=n       every token is n + the backend's own token (see locker.MaxTokenBase)
 //	WithLogger(l)         (none)             where the backend's client library logs
 //
 // A backend offers the Go options it can honour. Its URL opener accepts
@@ -41,6 +44,7 @@ type Settings struct {
 	RetryInterval time.Duration // WithRetryInterval, retry_interval
 	NoDDL         bool          // WithoutDDL, ddl=false
 	NoWatchdog    bool          // WithoutWatchdog, watchdog=false
+	TokenBase     int64         // WithTokenBase, token_base: added to every token (Token)
 	Logger        *slog.Logger  // WithLogger; nil: the backend's default (usually none)
 }
 
@@ -58,11 +62,12 @@ const (
 	ParamRetryInterval = "retry_interval"
 	ParamDDL           = "ddl"
 	ParamWatchdog      = "watchdog"
+	ParamTokenBase     = "token_base"
 )
 
 // SharedParams are the URL parameters of the shared settings, in the order
 // Query.Shared reads them.
-var SharedParams = []string{ParamTTL, ParamDriftMargin, ParamPrefix, ParamRetryInterval, ParamDDL, ParamWatchdog}
+var SharedParams = []string{ParamTTL, ParamDriftMargin, ParamPrefix, ParamRetryInterval, ParamDDL, ParamWatchdog, ParamTokenBase}
 
 func positive(option string, d time.Duration) error {
 	if d <= 0 {
@@ -140,6 +145,53 @@ func SetLogger(l *slog.Logger) Setting {
 	}
 }
 
+// SetTokenBase is WithTokenBase: every token the Locker hands out (Handle.Token,
+// LockInfo.Token) is n plus the backend's own token (the rule and why it
+// is an offset: locker.MaxTokenBase). n must be within [0,
+// locker.MaxTokenBase].
+func SetTokenBase(n int64) Setting {
+	return func(s *Settings) error {
+		if err := checkTokenBase(n); err != nil {
+			return fmt.Errorf("WithTokenBase: %w", err)
+		}
+		s.TokenBase = n
+		return nil
+	}
+}
+
+func checkTokenBase(n int64) error {
+	if n < 0 || n > locker.MaxTokenBase {
+		return fmt.Errorf("%w: token base %d is outside [0, %d] (locker.MaxTokenBase, 2^62)", locker.ErrInvalidOption, n, locker.MaxTokenBase)
+	}
+	return nil
+}
+
+// Token returns the token a Locker with these settings hands out for the
+// backend's own token native: TokenBase + native. A backend calls it for
+// every token it reports (Handle.Token, LockInfo.Token, a transaction
+// lock's token) and keeps native for its own use (the server's guards).
+//
+// It refuses, with an error wrapping locker.ErrInvalidOption that names
+// token_base, a native token that is not positive or that the base would
+// carry past the int64 range. Neither happens to a token the backend issues
+// in its own range (below 2^62 on every backend, and the base is at most
+// 2^62): the backend must then refuse the acquisition (giving the lock
+// back) rather than hand out a wrapped-around token.
+func (s *Settings) Token(native int64) (int64, error) {
+	return BaseToken(s.TokenBase, native)
+}
+
+// BaseToken is Settings.Token for the base given.
+func BaseToken(base, native int64) (int64, error) {
+	switch {
+	case native <= 0:
+		return 0, fmt.Errorf("%w: %s: the backend's own token %d is not positive (was its counter overwritten?)", locker.ErrInvalidOption, ParamTokenBase, native)
+	case native > math.MaxInt64-base:
+		return 0, fmt.Errorf("%w: %s %d plus the backend's own token %d is beyond the int64 range (the backend's tokens stay below 2^62 unless a counter was written by hand)", locker.ErrInvalidOption, ParamTokenBase, base, native)
+	}
+	return base + native, nil
+}
+
 // Apply applies opts in order to cfg, skipping nil ones, and returns every
 // error they reported, joined (so that a user sees all bad options at
 // once). It is the one apply loop of every backend's options: each backend's
@@ -208,6 +260,17 @@ func (q *Query) Shared(refuse map[string]string) []Setting {
 		q.Bool(ParamWatchdog, &watchdog)
 		if !watchdog && !refused(ParamWatchdog, true) {
 			out = append(out, SetNoWatchdog())
+		}
+	}
+	if v, ok := q.Take(ParamTokenBase); ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		switch {
+		case err != nil:
+			q.fail(ParamTokenBase, "%q is not a decimal integer from 0 to %d (2^62)", v, locker.MaxTokenBase)
+		case checkTokenBase(n) != nil:
+			q.fail(ParamTokenBase, "%d is outside [0, %d] (2^62)", n, locker.MaxTokenBase)
+		case n > 0 && !refused(ParamTokenBase, true):
+			out = append(out, SetTokenBase(n))
 		}
 	}
 	return out

@@ -129,6 +129,7 @@ func (s *suite) cases() []testCase {
 		{"Steal/LossReported", s.stealLossReported},
 		{"Fencing/AfterRelease", s.fencingAfterRelease},
 		{"Fencing/AfterCrash", s.fencingAfterCrash},
+		{"Fencing/TokenBase", s.fencingTokenBase},
 		{"Loss/DoneOnCut", s.doneOnCut},
 		{"Loss/RenewalKeepsLock", s.renewalKeepsLock},
 		{"Loss/ShortCutKeepsLock", s.shortCutKeepsLock},

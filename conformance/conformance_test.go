@@ -15,9 +15,12 @@ func toyHarness(f flaw) conformance.Harness {
 	store := newToyStore()
 	return conformance.Harness{
 		NewLocker: func(t *testing.T) locker.Locker { return newToy(store, f) },
-		Crash:     func(t *testing.T, l locker.Locker) { l.(*toyLocker).crash() },
-		Steal:     func(t *testing.T, h locker.Handle) { store.steal(h.(*toyHandle)) },
-		Reset:     func(t *testing.T, l locker.Locker) { l.(*toyLocker).reset() },
+		NewLockerWithTokenBase: func(t *testing.T, n int64) (locker.Locker, error) {
+			return newToyWithTokenBase(store, f, n)
+		},
+		Crash: func(t *testing.T, l locker.Locker) { l.(*toyLocker).crash() },
+		Steal: func(t *testing.T, h locker.Handle) { store.steal(h.(*toyHandle)) },
+		Reset: func(t *testing.T, l locker.Locker) { l.(*toyLocker).reset() },
 		// The toy is an in-process map; processLocal forgets to say so.
 		InProcess: f != processLocal,
 		Cut: func(t *testing.T, l locker.Locker) func() {
@@ -95,6 +98,10 @@ var flaws = []struct {
 	{"OutlivesLease", outlivesLease, []string{"TTL/SilentHolder"}},
 	{"InspectNoLease", inspectNoLease, []string{"TTL/Range", "TTL/Default"}},
 	{"IgnoresBadTTL", ignoresBadTTL, []string{"Options/InvalidTTL", "Options/HugeTTL"}},
+	{"IgnoresTokenBase", ignoresTokenBase, []string{"Fencing/TokenBase"}},
+	{"FloorsTokenBase", floorsTokenBase, []string{"Fencing/TokenBase"}},
+	{"InspectIgnoresTokenBase", inspectIgnoresTokenBase, []string{"Fencing/TokenBase"}},
+	{"AcceptsBadTokenBase", acceptsBadTokenBase, []string{"Fencing/TokenBase"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"

@@ -79,6 +79,14 @@ type Harness struct {
 	// Open/* cases skip.
 	URL string
 
+	// NewLockerWithTokenBase returns a new client like NewLocker's, on the
+	// same keyspace, whose tokens have the token base n (the backend's
+	// WithTokenBase; see locker.MaxTokenBase), or the error with which the
+	// backend refused n. A Locker with base 0 has no base. Optional:
+	// without it Fencing/TokenBase opens URL with the shared parameter
+	// token_base=n, and without either it skips.
+	NewLockerWithTokenBase func(t *testing.T, n int64) (locker.Locker, error)
+
 	// TTL is the lease the suite asks for with locker.WithTTL in the expiry,
 	// crash, cut and steal cases. Zero: 2s.
 	TTL time.Duration

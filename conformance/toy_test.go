@@ -19,43 +19,47 @@ import (
 type flaw int
 
 const (
-	noFlaw                flaw = iota
-	noExclusion                // every attempt succeeds
-	constantToken              // every holder gets token 1
-	perLockerToken             // tokens count per Locker, not per key across Lockers
-	blindRelease               // Release deletes whoever holds the key
-	ownerPerLocker             // Release compares the holder's Locker, not the acquisition, and asks the store first
-	ignoresContext             // waits ignore ctx
-	silentLoss                 // a lost lock never closes Done
-	tryWaits                   // TryAcquire waits up to a second for the key
-	pollingWaiter              // waiters sleep 2s between attempts instead of being woken
-	truncatedKeys              // keys are cut to 250 bytes in the store
-	closeKeepsLocks            // Close ends its handles but leaves their keys to expire
-	releaseIgnoresCtx          // a Release that cannot reach the store waits for it, ignoring ctx
-	racyRelease                // concurrent Releases of one handle are not serialised
-	blindRenewal               // the watchdog outlives Release and renews whoever holds the key
-	retriesUnreachable         // Acquire and TryAcquire retry until the store answers, ignoring ctx
-	checkedBlindRelease        // Release checks its own handle, then deletes whoever holds the key
-	checkedBlindRenewal        // the watchdog renews whoever holds the key while its own handle lives
-	processLocal               // locks within the process only, but does not say so (Harness.InProcess)
-	racyTry                    // TryAcquire checks, then sets a moment later
-	outageNotAcquired          // an unreachable store is reported as ErrNotAcquired
-	failedReleaseNil           // a Release that could not reach the store returns nil
-	lateCtx                    // waits notice their context only every 2.5s
-	lostWakeup                 // a change wakes one waiter only, even one that has gone
-	closeWaitsInFlight         // Close waits for requests in flight instead of interrupting them
-	acceptsPrivateStore        // a Locker with a store of its own (a temporary schema's like) is accepted
-	faultGrantsWaiter          // a waiter woken by another waiter's crash or cut takes the key, held or not
-	strandsCutWaiter           // a waiter whose Locker was cut off waits until its ctx ends, whatever happens
-	resetFreesSilently         // a reset of its connections frees the Locker's keys, its handles unaware
-	dropsCause                 // a call its context ended reports ctx.Err() without the cause
-	refusesLongTTL             // a TTL above an hour, inside the portable range, is refused
-	roundsLeaseUp              // the lease given (and reported) is the TTL asked plus a second
-	ownDefaultTTL              // a lock taken without WithTTL gets 10s, not locker.DefaultTTL
-	outlivesLease              // the store keeps a silent holder's lock 3× the lease reported
-	inspectNoLease             // Inspect reports the remaining lease but not the full one
-	closeCutClaimsRelease      // Close while cut off says its locks were released, and returns nil
-	ignoresBadTTL              // a refused WithTTL is ignored: the call goes on with the default
+	noFlaw                  flaw = iota
+	noExclusion                  // every attempt succeeds
+	constantToken                // every holder gets token 1
+	perLockerToken               // tokens count per Locker, not per key across Lockers
+	blindRelease                 // Release deletes whoever holds the key
+	ownerPerLocker               // Release compares the holder's Locker, not the acquisition, and asks the store first
+	ignoresContext               // waits ignore ctx
+	silentLoss                   // a lost lock never closes Done
+	tryWaits                     // TryAcquire waits up to a second for the key
+	pollingWaiter                // waiters sleep 2s between attempts instead of being woken
+	truncatedKeys                // keys are cut to 250 bytes in the store
+	closeKeepsLocks              // Close ends its handles but leaves their keys to expire
+	releaseIgnoresCtx            // a Release that cannot reach the store waits for it, ignoring ctx
+	racyRelease                  // concurrent Releases of one handle are not serialised
+	blindRenewal                 // the watchdog outlives Release and renews whoever holds the key
+	retriesUnreachable           // Acquire and TryAcquire retry until the store answers, ignoring ctx
+	checkedBlindRelease          // Release checks its own handle, then deletes whoever holds the key
+	checkedBlindRenewal          // the watchdog renews whoever holds the key while its own handle lives
+	processLocal                 // locks within the process only, but does not say so (Harness.InProcess)
+	racyTry                      // TryAcquire checks, then sets a moment later
+	outageNotAcquired            // an unreachable store is reported as ErrNotAcquired
+	failedReleaseNil             // a Release that could not reach the store returns nil
+	lateCtx                      // waits notice their context only every 2.5s
+	lostWakeup                   // a change wakes one waiter only, even one that has gone
+	closeWaitsInFlight           // Close waits for requests in flight instead of interrupting them
+	acceptsPrivateStore          // a Locker with a store of its own (a temporary schema's like) is accepted
+	faultGrantsWaiter            // a waiter woken by another waiter's crash or cut takes the key, held or not
+	strandsCutWaiter             // a waiter whose Locker was cut off waits until its ctx ends, whatever happens
+	resetFreesSilently           // a reset of its connections frees the Locker's keys, its handles unaware
+	dropsCause                   // a call its context ended reports ctx.Err() without the cause
+	refusesLongTTL               // a TTL above an hour, inside the portable range, is refused
+	roundsLeaseUp                // the lease given (and reported) is the TTL asked plus a second
+	ownDefaultTTL                // a lock taken without WithTTL gets 10s, not locker.DefaultTTL
+	outlivesLease                // the store keeps a silent holder's lock 3× the lease reported
+	inspectNoLease               // Inspect reports the remaining lease but not the full one
+	closeCutClaimsRelease        // Close while cut off says its locks were released, and returns nil
+	ignoresBadTTL                // a refused WithTTL is ignored: the call goes on with the default
+	ignoresTokenBase             // the token base is accepted and never added
+	floorsTokenBase              // the token base is a floor, max(base, token), not an offset
+	inspectIgnoresTokenBase      // Handle.Token has the base, Inspect's token has not
+	acceptsBadTokenBase          // a negative token base, or one above locker.MaxTokenBase, is accepted
 )
 
 // errToyPrivate is the toy's refusal of a store private to one Locker, the
@@ -118,6 +122,7 @@ func (s *toyStore) steal(h *toyHandle) {
 type toyLocker struct {
 	s    *toyStore
 	flaw flaw
+	base int64 // the token base
 
 	mu      sync.Mutex
 	closed  bool
@@ -424,10 +429,35 @@ func (l *toyLocker) watchdog(h *toyHandle) {
 }
 
 func (h *toyHandle) Key() string           { return h.key }
-func (h *toyHandle) Token() int64          { return h.token }
+func (h *toyHandle) Token() int64          { return h.l.token(h.token, true) }
 func (h *toyHandle) Done() <-chan struct{} { return h.st.Done() }
 func (h *toyHandle) Err() error            { return h.st.Err() }
 func (h *toyHandle) TTL() time.Duration    { return h.ttl }
+
+// token is the token the Locker reports for the store's token native:
+// its base plus native; withBase false leaves the base out (Inspect, for
+// inspectIgnoresTokenBase).
+func (l *toyLocker) token(native int64, withBase bool) int64 {
+	switch {
+	case l.flaw == ignoresTokenBase || !withBase:
+		return native
+	case l.flaw == floorsTokenBase:
+		return max(native, l.base)
+	}
+	return l.base + native
+}
+
+// newToyWithTokenBase is newToy with a token base, checked as
+// backend.SetTokenBase checks it (acceptsBadTokenBase aside).
+func newToyWithTokenBase(s *toyStore, f flaw, n int64) (*toyLocker, error) {
+	var set backend.Settings
+	if err := backend.SetTokenBase(n)(&set); err != nil && f != acceptsBadTokenBase {
+		return nil, err
+	}
+	l := newToy(s, f)
+	l.base = n
+	return l, nil
+}
 
 // storeLease is how long the store keeps a lock of lease ttl after its
 // holder's last word: ttl, or, with outlivesLease, three times that.
@@ -452,7 +482,7 @@ func (l *toyLocker) Inspect(ctx context.Context, key string) (locker.LockInfo, e
 	defer s.mu.Unlock()
 	info := locker.LockInfo{Key: key}
 	if cur := s.held[l.storeKey(key)]; cur != nil && time.Now().Before(cur.expires) {
-		info.Held, info.Token, info.TTL, info.Lease = true, cur.token, min(time.Until(cur.expires), cur.ttl), cur.ttl
+		info.Held, info.Token, info.TTL, info.Lease = true, l.token(cur.token, l.flaw != inspectIgnoresTokenBase), min(time.Until(cur.expires), cur.ttl), cur.ttl
 		if l.flaw == inspectNoLease {
 			info.Lease = 0
 		}

@@ -184,6 +184,13 @@
 // created before it (an older key still present would make it wait), so
 // the later holder's key was put in a later transaction.
 //
+// WithTokenBase(n) (token_base=n) adds n to every token the Locker hands
+// out and Inspect reports; guards on the server use the revision itself
+// (see locker.MaxTokenBase). The revision grows by one per write to the
+// cluster from 1, so it stays far below 2^62 (a million writes a second
+// for 146,000 years), and n + revision, with n at most 2^62, fits an
+// int64.
+//
 // # Failure modes
 //
 //   - Lease not renewed by its deadline (the cluster unreachable, no
@@ -254,6 +261,7 @@
 //	ttl=10s            WithDefaultTTL      (shared by every backend; see backend.Settings)
 //	drift_margin=1s    WithDriftMargin     (shared)
 //	prefix=/app        WithPrefix          (shared; or the path)
+//	token_base=N       WithTokenBase       (shared)
 //	dial_timeout=5s    how long the etcd client waits to log in (with user:password)
 //
 // The other shared parameters, retry_interval and ddl, are checked and

@@ -23,7 +23,8 @@ type Handle struct {
 	key   string
 	name  *waiterName
 	ekey  string // the holder's etcd key
-	rev   int64  // its create revision: the fencing token
+	rev   int64  // its create revision: the fencing token, less the base
+	token int64  // the Locker's token base plus rev
 	state *backend.State
 	watch *time.Timer // starts monitor; set by hold before h is shared
 
@@ -35,16 +36,17 @@ type Handle struct {
 
 var _ locker.Handle = (*Handle)(nil)
 
-func newHandle(l *Locker, ls *lease, key string, name *waiterName, rev int64) *Handle {
-	return &Handle{l: l, ls: ls, key: key, name: name, ekey: name.key, rev: rev, state: backend.NewState()}
+func newHandle(l *Locker, ls *lease, key string, name *waiterName, rev, token int64) *Handle {
+	return &Handle{l: l, ls: ls, key: key, name: name, ekey: name.key, rev: rev, token: token, state: backend.NewState()}
 }
 
 // Key returns the key as the caller gave it.
 func (h *Handle) Key() string { return h.key }
 
 // Token returns the fencing token: the create revision of the holder's etcd
-// key. See the package documentation for why it increases across holders.
-func (h *Handle) Token() int64 { return h.rev }
+// key, plus the Locker's token base (WithTokenBase). See the package
+// documentation for why it increases across holders.
+func (h *Handle) Token() int64 { return h.token }
 
 // TTL returns the lease the server granted the lock's etcd lease: the TTL
 // asked rounded down to a whole second, or the server's minimum lease if

@@ -46,7 +46,11 @@ func (l *Locker) inspect(ctx context.Context, key string) (locker.LockInfo, erro
 			return info, nil
 		}
 		kv := resp.Kvs[0]
-		info.Held, info.Token = true, kv.CreateRevision
+		token, err := l.cfg.Token(kv.CreateRevision)
+		if err != nil {
+			return locker.LockInfo{}, err
+		}
+		info.Held, info.Token = true, token
 		if kv.Lease == 0 {
 			return info, nil // not a key of ours: no lease to report
 		}

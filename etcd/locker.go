@@ -371,7 +371,11 @@ func waitEnded(ctx context.Context, ls *lease) error {
 // hold makes the Handle of the waiter key me, which is now the oldest of
 // its directory, and starts watching it.
 func (l *Locker) hold(ls *lease, key string, name *waiterName, rev int64) (*Handle, error) {
-	h := newHandle(l, ls, key, name, rev)
+	token, err := l.cfg.Token(rev)
+	if err != nil { // a revision beyond 2^62: cannot happen (see doc.go)
+		return nil, err
+	}
+	h := newHandle(l, ls, key, name, rev, token)
 	// The watch on the holder's own key starts watchDelay later, from a
 	// runtime timer: a lock released before then costs no goroutine and
 	// no watch. The timer is set before h is shared (a loss stops it).

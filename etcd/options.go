@@ -18,9 +18,9 @@ const DefaultPrefix = "/locker"
 // WithDriftMargin.
 const MinDriftMargin = 50 * time.Millisecond
 
-// Option configures a Locker made by New. WithDefaultTTL, WithDriftMargin
-// and WithPrefix are the names every backend gives these settings (see
-// backend.Settings).
+// Option configures a Locker made by New. WithDefaultTTL, WithDriftMargin,
+// WithPrefix and WithTokenBase are the names every backend gives these
+// settings (see backend.Settings).
 type Option func(*config) error
 
 // config is the shared settings (backend.Settings: the default TTL, the
@@ -98,6 +98,20 @@ func WithDefaultTTL(ttl time.Duration) Option {
 			return fmt.Errorf("etcd: WithDefaultTTL: %w", err)
 		}
 		c.TTL = ttl
+		return nil
+	}
+}
+
+// WithTokenBase adds n to every token the Locker hands out (URL parameter
+// token_base): Handle.Token and LockInfo.Token are n plus the holder key's
+// create revision. n must be within [0, locker.MaxTokenBase]; give every
+// Locker of a deployment the same n, as the same prefix (see
+// locker.MaxTokenBase, and README's "Changing backends" for when to set it).
+func WithTokenBase(n int64) Option {
+	return func(c *config) error {
+		if err := backend.SetTokenBase(n)(&c.Settings); err != nil {
+			return fmt.Errorf("etcd: %w", err)
+		}
 		return nil
 	}
 }

@@ -129,8 +129,9 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	if err != nil {
 		return urlConfig{}, err
 	}
-	// The shared parameters (backend.Settings): ttl, drift_margin and
-	// prefix set what WithDefaultTTL, WithDriftMargin and WithPrefix do;
+	// The shared parameters (backend.Settings): ttl, drift_margin, prefix
+	// and token_base set what WithDefaultTTL, WithDriftMargin, WithPrefix
+	// and WithTokenBase do;
 	// retry_interval and ddl are checked and change nothing here (watches
 	// wake waiters; etcd has no schema); watchdog=false is refused.
 	for _, set := range q.Shared(map[string]string{backend.ParamWatchdog: "the Locker always keeps its leases alive"}) {
@@ -179,6 +180,8 @@ func sharedOption(set backend.Setting) Option {
 			return WithDriftMargin(s.DriftMargin)(c)
 		case s.Prefix != "":
 			return WithPrefix(s.Prefix)(c)
+		case s.TokenBase != 0:
+			return WithTokenBase(s.TokenBase)(c)
 		}
 		return nil // retry_interval, ddl: no effect on etcd
 	}

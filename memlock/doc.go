@@ -27,8 +27,8 @@
 //	                    every Open of the same NAME shares its keys
 //	mem://NAME?ttl=10s  ... with a default lease of 10s (WithDefaultTTL)
 //
-// ttl is one of the parameters every backend shares (see backend.Settings);
-// of the others drift_margin, retry_interval and ddl are checked and
+// ttl and token_base (WithTokenBase) are parameters every backend shares
+// (see backend.Settings); of the others drift_margin, retry_interval and ddl are checked and
 // change nothing here (one process: no clocks apart, waiters woken
 // directly, no schema), and prefix (the store name is the keyspace) and
 // watchdog=false (locks are always renewed) are refused. Any other query
@@ -75,6 +75,11 @@
 // for as long as the Store exists, and the Store keeps nothing per key after
 // the key is released. Tokens of different keys are distinct but otherwise
 // unrelated; do not expect them to be consecutive.
+//
+// WithTokenBase(n) (token_base=n) adds n to every token a Locker hands out
+// and reports (see locker.MaxTokenBase). The counter counts grants from 1,
+// so it stays far below 2^62 (one grant a nanosecond for 146 years), and
+// n + token, with n at most 2^62, fits an int64.
 //
 // # Failure modes
 //

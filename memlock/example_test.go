@@ -100,3 +100,26 @@ func Example_url() {
 	// try-acquire "cron/nightly": locker: not acquired
 	// true
 }
+
+// A deployment moving from a backend whose highest token was 41000 sets
+// the token base there, on every Locker: tokens go on above it, and Inspect
+// agrees with the holder.
+func ExampleWithTokenBase() {
+	ctx := context.Background()
+	// By URL: locker.Open(ctx, "mem://jobs?token_base=41000").
+	l := memlock.NewStore().NewLocker(memlock.WithTokenBase(41000))
+	defer l.Close()
+	for range 2 {
+		h, err := l.Acquire(ctx, "orders/42")
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		info, _ := l.Inspect(ctx, "orders/42")
+		fmt.Println("token", h.Token(), "inspect", info.Token)
+		_ = h.Release(ctx)
+	}
+	// Output:
+	// token 41001 inspect 41001
+	// token 41002 inspect 41002
+}

@@ -12,8 +12,9 @@ import (
 
 // handle is a Locker's grip on one key: the client side of a grant.
 type handle struct {
-	l *Locker
-	g *grant
+	l     *Locker
+	g     *grant
+	token int64 // the Locker's token base plus the grant's token
 
 	// Guarded by l.mu.
 	next  time.Time // when the watchdog renews the lease next
@@ -21,7 +22,7 @@ type handle struct {
 }
 
 func (h *handle) Key() string           { return h.g.key }
-func (h *handle) Token() int64          { return h.g.token }
+func (h *handle) Token() int64          { return h.token }
 func (h *handle) Done() <-chan struct{} { return h.g.state.Done() }
 func (h *handle) Err() error            { return h.g.state.Err() }
 
@@ -69,7 +70,12 @@ func (h *handle) Release(ctx context.Context) error {
 // under the watchdog. Once Close (or crash) has begun, it gives the grant
 // back instead and fails with locker.ErrClosed: Close could not see it.
 func (l *Locker) holdLocked(g *grant) (*handle, error) {
-	h := &handle{l: l, g: g, next: g.start.Add(g.ttl / 3)}
+	token, err := l.cfg.Token(g.token)
+	if err != nil { // cannot happen: the store counts from 1, one per grant
+		l.store.release(g, locker.ErrReleased)
+		return nil, err
+	}
+	h := &handle{l: l, g: g, token: token, next: g.start.Add(g.ttl / 3)}
 	if !l.life.Hold(h) {
 		l.store.release(g, locker.ErrReleased)
 		return nil, locker.ErrClosed

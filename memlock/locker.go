@@ -20,7 +20,7 @@ var errUnreachable = errors.New("memlock: store unreachable (connection cut)")
 type Option func(*config) error
 
 // config is the shared settings (backend.Settings: memlock honours the
-// default TTL) and every invalid option.
+// default TTL and the token base) and every invalid option.
 type config struct {
 	backend.Settings
 	err error
@@ -37,6 +37,21 @@ func WithDefaultTTL(ttl time.Duration) Option {
 			return fmt.Errorf("memlock: WithDefaultTTL: %w", err)
 		}
 		c.TTL = ttl
+		return nil
+	}
+}
+
+// WithTokenBase adds n to every token the Locker hands out (URL parameter
+// token_base): Handle.Token and LockInfo.Token are n plus the Store's
+// token. n must be within [0, locker.MaxTokenBase]; give every Locker of a
+// deployment the same n (see locker.MaxTokenBase and README's "Changing
+// backends"). NewLocker returns no error, so a bad value is reported by
+// every Acquire and TryAcquire of the Locker instead.
+func WithTokenBase(n int64) Option {
+	return func(c *config) error {
+		if err := backend.SetTokenBase(n)(&c.Settings); err != nil {
+			return fmt.Errorf("memlock: %w", err)
+		}
 		return nil
 	}
 }

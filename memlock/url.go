@@ -35,8 +35,9 @@ func namedStore(name string) *Store {
 // openURL opens mem:// (the default Store, as New uses) or mem://NAME (the
 // process-wide Store called NAME; the same name always means the same
 // keyspace). The query parameters are the shared ones (backend.Settings):
-// ttl, the default lease (WithDefaultTTL): mem://jobs?ttl=10s; and
-// drift_margin, retry_interval and ddl, which change nothing here.
+// ttl, the default lease (WithDefaultTTL): mem://jobs?ttl=10s; token_base
+// (WithTokenBase); and drift_margin, retry_interval and ddl, which change
+// nothing here.
 func openURL(_ context.Context, u *url.URL) (locker.Locker, error) {
 	switch {
 	case u.Opaque != "":
@@ -72,6 +73,9 @@ func openURL(_ context.Context, u *url.URL) (locker.Locker, error) {
 				return nil, fmt.Errorf("%w: mem: parameter \"ttl\": %w", locker.ErrInvalidURL, err)
 			}
 			opts = append(opts, WithDefaultTTL(s.TTL))
+		}
+		if s.TokenBase != 0 {
+			opts = append(opts, WithTokenBase(s.TokenBase))
 		}
 	}
 	if err := q.Finish(); err != nil {

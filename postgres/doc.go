@@ -56,6 +56,13 @@
 //
 //	SELECT setval('locker_fence', (SELECT last_value FROM locker_fence) + 1000000);
 //
+// WithTokenBase(n) (token_base=n) adds n to every token the Locker hands
+// out, LockTx's included; the sequence itself is unchanged (see
+// locker.MaxTokenBase). The sequence grows by one per acquisition from 1,
+// so it stays far below 2^62, and n + token, with n at most 2^62, fits an
+// int64; a value beyond that (a sequence set there by hand) makes the
+// acquisition fail with an error naming token_base, the lock given back.
+//
 // # Keys and namespaces
 //
 // Keys are hashed with the prefix (WithPrefix) into the 64-bit advisory
@@ -196,6 +203,7 @@
 //
 //	prefix=NAME                 WithPrefix       (shared by every backend; see backend.Settings)
 //	ddl=false                   WithoutDDL       (shared)
+//	token_base=N                WithTokenBase    (shared)
 //	lock_health_interval=5s     WithHealthCheckInterval
 //	lock_sequence=SCHEMA.NAME   WithSequence
 //	lock_session_pooler=true    WithSessionPooler

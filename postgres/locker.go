@@ -107,8 +107,8 @@ type config struct {
 	err       error // the first invalid option, reported by every call
 }
 
-// Option configures a Locker. WithPrefix and WithoutDDL are the names
-// every backend gives these settings (see backend.Settings); the others
+// Option configures a Locker. WithPrefix, WithoutDDL and WithTokenBase
+// are the names every backend gives these settings (see backend.Settings); the others
 // are this package's own.
 type Option func(*config) error
 
@@ -167,6 +167,16 @@ func WithSequence(name string) Option {
 // DDL.
 func WithoutDDL() Option {
 	return func(c *config) error { return c.set(backend.SetNoDDL()) }
+}
+
+// WithTokenBase adds n to every token the Locker hands out (URL parameter
+// token_base): Handle.Token and the token of LockTx and TryLockTx are n
+// plus the value drawn from the sequence. n must be within [0,
+// locker.MaxTokenBase]; give every Locker of a deployment the same n, as
+// the same prefix and sequence (see locker.MaxTokenBase, and README's
+// "Changing backends" for when to set it).
+func WithTokenBase(n int64) Option {
+	return func(c *config) error { return c.set(backend.SetTokenBase(n)) }
 }
 
 // WithSessionPooler declares that the pool's connections go through a
@@ -323,6 +333,10 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	}
 	if err := keepIdle(ctx, conn, g); err != nil {
 		destroy(conn) // frees the lock
+		return nil, backend.KeyError(op, key, err)
+	}
+	if g.token, err = l.cfg.Token(g.token); err != nil {
+		destroy(conn) // frees the lock; a sequence beyond 2^62 (see doc.go)
 		return nil, backend.KeyError(op, key, err)
 	}
 	h := newHandle(l, conn, key, id, g)

@@ -83,7 +83,7 @@ func (l *Locker) lockTx(ctx context.Context, op string, tx pgx.Tx, key string, w
 		if token == nil {
 			return 0, backend.KeyError(op, key, errNotAcquired)
 		}
-		return *token, nil
+		return l.txToken(op, key, *token)
 	}
 	var token int64
 	out := l.runWait(ctx, tx.Conn().PgConn(), func(qctx context.Context) error {
@@ -94,6 +94,17 @@ func (l *Locker) lockTx(ctx context.Context, op string, tx pgx.Tx, key string, w
 	}
 	if out.err != nil {
 		return 0, backend.KeyError(op, key, fmt.Errorf("waiting for the lock: %w", out.err))
+	}
+	return l.txToken(op, key, token)
+}
+
+// txToken is the token of a transaction lock drawn from the sequence as
+// native: plus the Locker's token base. An error (a sequence beyond 2^62)
+// leaves the lock to the transaction, which the caller rolls back.
+func (l *Locker) txToken(op, key string, native int64) (int64, error) {
+	token, err := l.cfg.Token(native)
+	if err != nil {
+		return 0, backend.KeyError(op, key, fmt.Errorf("%w (roll the transaction back)", err))
 	}
 	return token, nil
 }

@@ -161,8 +161,8 @@
 // Options of the Locker: the parameters every backend shares (see
 // backend.Settings), ttl (WithDefaultTTL, a Go duration such as 30s),
 // drift_margin (WithDriftMargin), prefix (WithPrefix), retry_interval
-// (WithRetryInterval), watchdog=false (WithoutWatchdog) and ddl (no effect:
-// Redis has no schema); and this package's own clock_tokens (true/false),
+// (WithRetryInterval), watchdog=false (WithoutWatchdog), token_base
+// (WithTokenBase) and ddl (no effect: Redis has no schema); and this package's own clock_tokens (true/false),
 // fence_expiry (a duration; needs clock_tokens=true) and allow_eviction
 // (true/false).
 // Every other parameter is handed to go-redis' own URL parsers (its ParseURL,
@@ -282,6 +282,15 @@
 // yet noticed, and only fencing on the resource side stops the old holder's
 // writes. Where tokens must never regress whatever happens to Redis and its
 // clocks, take locks from a consensus store (etcd, ZooKeeper) instead.
+//
+// WithTokenBase(n) (token_base=n) adds n to every token the Locker hands
+// out and Inspect reports; the counter itself is unchanged (see
+// locker.MaxTokenBase). A counter grows by one per acquisition of its key
+// from 1, or with WithClockTokens stays near the server's clock in
+// microseconds (about 1.8e15), so it stays far below 2^62, and n + token,
+// with n at most 2^62, fits an int64. A counter beyond that (written by
+// hand) makes the acquisition fail with an error naming token_base, the
+// lock given back.
 //
 // The tests against real servers (conformance, faults, Cluster, Sentinel, TLS,
 // ACL, benchmarks) live in the integration module, integration/redis; they

@@ -36,7 +36,8 @@ func newHandle(l *Locker, key string, k keys, owner string, token int64, ttl, dr
 func (h *Handle) Key() string { return h.c.Key }
 
 // Token returns the fencing token: the value of the key's fence counter
-// after this acquisition incremented it.
+// after this acquisition incremented it, plus the Locker's token base
+// (WithTokenBase).
 func (h *Handle) Token() int64 { return h.c.Token }
 
 // Owner returns the random owner token that this holder's lock carries in

@@ -60,7 +60,9 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 		if err != nil {
 			return info, backend.KeyError("inspect", key, fmt.Errorf("redis: fence counter %s holds %q, not a number", k.fence, s))
 		}
-		info.Token = t
+		if info.Token, err = l.cfg.Token(t); err != nil {
+			return info, backend.KeyError("inspect", key, err)
+		}
 	}
 	return info, nil
 }

@@ -302,7 +302,14 @@ func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 		}
 		return nil, acquireResult{}, late
 	}
-	h := newHandle(l, a.key, a.k, a.owner, res.token, a.ttl, a.drift, start)
+	token, err := l.cfg.Token(res.token)
+	if err != nil {
+		// A counter beyond any value it reaches by INCR (written by hand):
+		// refuse rather than hand out a wrapped-around token.
+		l.cleanup(a.k, a.owner)
+		return nil, acquireResult{}, err
+	}
+	h := newHandle(l, a.key, a.k, a.owner, token, a.ttl, a.drift, start)
 	if !l.register(h) {
 		// Close ran while we were acquiring: give the lock back.
 		l.cleanup(a.k, a.owner)

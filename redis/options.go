@@ -42,9 +42,9 @@ func defaultConfig() config {
 // Option configures a Locker. Options are checked by New; an invalid one makes
 // every Acquire and TryAcquire of the Locker fail with an error wrapping
 // locker.ErrInvalidOption (Open returns it at once). WithDefaultTTL,
-// WithDriftMargin, WithPrefix, WithRetryInterval and WithoutWatchdog are
-// the names every backend gives these settings (see backend.Settings); the
-// others are this package's own.
+// WithDriftMargin, WithPrefix, WithRetryInterval, WithoutWatchdog and
+// WithTokenBase are the names every backend gives these settings (see
+// backend.Settings); the others are this package's own.
 type Option func(*config) error
 
 // WithPrefix sets the prefix of every Redis key and Pub/Sub channel the
@@ -92,6 +92,15 @@ func WithDriftMargin(d time.Duration) Option {
 // DefaultRetryInterval.
 func WithRetryInterval(d time.Duration) Option {
 	return func(c *config) error { return c.Set(backend.SetRetryInterval(d)) }
+}
+
+// WithTokenBase adds n to every token the Locker hands out (URL parameter
+// token_base): Handle.Token and LockInfo.Token are n plus the fence
+// counter's value. n must be within [0, locker.MaxTokenBase]; give every
+// Locker of a deployment the same n, as the same prefix (see
+// locker.MaxTokenBase, and README's "Changing backends" for when to set it).
+func WithTokenBase(n int64) Option {
+	return func(c *config) error { return c.Set(backend.SetTokenBase(n)) }
 }
 
 // newConfig applies opts to the defaults and checks the result.

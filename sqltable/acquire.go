@@ -165,7 +165,16 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 		}
 		return nil, late
 	}
-	h := &Handle{l: l, key: key, owner: owner, token: token, ttl: ttl, st: backend.NewState()}
+	fence, err := l.cfg.Token(token)
+	if err != nil {
+		// A token beyond 2^62 (a row written by hand, see doc.go): refuse
+		// rather than hand out a wrapped-around token, and give the row back.
+		if _, derr := l.dropOnce(ctx, key, owner); derr != nil {
+			l.cleanup(key, owner, ttl)
+		}
+		return nil, err
+	}
+	h := &Handle{l: l, key: key, owner: owner, token: token, fence: fence, ttl: ttl, st: backend.NewState()}
 	if !l.life.Hold(h) {
 		// Close has begun and will not release h: free the row now,
 		// within Close's bound (Close waits for it).

@@ -46,8 +46,9 @@
 // (postgres:// is the advisory-lock backend, package postgres.) Query
 // parameters of our own, on every scheme: those every backend shares (see
 // backend.Settings), ttl (WithDefaultTTL), drift_margin (WithDriftMargin),
-// retry_interval (WithRetryInterval), ddl=false (WithoutDDL) and
-// watchdog=false (WithoutWatchdog) (prefix is refused: the table is the
+// retry_interval (WithRetryInterval), ddl=false (WithoutDDL),
+// watchdog=false (WithoutWatchdog) and token_base (WithTokenBase) (prefix
+// is refused: the table is the
 // keyspace); and this package's own lock_table (WithTable), lock_max_conns (the pool's SetMaxOpenConns; default 10,
 // 4 for SQLite); lock_notify=false (WithNotify(false));
 // lock_file_mode (octal, default 0600) on SQLite. Driver parameters: on
@@ -255,6 +256,14 @@
 // unless the database's clock was set back by more than olderThan since,
 // the one assumption the tokens rest on (it is NTP's job to slew, not
 // step, a clock).
+//
+// WithTokenBase(n) (token_base=n) adds n to every token the Locker hands
+// out and Inspect reports; the row and Prune keep the row's own token (see
+// locker.MaxTokenBase). The row's token is the database clock in
+// microseconds, or a little above it, so it reaches 2^62 only in the year
+// 148,000, and n + token, with n at most 2^62, fits an int64; a row beyond
+// that (written by hand) makes the acquisition fail with an error naming
+// token_base, the row given back.
 //
 // # Waiting
 //

@@ -20,7 +20,8 @@ type Handle struct {
 	// Handle's methods read.
 	key   string
 	owner string
-	token int64
+	token int64 // the row's token, which the statements compare
+	fence int64 // token plus the Locker's token base: Token
 	ttl   time.Duration
 	st    *backend.State
 	c     lease.Handle // state, lease and the verdicts (internal/lease)
@@ -33,7 +34,8 @@ type Handle struct {
 func (h *Handle) Key() string { return h.c.Key }
 
 // Token returns the fencing token: the row's token column after this
-// acquisition set it (see "Fencing tokens" in the package documentation).
+// acquisition set it, plus the Locker's token base (WithTokenBase; see
+// "Fencing tokens" in the package documentation).
 func (h *Handle) Token() int64 { return h.c.Token }
 
 // Owner returns the random owner string that this holder's row carries
@@ -56,7 +58,7 @@ func (h *Handle) Err() error { return h.c.Err() }
 // Until then the Handle is not handed out: only Close (claim, stop, and
 // the Handle's own fields) may touch it.
 func (h *Handle) start(sent time.Time, drift time.Duration) {
-	h.c.Init(h.key, h.owner, h.token, h.ttl, h.st, lease.Proto{
+	h.c.Init(h.key, h.owner, h.fence, h.ttl, h.st, lease.Proto{
 		Release: h.release, Cleanup: h.cleanup, Forget: h.forget, Enter: h.enter,
 		Server: "the database", Gone: "the row was changed or deleted outside this Locker",
 	})

@@ -13,7 +13,8 @@ import (
 var _ locker.Inspector = (*Locker)(nil)
 
 // Inspect reports key's lock as the lock table has it, by the database's
-// clock: held, with the holder's token and remaining lease, while the row's
+// clock: held, with the holder's token (plus the Locker's token base) and
+// remaining lease, while the row's
 // lease has not run out; not held (token 0, TTL 0) when the key has no row,
 // was released, or its lease ran out (a crashed holder's key shows as free
 // from that moment, as it is to Acquire). It reads one row and changes
@@ -39,6 +40,9 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 		return info, backend.KeyError("inspect", key, l.life.Why(cctx, err))
 	}
 	if us > 0 {
+		if token, err = l.cfg.Token(token); err != nil {
+			return info, backend.KeyError("inspect", key, err)
+		}
 		info.Held, info.Token, info.TTL = true, token, time.Duration(us)*time.Microsecond
 	}
 	return info, nil

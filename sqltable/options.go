@@ -49,8 +49,8 @@ func (c *config) set(s backend.Setting) error {
 // Option configures a Locker. An invalid option makes every call of the
 // Locker fail with an error wrapping locker.ErrInvalidOption (Open returns
 // it at once). WithDefaultTTL, WithDriftMargin, WithRetryInterval,
-// WithoutDDL and WithoutWatchdog are the names every backend gives these
-// settings (see backend.Settings); the others are this package's own.
+// WithoutDDL, WithoutWatchdog and WithTokenBase are the names every
+// backend gives these settings (see backend.Settings); the others are this package's own.
 type Option func(*config) error
 
 // WithDialect names the SQL dialect instead of detecting it from the
@@ -145,6 +145,16 @@ func WithNotify(on bool) Option {
 // drift margin before that.
 func WithoutWatchdog() Option {
 	return func(c *config) error { return c.set(backend.SetNoWatchdog()) }
+}
+
+// WithTokenBase adds n to every token the Locker hands out (URL parameter
+// token_base): Handle.Token and LockInfo.Token are n plus the row's token;
+// the row keeps its own (see "Fencing tokens" in the package
+// documentation). n must be within [0, locker.MaxTokenBase]; give every
+// Locker of a deployment the same n, as the same table (see
+// locker.MaxTokenBase, and README's "Changing backends" for when to set it).
+func WithTokenBase(n int64) Option {
+	return func(c *config) error { return c.set(backend.SetTokenBase(n)) }
 }
 
 func newConfig(opts []Option) (config, error) {

@@ -202,6 +202,11 @@
 // would not do: they restart at zero when the container directory is
 // deleted and made again.
 //
+// WithTokenBase(n) (token_base=n) adds n to every token the Locker hands
+// out and Inspect reports (see locker.MaxTokenBase). A zxid is the leader
+// epoch times 2^32 plus a counter, so it reaches 2^62 only after 2^30
+// leader elections, and n + zxid, with n at most 2^62, fits an int64.
+//
 // # The granted session timeout
 //
 // The server grants a session timeout between its minSessionTimeout and
@@ -289,6 +294,7 @@
 //	                                         the default TTL, and the primary session's timeout
 //	drift_margin=1s       WithDriftMargin    (shared)
 //	prefix=/app           WithPrefix         (shared; or the path)
+//	token_base=N          WithTokenBase      (shared)
 //	containers=false      WithoutContainers
 //	acl=creator           lock nodes only for the URL's user (zk.AuthACL); default open
 //

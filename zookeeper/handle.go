@@ -47,8 +47,9 @@ func newHandle(s *session, key, node string, token, sid int64, lease time.Durati
 func (h *Handle) Key() string { return h.key }
 
 // Token returns the fencing token: the czxid (the transaction id of its
-// creation) of the holder's node. See the package documentation for why it
-// increases across holders.
+// creation) of the holder's node, plus the Locker's token base
+// (WithTokenBase). See the package documentation for why it increases
+// across holders.
 func (h *Handle) Token() int64 { return h.token }
 
 // Done is closed once the lock is released or lost.

@@ -15,7 +15,7 @@ var _ locker.Inspector = (*Locker)(nil)
 
 // Inspect reports whether key is held, as the server sees it: held when
 // its lock directory has a lock node, the lowest being the holder's, whose
-// czxid is the token. TTL is always 0: a ZooKeeper lock has no lease of
+// czxid (plus the Locker's token base) is the token. TTL is always 0: a ZooKeeper lock has no lease of
 // its own, it lasts as long as its holder's session (see the package
 // documentation). A holder that crashed shows as holding until the server
 // expires its session. Inspect creates, watches and changes nothing; it
@@ -66,7 +66,11 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 			return fail(err)
 		}
 		if exists {
-			return locker.LockInfo{Key: key, Held: true, Token: st.Czxid}, nil
+			token, err := l.cfg.Token(st.Czxid)
+			if err != nil {
+				return fail(err)
+			}
+			return locker.LockInfo{Key: key, Held: true, Token: token}, nil
 		}
 		// The lowest node went between the two requests: look again.
 		if tries >= 10 {

@@ -325,8 +325,12 @@ const watchDelay = 50 * time.Millisecond
 // when none is set yet: then the Handle's monitor sets it after
 // watchDelay.
 func (s *session) hold(key, node string, czxid, owner int64, own <-chan zk.Event) (*Handle, error) {
+	token, err := s.l.cfg.Token(czxid)
+	if err != nil { // a zxid beyond 2^62: cannot happen (see doc.go)
+		return nil, err
+	}
 	s.mu.Lock()
-	h := newHandle(s, key, node, czxid, owner, s.timeout)
+	h := newHandle(s, key, node, token, owner, s.timeout)
 	switch {
 	case s.l.life.IsClosing():
 		s.mu.Unlock()

@@ -17,8 +17,8 @@ import (
 const MinDriftMargin = 50 * time.Millisecond
 
 // Option configures a Locker made by Connect or New. WithDefaultTTL,
-// WithDriftMargin, WithPrefix and WithLogger are the names every backend
-// gives these settings (see backend.Settings); the others are this
+// WithDriftMargin, WithPrefix, WithTokenBase and WithLogger are the names
+// every backend gives these settings (see backend.Settings); the others are this
 // package's own.
 type Option func(*config) error
 
@@ -181,6 +181,20 @@ func WithDriftMargin(d time.Duration) Option {
 			return fmt.Errorf("zookeeper: WithDriftMargin: %w: %v is below %v", locker.ErrInvalidOption, d, MinDriftMargin)
 		}
 		c.DriftMargin = d
+		return nil
+	}
+}
+
+// WithTokenBase adds n to every token the Locker hands out (URL parameter
+// token_base): Handle.Token and LockInfo.Token are n plus the holder node's
+// czxid. n must be within [0, locker.MaxTokenBase]; give every Locker of a
+// deployment the same n, as the same root (see locker.MaxTokenBase, and
+// README's "Changing backends" for when to set it).
+func WithTokenBase(n int64) Option {
+	return func(c *config) error {
+		if err := backend.SetTokenBase(n)(&c.Settings); err != nil {
+			return fmt.Errorf("zookeeper: %w", err)
+		}
 		return nil
 	}
 }

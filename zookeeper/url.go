@@ -157,6 +157,8 @@ func sharedOption(set backend.Setting) Option {
 			return WithDriftMargin(s.DriftMargin)(c)
 		case s.Prefix != "":
 			return WithPrefix(s.Prefix)(c)
+		case s.TokenBase != 0:
+			return WithTokenBase(s.TokenBase)(c)
 		}
 		return nil // retry_interval, ddl: no effect on ZooKeeper
 	}

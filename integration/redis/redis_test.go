@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +92,14 @@ func TestConformance(t *testing.T) {
 						t.Fatalf("Steal: DEL %s: %v", lock, err)
 					}
 				},
-				URL:            "redis://" + srv.Addr() + "/0",
+				URL: "redis://" + srv.Addr() + "/0",
+				// The flavour's options, which the URL does not carry
+				// (WithClockTokens), with the token base.
+				NewLockerWithTokenBase: func(t *testing.T, n int64) (locker.Locker, error) {
+					l := redis.New(testClient(t, srv.Addr(), tc.ctxAware), append(slices.Clone(tc.opts), redis.WithTokenBase(n))...)
+					t.Cleanup(func() { _ = l.Close() })
+					return l, nil
+				},
 				TTL:            2 * time.Second,
 				NoInspectLease: "a Redis lock key keeps its remaining expiry (PTTL), not the lease it was set with",
 				Unsafe: []conformance.UnsafeConfig{{

@@ -47,7 +47,7 @@ func TestSharedURLParameters(t *testing.T) {
 		{"mysql", "mysql://u:p@127.0.0.1:1/db", []string{"prefix=/app"}, false},
 		{"postgres+table", "postgres+table://u:p@127.0.0.1:1/db", []string{"prefix=/app"}, false},
 	}
-	params := []string{"ttl=5s", "drift_margin=200ms", "prefix=/app", "retry_interval=500ms", "ddl=false", "ddl=true", "watchdog=false", "watchdog=true"}
+	params := []string{"ttl=5s", "drift_margin=200ms", "prefix=/app", "retry_interval=500ms", "ddl=false", "ddl=true", "watchdog=false", "watchdog=true", "token_base=0", "token_base=4611686018427387904"}
 	// Every shared parameter is in the table above.
 	for _, name := range backend.SharedParams {
 		found := false
@@ -89,7 +89,7 @@ func TestSharedURLParameters(t *testing.T) {
 			if err := open(strings.Join(params[:5], "&")); len(b.refused) == 0 && err != nil {
 				t.Errorf("all shared parameters together: %v", err)
 			}
-			for _, bad := range []string{"ttl=soon", "drift_margin=-1s", "retry_interval=0s", "ddl=maybe"} {
+			for _, bad := range []string{"ttl=soon", "drift_margin=-1s", "retry_interval=0s", "ddl=maybe", "token_base=-1", "token_base=4611686018427387905", "token_base=1e6"} {
 				name, _, _ := strings.Cut(bad, "=")
 				if err := open(bad); !errors.Is(err, locker.ErrInvalidURL) && !errors.Is(err, locker.ErrInvalidOption) || err == nil || !strings.Contains(err.Error(), name) && !strings.Contains(err.Error(), "Retry") && !strings.Contains(err.Error(), "Drift") {
 					t.Errorf("%s: %v; want an error naming %s", bad, err, name)

@@ -144,6 +144,14 @@
 // disappears early on one node, and go back after a node forgot its keys
 // (a restart without persistence, simulated by deleting them).
 //
+// WithTokenBase(n) (token_base=n) adds n to every token the Locker hands
+// out and Inspect reports; the counters and the write-back keep the nodes'
+// own values (see locker.MaxTokenBase). A counter grows by one per grant
+// of its key from 1, so it stays far below 2^62, and n + token, with n at
+// most 2^62, fits an int64; a counter beyond that (written by hand) makes
+// the acquisition fail with an error naming token_base, the lock given
+// back.
+//
 // # Unsafe configurations
 //
 // Two configurations would break the lock, and are refused:
@@ -204,9 +212,9 @@
 //	redlock://[user:password@]host1:6379,host2:6379,host3:6379[/db][?ttl=30s&drift_margin=700ms&node_timeout=200ms&retry_interval=1s&prefix=locker:redlock:]
 //	rediss+redlock://...    (TLS to every node)
 //
-// ttl, drift_margin, retry_interval and prefix are the parameters every
-// backend shares (WithDefaultTTL, WithDriftMargin, WithRetryInterval,
-// WithPrefix; see backend.Settings), ddl is accepted and has no effect,
+// ttl, drift_margin, retry_interval, prefix and token_base are the
+// parameters every backend shares (WithDefaultTTL, WithDriftMargin,
+// WithRetryInterval, WithPrefix, WithTokenBase; see backend.Settings), ddl is accepted and has no effect,
 // watchdog=false is refused (Redlock always renews); node_timeout and
 // allow_eviction are this package's own,
 // plus go-redis' client parameters (see Open), except skip_verify, which is

@@ -62,6 +62,11 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 			pttls = append(pttls, st.pttl)
 		}
 		info.TTL = holderLeft(pttls, l.quorum)
+		if info.Token > 0 {
+			if info.Token, err = l.cfg.Token(info.Token); err != nil {
+				return locker.LockInfo{Key: key}, backend.KeyError("inspect", key, err)
+			}
+		}
 		return info, nil
 	}
 	if most+len(l.clients)-answered >= l.quorum {

@@ -48,9 +48,9 @@ func defaultConfig() config {
 // Option configures a Locker. New checks the options; an invalid one is
 // reported by Locker.Err and by every Acquire and TryAcquire, with an error
 // wrapping locker.ErrInvalidOption (Open returns it at once).
-// WithDefaultTTL, WithDriftMargin, WithPrefix and WithRetryInterval are
-// the names every backend gives these settings (see backend.Settings); the
-// others are this package's own.
+// WithDefaultTTL, WithDriftMargin, WithPrefix, WithRetryInterval and
+// WithTokenBase are the names every backend gives these settings (see
+// backend.Settings); the others are this package's own.
 type Option func(*config) error
 
 // WithPrefix sets the prefix of every Redis key and Pub/Sub channel the
@@ -105,6 +105,16 @@ func WithNodeTimeout(d time.Duration) Option {
 // retry_interval).
 func WithRetryInterval(d time.Duration) Option {
 	return func(c *config) error { return c.Set(backend.SetRetryInterval(d)) }
+}
+
+// WithTokenBase adds n to every token the Locker hands out (URL parameter
+// token_base): Handle.Token and LockInfo.Token are n plus the token the
+// nodes' counters give (see "Fencing tokens" in the package
+// documentation). n must be within [0, locker.MaxTokenBase]; give every
+// Locker of a deployment the same n, as the same prefix (see
+// locker.MaxTokenBase, and README's "Changing backends" for when to set it).
+func WithTokenBase(n int64) Option {
+	return func(c *config) error { return c.Set(backend.SetTokenBase(n)) }
 }
 
 // WithAllowEviction turns off the check that every node's maxmemory-policy

@@ -135,7 +135,13 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Han
 	if r.why != "" {
 		return nil, r, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, true)
 	}
-	h := newHandle(l, key, k, owner, candidate, tm, sent)
+	token, err := l.cfg.Token(candidate)
+	if err != nil {
+		// A counter beyond any value INCR and the write-back reach (written
+		// by hand): refuse rather than hand out a wrapped-around token.
+		return nil, r, errors.Join(err, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, true))
+	}
+	h := newHandle(l, key, k, owner, token, tm, sent)
 	if !l.register(h) {
 		l.cleanup(context.Background(), k, owner, l.all, tm.nodeTimeout, true)
 		return nil, r, locker.ErrClosed

@@ -38,7 +38,8 @@ func init() {
 // and client settings. A node whose address cannot be written in the host
 // list (an IPv6 literal) can be given as addr=[::1]:6379, repeated. The
 // parameters are the shared ones (see backend.Settings) ttl
-// (WithDefaultTTL), drift_margin, retry_interval, prefix and ddl (no
+// (WithDefaultTTL), drift_margin, retry_interval, prefix, token_base
+// (WithTokenBase) and ddl (no
 // effect: Redlock creates no schema; watchdog=false is refused, since
 // Redlock always renews), this package's node_timeout (WithNodeTimeout)
 // and allow_eviction (WithAllowEviction), and any go-redis client parameter of
