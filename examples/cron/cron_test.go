@@ -48,3 +48,60 @@ func TestOneRunPerTick(t *testing.T) {
 		}
 	}
 }
+
+// slowLocker is a Locker whose TryAcquire starts late, as an instance's
+// would after a GC pause or on a loaded host.
+type slowLocker struct {
+	locker.Locker
+	delay time.Duration
+}
+
+func (s slowLocker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(s.delay):
+	}
+	return s.Locker.TryAcquire(ctx, key, opts...)
+}
+
+// TestLateInstanceSkipsTick: an instance whose TryAcquire for a tick comes
+// after the next tick has started (here 1.5 periods late) must not run that
+// tick again once the instance that ran it has moved on.
+func TestLateInstanceSkipsTick(t *testing.T) {
+	url := "sqlite://" + filepath.Join(t.TempDir(), "locks.db")
+	const every, ticks = 200 * time.Millisecond, 6
+	ctx, cancel := context.WithTimeout(context.Background(), ticks*every+every/2)
+	defer cancel()
+	var mu sync.Mutex
+	runs := map[time.Time][]string{}
+	var wg sync.WaitGroup
+	for _, name := range []string{"prompt", "late"} {
+		l, err := locker.Open(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		var ll locker.Locker = l
+		if name == "late" {
+			ll = slowLocker{l, every + every/2}
+		}
+		wg.Go(func() {
+			_ = schedule(ctx, ll, "job", every, func(_ context.Context, tick time.Time, _ locker.Handle) error {
+				mu.Lock()
+				runs[tick] = append(runs[tick], name)
+				mu.Unlock()
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	if len(runs) < ticks-2 {
+		t.Errorf("%d ticks ran, want about %d", len(runs), ticks)
+	}
+	for tick, who := range runs {
+		if len(who) != 1 {
+			t.Errorf("tick %s ran %d times (by %v), want once", tick.Format(time.StampMilli), len(who), who)
+		}
+	}
+}

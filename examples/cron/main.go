@@ -7,9 +7,13 @@
 //
 // Each tick has a key of its own (cron/NAME/TICK), taken with TryAcquire: the
 // instance that gets it runs the job, the others skip the tick. The winner
-// keeps the tick's lock until the next tick starts, so an instance that comes
-// late to a tick (a slow start, a GC pause) finds it taken even after the job
-// has finished. The job gets the lock's fencing token for its writes.
+// keeps the tick's lock until the tick after next starts, and an instance
+// that gets a tick's lock after that tick's period is over (a slow start, a
+// GC pause) skips it: so a late instance never runs a tick again once its
+// winner has let the lock go. This tolerates a pause, or a clock skew between
+// hosts, of up to one period; a job that must never run twice whatever the
+// delay also records the ticks it ran, fenced by the token (see README). The
+// job gets the lock's fencing token for its writes.
 package main
 
 import (
@@ -57,10 +61,12 @@ func main() {
 // wall clock, so that every instance sees the same ticks), on this instance
 // if it takes the tick's lock, until ctx ends.
 func schedule(ctx context.Context, l locker.Locker, name string, every time.Duration, job func(ctx context.Context, tick time.Time, h locker.Handle) error) error {
-	var prev locker.Handle // the last tick's lock, kept until the next tick
+	// The locks of this tick and the one before, kept so that a late
+	// instance finds them taken.
+	var held []tickLock
 	defer func() {
-		if prev != nil {
-			releaseSoon(prev)
+		for _, t := range held {
+			releaseSoon(t.h)
 		}
 	}()
 	for {
@@ -72,9 +78,9 @@ func schedule(ctx context.Context, l locker.Locker, name string, every time.Dura
 			return ctx.Err()
 		case <-t.C:
 		}
-		if prev != nil {
-			releaseSoon(prev)
-			prev = nil
+		for len(held) > 0 && held[0].tick.Before(tick.Add(-every)) {
+			releaseSoon(held[0].h)
+			held = held[1:]
 		}
 		key := fmt.Sprintf("cron/%s/%d", name, tick.UnixMilli())
 		h, err := l.TryAcquire(ctx, key, locker.WithTTL(max(2*every, 3*time.Second)))
@@ -85,13 +91,25 @@ func schedule(ctx context.Context, l locker.Locker, name string, every time.Dura
 			log.Printf("cron: tick %s: %v", tick.Format(time.TimeOnly), err)
 			continue
 		}
-		prev = h
+		held = append(held, tickLock{tick, h})
+		if time.Since(tick) >= every {
+			// Too late: the tick's period is over, and its winner may
+			// have let its lock go. Keep the lock (so later comers skip
+			// too) and run nothing.
+			continue
+		}
 		jctx, stop := locker.HandleContext(ctx, h)
 		if err := job(jctx, tick, h); err != nil {
 			log.Printf("cron: tick %s: job failed: %v", tick.Format(time.TimeOnly), err)
 		}
 		stop()
 	}
+}
+
+// tickLock is the lock of one tick.
+type tickLock struct {
+	tick time.Time
+	h    locker.Handle
 }
 
 func releaseSoon(h locker.Handle) {
