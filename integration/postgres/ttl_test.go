@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/url"
 	"slices"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/postgres"
 )
 
 // silentSlack is how long, beyond its lease, a holder that went silent may
@@ -29,65 +31,90 @@ const silentSlack = time.Second
 // holder's close would free the key when the holder gives up, and prove
 // nothing about the server: here the server must end the session by
 // itself.
+//
+// "Checks": health checks every testInterval, whose deadline (one
+// interval) tells the holder of the silence long before the lease runs
+// out. "LeaseOnly": a health-check interval longer than the test, so that
+// the holder checks every third of the TTL and learns of the silence from
+// its lease alone (the last answered check's send time + TTL − drift
+// margin), the tight case: the server frees the key a drift margin later.
+// The silence falls at a random phase of the checks.
 func TestSilentHolderTTL(t *testing.T) {
-	for _, ttl := range []time.Duration{2 * time.Second, 5 * time.Second} {
-		t.Run(ttl.String(), func(t *testing.T) {
-			ctx := testCtx(t)
-			srv := testserver.Postgres(t)
-			px := testserver.NewProxy(t, srv.Addr())
-			holder := newLocker(t, newPool(t, withHost(t, srv.DSN(), px.Addr(), nil), 2))
-			other := newLocker(t, sharedPool(t, 2))
-			k := testKey(t, "")
-			h1, err := holder.Acquire(ctx, k, locker.WithTTL(ttl))
-			if err != nil {
-				t.Fatalf("Acquire with WithTTL(%v): %v", ttl, err)
-			}
-			if got := h1.TTL(); got != ttl {
-				t.Errorf("Handle.TTL() = %v, want the TTL asked, %v", got, ttl)
-			}
-			// Let a few health checks pass, so that the silence falls at
-			// some phase of them, not right after the grant.
-			time.Sleep(testInterval * 3 / 2)
-			select {
-			case <-h1.Done():
-				t.Fatalf("the holder lost its lock before the link went silent: %v", h1.Err())
-			default:
-			}
+	for _, mode := range []struct {
+		name     string
+		interval time.Duration
+	}{{"Checks", testInterval}, {"LeaseOnly", time.Hour}} {
+		for _, ttl := range []time.Duration{2 * time.Second, 5 * time.Second} {
+			t.Run(mode.name+"/"+ttl.String(), func(t *testing.T) {
+				silentHolder(t, ttl, mode.interval)
+			})
+		}
+	}
+}
 
-			lost := make(chan time.Time, 1)
-			go func() {
-				<-h1.Done()
-				lost <- time.Now()
-			}()
-			px.Silence(t)
-			cut := time.Now()
-			actx, cancel := context.WithTimeout(ctx, ttl+silentSlack)
-			h2, err := other.Acquire(actx, k)
-			cancel()
-			got := time.Now()
-			if err != nil {
-				t.Fatalf("a holder silent since %v ago still kept the key: its TTL was %v (slack %v): %v", got.Sub(cut).Round(time.Millisecond), ttl, silentSlack, err)
-			}
-			defer mustRelease(t, ctx, h2)
-			select {
-			case <-h1.Done():
-			default:
-				t.Fatalf("another client held the key %v after the holder went silent, and the holder had not reported the loss: Err() = %v",
-					got.Sub(cut).Round(time.Millisecond), h1.Err())
-			}
-			lossAt := <-lost
-			t.Logf("TTL %v: the silent holder reported the loss at +%v, another client held the key at +%v",
-				ttl, lossAt.Sub(cut).Round(time.Millisecond), got.Sub(cut).Round(time.Millisecond))
-			if !errors.Is(h1.Err(), locker.ErrLost) {
-				t.Errorf("the silent holder's Err() = %v, want ErrLost", h1.Err())
-			}
-			if d := lossAt.Sub(cut); d > ttl {
-				t.Errorf("the silent holder reported the loss %v after the link went silent, more than its TTL %v", d, ttl)
-			}
-			if h2.Token() <= h1.Token() {
-				t.Errorf("the next holder's token %d is not above the silent holder's %d", h2.Token(), h1.Token())
-			}
-		})
+func silentHolder(t *testing.T, ttl, interval time.Duration) {
+	ctx := testCtx(t)
+	srv := testserver.Postgres(t)
+	px := testserver.NewProxy(t, srv.Addr())
+	holder := newLocker(t, newPool(t, withHost(t, srv.DSN(), px.Addr(), nil), 2), postgres.WithHealthCheckInterval(interval))
+	other := newLocker(t, sharedPool(t, 2))
+	k := testKey(t, "")
+	h1, err := holder.Acquire(ctx, k, locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatalf("Acquire with WithTTL(%v): %v", ttl, err)
+	}
+	if got := h1.TTL(); got != ttl {
+		t.Errorf("Handle.TTL() = %v, want the TTL asked, %v", got, ttl)
+	}
+	// Let a health check or two pass, so that the silence falls at
+	// some phase of them, not right after the grant.
+	period := min(interval, ttl/3)
+	phase := period + rand.N(period)
+	time.Sleep(phase)
+	select {
+	case <-h1.Done():
+		t.Fatalf("the holder lost its lock before the link went silent: %v", h1.Err())
+	default:
+	}
+
+	lost := make(chan time.Time, 1)
+	go func() {
+		<-h1.Done()
+		lost <- time.Now()
+	}()
+	px.Silence(t)
+	cut := time.Now()
+	actx, cancel := context.WithTimeout(ctx, ttl+silentSlack)
+	h2, err := other.Acquire(actx, k)
+	cancel()
+	got := time.Now()
+	if err != nil {
+		t.Fatalf("a holder silent since %v ago still kept the key: its TTL was %v (slack %v): %v", got.Sub(cut).Round(time.Millisecond), ttl, silentSlack, err)
+	}
+	defer mustRelease(t, ctx, h2)
+	// When the key was granted, the holder's Done must have been closed
+	// already, by its monitor: a look at h1.Done() now would be no proof,
+	// since it checks the clock and would close it (see Handle.Err). The
+	// goroutine above timed the close, a moment after it happened.
+	var lossAt time.Time
+	select {
+	case lossAt = <-lost:
+	case <-time.After(100 * time.Millisecond):
+		t.Fatalf("another client held the key %v after the holder went silent, and the holder had not reported the loss", got.Sub(cut).Round(time.Millisecond))
+	}
+	if !lossAt.Before(got) {
+		t.Fatalf("another client held the key %v after the holder went silent, and the holder reported the loss only at +%v", got.Sub(cut).Round(time.Millisecond), lossAt.Sub(cut).Round(time.Millisecond))
+	}
+	t.Logf("TTL %v, checks every %v, silent %v after the grant: the silent holder reported the loss at +%v, another client held the key at +%v",
+		ttl, period, phase.Round(time.Millisecond), lossAt.Sub(cut).Round(time.Millisecond), got.Sub(cut).Round(time.Millisecond))
+	if !errors.Is(h1.Err(), locker.ErrLost) {
+		t.Errorf("the silent holder's Err() = %v, want ErrLost", h1.Err())
+	}
+	if d := lossAt.Sub(cut); d > ttl {
+		t.Errorf("the silent holder reported the loss %v after the link went silent, more than its TTL %v", d, ttl)
+	}
+	if h2.Token() <= h1.Token() {
+		t.Errorf("the next holder's token %d is not above the silent holder's %d", h2.Token(), h1.Token())
 	}
 }
 
