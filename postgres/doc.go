@@ -71,27 +71,28 @@
 // [locker.MinTTL, locker.MaxTTL]) bounds how long the server keeps the
 // session of a holder that went silent: its machine or network gone, its
 // process hung, or its close lost on the way. The session that holds a lock
-// gets, in the statement that grants it, these settings (any role may set
-// them for its own session), and the statement that unlocks it sets them
-// back to what they were before the connection returns to the pool; a
-// connection whose lock was lost, or whose unlock failed, is closed, never
-// pooled:
+// gets, in the statement that grants it, a setting any role may set for its
+// own session, and the statement that unlocks it sets it back to what it
+// was before the connection returns to the pool; a connection whose lock
+// was lost, or whose unlock failed, is closed, never pooled:
 //
 //   - idle_session_timeout (PostgreSQL 14+) = the TTL, to the millisecond:
 //     the server ends a session idle that long, and frees its locks. This is
 //     the lease, and Handle.TTL reports it. The holder's health checks (see
 //     below) come at least every third of it, and each one starts the
 //     server's timer again.
-//   - tcp_keepalives_idle, tcp_keepalives_interval, tcp_keepalives_count and
+//   - On PostgreSQL 13 and older, which lack it: tcp_keepalives_idle,
+//     tcp_keepalives_interval, tcp_keepalives_count and (12+)
 //     tcp_user_timeout, derived from the TTL (idle and interval a quarter of
-//     it, in whole seconds, and as many probes as fit): the server's kernel
-//     drops the connection of a peer that is gone, within the TTL rounded
-//     down to whole seconds (at least 2s), also while data it sent is
-//     unacknowledged. On a server older than 14, which has no
-//     idle_session_timeout, they are the only bound, and Handle.TTL is what
-//     they give; they cannot tell a hung holder process, whose kernel still
-//     answers, from a live one, and they do nothing on a Unix-domain socket
-//     connection.
+//     it, in whole seconds, and as many probes as fit), so that the server's
+//     kernel drops the connection of a peer that is gone within the TTL
+//     rounded down to whole seconds, at least 2s, which Handle.TTL then
+//     reports. They cannot tell a hung holder process, whose kernel still
+//     answers, from a live one, and do nothing on a Unix-domain socket.
+//     (On 14+ they would add no case to idle_session_timeout for a session
+//     idle but for its health checks, and cost about half again the time of
+//     an uncontended acquisition; the server's own settings for them still
+//     apply.)
 //
 // So a holder cut off from the server, by a partition that loses its close
 // too, keeps others from the key for at most its TTL after the server last

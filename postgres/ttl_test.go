@@ -61,12 +61,9 @@ func TestTermsFor(t *testing.T) {
 		names  []string
 		values []string
 	}{
-		{2 * time.Second, 16, 2 * time.Second,
-			[]string{gucKAIdle, gucKAIntvl, gucKACount, gucUser, gucIdle},
-			[]string{"1s", "1s", "1", "2000ms", "2000ms"}},
-		{1500*time.Millisecond + 700*time.Microsecond, 0, 1500 * time.Millisecond,
-			[]string{gucKAIdle, gucKAIntvl, gucKACount, gucUser, gucIdle},
-			[]string{"1s", "1s", "1", "2000ms", "1500ms"}},
+		{2 * time.Second, 16, 2 * time.Second, []string{gucIdle}, []string{"2000ms"}},
+		{1500*time.Millisecond + 700*time.Microsecond, 0, 1500 * time.Millisecond, []string{gucIdle}, []string{"1500ms"}},
+		{24 * time.Hour, 14, 24 * time.Hour, []string{gucIdle}, []string{"86400000ms"}},
 		{30 * time.Second, 13, 28 * time.Second,
 			[]string{gucKAIdle, gucKAIntvl, gucKACount, gucUser},
 			[]string{"7s", "7s", "3", "28000ms"}},
