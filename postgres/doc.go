@@ -14,8 +14,9 @@
 //
 // Acquire waits on the server (pg_advisory_lock): waiters queue in
 // PostgreSQL, and the next is granted the instant the holder unlocks — no
-// polling. The wait goes in slices of one health-check interval (a
-// lock_timeout for that statement only), so that a waiting connection is
+// polling. The wait goes in slices of one health-check interval, or a
+// third of the TTL if that is shorter (a lock_timeout for that statement
+// only), so that a waiting connection is
 // checked as a held lock is (see Failure modes); at each slice's end the
 // waiter joins the server's queue again at the back, so waiters are served
 // about, not exactly, in the order they came. When ctx ends first, a cancel
