@@ -311,9 +311,6 @@ func (s *suite) lossBeforeNext(t *testing.T, ctx context.Context, a, b locker.Lo
 
 // renewalKeepsLock: a live holder keeps its lock well past its TTL.
 func (s *suite) renewalKeepsLock(t *testing.T, ctx context.Context) {
-	if s.h.NoTTL {
-		t.Skip("conformance: the backend has no leases (Harness.NoTTL)")
-	}
 	a, b := s.newLocker(t), s.newLocker(t)
 	k := key(t, "")
 	h := mustAcquire(t, ctx, a, k, ttl(s))

@@ -127,11 +127,6 @@ type Harness struct {
 	// backend to it. Zero: 1s.
 	ExpirySlack time.Duration
 
-	// NoTTL says the backend has no leases (locks end with the holder's
-	// session, as with PostgreSQL advisory locks): WithTTL is validated but
-	// the "renewal keeps the lock past its TTL" case is skipped.
-	NoTTL bool
-
 	// ManyKeys is how many keys one Locker holds at once in Keys/ManyHeld.
 	// Zero: 2000. Backends that pin a connection per lock set it lower.
 	ManyKeys int

@@ -14,8 +14,9 @@
 //
 // Acquire waits on the server (pg_advisory_lock): waiters queue in
 // PostgreSQL, and the next is granted the instant the holder unlocks — no
-// polling. The wait goes in slices of one health-check interval (a
-// lock_timeout for that statement only), so that a waiting connection is
+// polling. The wait goes in slices of one health-check interval, or a
+// third of the TTL if that is shorter (a lock_timeout for that statement
+// only), so that a waiting connection is
 // checked as a held lock is (see Failure modes); at each slice's end the
 // waiter joins the server's queue again at the back, so waiters are served
 // about, not exactly, in the order they came. When ctx ends first, a cancel
@@ -73,47 +74,77 @@
 //
 // # Failure modes
 //
-// A lock ends with its session. There is no lease: locker.WithTTL is
-// validated (it must be within locker's portable range [locker.MinTTL,
-// locker.MaxTTL], as on every backend) and reported by Handle.TTL, but not
-// yet enforced by the server. What bounds how long
-// a dead holder blocks others is how fast the server notices the session is
-// gone:
+// A lock ends with its session, and its TTL (locker.WithTTL, else
+// WithDefaultTTL, else locker.DefaultTTL, within locker's portable range
+// [locker.MinTTL, locker.MaxTTL]) bounds how long the server keeps the
+// session of a holder that went silent: its machine or network gone, its
+// process hung, or its close lost on the way. The session that holds a lock
+// gets, in the statement that grants it, a setting any role may set for its
+// own session, and the statement that unlocks it sets it back to what it
+// was before the connection returns to the pool; a connection whose lock
+// was lost, or whose unlock failed, is closed, never pooled:
 //
-//   - holder process killed, or its connection closed: at once (the kernel
-//     closes the socket and the backend sees EOF);
-//   - holder's machine or network gone silently: the server's TCP keepalive.
-//     Set tcp_keepalives_idle, tcp_keepalives_interval and
-//     tcp_keepalives_count (e.g. 10s, 5s, 3: about 25s), and tcp_user_timeout
-//     (e.g. 30s) for data in flight.
+//   - idle_session_timeout (PostgreSQL 14+) = the TTL, to the millisecond:
+//     the server ends a session idle that long, and frees its locks. This is
+//     the lease, and Handle.TTL reports it. The holder's health checks (see
+//     below) come at least every third of it, and each one starts the
+//     server's timer again.
+//   - On PostgreSQL 13 and older, which lack it: tcp_keepalives_idle,
+//     tcp_keepalives_interval, tcp_keepalives_count and (12+)
+//     tcp_user_timeout, derived from the TTL (idle and interval a quarter of
+//     it, in whole seconds, and as many probes as fit), so that the server's
+//     kernel drops the connection of a peer that is gone within the TTL
+//     rounded down to whole seconds, at least 2s, which Handle.TTL then
+//     reports. They cannot tell a hung holder process, whose kernel still
+//     answers, from a live one, and do nothing on a Unix-domain socket.
+//     (On 14+ they would add no case to idle_session_timeout for a session
+//     idle but for its health checks, and cost about half again the time of
+//     an uncontended acquisition; the server's own settings for them still
+//     apply.)
 //
-// A held lock's connection is idle between health checks, and
-// idle_session_timeout (PostgreSQL 14+, per role, database or session)
-// ends sessions idle that long, freeing their locks at once, while the
-// server's FATAL message may still be on its way to the holder. So the
-// session that holds a lock has it turned off (set_config, one more round
-// trip after the grant, only when it is on), and the release sets it back
-// before the connection returns to the pool: a held lock outlives the
-// timeout. idle_in_transaction_session_timeout does not apply (a session
-// lock is held outside any transaction); a LockTx transaction that it
-// aborts takes its lock and its writes with it. A proxy, load balancer or
-// NAT between client and server that drops connections idle for some time
-// ends the session as surely, and may tell the server before the holder:
-// keep WithHealthCheckInterval below its idle timeout, so that the health
-// checks keep the link busy (tested with a proxy that drops idle links).
+// So a holder cut off from the server, by a partition that loses its close
+// too, keeps others from the key for at most its TTL after the server last
+// answered it (measured with TTLs of 2s and 5s: another client held the key
+// within the TTL of the link going silent, 30ms past it at worst, and the
+// holder had reported the loss at least its drift margin before). A holder
+// process that is killed, or closes its connection, frees its locks at once
+// (the kernel closes the socket and the backend sees EOF).
+//
+// The session that holds a lock thus has an idle_session_timeout of its TTL
+// whatever the role, database or pool sets: a shorter one (which ends
+// sessions idle between health checks, freeing their locks while the
+// server's FATAL message may still be on its way to the holder) does not
+// apply to it, and a longer one, or none, does not keep a silent holder's
+// lock past its TTL. idle_in_transaction_session_timeout does not apply (a
+// session lock is held outside any transaction); a LockTx transaction that
+// it aborts takes its lock and its writes with it. A proxy, load balancer
+// or NAT between client and server that drops connections idle for some
+// time ends the session as surely, and may tell the server before the
+// holder: keep WithHealthCheckInterval below its idle timeout, so that the
+// health checks keep the link busy (tested with a proxy that drops idle
+// links).
 //
 // The holder learns of the loss through a health monitor on each held lock.
 // A session that the server ends (pg_terminate_backend, shutdown, restart,
-// connection reset) is noticed at once: the monitor waits on the idle
-// socket, and the server's FATAL message or EOF wakes it. (The monitor
-// starts 10ms after the grant, so that short holds cost nothing more; an
-// end within those 10ms is noticed when it starts.) A silent link is
-// noticed by a check every WithHealthCheckInterval (default 5s) that must
-// answer within one interval and find the lock still held by the same
-// backend; so a cut-off holder hears of the loss within about two intervals.
-// Then Done is closed, Err wraps locker.ErrLost, and the connection is
-// closed, which, if the server still sees the session, frees the lock. The
-// Locker never reconnects behind a handle's back.
+// connection reset, its idle_session_timeout) is noticed at once: the
+// monitor waits on the idle socket, and the server's FATAL message or EOF
+// wakes it. (The monitor starts 10ms after the grant, so that short holds
+// cost nothing more; an end within those 10ms is noticed when it starts.) A
+// silent link is noticed by a check every WithHealthCheckInterval (default
+// 5s), or every third of the TTL if that is shorter, that must answer within
+// one interval and find the lock still held by the same backend. The holder
+// also counts its lease: once no statement has been answered within the TTL
+// less a drift margin (WithDriftMargin; by default TTL/50 + 100ms, at most
+// TTL/4) of the moment it was sent, the lock is lost. The server started its
+// idle timer only once it had answered, so the holder reports the loss
+// before the server can free the lock: within about two intervals of the
+// link going silent, and at the latest a drift margin before the TTL runs
+// out. Then Done is closed, Err wraps locker.ErrLost, and the connection is
+// closed, which, if the server still sees the session, frees the lock at
+// once. Err and Done look at the clock too, so that a holder resumed from a
+// pause past its lease (a GC pause, a stopped process) is told at its first
+// look, not only once its monitor has run. The Locker never reconnects
+// behind a handle's back.
 //
 // A partition that heals costs a held lock nothing if it is shorter than one
 // interval, less the delay TCP's retransmission adds (a few hundred
@@ -123,23 +154,21 @@
 // depends on where the partition falls between checks.
 //
 // A waiting Acquire is checked the same way. Each slice of its wait ends on
-// the server after one interval, with an answer; when none has come one
-// interval later, the link is taken for dead, the connection is closed and
-// Acquire fails with an error of its own (never ErrNotAcquired). So the
-// server drops a cut-off waiter from its queue within an interval by itself,
-// and a lock it granted the waiter in the meantime, which the waiter never
-// saw, is freed as a cut-off holder's is: when the server sees the close.
-// A cut-off waiter never holds a lock it does not know of for longer than a
-// cut-off holder would.
+// the server after one interval (or a third of the TTL), with an answer;
+// when none has come one slice later, the link is taken for dead, the
+// connection is closed and Acquire fails with an error of its own (never
+// ErrNotAcquired). So the server drops a cut-off waiter from its queue
+// within a slice by itself, and a lock it granted the waiter in the
+// meantime, which the waiter never saw, is freed as a cut-off holder's is:
+// when the server sees the close, or, if it never does, by the lease the
+// grant set on the session. A cut-off waiter never holds a lock it does not
+// know of for longer than a cut-off holder would.
 //
-// When the server ends a session on its own (pg_terminate_backend, restart,
-// or its keepalive or tcp_user_timeout giving up on a silent client), it
-// frees the lock at once, and another client may take it before the old
-// holder's Done closes: the holder hears of it a moment later in the first
-// two cases, and within two intervals of the link going silent in the last.
-// Keep the server's timeouts above twice the health-check interval, so that
-// a cut-off holder gives up first, and fence writes with the token for the
-// cases no timeout can order.
+// When the server ends a session on its own initiative, not for silence
+// (pg_terminate_backend, restart), it frees the lock at once, and another
+// client may take it before the old holder's Done closes: the holder hears
+// of it a moment later. Fence writes with the token for the cases no
+// timeout can order.
 //
 // A failed Release leaves nothing held: the connection is closed (behind a
 // session pooler, the pooler's reset query must then unlock; see Poolers).
@@ -203,14 +232,15 @@
 //
 //	prefix=NAME                 WithPrefix       (shared by every backend; see backend.Settings)
 //	ddl=false                   WithoutDDL       (shared)
+//	ttl=30s                     WithDefaultTTL   (shared)
+//	drift_margin=700ms          WithDriftMargin  (shared)
 //	token_base=N                WithTokenBase    (shared)
 //	lock_health_interval=5s     WithHealthCheckInterval
 //	lock_sequence=SCHEMA.NAME   WithSequence
 //	lock_session_pooler=true    WithSessionPooler
 //
-// The other shared parameters, ttl, drift_margin and retry_interval, are
-// checked and change nothing here (an advisory lock lasts as long as its
-// session, and the server wakes waiters); watchdog=false is refused.
+// The shared retry_interval is checked and changes nothing here (the server
+// wakes waiters); watchdog=false is refused (a held lock is always kept).
 //
 // Of the other parameters, Open accepts those that pgx reads, and passes
 // them to it as written:

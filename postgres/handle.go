@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,10 +31,18 @@ type handle struct {
 	id    int64
 	token int64
 	pid   uint32
-	// idleTimeout is the session's idle_session_timeout to set back at
-	// release ("": none), see keepIdle.
-	idleTimeout string
-	state       *backend.State
+	// terms are the lease and how it is kept (ttl.go); old holds the
+	// values the session had of terms.names, set back at release.
+	terms terms
+	old   []string
+	// renewed is when the last statement the server answered was sent,
+	// as nanoseconds since granted (the grant statement's send time, on
+	// the monotonic clock): the server's idle timer started later, so the
+	// lock is surely held until renewed + lease − drift (see deadline).
+	// The monitor stores it; Err and Done read it (lookAtClock).
+	granted time.Time
+	renewed atomic.Int64
+	state   *backend.State
 
 	relMu sync.Mutex // one Release at a time
 	gone  sync.Once
@@ -44,31 +53,33 @@ type handle struct {
 	idle       bool          // the monitor is waiting on the socket, not running a statement
 	exited     chan struct{} // closed when the monitor returns
 	startTimer *timerq.Entry // starts the monitor after monitorDelay
-
-	ttl time.Duration // the lease reported by TTL (ttl.go)
 }
 
 var _ locker.Handle = (*handle)(nil)
 
 func newHandle(l *Locker, conn *pgxpool.Conn, key string, id int64, g grant) *handle {
 	return &handle{
-		l:           l,
-		conn:        conn,
-		pgc:         conn.Conn().PgConn(),
-		key:         key,
-		id:          id,
-		token:       g.token,
-		pid:         g.pid,
-		idleTimeout: g.idle,
-		state:       backend.NewState(),
-		exited:      make(chan struct{}),
+		l:       l,
+		conn:    conn,
+		pgc:     conn.Conn().PgConn(),
+		key:     key,
+		id:      id,
+		token:   g.token,
+		pid:     g.pid,
+		terms:   g.terms,
+		old:     g.old,
+		granted: g.sent,
+		state:   backend.NewState(),
+		exited:  make(chan struct{}),
 	}
 }
 
-func (h *handle) Key() string           { return h.key }
-func (h *handle) Token() int64          { return h.token }
-func (h *handle) Done() <-chan struct{} { return h.state.Done() }
-func (h *handle) Err() error            { return h.state.Err() }
+func (h *handle) Key() string  { return h.key }
+func (h *handle) Token() int64 { return h.token }
+
+// Done and Err look at the clock first (see lookAtClock).
+func (h *handle) Done() <-chan struct{} { h.lookAtClock(); return h.state.Done() }
+func (h *handle) Err() error            { h.lookAtClock(); return h.state.Err() }
 
 // Release unlocks the key (pg_advisory_unlock) and gives the connection back
 // to the pool. If the unlock fails, or finds the lock no longer held, the
@@ -130,14 +141,9 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 	backstop := h.l.releaseQ.Add(func() { _ = nc.Close() })
 	var ok bool
 	var pid int32
-	var err error
-	if h.idleTimeout == "" {
-		err = h.conn.QueryRow(ctx, sqlUnlock, h.id).Scan(&ok, &pid)
-	} else {
-		// The session's idle_session_timeout, off while held, goes back
-		// to what it was (see keepIdle).
-		err = h.conn.QueryRow(ctx, sqlUnlockIdle, h.id, h.idleTimeout).Scan(&ok, &pid)
-	}
+	// The session's settings that kept the lease go back to what they
+	// were (ttl.go), in the statement that unlocks.
+	err := h.conn.QueryRow(ctx, sqlUnlockRestore, h.id, h.terms.names, h.old).Scan(&ok, &pid)
 	// The socket was closed at the bound, perhaps just after the answer
 	// came: then the connection must not go back to the pool.
 	closed := !backstop.Stop()

@@ -19,16 +19,22 @@ const monitorDelay = 10 * time.Millisecond
 // monitor watches a held lock's connection until the lock is released or
 // lost. It alternates two phases:
 //
-//   - idle: it waits on the socket for one interval. A healthy idle session
-//     sends nothing, so anything that arrives — the FATAL message of
-//     pg_terminate_backend or of a server shutdown, an EOF, a reset — means
-//     the session ended, and the loss is reported at once, not at the next
-//     check.
+//   - idle: it waits on the socket until one period (terms.period: the
+//     health-check interval, or a third of the lease if shorter) after the
+//     last answered statement was sent. A healthy idle session sends
+//     nothing, so anything that arrives — the FATAL message of
+//     pg_terminate_backend, of a server shutdown or of the session's
+//     idle_session_timeout, an EOF, a reset — means the session ended, and
+//     the loss is reported at once, not at the next check.
 //   - check: it asks the server which backend answers and whether that
-//     backend still holds the lock. No answer within one interval (a
-//     partition, a frozen server), an error, another backend (a
-//     transaction-mode pooler) or a missing lock ends the handle with
-//     locker.ErrLost.
+//     backend still holds the lock, which also starts the server's idle
+//     timer (the lease) again. No answer within one interval, or by the
+//     lease's deadline (the last answered statement's send time + lease −
+//     drift margin) if that comes first (a partition, a frozen server), an
+//     error, another backend (a transaction-mode pooler) or a missing lock
+//     ends the handle with locker.ErrLost. The server cannot have ended
+//     the session by its idle_session_timeout before the deadline: it
+//     started the timer when it had answered, after the statement was sent.
 //
 // On loss the connection is closed, never handed back: if the server still
 // thinks the session alive, the close is what frees the lock for others.
@@ -40,7 +46,6 @@ const monitorDelay = 10 * time.Millisecond
 func (h *handle) monitor() {
 	defer close(h.exited)
 	nc := h.pgc.Conn()
-	interval := h.l.cfg.interval
 	for {
 		h.mmu.Lock()
 		if h.stopping {
@@ -48,7 +53,7 @@ func (h *handle) monitor() {
 			return
 		}
 		h.idle = true
-		_ = nc.SetReadDeadline(time.Now().Add(interval))
+		_ = nc.SetReadDeadline(h.renewedAt().Add(h.terms.period))
 		h.mmu.Unlock()
 
 		// With context.Background, pgconn watches no context: the read
@@ -71,7 +76,7 @@ func (h *handle) monitor() {
 		case stopping:
 			return
 		}
-		if err := h.check(interval); err != nil {
+		if err := h.check(); err != nil {
 			if errors.Is(err, ErrPooler) {
 				unstrand(h.conn, h.id, h.pid)
 			}
@@ -88,7 +93,15 @@ func (h *handle) scheduleMonitor() {
 	defer h.mmu.Unlock()
 	h.startTimer = h.l.monitorQ.Add(func() {
 		if !h.l.life.Go(h.monitor) {
-			close(h.exited) // Close is over: so is the hold
+			// Close is over: so is the hold. A handle that lookAtClock
+			// ended meanwhile, which Close's release left alone, needs
+			// its connection closed: the monitor that would have done it
+			// never runs.
+			lost := h.state.Ended()
+			close(h.exited)
+			if lost {
+				h.discard()
+			}
 		}
 	})
 }
@@ -111,19 +124,40 @@ func (h *handle) stopMonitor() {
 	}
 }
 
-// check runs one health check with a deadline of one interval.
-func (h *handle) check(interval time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), interval)
+// check runs one health check, with a deadline of one interval or the
+// lease's deadline, whichever comes first; an answered check renews the
+// lease from the moment it was sent.
+func (h *handle) check() error {
+	sent := time.Now()
+	renewed := h.renewedAt()
+	deadline := h.deadline()
+	if !sent.Before(deadline) {
+		// The monitor ran late (a stalled process): the server may have
+		// ended the session already.
+		return h.expired(renewed)
+	}
+	end := sent.Add(h.l.cfg.interval)
+	// pgx reacts to the context's deadline according to the pool's
+	// configuration; a pool set up to send cancel requests could wait much
+	// longer on a dead link. Closing the socket bounds the check whatever
+	// the configuration: a grace after the interval, or at the lease's
+	// deadline.
+	closeAt := end.Add(cancelGrace)
+	byLease := !end.Before(deadline)
+	if byLease {
+		end, closeAt = deadline, deadline
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
-	// pgx reacts to the deadline according to the pool's configuration; a
-	// pool set up to send cancel requests could wait much longer on a dead
-	// link. Closing the socket bounds the check whatever the configuration.
-	backstop := time.AfterFunc(interval+cancelGrace, func() { _ = h.pgc.Conn().Close() })
+	backstop := time.AfterFunc(time.Until(closeAt), func() { _ = h.pgc.Conn().Close() })
 	defer backstop.Stop()
 	hi, lo := keyHalves(h.id)
 	var pid int32
 	var held bool
 	if err := h.conn.QueryRow(ctx, sqlHeld, hi, lo).Scan(&pid, &held); err != nil {
+		if byLease && !time.Now().Before(deadline) {
+			return fmt.Errorf("health check failed: %w (%w)", h.expired(renewed), err)
+		}
 		return fmt.Errorf("health check failed: %w", err)
 	}
 	if uint32(pid) != h.pid {
@@ -132,14 +166,58 @@ func (h *handle) check(interval time.Duration) error {
 	if !held {
 		return errors.New("the session no longer holds the lock (pg_advisory_unlock_all, DISCARD ALL or an unlock on the session?)")
 	}
+	h.renewed.Store(int64(sent.Sub(h.granted)))
 	return nil
 }
 
 // lose ends the handle with ErrLost and closes its connection. Only the first
 // ending counts: a Release that already ended the handle keeps its result.
 func (h *handle) lose(cause error) {
-	h.state.End(backend.KeyError("hold", h.key, fmt.Errorf("%w: %w", locker.ErrLost, cause)))
+	h.state.End(lostErr(h.key, cause))
 	h.discard()
+}
+
+func lostErr(key string, cause error) error {
+	return backend.KeyError("hold", key, fmt.Errorf("%w: %w", locker.ErrLost, cause))
+}
+
+// renewedAt is when the last statement the server answered was sent.
+func (h *handle) renewedAt() time.Time {
+	return h.granted.Add(time.Duration(h.renewed.Load()))
+}
+
+// deadline is until when the lock is surely held: the server cannot have
+// ended the silent session before (see ttl.go).
+func (h *handle) deadline() time.Time {
+	return h.renewedAt().Add(h.terms.lease - h.terms.drift)
+}
+
+// lookAtClock ends the handle as lost, on the caller's goroutine, when its
+// deadline has passed while it still counts as held: a holder that looks
+// at its lock after a pause past the deadline (a GC pause, a stopped
+// process, a suspended VM), before the monitor has had its turn to run, is
+// told at its first look, as on the lease backends (lease.Renewal.Check).
+// The session may be gone on the server, and the lock held by another. It
+// closes the socket under the monitor, which then discards the connection
+// (the monitor owns it, so this goroutine does no more than that). It
+// costs a clock reading while the lock is held. A Release in progress
+// (which holds relMu) settles the handle itself: closing the socket under
+// it could hand a closed connection back to the pool.
+func (h *handle) lookAtClock() {
+	if h.state.Ended() {
+		return
+	}
+	renewed := h.renewedAt()
+	if time.Now().Before(renewed.Add(h.terms.lease - h.terms.drift)) {
+		return
+	}
+	if !h.relMu.TryLock() {
+		return
+	}
+	defer h.relMu.Unlock()
+	if h.state.End(lostErr(h.key, h.expired(renewed))) {
+		_ = h.pgc.Conn().Close()
+	}
 }
 
 func isTimeout(err error) bool {

@@ -98,7 +98,8 @@ type Locker struct {
 var _ locker.Locker = (*Locker)(nil)
 
 // config is the shared settings (backend.Settings; postgres honours the
-// prefix and WithoutDDL) and this package's own.
+// default TTL, the drift margin, the prefix and WithoutDDL) and this
+// package's own.
 type config struct {
 	backend.Settings
 	interval  time.Duration
@@ -107,9 +108,9 @@ type config struct {
 	err       error // the first invalid option, reported by every call
 }
 
-// Option configures a Locker. WithPrefix, WithoutDDL and WithTokenBase
-// are the names every backend gives these settings (see backend.Settings); the others
-// are this package's own.
+// Option configures a Locker. WithDefaultTTL, WithDriftMargin, WithPrefix,
+// WithoutDDL and WithTokenBase are the names every backend gives these
+// settings (see backend.Settings); the others are this package's own.
 type Option func(*config) error
 
 // WithPrefix keeps this Locker's keys apart from those of Lockers with
@@ -129,13 +130,36 @@ func (c *config) set(s backend.Setting) error {
 	return nil
 }
 
+// WithDefaultTTL sets the TTL of the Locker's locks taken without a
+// per-call locker.WithTTL (default locker.DefaultTTL, within
+// [locker.MinTTL, locker.MaxTTL] like every TTL; URL parameter ttl): how
+// long the server keeps a lock whose holder went silent (see the package
+// documentation).
+func WithDefaultTTL(ttl time.Duration) Option {
+	return func(c *config) error { return c.set(backend.SetDefaultTTL(ttl)) }
+}
+
+// WithDriftMargin sets how long before the server may end a silent
+// holder's session the holder gives its lock up as lost (URL parameter
+// drift_margin). The lease is counted on the holder's monotonic clock from
+// the moment the last statement the server answered was sent, so network
+// delay is already on the safe side; the margin covers the two clocks
+// running at slightly different rates and the holder's own stalls. The
+// default is TTL/50 + 100ms, at most TTL/4; it must be below half the TTL
+// of every lock.
+func WithDriftMargin(d time.Duration) Option {
+	return func(c *config) error { return c.set(backend.SetDriftMargin(d)) }
+}
+
 // WithHealthCheckInterval sets how often each held lock's connection is
-// checked (default 5s). A check that fails, or does not answer within one
-// interval, ends the lock with ErrLost and closes its connection. A
-// connection that the server closes (pg_terminate_backend, restart, reset)
-// is noticed at once, without waiting for a check. It is also the length of
-// each slice of a waiting Acquire (see Acquire). The interval must be
-// positive.
+// checked (default 5s), at most: a lock is checked at least every third of
+// its TTL. A check that fails, or does not answer within one interval (or
+// before the lease runs out, less the drift margin, if that comes first),
+// ends the lock with ErrLost and closes its connection. A connection that
+// the server closes (pg_terminate_backend, restart, reset, its
+// idle_session_timeout) is noticed at once, without waiting for a check. It
+// is also the length of each slice of a waiting Acquire (see Acquire). The
+// interval must be positive.
 func WithHealthCheckInterval(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -238,6 +262,15 @@ func (l *Locker) Err() error { return l.cfg.err }
 func newConfig(opts []Option) config {
 	cfg := config{interval: DefaultHealthCheckInterval, sequence: DefaultSequence}
 	cfg.err = backend.Apply(&cfg, opts)
+	if cfg.err == nil {
+		// A drift margin too long for the default TTL fails at once; one
+		// too long for a per-call TTL, that call.
+		def := cfg.TTL
+		if def == 0 {
+			def = locker.DefaultTTL
+		}
+		_, cfg.err = limits.Drift("drift margin", cfg.DriftMargin, def)
+	}
 	return cfg
 }
 
@@ -274,15 +307,17 @@ func AdvisoryKey(namespace, key string) int64 {
 // (pg_advisory_lock): waiters queue on the server, and the next one is granted
 // the instant the holder unlocks. When ctx ends first, a cancel request stops
 // the server-side wait, and a lock granted in that same instant is given back.
-// The TTL option is validated and otherwise ignored: advisory locks last as
-// long as the session (see the package documentation).
+// The lock's TTL (locker.WithTTL, else the Locker's default) is how long the
+// server keeps it once its holder went silent (see the package
+// documentation and Handle.TTL).
 //
-// The wait goes in slices of one health-check interval, each ended by the
-// server (a lock_timeout for that statement only), after which Acquire waits
-// again at the back of the server's queue; so does a statement_timeout or
-// lock_timeout of the session: neither ends Acquire before ctx does. When
-// the server does not answer a slice within one more interval, the link is
-// taken for dead: the connection is closed, and Acquire fails.
+// The wait goes in slices of one health-check interval (or a third of the
+// TTL, if that is shorter), each ended by the server (a lock_timeout for
+// that statement only), after which Acquire waits again at the back of the
+// server's queue; so does a statement_timeout or lock_timeout of the
+// session: neither ends Acquire before ctx does. When the server does not
+// answer a slice within one more slice, the link is taken for dead: the
+// connection is closed, and Acquire fails.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
 	return l.acquire(ctx, "acquire", key, true, opts)
 }
@@ -308,11 +343,20 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	defer done()
 	defer func() { err = l.why(ctx, op, key, err) }()
 
+	ttl := l.ttlOf(o)
+	if _, err := limits.Drift("drift margin", l.cfg.DriftMargin, ttl); err != nil {
+		return nil, backend.KeyError(op, key, err)
+	}
 	if err := l.ensureSequence(ctx); err != nil {
 		return nil, backend.KeyError(op, key, err)
 	}
 	conn, err := l.acquireConn(ctx)
 	if err != nil {
+		return nil, backend.KeyError(op, key, err)
+	}
+	t, err := l.termsFor(ttl, serverMajor(conn.Conn().PgConn()))
+	if err != nil {
+		conn.Release()
 		return nil, backend.KeyError(op, key, err)
 	}
 	if l.cfg.sessionOK {
@@ -324,15 +368,11 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	id := AdvisoryKey(l.cfg.Prefix, key)
 	var g grant
 	if wait {
-		g, err = l.lockWait(ctx, conn, id)
+		g, err = l.lockWait(ctx, conn, id, t)
 	} else {
-		g, err = l.lockTry(ctx, conn, id)
+		g, err = l.lockTry(ctx, conn, id, t)
 	}
 	if err != nil {
-		return nil, backend.KeyError(op, key, err)
-	}
-	if err := keepIdle(ctx, conn, g); err != nil {
-		destroy(conn) // frees the lock
 		return nil, backend.KeyError(op, key, err)
 	}
 	if g.token, err = l.cfg.Token(g.token); err != nil {
@@ -340,7 +380,6 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		return nil, backend.KeyError(op, key, err)
 	}
 	h := newHandle(l, conn, key, id, g)
-	h.ttl = leaseOf(o)
 	// The monitor is scheduled before the handle is held, so that a Close
 	// that releases it at once finds a monitor to stop.
 	h.scheduleMonitor()

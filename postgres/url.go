@@ -67,10 +67,10 @@ func openURL(ctx context.Context, u *url.URL) (locker.Locker, error) {
 		return nil, err
 	}
 	var opts []Option
-	// The shared parameters (backend.Settings): prefix and ddl set what
-	// WithPrefix and WithoutDDL do; ttl, drift_margin and retry_interval
-	// are checked and change nothing here (the session holds the lock,
-	// and the server wakes waiters); watchdog=false is refused.
+	// The shared parameters (backend.Settings): prefix, ddl, ttl and
+	// drift_margin set what WithPrefix, WithoutDDL, WithDefaultTTL and
+	// WithDriftMargin do; retry_interval is checked and changes nothing
+	// here (the server wakes waiters); watchdog=false is refused.
 	for _, set := range q.Shared(map[string]string{backend.ParamWatchdog: "an advisory lock lasts as long as its session, which the Locker keeps alive"}) {
 		opts = append(opts, func(c *config) error { return c.set(set) })
 	}

@@ -27,23 +27,33 @@ import (
 // always yields the key; should it ever not, the lock function (strict)
 // would return NULL without locking, and the WHERE turns that into no row
 // (an error) rather than a token without a lock. One statement instead of
-// a batch of two saves a
-// statement's work on the server on every wait (about 10 µs a handoff on
-// the test machine).
+// a batch of two saves a statement's work on the server on every wait
+// (about 10 µs a handoff on the test machine).
 //
-// Both also return the session's idle_session_timeout (PostgreSQL 14+;
-// NULL before), see keepIdle.
+// Both also set the session settings that keep the lease ($names to
+// $values, see ttl.go) when, and only when, they grant the lock, and return
+// what those settings were, for the unlock to set back. The old values are
+// read in FROM (a subquery that OFFSET 0 keeps from being merged into the
+// target list), before the target list sets the new ones; the setting
+// subquery refers to the grant, so that it runs for a granted row only. A
+// statement that fails is rolled back with its set_config calls, so a
+// session that was not granted the lock keeps its settings.
 const (
-	sqlLockWait = `SELECT pg_catalog.nextval($2::text::regclass), pg_catalog.pg_backend_pid(), pg_catalog.current_setting('idle_session_timeout', true)
-		FROM pg_catalog.pg_advisory_lock(CASE WHEN pg_catalog.set_config('lock_timeout', $3, true) IS NOT NULL THEN $1::bigint END) AS g(v)
+	sqlLockWait = `SELECT pg_catalog.nextval($2::text::regclass), pg_catalog.pg_backend_pid(), o.old,
+			(SELECT pg_catalog.count(pg_catalog.set_config(s.n, s.v, false)) FROM ROWS FROM (pg_catalog.unnest($4::text[]), pg_catalog.unnest($5::text[])) AS s(n, v) WHERE g.v IS NOT NULL)
+		FROM pg_catalog.pg_advisory_lock(CASE WHEN pg_catalog.set_config('lock_timeout', $3, true) IS NOT NULL THEN $1::bigint END) AS g(v),
+			(SELECT pg_catalog.array_agg(pg_catalog.current_setting(s.n) ORDER BY s.i) FROM pg_catalog.unnest($4::text[]) WITH ORDINALITY AS s(n, i) OFFSET 0) AS o(old)
 		WHERE g.v IS NOT NULL`
-	sqlLockTry = `SELECT CASE WHEN pg_catalog.pg_try_advisory_lock($1) THEN pg_catalog.nextval($2::text::regclass) END, pg_catalog.pg_backend_pid(), pg_catalog.current_setting('idle_session_timeout', true)`
-	sqlUnlock  = `SELECT pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_backend_pid()`
+	sqlLockTry = `SELECT t.token, pg_catalog.pg_backend_pid(), o.old,
+			(SELECT pg_catalog.count(pg_catalog.set_config(s.n, s.v, false)) FROM ROWS FROM (pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::text[])) AS s(n, v) WHERE t.token IS NOT NULL)
+		FROM (SELECT CASE WHEN pg_catalog.pg_try_advisory_lock($1) THEN pg_catalog.nextval($2::text::regclass) END OFFSET 0) AS t(token),
+			(SELECT pg_catalog.array_agg(pg_catalog.current_setting(s.n) ORDER BY s.i) FROM pg_catalog.unnest($3::text[]) WITH ORDINALITY AS s(n, i) OFFSET 0) AS o(old)`
+	sqlUnlock = `SELECT pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_backend_pid()`
 
-	// sqlKeepIdle turns the session's idle_session_timeout off while it
-	// holds a lock; sqlUnlockIdle unlocks and sets it back to $2.
-	sqlKeepIdle   = `SELECT pg_catalog.set_config('idle_session_timeout', '0', false)`
-	sqlUnlockIdle = `SELECT pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_backend_pid() FROM pg_catalog.set_config('idle_session_timeout', $2, false) AS r`
+	// sqlUnlockRestore unlocks and sets the session settings $2 back to
+	// $3, the values they had before the grant.
+	sqlUnlockRestore = `SELECT pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_backend_pid()
+		FROM (SELECT pg_catalog.count(pg_catalog.set_config(s.n, s.v, false)) FROM ROWS FROM (pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::text[])) AS s(n, v) OFFSET 0) AS r`
 
 	// sqlHeld asks which backend answers and whether it holds the lock whose
 	// bigint key has the given high and low halves (pg_locks shows a bigint
@@ -63,48 +73,21 @@ const (
 // grant is what the lock statement returned.
 type grant struct {
 	token int64
-	pid   uint32 // the server backend that holds the lock
-	// idle is the session's idle_session_timeout when it is on (not "0"),
-	// which keepIdle turns off while the lock is held and the release
-	// sets back; "" when off, or on a server without it.
-	idle string
-}
-
-// idleSetting is the idle_session_timeout column of a lock statement.
-func idleSetting(v *string) string {
-	if v == nil || *v == "0" {
-		return ""
-	}
-	return *v
-}
-
-// keepIdle turns off, when it is on, the idle_session_timeout of the
-// session that was just granted a lock. A held lock's connection is idle
-// between health checks, and a server that ends an idle session frees its
-// locks: another client could be granted the key while the FATAL message
-// that tells the holder is still on its way (a slower link than the next
-// client's), a second holder. The session keeps the lock instead; the
-// release sets the timeout back before the connection returns to the pool.
-// On error the lock must not be handed out: the caller destroys conn.
-func keepIdle(ctx context.Context, conn *pgxpool.Conn, g grant) error {
-	if g.idle == "" {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, cancelGrace)
-	defer cancel()
-	if _, err := conn.Exec(ctx, sqlKeepIdle); err != nil {
-		return fmt.Errorf("turning off idle_session_timeout (%s) for the session that holds the lock: %w", g.idle, err)
-	}
-	return nil
+	pid   uint32    // the server backend that holds the lock
+	sent  time.Time // when the statement that granted the lock was sent
+	terms terms     // the lease, whose settings the statement set
+	old   []string  // what the session's settings terms.names were before
 }
 
 // lockTry runs pg_try_advisory_lock on conn. On success conn stays pinned to
 // the lock; on every other outcome it has been given back or destroyed.
-func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64) (grant, error) {
+func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64, t terms) (grant, error) {
 	var token *int64
 	var pid int32
-	var idle *string
-	err := conn.QueryRow(ctx, sqlLockTry, id, l.cfg.sequence).Scan(&token, &pid, &idle)
+	var old []string
+	var set int64
+	sent := time.Now()
+	err := conn.QueryRow(ctx, sqlLockTry, id, l.cfg.sequence, t.names, t.values).Scan(&token, &pid, &old, &set)
 	if err != nil {
 		// Whether the lock was granted is unknown: closing the session
 		// frees it if it was.
@@ -115,7 +98,7 @@ func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64) (gra
 		conn.Release() // nothing was taken; the connection is clean
 		return grant{}, errNotAcquired
 	}
-	g := grant{token: *token, pid: uint32(pid), idle: idleSetting(idle)}
+	g := grant{token: *token, pid: uint32(pid), sent: sent, terms: t, old: old}
 	if err := l.verifySession(ctx, conn, id, g.pid); err != nil {
 		destroy(conn)
 		return grant{}, err
@@ -123,15 +106,13 @@ func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64) (gra
 	return g, nil
 }
 
-// lockWait runs pg_advisory_lock on conn, in slices of one health-check
-// interval (see waitSlice), abandoning the wait when ctx ends (see runWait).
-func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (grant, error) {
-	var token int64
-	var pid int32
-	var idle *string
+// lockWait runs pg_advisory_lock on conn, in slices of t.period (see
+// waitSlice), abandoning the wait when ctx ends (see runWait).
+func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64, t terms) (grant, error) {
+	g := grant{terms: t}
 	out := l.runWait(ctx, conn.Conn().PgConn(), func(qctx context.Context) error {
 		for {
-			err := l.waitSlice(qctx, conn, id, &token, &pid, &idle)
+			err := l.waitSlice(qctx, conn, id, &g)
 			// The slice's lock_timeout, or a statement_timeout or
 			// lock_timeout of the session (a role's default, say), ended
 			// the wait on the server while ctx still allows more: wait
@@ -165,7 +146,6 @@ func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (gr
 		destroy(conn)
 		return grant{}, fmt.Errorf("waiting for the lock: %w", out.err)
 	case !out.interrupted:
-		g := grant{token: token, pid: uint32(pid), idle: idleSetting(idle)}
 		if err := l.verifySession(ctx, conn, id, g.pid); err != nil {
 			destroy(conn)
 			return grant{}, err
@@ -188,33 +168,59 @@ func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64) (gr
 // errSilent marks a wait whose connection stopped answering.
 var errSilent = errors.New("postgres: the server stopped answering while the lock was awaited")
 
-// waitSlice waits for the lock for at most one health-check interval: the
-// server itself ends the wait then (lock_timeout, for this statement only),
-// and the caller waits again. A waiting connection thus answers at least
-// once per interval, and a waiter is checked as a held lock is: when no
-// answer has come one interval after the server should have sent one, the
-// link is taken for dead and the socket is closed. That, once the server
-// sees it, ends the session — its place in the queue, or a lock granted to
-// it meanwhile that nobody will ever see. Without slices a waiter cut off
-// from the server would stay queued, be granted the lock when the holder
-// releases, and keep it, unseen, until its session died. With them the
-// server drops a silent waiter from its queue within a slice by itself, and
-// a grant it made in that slice ends when the waiter gives up.
+// waitSlice waits for the lock for at most one slice, the check period of
+// the lease (the health-check interval, or a third of the lease if that is
+// shorter): the server itself ends the wait then (lock_timeout, for this
+// statement only), and the caller waits again. A waiting connection thus
+// answers at least once per slice, and a waiter is checked as a held lock
+// is: when no answer has come one slice after the server should have sent
+// one, the link is taken for dead and the socket is closed. That, once the
+// server sees it, ends the session — its place in the queue, or a lock
+// granted to it meanwhile that nobody will ever see. Without slices a
+// waiter cut off from the server would stay queued, be granted the lock
+// when the holder releases, and keep it, unseen, until its session died.
+// With them the server drops a silent waiter from its queue within a slice
+// by itself, and a grant it made in that slice ends when the waiter gives
+// up, or, if the server never hears of that, by the lease the grant set on
+// the session (idle_session_timeout).
+//
+// A slice no longer than a third of the lease also keeps a grant's lease
+// fresh: the holder counts it from the moment the slice's statement was
+// sent, so at least two thirds of it are left when the grant arrives.
 //
 // The price: at each slice's end the waiter leaves the server's queue and
 // joins it again at the back, so waiters are served about, not exactly, in
 // the order they came.
-func (l *Locker) waitSlice(ctx context.Context, conn *pgxpool.Conn, id int64, token *int64, pid *int32, idle **string) error {
-	slice := l.cfg.interval
+func (l *Locker) waitSlice(ctx context.Context, conn *pgxpool.Conn, id int64, g *grant) error {
+	slice := g.terms.period
 	nc := conn.Conn().PgConn().Conn()
-	backstop := l.backstopQ.Add(func() { _ = nc.Close() })
-	err := conn.QueryRow(ctx, sqlLockWait, id, l.cfg.sequence, lockTimeout(slice)).Scan(token, pid, idle)
+	backstop := l.sliceBackstop(slice, func() { _ = nc.Close() })
+	var pid int32
+	var set int64
+	g.sent = time.Now()
+	err := conn.QueryRow(ctx, sqlLockWait, id, l.cfg.sequence, lockTimeout(slice), g.terms.names, g.terms.values).Scan(&g.token, &pid, &g.old, &set)
+	g.pid = uint32(pid)
 	if !backstop.Stop() {
 		// Whatever the statement returned, the socket is (being) closed.
 		return fmt.Errorf("%w: no answer within %v of asking for the lock with lock_timeout %v; the link seems dead, so the connection is closed, which ends the wait on the server (%v)",
 			errSilent, 2*slice, slice, err)
 	}
 	return err
+}
+
+// stopper is a timer that can be stopped: Stop reports whether that kept
+// its function from running.
+type stopper interface{ Stop() bool }
+
+// sliceBackstop runs f 2×slice from now, unless stopped: on the Locker's
+// shared queue for the usual slice, the health-check interval (one runtime
+// timer for every wait of the Locker), on a timer of its own for the
+// shorter slice of a short lease.
+func (l *Locker) sliceBackstop(slice time.Duration, f func()) stopper {
+	if slice == l.cfg.interval {
+		return l.backstopQ.Add(f)
+	}
+	return time.AfterFunc(2*slice, f)
 }
 
 // lockTimeout is d as a lock_timeout value, at least 1ms (0 turns it off).

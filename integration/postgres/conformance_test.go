@@ -59,7 +59,8 @@ func TestConformance(t *testing.T) {
 		// A server that ends sessions idle for idle_session_timeout (1.5s,
 		// above pgxpool's 1s ping of idle connections, so that the pool
 		// hands out no dead ones) would free a held lock between health
-		// checks; the session that holds a lock has it turned off.
+		// checks; the session that holds a lock has it set to the lock's
+		// lease instead, which its health checks renew.
 		Unsafe: []conformance.UnsafeConfig{{
 			Name: "idle_session_timeout=1500ms",
 			New: func(t *testing.T) (locker.Locker, error) {
@@ -105,13 +106,15 @@ func TestConformance(t *testing.T) {
 		},
 		LossBound: 2 * suiteInterval,
 		URL:       srv.DSN(),
-		// Advisory locks have no lease; the TTL the suite asks for is
-		// validated and ignored.
-		NoTTL: true,
-		TTL:   time.Second,
+		// The TTL bounds how long the server keeps a silent holder's
+		// session (idle_session_timeout, TCP keepalive): the lease given is
+		// the TTL asked, to the millisecond (no LeaseGrain). The package
+		// is no locker.Inspector, so LockInfo.Lease is not checked.
+		TTL: 2 * time.Second,
 		// Crash frees the key at once; Cut within two health-check
 		// intervals (a missed idle period, then a check that times out),
-		// for a holder and for a waiter alike.
+		// for a holder and for a waiter alike. A cut that also loses the
+		// holder's close is TestSilentHolderTTL's.
 		ExpiryBound:  4 * suiteInterval * 2,
 		HandoffBound: time.Second,
 		ManyKeys:     20,

@@ -278,6 +278,27 @@ func (p *Proxy) SilenceDownstream(t testing.TB) {
 	}
 }
 
+// Silence drops everything through the proxy, both ways, the end of a
+// connection included: a partition in which the client's close (FIN or
+// RST) is lost like any other packet, as in a real one. Blackhole and
+// Partition pass a client's close on at once, which a server takes as the
+// end of the session; after Silence the server hears nothing from the
+// client, not even that it gave up, and only its own timeouts end the
+// session (and the client hears nothing of that either). What was sent
+// meanwhile is lost, so a connection that carried data during the silence
+// is of no use after Heal, which lets traffic through again and passes on
+// the closes kept back.
+func (p *Proxy) Silence(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, dir := range []string{"upstream", "downstream"} {
+		if p.p.Toxics.GetToxic("silence_"+dir) == nil {
+			p.addToxic(t, "silence_"+dir, swallowToxicType, dir, `{}`)
+		}
+	}
+}
+
 // Latency delays every byte from the server to the client by d (so each request and
 // response round trip takes at least d longer). A new call replaces the old delay.
 func (p *Proxy) Latency(t testing.TB, d time.Duration) {
