@@ -15,6 +15,18 @@ import (
 // context's resources (a goroutine that watches h); it does not release the
 // lock.
 func HandleContext(ctx context.Context, h Handle) (context.Context, context.CancelFunc) {
+	return endContext(ctx, h)
+}
+
+// ending is what Do's plumbing needs of a lock: a Handle, or a Multi.
+type ending interface {
+	Done() <-chan struct{}
+	Err() error
+	Release(ctx context.Context) error
+}
+
+// endContext is HandleContext for a Handle or a Multi.
+func endContext(ctx context.Context, h ending) (context.Context, context.CancelFunc) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	watched := make(chan struct{})
 	go func() {
@@ -104,9 +116,9 @@ const (
 )
 
 // hold runs fn while h is held and releases h afterwards: the body of Do,
-// TryDo and Lead.
-func hold(ctx context.Context, h Handle, fn func(ctx context.Context, h Handle) error) (err error) {
-	fnCtx, stop := HandleContext(ctx, h)
+// TryDo, Lead, DoAll and TryDoAll.
+func hold[H ending](ctx context.Context, h H, fn func(ctx context.Context, h H) error) (err error) {
+	fnCtx, stop := endContext(ctx, h)
 	defer func() {
 		stop()
 		relErr := releaseDetached(ctx, h)
@@ -120,7 +132,7 @@ func hold(ctx context.Context, h Handle, fn func(ctx context.Context, h Handle) 
 
 // releaseDetached releases h with a deadline of its own, even when ctx has
 // ended.
-func releaseDetached(ctx context.Context, h Handle) error {
+func releaseDetached(ctx context.Context, h ending) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
 	return h.Release(rctx)
