@@ -110,16 +110,16 @@ func New(opts ...Option) *Locker { return defaultStore.NewLocker(opts...) }
 // Callers waiting for one key get it in the order they started waiting, the
 // moment it is released or its lease expires.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	return l.acquire(ctx, "acquire", key, true, opts)
+	return l.acquire(ctx, "acquire", key, mutexMode, true, opts)
 }
 
 // TryAcquire takes key if it is free and fails with an error wrapping
 // locker.ErrNotAcquired if it is held, without waiting.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	return l.acquire(ctx, "try-acquire", key, false, opts)
+	return l.acquire(ctx, "try-acquire", key, mutexMode, false, opts)
 }
 
-func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (locker.Handle, error) {
+func (l *Locker) acquire(ctx context.Context, op, key string, m mode, wait bool, opts []locker.Option) (locker.Handle, error) {
 	// Enter checks the key, the Locker's options, Close and ctx, and gives
 	// a ctx that also ends when Close begins.
 	ctx, done, err := l.life.Enter(ctx, op, key)
@@ -137,7 +137,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		l.mu.Unlock()
 		return nil, backend.KeyError(op, key, errUnreachable)
 	}
-	g, w, err := l.store.acquire(key, ttl, wait)
+	g, w, err := l.store.acquire(key, m, ttl, wait)
 	if err != nil {
 		l.mu.Unlock()
 		return nil, backend.KeyError(op, key, err)

@@ -25,9 +25,10 @@ import (
 type Store struct {
 	mu sync.Mutex
 
-	// keys holds an entry for every key that is held. A key that is free
-	// has no entry: there are never waiters on a free key, because a release
-	// hands the key to the first waiter in the same step.
+	// keys holds an entry for every key that is held, by store key (see
+	// storeKey: each lock family has a keyspace of its own). A key that is
+	// free has no entry: there are never waiters on a free key, because a
+	// release hands the key to the first waiters in the same step.
 	keys map[string]*entry
 
 	// lastToken is the fencing token most recently issued on any key of the
@@ -37,10 +38,84 @@ type Store struct {
 	lastToken int64
 }
 
-// entry is the server-side state of one held key.
+// entry is the server-side state of one held key: its holders (one for a
+// mutex or a write lock; any number of readers; at most limit permits of a
+// semaphore) and its waiters.
 type entry struct {
-	holder  *grant
+	holders map[*grant]struct{}
+	limit   int       // a semaphore's n, fixed while the entry exists; 0 for the other families
 	waiters list.List // of *waiter, oldest first: the key is handed out FIFO
+}
+
+// kind is what a grant holds of its key.
+type kind uint8
+
+const (
+	exclusive kind = iota // a mutex, or a write lock
+	shared                // a read lock
+	permit                // one permit of a semaphore
+)
+
+// mode is what an acquisition asks for: a kind, in the keyspace of a
+// family, and a semaphore's limit.
+type mode struct {
+	kind  kind
+	space string // prefix of the family's store keys: see storeKey
+	limit int    // permit only
+}
+
+// The modes of the families. Each family has a keyspace of its own: a
+// mutex's store key is the key itself; the others are prefixed with a NUL
+// byte, which no valid key contains, so no two (family, key) pairs share a
+// store key.
+var (
+	mutexMode = mode{kind: exclusive}
+	rwRead    = mode{kind: shared, space: "\x00rw\x00"}
+	rwWrite   = mode{kind: exclusive, space: "\x00rw\x00"}
+)
+
+// semaphoreMode is the mode of a permit of a semaphore of n.
+func semaphoreMode(n int) mode { return mode{kind: permit, space: "\x00sem\x00", limit: n} }
+
+// storeKey is the store key of key in m's family.
+func storeKey(m mode, key string) string { return m.space + key }
+
+// admits reports whether e, with its current holders, admits one more
+// holder of mode m (ignoring the waiters ahead of it).
+func (e *entry) admits(m mode) bool {
+	if len(e.holders) == 0 {
+		return true
+	}
+	switch m.kind {
+	case shared:
+		for g := range e.holders {
+			if g.kind != shared {
+				return false
+			}
+		}
+		return true
+	case permit:
+		return len(e.holders) < e.limit
+	default:
+		return false
+	}
+}
+
+// holdersOrNil returns e's holders, or nil when e is nil.
+func (e *entry) holdersOrNil() map[*grant]struct{} {
+	if e == nil {
+		return nil
+	}
+	return e.holders
+}
+
+// holds reports whether g holds e's key.
+func (e *entry) holds(g *grant) bool {
+	if e == nil {
+		return false
+	}
+	_, ok := e.holders[g]
+	return ok
 }
 
 // grant is one holder's lease on one key: what a server records (owner,
@@ -51,7 +126,9 @@ type entry struct {
 // it with the key's current holder (compare-and-delete, never a blind delete),
 // as a network backend compares a random owner string.
 type grant struct {
-	key   string
+	key   string // the caller's key
+	skey  string // the store key (storeKey)
+	kind  kind
 	token int64
 	ttl   time.Duration
 	start time.Time // when the key was granted; the first renewal is due at start+ttl/3
@@ -70,8 +147,10 @@ type grant struct {
 
 // waiter is one blocked Acquire queued on a held key.
 type waiter struct {
-	key string
-	ttl time.Duration
+	key  string
+	skey string
+	mode mode
+	ttl  time.Duration
 
 	// ready receives exactly one reply: a grant, or the error that ended the
 	// wait. It is buffered so that the store never blocks sending it.
@@ -90,33 +169,44 @@ func NewStore() *Store {
 	return &Store{keys: make(map[string]*entry)}
 }
 
-// acquire grants key when it is free. When it is held, acquire fails with
-// ErrNotAcquired if wait is false, and otherwise queues and returns a waiter
-// whose ready channel will receive the grant once the key is handed to it.
-func (s *Store) acquire(key string, ttl time.Duration, wait bool) (*grant, *waiter, error) {
+// acquire grants key in mode m when the key admits it and nobody waits
+// for it (first come, first served: a reader never overtakes a waiting
+// writer). Otherwise acquire fails with ErrNotAcquired if wait is false, and
+// queues and returns a waiter whose ready channel will receive the grant once
+// the key is handed to it. A semaphore permit whose limit differs from the
+// key's fails with ErrLimitMismatch.
+func (s *Store) acquire(key string, m mode, ttl time.Duration, wait bool) (*grant, *waiter, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.keys[key]
+	skey := storeKey(m, key)
+	e := s.keys[skey]
 	if e == nil {
-		e = &entry{}
-		s.keys[key] = e
-		return s.grantLocked(e, key, ttl), nil, nil
+		e = &entry{holders: make(map[*grant]struct{}), limit: max(m.limit, 0)}
+		s.keys[skey] = e
+	}
+	if m.kind == permit && m.limit != e.limit {
+		return nil, nil, fmt.Errorf("%w: the key is a semaphore of %d, asked for %d", locker.ErrLimitMismatch, e.limit, m.limit)
+	}
+	if e.waiters.Len() == 0 && e.admits(m) {
+		return s.grantLocked(e, key, skey, m.kind, ttl), nil, nil
 	}
 	if !wait {
 		return nil, nil, locker.ErrNotAcquired
 	}
-	w := &waiter{key: key, ttl: ttl, ready: make(chan reply, 1)}
+	w := &waiter{key: key, skey: skey, mode: m, ttl: ttl, ready: make(chan reply, 1)}
 	w.elem = e.waiters.PushBack(w)
 	return nil, w, nil
 }
 
-// grantLocked makes a new holder of the free entry e, with the next fencing
-// token and a lease that runs out after ttl unless renewed.
-func (s *Store) grantLocked(e *entry, key string, ttl time.Duration) *grant {
+// grantLocked makes a new holder of e, which admits it, with the next
+// fencing token and a lease that runs out after ttl unless renewed.
+func (s *Store) grantLocked(e *entry, key, skey string, k kind, ttl time.Duration) *grant {
 	s.lastToken++
 	now := time.Now()
 	g := &grant{
 		key:      key,
+		skey:     skey,
+		kind:     k,
 		token:    s.lastToken,
 		ttl:      ttl,
 		start:    now,
@@ -126,7 +216,7 @@ func (s *Store) grantLocked(e *entry, key string, ttl time.Duration) *grant {
 	// A timer, not polling: the key goes to the next waiter the moment the
 	// lease runs out.
 	g.timer = time.AfterFunc(ttl, func() { s.expire(g) })
-	e.holder = g
+	e.holders[g] = struct{}{}
 	return g
 }
 
@@ -139,9 +229,13 @@ func (s *Store) cancelWait(w *waiter, err error) {
 	if w.elem == nil {
 		return
 	}
-	s.keys[w.key].waiters.Remove(w.elem)
+	e := s.keys[w.skey]
+	e.waiters.Remove(w.elem)
 	w.elem = nil
 	w.ready <- reply{err: err}
+	// A writer that gave up may have held back the readers queued behind
+	// it; a key nobody holds or waits for any more is forgotten.
+	s.admitLocked(e, w.skey)
 }
 
 // release ends g, if it still holds its key, with why (ErrReleased, or the
@@ -151,13 +245,13 @@ func (s *Store) cancelWait(w *waiter, err error) {
 func (s *Store) release(g *grant, why error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.keys[g.key]
-	if e == nil || e.holder != g {
+	e := s.keys[g.skey]
+	if !e.holds(g) {
 		return false
 	}
-	g.timer.Stop() // if expire is already waiting for s.mu, it finds e.holder != g
+	g.timer.Stop() // if expire is already waiting for s.mu, it finds g gone
 	g.state.End(why)
-	s.handOffLocked(e)
+	s.handOffLocked(e, g)
 	return true
 }
 
@@ -167,8 +261,8 @@ func (s *Store) release(g *grant, why error) bool {
 func (s *Store) renew(g *grant) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.keys[g.key]
-	if e == nil || e.holder != g {
+	e := s.keys[g.skey]
+	if !e.holds(g) {
 		return false
 	}
 	now := time.Now()
@@ -193,20 +287,20 @@ var errTakenAway = fmt.Errorf("%w: the lock was taken away in the store", locker
 func (s *Store) steal(g *grant) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.keys[g.key]
-	if e == nil || e.holder != g {
+	e := s.keys[g.skey]
+	if !e.holds(g) {
 		return
 	}
 	g.timer.Stop()
-	s.handOffLocked(e)
+	s.handOffLocked(e, g)
 }
 
 // expire runs when g's lease timer fires.
 func (s *Store) expire(g *grant) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.keys[g.key]
-	if e == nil || e.holder != g {
+	e := s.keys[g.skey]
+	if !e.holds(g) {
 		return // released or expired already
 	}
 	if time.Now().Before(g.deadline) {
@@ -224,33 +318,47 @@ func (s *Store) expire(g *grant) {
 // sending the request, plus TTL, minus a margin for clock drift).
 func (s *Store) expireLocked(e *entry, g *grant) {
 	g.state.End(fmt.Errorf("%w: lease of %v expired without renewal", locker.ErrLost, g.ttl))
-	s.handOffLocked(e)
+	s.handOffLocked(e, g)
 }
 
-// handOffLocked gives the key of e, whose holder just left, to the oldest
-// waiter, or forgets the key when nobody waits.
-func (s *Store) handOffLocked(e *entry) {
-	key := e.holder.key
-	e.holder = nil
-	front := e.waiters.Front()
-	if front == nil {
-		delete(s.keys, key)
-		return
+// handOffLocked takes g, which just left, from e's holders and admits the
+// waiters that can hold now.
+func (s *Store) handOffLocked(e *entry, g *grant) {
+	delete(e.holders, g)
+	s.admitLocked(e, g.skey)
+}
+
+// admitLocked grants e's key to its oldest waiters, in order, for as long
+// as the key admits the next one (several readers, or several permits, at
+// once), and forgets the key when nobody holds it or waits for it.
+func (s *Store) admitLocked(e *entry, skey string) {
+	for {
+		front := e.waiters.Front()
+		if front == nil {
+			break
+		}
+		w := front.Value.(*waiter)
+		if !e.admits(w.mode) {
+			break
+		}
+		e.waiters.Remove(front)
+		w.elem = nil
+		w.ready <- reply{g: s.grantLocked(e, w.key, skey, w.mode.kind, w.ttl)}
 	}
-	w := e.waiters.Remove(front).(*waiter)
-	w.elem = nil
-	w.ready <- reply{g: s.grantLocked(e, key, w.ttl)}
+	if len(e.holders) == 0 && e.waiters.Len() == 0 {
+		delete(s.keys, skey)
+	}
 }
 
 func (s *Store) inspect(key string) locker.LockInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	info := locker.LockInfo{Key: key}
-	if e := s.keys[key]; e != nil && e.holder != nil {
+	for g := range s.keys[storeKey(mutexMode, key)].holdersOrNil() {
 		info.Held = true
-		info.Token = e.holder.token
-		info.TTL = max(time.Until(e.holder.deadline), 0)
-		info.Lease = e.holder.ttl
+		info.Token = g.token
+		info.TTL = max(time.Until(g.deadline), 0)
+		info.Lease = g.ttl
 	}
 	return info
 }
@@ -267,13 +375,14 @@ func (s *Store) inspect(key string) locker.LockInfo {
 func (s *Store) Revoke(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.keys[key]
-	if e == nil || e.holder == nil {
+	e := s.keys[storeKey(mutexMode, key)]
+	if e == nil || len(e.holders) == 0 {
 		return false
 	}
-	g := e.holder
-	g.timer.Stop()
-	g.state.End(backend.KeyError("hold", key, fmt.Errorf("%w: revoked in the store (Store.Revoke)", locker.ErrLost)))
-	s.handOffLocked(e)
+	for g := range e.holders { // a mutex: one holder
+		g.timer.Stop()
+		g.state.End(backend.KeyError("hold", key, fmt.Errorf("%w: revoked in the store (Store.Revoke)", locker.ErrLost)))
+		s.handOffLocked(e, g)
+	}
 	return true
 }
