@@ -24,8 +24,9 @@ var ErrReleased = errors.New("locker: lock released")
 // MaxKeyLen bytes, not valid UTF-8, or containing a NUL byte.
 var ErrInvalidKey = errors.New("locker: invalid key")
 
-// ErrInvalidOption reports an option value that the Locker cannot honour, such
-// as a TTL that is zero, negative or below the backend's minimum.
+// ErrInvalidOption reports an option value that no Locker accepts, such as a
+// TTL outside the portable range [MinTTL, MaxTTL], a token base above
+// MaxTokenBase, or a semaphore's limit below 1.
 var ErrInvalidOption = errors.New("locker: invalid option")
 
 // ErrUnsafeConfig reports a configuration the Locker refuses because it would
