@@ -255,19 +255,31 @@ func (s *suite) cancelCause(t *testing.T, ctx context.Context) {
 	wait("Lead (campaigning)", withCause, context.Canceled, func(c context.Context) error { return locker.Lead(c, waiter, k, noWork) })
 	mustRelease(t, ctx, h)
 
-	// Ended while leading: fn returns when its context ends.
+	// Ended while leading: fn returns when its context ends. The context
+	// ends once fn runs (a slow backend may take a while to grant the key).
 	led := make(chan struct{}, 1)
-	wait("Lead (leading)", withCause, context.Canceled, func(c context.Context) error {
-		return locker.Lead(c, waiter, k, func(fctx context.Context, _ locker.Handle) error {
+	lctx, end := withCause()
+	ch := make(chan error, 1)
+	go func() {
+		ch <- locker.Lead(lctx, waiter, k, func(fctx context.Context, _ locker.Handle) error {
 			led <- struct{}{}
 			<-fctx.Done()
 			return nil
 		})
-	})
+	}()
 	select {
 	case <-led:
-	default:
-		t.Error("Lead of a free key never ran fn")
+	case err := <-ch:
+		t.Fatalf("Lead of a free key returned before its context ended: %v", err)
+	case <-time.After(s.h.HandoffBound + prompt):
+		t.Fatalf("Lead of a free key did not run fn within %v", s.h.HandoffBound+prompt)
+	}
+	end()
+	select {
+	case err := <-ch:
+		check("Lead (leading) whose context ended with a cause", err, context.Canceled)
+	case <-time.After(prompt):
+		t.Fatalf("Lead (leading) whose context ended with a cause still runs after %v", prompt)
 	}
 	// Nothing is left behind.
 	mustRelease(t, ctx, mustTry(t, ctx, holder, k))

@@ -69,18 +69,22 @@ func TestIdleConnectionKillers(t *testing.T) {
 		})
 	})
 	// A proxy that drops connections on which the client sent nothing for
-	// 250ms (a load balancer's or NAT's idle timeout).
+	// 500ms (a load balancer's or NAT's idle timeout): less than the 667ms
+	// between renewals, so idle pool connections die between them, and
+	// more than a loaded machine may take to answer a new connection's
+	// handshake (at 250ms, a waiter's connection was dropped while the
+	// server, under a load of 20, was still starting its session).
 	t.Run("ProxyDropsIdle", func(t *testing.T) {
 		t.Run("PostgreSQL", func(t *testing.T) {
 			srv := testserver.Postgres(t)
 			px := testserver.NewProxy(t, srv.Addr())
-			px.DropIdle(t, 250*time.Millisecond)
+			px.DropIdle(t, 500*time.Millisecond)
 			idleKiller(t, openDB(t, "pgx", withQuery(t, srv.DSN(), px.Addr(), nil)), dialectNamed(t, "PostgreSQL").admin(t), nil)
 		})
 		t.Run("MariaDB", func(t *testing.T) {
 			srv := testserver.MySQL(t)
 			px := testserver.NewProxy(t, srv.Addr())
-			px.DropIdle(t, 250*time.Millisecond)
+			px.DropIdle(t, 500*time.Millisecond)
 			user, pass, dbName := mysqlCreds(t, srv.DSN())
 			idleKiller(t, openDB(t, "mysql", user+":"+pass+"@tcp("+px.Addr()+")/"+dbName), dialectNamed(t, "MariaDB").admin(t), nil)
 		})
