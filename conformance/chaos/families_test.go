@@ -115,6 +115,7 @@ func (l writeIsRead) TryAcquireWrite(ctx context.Context, key string, opts ...lo
 // TestCatchesFamilyFlaws: the family runs fail a semaphore that admits
 // n+1 and a write lock that is a read lock.
 func TestCatchesFamilyFlaws(t *testing.T) {
+	t.Parallel()              // with TestFamilyWorkerProcesses: neither times anything closely
 	const d = 6 * time.Second // the flaws show at once
 	for _, c := range []struct {
 		name string
@@ -128,6 +129,7 @@ func TestCatchesFamilyFlaws(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			c.h.Settle = 2 * time.Second // faults in the first 4s too
 			r := exercise(t, c.h)
 			for _, w := range c.want {
 				if !hasViolation(r, w) {
@@ -185,6 +187,7 @@ func TestChaosSQLiteReadWrite(t *testing.T) { sqliteFamilyRun(t, ReadWrite()) }
 // so one worker only: there is nobody to contend with, but the plumbing
 // between the processes is the SQLite runs', with holders paused).
 func TestFamilyWorkerProcesses(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		fam   Family
