@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -154,17 +155,7 @@ func first(s []string) string {
 func sqliteFamilyRun(t *testing.T, fam Family) {
 	h := sqliteHarness(t, func(l locker.Locker) locker.Locker { return l })
 	h.Family, h.Duration = fam, testDuration
-	if !isWorkerProcess(t) {
-		l, err := sqltable.Open(context.Background(), "sqlite://"+filepathFromEnv(t, "LOCKER_CHAOS_TEST_SQLITE_PROBE"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = fam.views(l)
-		_ = l.Close()
-		if err != nil {
-			t.Skipf("skipped until sqltable has the family: %v", err)
-		}
-	}
+	skipWithoutFamily(t, fam)
 	r := Run(t, h)
 	if r == nil {
 		return // a worker process
@@ -218,5 +209,85 @@ func TestFamilyWorkerProcesses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// hideFamilyLoss is hideLoss for the families: its permits and read and
+// write locks never report a lost lock.
+type hideFamilyLoss struct{ locker.Locker }
+
+func hidden(h locker.Handle, err error) (locker.Handle, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &hiddenHandle{Handle: h, done: make(chan struct{})}, nil
+}
+
+func (l hideFamilyLoss) AcquireSemaphore(ctx context.Context, key string, n int, opts ...locker.Option) (locker.Handle, error) {
+	return hidden(l.Locker.(locker.Semaphorer).AcquireSemaphore(ctx, key, n, opts...))
+}
+
+func (l hideFamilyLoss) TryAcquireSemaphore(ctx context.Context, key string, n int, opts ...locker.Option) (locker.Handle, error) {
+	return hidden(l.Locker.(locker.Semaphorer).TryAcquireSemaphore(ctx, key, n, opts...))
+}
+
+func (l hideFamilyLoss) AcquireRead(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	return hidden(l.Locker.(locker.ReadWriter).AcquireRead(ctx, key, opts...))
+}
+
+func (l hideFamilyLoss) TryAcquireRead(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	return hidden(l.Locker.(locker.ReadWriter).TryAcquireRead(ctx, key, opts...))
+}
+
+func (l hideFamilyLoss) AcquireWrite(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	return hidden(l.Locker.(locker.ReadWriter).AcquireWrite(ctx, key, opts...))
+}
+
+func (l hideFamilyLoss) TryAcquireWrite(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	return hidden(l.Locker.(locker.ReadWriter).TryAcquireWrite(ctx, key, opts...))
+}
+
+// TestCatchesHiddenFamilyLoss: across processes, a family whose holders
+// are never told of a loss (a frozen holder's permit or lock goes to
+// another, and it learns nothing) fails the checks. On one key, so that
+// the lock of a frozen holder is always taken: it skips, saying so, until
+// sqltable has the family.
+func TestCatchesHiddenFamilyLoss(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		fam  Family
+	}{{"Semaphore", Semaphore(semLimit)}, {"ReadWrite", ReadWrite()}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := sqliteHarness(t, func(l locker.Locker) locker.Locker { return hideFamilyLoss{l} })
+			h.Family, h.Keys, h.Duration, h.Settle = c.fam, 1, testDuration, 2*time.Second
+			skipWithoutFamily(t, c.fam)
+			r := exercise(t, h)
+			if r == nil {
+				return // a worker process
+			}
+			if !hasViolation(r, "never reported") {
+				t.Errorf("an SQLite %v that hides lost locks passed the checks: %v\n%s", c.fam, r, strings.Join(r.Violations, "\n"))
+			}
+			t.Logf("caught: %v (%d violations; the first: %s)", r, len(r.Violations), first(r.Violations))
+		})
+	}
+}
+
+// skipWithoutFamily skips t, in the test process, while sqltable's Locker
+// lacks fam.
+func skipWithoutFamily(t *testing.T, fam Family) {
+	if isWorkerProcess(t) {
+		return
+	}
+	l, err := sqltable.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "probe.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fam.views(l)
+	_ = l.Close()
+	if err != nil {
+		t.Skipf("skipped until sqltable has the family: %v", err)
 	}
 }
