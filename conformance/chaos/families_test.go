@@ -192,9 +192,9 @@ func TestFamilyWorkerProcesses(t *testing.T) {
 			r := Run(t, Harness{
 				Family:    c.fam,
 				Workers:   1,
+				Keys:      1, // a worker alone takes each key again in the settle only if it has one
 				TTL:       locker.MinTTL,
-				Duration:  6 * time.Second,
-				Settle:    2 * time.Second,
+				Duration:  8 * time.Second, // the last 4 (Settle: 4 TTL, twice the longest hold) without faults
 				NewLocker: func(t *testing.T, w Worker) locker.Locker { return memlock.NewStore().NewLocker() },
 			})
 			if r == nil {
