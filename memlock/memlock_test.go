@@ -571,3 +571,78 @@ func TestErrReportsBadOptionAtOnce(t *testing.T) {
 		t.Fatalf("Err() of a well-built Locker = %v", err)
 	}
 }
+
+// TestRevokeToken: RevokeToken takes away exactly the holder it names, in
+// any family, tells it, and lets the next waiter in with a higher token.
+func TestRevokeToken(t *testing.T) {
+	ctx := testCtx(t)
+	s := NewStore()
+	l := s.NewLocker()
+	defer l.Close()
+	a, err := l.TryAcquireSemaphore(ctx, "k", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.TryAcquireSemaphore(ctx, "k", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.TryAcquireRead(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RevokeToken("k", 1<<40) || s.RevokeToken("other", a.Token()) {
+		t.Fatal("RevokeToken found a holder that does not exist")
+	}
+	waiting := make(chan locker.Handle, 1)
+	go func() {
+		h, err := l.AcquireSemaphore(ctx, "k", 2)
+		if err != nil {
+			t.Error(err)
+		}
+		waiting <- h
+	}()
+	// The store has no signal for a queued waiter: look until it is there.
+	for deadline := time.Now().Add(bound); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		n := s.keys[storeKey(semaphoreMode(2), "k")].waiters.Len()
+		s.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not queue")
+		}
+	}
+	if !s.RevokeToken("k", a.Token()) {
+		t.Fatal("RevokeToken did not find the first permit")
+	}
+	<-a.Done()
+	if !errors.Is(a.Err(), locker.ErrLost) {
+		t.Errorf("revoked permit: Err = %v, want ErrLost", a.Err())
+	}
+	if b.Err() != nil || r.Err() != nil {
+		t.Errorf("RevokeToken touched other holders: %v, %v", b.Err(), r.Err())
+	}
+	c := <-waiting
+	if c == nil {
+		return
+	}
+	if c.Token() <= r.Token() {
+		t.Errorf("the waiter got token %d, not above the earlier %d", c.Token(), r.Token())
+	}
+	if !s.RevokeToken("k", r.Token()) {
+		t.Fatal("RevokeToken did not find the read lock")
+	}
+	if !errors.Is(r.Err(), locker.ErrLost) {
+		t.Errorf("revoked read lock: Err = %v, want ErrLost", r.Err())
+	}
+	if err := a.Release(ctx); !errors.Is(err, locker.ErrLost) {
+		t.Errorf("Release of a revoked permit = %v, want ErrLost", err)
+	}
+	for _, h := range []locker.Handle{b, c} {
+		if err := h.Release(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -386,3 +386,26 @@ func (s *Store) Revoke(key string) bool {
 	}
 	return true
 }
+
+// RevokeToken is Revoke for one holder of key in any lock family: it takes
+// away the mutex, read lock, write lock or semaphore permit of key whose
+// fencing token is token, and reports whether one was held. Its holder is
+// told as by Revoke; the others keep theirs, and the waiters that now fit
+// are admitted (a permit goes to the next waiter, with a higher token).
+func (s *Store) RevokeToken(key string, token int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range []mode{mutexMode, rwRead, semaphoreMode(0)} {
+		e := s.keys[storeKey(m, key)]
+		for g := range e.holdersOrNil() {
+			if g.token != token {
+				continue
+			}
+			g.timer.Stop()
+			g.state.End(backend.KeyError("hold", key, fmt.Errorf("%w: revoked in the store (Store.RevokeToken)", locker.ErrLost)))
+			s.handOffLocked(e, g)
+			return true
+		}
+	}
+	return false
+}

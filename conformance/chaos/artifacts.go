@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // artifacts (go test -artifacts keeps them; see testing.T.ArtifactDir): the
 // events as JSON lines, and porcupine's visualisation of the register
 // history with the holds, the losses and the faults drawn in.
-func writeArtifacts(t *testing.T, events []event, faults []faultRec, r *Report) {
+func writeArtifacts(t *testing.T, fam Family, events []event, faults []faultRec, r *Report) {
 	dir := t.ArtifactDir()
 	evPath := filepath.Join(dir, "chaos-history.jsonl")
 	f, err := os.Create(evPath)
@@ -32,13 +33,13 @@ func writeArtifacts(t *testing.T, events []event, faults []faultRec, r *Report) 
 	}
 	_ = f.Close()
 
-	model := registerModel.ToModel()
-	_, info := porcupine.CheckOperationsVerbose(model, registerOps(events), time.Minute)
+	model, ops := registerModelOps(fam, events)
+	_, info := porcupine.CheckOperationsVerbose(model, ops, time.Minute)
 	var notes []porcupine.Annotation
 	for _, e := range events {
 		switch {
 		case e.Op == opAcquire && e.OK:
-			notes = append(notes, porcupine.Annotation{ClientId: e.W, Start: e.Inv, End: e.Done, Description: fmt.Sprintf("acquire %s -> %d", e.Key, e.Tok)})
+			notes = append(notes, porcupine.Annotation{ClientId: e.W, Start: e.Inv, End: e.Done, Description: strings.TrimSpace(fmt.Sprintf("acquire %s %s -> %d", e.Mode, e.Key, e.Tok))})
 		case e.Op == opLost:
 			notes = append(notes, porcupine.Annotation{ClientId: e.W, Start: e.Done, Description: "lost " + e.Key, Details: e.Err, BackgroundColor: "#f8b4b4"})
 		case e.Op == opRelease:

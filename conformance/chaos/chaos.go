@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,8 +43,18 @@ type Harness struct {
 	// NoHolderPause leaves the built-in holder pause out of the faults.
 	NoHolderPause bool
 
+	// Family is the lock family the workers take: the mutex (the zero
+	// value), Semaphore(n) or ReadWrite(). Every worker's Locker must
+	// implement the family's interface (locker.Semaphorer,
+	// locker.ReadWriter), else Run fails at once. The faults are the same
+	// for every family; the checks are the family's (see the package
+	// documentation).
+	Family Family
+
 	// Workers is the number of workers, Keys the number of keys they
-	// contend for. Zero: 4 workers, 2 keys.
+	// contend for (each hold is of a key drawn at random). Zero: 2 keys,
+	// and 4 workers; for a semaphore of n, n+2 workers (at least 4), so
+	// that the limit binds.
 	Workers, Keys int
 
 	// TTL is the lease the workers ask for (locker.WithTTL). Zero: 2s.
@@ -104,11 +115,17 @@ const (
 )
 
 func (h Harness) withDefaults(t *testing.T) Harness {
-	if h.Workers <= 0 {
-		h.Workers = 4
+	if err := h.Family.validate(); err != nil {
+		t.Fatal(err)
 	}
 	if h.Keys <= 0 {
 		h.Keys = 2
+	}
+	if h.Workers <= 0 {
+		h.Workers = 4
+		if h.Family.kind == semaphoreFamily {
+			h.Workers = max(4, h.Family.n+2)
+		}
 	}
 	if h.TTL <= 0 {
 		h.TTL = 2 * time.Second
@@ -142,6 +159,7 @@ func (h Harness) withDefaults(t *testing.T) Harness {
 
 // Report is what a run did and found.
 type Report struct {
+	Family        string // the lock family the run exercised (Family.String)
 	Seed          uint64
 	Duration      time.Duration
 	Workers, Keys int
@@ -152,6 +170,9 @@ type Report struct {
 	Writes        int            // fenced writes the register accepted
 	StaleRejected int            // fenced writes the register rejected: a newer token had written
 	WriteErrors   int            // writes that failed (the register was busy)
+	Evicted       int            // semaphore: writers the register cut off when n+1 claimed it (see Report.Violations for any not explained by a lost permit)
+	Reads         int            // reader-writer: reads the register served
+	StaleReads    int            // reader-writer: reads it refused (a writer with a newer token had written)
 	LossReported  int            // handles that reported the loss of their lock
 	Faults        map[string]int // faults injected, by kind
 	Violations    []string       // broken promises: must be none
@@ -170,6 +191,7 @@ type Report struct {
 type Hold struct {
 	Worker   int
 	Key      string
+	Mode     string // "" for the mutex; "permit" (a semaphore); "read" or "write" (reader-writer)
 	Token    int64
 	Invoked  time.Time // Acquire was called
 	Acquired time.Time // Acquire returned the lock
@@ -189,8 +211,15 @@ type Injected struct {
 
 // String is the report on one line, for logs and for CHAOS.md.
 func (r *Report) String() string {
-	return fmt.Sprintf("seed=%d duration=%v workers=%d keys=%d acquired=%d acquire-errors=%d%v writes=%d stale-rejected=%d write-errors=%d losses-reported=%d faults=%v linearizable=%v violations=%d",
-		r.Seed, r.Duration.Round(time.Second), r.Workers, r.Keys, r.Acquired, r.AcquireFailed, errKinds(r.AcquireErrors), r.Writes, r.StaleRejected, r.WriteErrors, r.LossReported, r.Faults, r.Linearizable, len(r.Violations))
+	fam := ""
+	switch {
+	case strings.HasPrefix(r.Family, "semaphore"):
+		fam = fmt.Sprintf("family=%s evicted=%d ", r.Family, r.Evicted)
+	case r.Family == "read-write":
+		fam = fmt.Sprintf("family=%s reads=%d stale-reads=%d ", r.Family, r.Reads, r.StaleReads)
+	}
+	return fmt.Sprintf("%sseed=%d duration=%v workers=%d keys=%d acquired=%d acquire-errors=%d%v writes=%d stale-rejected=%d write-errors=%d losses-reported=%d faults=%v linearizable=%v violations=%d",
+		fam, r.Seed, r.Duration.Round(time.Second), r.Workers, r.Keys, r.Acquired, r.AcquireFailed, errKinds(r.AcquireErrors), r.Writes, r.StaleRejected, r.WriteErrors, r.LossReported, r.Faults, r.Linearizable, len(r.Violations))
 }
 
 func errKinds(m map[string]int) string {

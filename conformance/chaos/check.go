@@ -12,6 +12,7 @@ import (
 
 // history is what the checks look at.
 type history struct {
+	family      Family
 	events      []event
 	freezes     map[int][][2]int64 // by worker: when its process was stopped
 	faults      []faultRec
@@ -38,6 +39,7 @@ type holdRec struct {
 	relLost bool  // Release returned an error wrapping ErrLost
 	rel     *event
 	stale   int // its writes the register rejected
+	staleRd int // reader-writer: its reads the register refused
 }
 
 func (h *holdRec) end() int64 {
@@ -67,6 +69,9 @@ func lossDesc(h *holdRec) string {
 }
 
 func (h *holdRec) String() string {
+	if h.acq.Mode != "" {
+		return fmt.Sprintf("worker %d's %s hold #%d (token %d, acquired at %s)", h.acq.W, h.acq.Mode, h.acq.Seq, h.acq.Tok, stamp(h.acq.Done))
+	}
 	return fmt.Sprintf("worker %d's hold #%d (token %d, acquired at %s)", h.acq.W, h.acq.Seq, h.acq.Tok, stamp(h.acq.Done))
 }
 
@@ -89,18 +94,24 @@ func stamp(ns int64) string { return time.Unix(0, ns).UTC().Format("15:04:05.000
 //   - the register accepted no write with a token below one it had accepted
 //     before, and its history is linearizable (porcupine);
 //   - every key was acquired again after the last fault ended.
+//
+// The families' checks are in check_families.go.
 func check(r *Report, h history) {
 	byKey := collect(r, h)
 	violate := func(format string, args ...any) {
 		r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
 	}
-	for key, hs := range byKey {
-		checkTokens(key, hs, violate)
-		checkExclusion(h, key, hs, violate)
+	if h.family.kind != mutexFamily {
+		checkFamily(r, h, byKey, violate)
+	} else {
+		for key, hs := range byKey {
+			checkTokens(key, hs, violate)
+			checkExclusion(h, key, hs, violate)
+		}
+		// The register: no accepted write went below an accepted write
+		// before it.
+		checkRegister(r, h, violate)
 	}
-
-	// The register: no accepted write went below an accepted write before it.
-	checkRegister(r, h, violate)
 
 	// Liveness: every key was taken again once the faults had ended.
 	for _, key := range h.keys {
@@ -161,6 +172,19 @@ func collect(r *Report, h history) map[string][]*holdRec {
 				r.StaleRejected++
 				hr.stale++
 			}
+			if e.Evicted != 0 && e.Err == "" {
+				r.Evicted++
+			}
+		case opRead:
+			if h.family.kind != rwFamily || e.Err != "" {
+				break
+			}
+			if e.OK {
+				r.Reads++
+			} else {
+				r.StaleReads++
+				hr.staleRd++
+			}
 		}
 	}
 	for _, hr := range holds {
@@ -171,7 +195,7 @@ func collect(r *Report, h history) map[string][]*holdRec {
 	r.Holds = make([]Hold, 0, len(holds))
 	for _, hs := range byKey {
 		for _, hr := range hs {
-			hd := Hold{Worker: hr.acq.W, Key: hr.acq.Key, Token: hr.acq.Tok, Invoked: time.Unix(0, hr.acq.Inv), Acquired: time.Unix(0, hr.acq.Done)}
+			hd := Hold{Worker: hr.acq.W, Key: hr.acq.Key, Mode: hr.acq.Mode, Token: hr.acq.Tok, Invoked: time.Unix(0, hr.acq.Inv), Acquired: time.Unix(0, hr.acq.Done)}
 			if hr.lostAt != 0 {
 				hd.Lost = time.Unix(0, hr.lostAt)
 			}

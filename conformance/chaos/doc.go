@@ -48,6 +48,68 @@
 //   - every worker finished its hold and stopped when asked, and Done closed
 //     by the time Release returned: no call hung.
 //
+// # Lock families
+//
+// Harness.Family picks what the workers take: the mutex (the zero value),
+// Semaphore(n), a permit of a semaphore of n per hold, or ReadWrite(),
+// a read lock per hold or, one hold in four, the write lock. One field
+// with three values rather than a flag per family: a run exercises one
+// family, a harness cannot ask for two at once, and a backend's test bed
+// (its faults, its WorkerEnv) serves every family unchanged, so wiring a
+// backend's family run is the one line that sets Family. Every worker's
+// Locker must implement the family's interface (locker.Semaphorer,
+// locker.ReadWriter); Run fails at once, naming it, when one does not.
+// The faults are the same as the mutex's: the harness's and the holder
+// pause.
+//
+// A semaphore's holder writes 1–3 times and then leaves the register; its
+// register (one per key) keeps the writers that have written and not left,
+// at most n, and a floor. A write of a writer is accepted; a write at or
+// below the floor is refused; a new token joins while fewer than n write.
+// When n+1 tokens claim it, one of them has lost its permit, and the
+// lowest of the n+1 is cut off for good (the floor rises to it). So the
+// register never accepts more than n writers at once ("never more than n
+// accepted writers per fence window"), and a writer cut off never writes
+// again. Tokens alone cannot tell which of n+1 claimants is the stale one:
+// a live holder can be cut off in place of a stale one with a higher token
+// (a permit taken over and given again while an older permit is still in
+// use); that is the limit of fencing a semaphore by tokens, and the
+// checks do not count it against the backend. For n = 1 it is the mutex's
+// register with holders that leave.
+//
+// A reader-writer hold is fenced both ways: a writer writes 1–3 times and
+// reads, with its token; a reader reads 1–3 times, with its token. Readers
+// and writers draw tokens from one sequence (a later grant, a higher
+// token), so the register serves a read only if no writer with a token
+// above the reader's has written, and accepts a write only if no read or
+// write with a higher token came before. A stale read is one a reader
+// makes after a writer granted after it has written: it would see a value
+// its lock did not protect, or the value change under it. The register
+// refuses it, and the checks hold it to that: a served read never returns
+// a value written by a token above the reader's, one reader's reads all
+// return the same value, and a hold refused a read or a write must have
+// been told of the loss of its lock.
+//
+// The checks of a family run are the mutex's, with the limit in place of
+// mutual exclusion:
+//   - tokens are unique per key and grow with real time, across permits,
+//     readers and writers (so a writer's token is above every token
+//     acquired before it);
+//   - at every acquisition, the holds of the key in use that had not been
+//     told of a loss (and whose process was not stopped within a TTL) are
+//     no more than n permits, or readers only, or one writer alone; when
+//     only stopped holders make too many, one of them must report the loss
+//     at some time;
+//   - semaphore: whenever the register found n+1 writers at once, one of
+//     them had lost its permit (told, or stopped); the register never
+//     accepted more than n writers at once nor a writer it had cut off,
+//     and its history is linearizable;
+//   - reader-writer: the register accepted no write older than a write or
+//     read before it and served no read older than a write before it, and
+//     its history is linearizable; a refused hold reported its loss;
+//   - every key was acquired again after the last fault ended, and no call
+//     hung.
+//
 // Run fails the test for every violation, logs a report (operations,
 // faults by kind, stale writes rejected, losses reported) and, on failure,
 // writes the history as JSON lines and porcupine's HTML visualisation (with

@@ -66,8 +66,8 @@ func exercise(t *testing.T, h Harness) *Report {
 }
 
 func run(t *testing.T, h Harness) *Report {
-	t.Logf("chaos: seed %d (set %s=%d to replay these faults); %d workers, %d keys, TTL %v, %v",
-		h.Seed, EnvSeed, h.Seed, h.Workers, h.Keys, h.TTL, h.Duration)
+	t.Logf("chaos: seed %d (set %s=%d to replay these faults); %v, %d workers, %d keys, TTL %v, %v",
+		h.Seed, EnvSeed, h.Seed, h.Family, h.Workers, h.Keys, h.TTL, h.Duration)
 	dir := t.TempDir()
 	regPath := filepath.Join(dir, "register.db")
 	reg, err := openRegister(regPath)
@@ -100,7 +100,7 @@ func run(t *testing.T, h Harness) *Report {
 		if h.WorkerEnv != nil {
 			env = h.WorkerEnv(t, i)
 		}
-		c := workConfig{index: i, run: runID, keys: h.Keys, ttl: h.TTL, seed: rng.Uint64()}
+		c := workConfig{index: i, run: runID, keys: h.Keys, ttl: h.TTL, seed: rng.Uint64(), family: h.Family}
 		if h.InProcess {
 			ws[i] = startInProcess(t, h, c, env, reg, rec)
 		} else {
@@ -140,7 +140,7 @@ func run(t *testing.T, h Harness) *Report {
 		}
 	}
 
-	r := &Report{Seed: h.Seed, Duration: time.Since(start), Workers: h.Workers, Keys: h.Keys, Faults: map[string]int{}}
+	r := &Report{Family: h.Family.String(), Seed: h.Seed, Duration: time.Since(start), Workers: h.Workers, Keys: h.Keys, Faults: map[string]int{}}
 	for _, f := range injected {
 		r.Faults[f.name]++
 		r.Injected = append(r.Injected, Injected{Name: f.name, Target: f.target, Start: time.Unix(0, f.start), End: time.Unix(0, f.end)})
@@ -150,13 +150,13 @@ func run(t *testing.T, h Harness) *Report {
 	for i := range keys {
 		keys[i] = workConfig{run: runID}.key(i)
 	}
-	check(r, history{events: events, freezes: rec.freezes(), faults: injected, ttl: h.TTL, keys: keys, settleStart: settleStart, settle: h.Settle})
+	check(r, history{family: h.Family, events: events, freezes: rec.freezes(), faults: injected, ttl: h.TTL, keys: keys, settleStart: settleStart, settle: h.Settle})
 	r.Violations = append(r.Violations, hung...)
 	for _, e := range rec.errs() {
 		r.Violations = append(r.Violations, e)
 	}
 	if len(r.Violations) > 0 || !r.Linearizable {
-		writeArtifacts(t, events, injected, r)
+		writeArtifacts(t, h.Family, events, injected, r)
 	}
 	return r
 }
@@ -277,6 +277,10 @@ type workerProc struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+
+	// startErr says why a worker process ended before it was ready; set
+	// before ready is closed.
+	startErr string
 }
 
 func (w *workerProc) stop() {
@@ -339,12 +343,17 @@ func startInProcess(t *testing.T, h Harness, c workConfig, env []string, reg *re
 		return os.Getenv(name)
 	}
 	l := h.NewLocker(t, Worker{Index: c.index, Env: lookup})
+	vs, err := c.family.views(l)
+	if err != nil {
+		_ = l.Close()
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &workerProc{index: c.index, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		defer l.Close()
-		work(ctx, l, reg, c, rec.add)
+		work(ctx, vs, reg, c, rec.add)
 	}()
 	return w
 }
@@ -364,6 +373,7 @@ func startProcess(t *testing.T, c workConfig, env []string, regPath string, rec 
 		envKeys+"="+strconv.Itoa(c.keys),
 		envTTL+"="+c.ttl.String(),
 		envSeed+"="+strconv.FormatUint(c.seed, 10),
+		envFamily+"="+c.family.String(),
 	)
 	cmd.Stderr = os.Stderr
 	killWithParent(cmd) // a stopped worker cannot see its stdin close
@@ -412,6 +422,7 @@ func startProcess(t *testing.T, c workConfig, env []string, regPath string, rec 
 		}
 		err := cmd.Wait()
 		if !isReady {
+			w.startErr = fmt.Sprintf("chaos: worker %d ended with %v before it was ready; its output:\n%s", c.index, err, strings.Join(other, "\n"))
 			close(ready)
 		}
 		if err != nil || !isReady || slices.ContainsFunc(other, func(s string) bool { return strings.HasPrefix(s, "--- FAIL") }) {
@@ -422,6 +433,9 @@ func startProcess(t *testing.T, c workConfig, env []string, regPath string, rec 
 	}()
 	select {
 	case <-ready:
+		if w.startErr != "" {
+			t.Fatal(w.startErr) // a Locker without the run's family, a NewLocker that failed: no run
+		}
 	case <-time.After(2 * time.Minute):
 		_ = cmd.Process.Kill()
 		<-w.done
