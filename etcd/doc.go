@@ -216,7 +216,10 @@
 // Semaphore. The n oldest keys of the directory hold a permit each; a
 // waiter holds once fewer than n older keys are left. The first waiter
 // (exactly n older keys) watches the directory for deletions: any holder's
-// release, in whatever order, frees its permit. A later waiter watches
+// release, in whatever order, frees its permit, and its event admits the
+// waiter without another read (no key can become older than the waiter's
+// own, and a deletion of its own key would come first in the same
+// ordered stream, failing the wait). A later waiter watches
 // only its predecessor, itself a waiter, for any change: its deletion (it
 // gave up, its lease ended), or a re-put of the same empty value (guarded
 // by its create revision, keeping its lease) that a waiter makes of its
@@ -244,9 +247,12 @@
 // Costs: an uncontended lock of either family costs what the mutex costs,
 // one write to acquire and one to release. A semaphore's waiter costs one
 // write more once admitted (the re-put), and admissions pass through the
-// first waiter one at a time (each a watch event, a read and the re-put
-// for the next), so a burst of releases is handed to waiters in a chain of
-// round trips rather than at once.
+// first waiter one at a time (each costs the admitted waiter's re-put and
+// the next waiter's read), so a burst of releases is handed to waiters in
+// a chain of round trips rather than at once. On one etcd member on a
+// loaded 2-core machine, 16 clients got a semaphore of 4 at about the
+// mutex's rate when each held it 1ms, and at 2.4-2.7 times the mutex's
+// rate when each held it 20ms (integration/etcd BenchmarkSemaphore).
 //
 // Failure modes of the families, beyond the mutex's (which all apply):
 //

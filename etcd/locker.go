@@ -328,7 +328,8 @@ func (l *Locker) attempt(ctx context.Context, key string, t turn, ttl time.Durat
 //     writer's key for its deletion;
 //   - a permit of a semaphore of n: until fewer than n older keys are.
 //     With exactly n (the first waiter), it watches the directory for
-//     deletions: the release of any holder frees a permit for it. With
+//     deletions: the release of any holder frees a permit for it, and
+//     admits it without another read (see below). With
 //     more (a later waiter), it watches its predecessor, itself a waiter,
 //     for any change: its deletion (it gave up), or its re-put once it
 //     holds (markTurn), either of which may make this one the first
@@ -383,53 +384,88 @@ func (l *Locker) waitTurn(ctx context.Context, ls *lease, t turn, me string, rev
 		// the member lost its leader) reads again instead.
 		from := clientv3.WithRev(resp.Header.Revision + 1)
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		var wch clientv3.WatchChan
-		wake := isDelete
+		var (
+			wch  clientv3.WatchChan
+			wake = isDelete
+		)
 		switch {
 		case t.limit == 0:
 			wch = l.cli.Watch(wctx, string(preds[0].Key), from, clientv3.WithFilterPut())
 		case len(preds) == t.limit:
-			// The first waiter: the deletion of any older key.
+			// The first waiter: exactly n older keys at the read, and no
+			// key can become older than ours, so the deletion of any of
+			// them admits us. The watch covers our own key too, and its
+			// events come in revision order: a deletion of ours before
+			// that one is seen first. So the event decides, without
+			// another read.
 			wch = l.cli.Watch(wctx, t.dir, from, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithPrevKV())
-			wake = func(ev *clientv3.Event) bool {
-				return ev.Type == clientv3.EventTypeDelete && (ev.PrevKv == nil || ev.PrevKv.CreateRevision < rev)
+			wake = func(ev *clientv3.Event) wakeUp {
+				switch {
+				case string(ev.Kv.Key) == me:
+					return wokenLost
+				case ev.PrevKv == nil: // its history compacted: read again
+					return wokenRead
+				case ev.PrevKv.CreateRevision < rev:
+					return wokenAdmitted
+				}
+				return notWoken // a later waiter gave up
 			}
 		default:
 			// A later waiter: any change of its predecessor (preds is
 			// newest first).
 			wch = l.cli.Watch(wctx, string(preds[0].Key), from)
-			wake = func(*clientv3.Event) bool { return true }
+			wake = func(*clientv3.Event) wakeUp { return wokenRead }
 		}
-		err = l.awaitEvent(ctx, ls, wch, wake)
+		w, err := l.awaitEvent(ctx, ls, wch, wake)
 		wcancel()
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
+		case w == wokenAdmitted:
+			return nil
+		case w == wokenLost:
+			return errWaitLost
 		}
 	}
 }
 
-// isDelete reports whether ev is a deletion.
-func isDelete(ev *clientv3.Event) bool { return ev.Type == clientv3.EventTypeDelete }
+// wakeUp is what a watch event means to a waiter.
+type wakeUp uint8
 
-// awaitEvent returns once wch reports an event for which wake is true, or
-// fails (nil: read again), or with an error when ctx ends or the lease is
-// lost.
-func (l *Locker) awaitEvent(ctx context.Context, ls *lease, wch clientv3.WatchChan, wake func(*clientv3.Event) bool) error {
+const (
+	notWoken      wakeUp = iota // nothing for it: watch on
+	wokenRead                   // its turn may have come: read again
+	wokenAdmitted               // its turn has come
+	wokenLost                   // its own key is gone
+)
+
+// isDelete wakes a waiter to read again on a deletion.
+func isDelete(ev *clientv3.Event) wakeUp {
+	if ev.Type == clientv3.EventTypeDelete {
+		return wokenRead
+	}
+	return notWoken
+}
+
+// awaitEvent returns what the first event of wch that wakes the waiter
+// means (wake), wokenRead if the watch fails, or an error when ctx ends or
+// the lease is lost.
+func (l *Locker) awaitEvent(ctx context.Context, ls *lease, wch clientv3.WatchChan, wake func(*clientv3.Event) wakeUp) (wakeUp, error) {
 	for {
 		select {
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil || wr.Canceled {
-				return nil
+				return wokenRead, nil
 			}
 			for _, ev := range wr.Events {
-				if wake(ev) {
-					return nil
+				if w := wake(ev); w != notWoken {
+					return w, nil
 				}
 			}
 		case <-ls.lost:
-			return fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
+			return 0, fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
 		case <-ctx.Done():
-			return waitEnded(ctx, ls)
+			return 0, waitEnded(ctx, ls)
 		}
 	}
 }

@@ -119,25 +119,13 @@ func TestSemaphoreOutOfOrderReleaseNoHerd(t *testing.T) {
 		counters []*rpcCounter
 	)
 	for i := range 6 {
-		c := newEtcdClient(t, srv.Addr())
-		rc := new(rpcCounter)
-		rc.count(c)
-		l := etcd.New(c)
-		t.Cleanup(func() { _ = l.Close() })
+		l, rc := countedLocker(t, srv.Addr())
 		waits = append(waits, goAcquire(ctx, locker.Semaphore(l, n), k))
 		waitDirKeys(t, admin, dir, n+i+1)
 		counters = append(counters, rc)
 	}
-	// Each waiter has granted its lease, created its key, read its turn
-	// and opened its watch: four requests, then silence.
 	for i, rc := range counters {
-		deadline := time.Now().Add(10 * time.Second)
-		for rc.n.Load() < 4 {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiter %d sent %d requests, want 4 before it waits", i+1, rc.n.Load())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitRequests(t, rc, 4, fmt.Sprintf("W%d", i+1))
 	}
 	before := make([]int64, len(counters))
 	for i, rc := range counters {
@@ -189,6 +177,31 @@ func TestSemaphoreOutOfOrderReleaseNoHerd(t *testing.T) {
 			t.Fatalf("W%d: %v", i+1, r.err)
 		}
 		mustReleaseH(t, ctx, r.h)
+	}
+}
+
+// countedLocker is a Locker on a client of its own whose requests are
+// counted.
+func countedLocker(t *testing.T, addr string) (*etcd.Locker, *rpcCounter) {
+	c := newEtcdClient(t, addr)
+	rc := new(rpcCounter)
+	rc.count(c)
+	l := etcd.New(c)
+	t.Cleanup(func() { _ = l.Close() })
+	return l, rc
+}
+
+// waitRequests waits until a waiter's client has sent n requests: n = 4
+// once it has granted its lease, created its key, read its turn and
+// opened its watch, after which it is silent until woken.
+func waitRequests(t *testing.T, rc *rpcCounter, n int64, who string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for rc.n.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s sent %d requests, want %d before it waits", who, rc.n.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -431,4 +444,39 @@ func TestFamilyKeys(t *testing.T) {
 	for _, h := range held {
 		mustReleaseH(t, ctx, h)
 	}
+}
+
+// A semaphore's first waiter is admitted by the deletion event of an older
+// key, without another read: the event stream must also tell it that its
+// own key went first. Its key deleted from outside, then the holder's
+// release: its Acquire fails (it never returns a permit it does not hold),
+// and the permit is free for anyone.
+func TestSemaphoreFirstWaiterKeyDeleted(t *testing.T) {
+	srv := testserver.Etcd(t)
+	admin := newEtcdClient(t, srv.Addr())
+	ctx := testCtx(t, time.Minute)
+	k := uniqueKey(t)
+	dir := familyDir("sem", k)
+	a, c := newClient(t, srv.Addr()), newClient(t, srv.Addr())
+	h, err := a.l.TryAcquireSemaphore(ctx, k, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl, brc := countedLocker(t, srv.Addr())
+	waiting := goAcquire(ctx, locker.Semaphore(bl, 1), k)
+	waitRequests(t, brc, 4, "the waiter") // its watch is open
+	if _, err := admin.Delete(ctx, dirKeys(t, admin, dir)[1].key); err != nil {
+		t.Fatal(err)
+	}
+	mustReleaseH(t, ctx, h)
+	r := awaitResult(t, waiting, handoff, "the waiter whose key was deleted")
+	if r.err == nil {
+		t.Fatalf("the waiter whose key was deleted got a permit (token %d) it does not hold", r.h.Token())
+	}
+	t.Logf("the waiter whose key was deleted: %v", r.err)
+	h2, err := locker.Semaphore(c.l, 1).TryAcquire(ctx, k)
+	if err != nil {
+		t.Fatalf("TryAcquire after both keys went: %v", err)
+	}
+	mustReleaseH(t, ctx, h2)
 }
