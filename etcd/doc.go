@@ -254,6 +254,8 @@
 // mutex's rate when each held it 1ms, and at 2.4-2.7 times the mutex's
 // rate when each held it 20ms (integration/etcd BenchmarkSemaphore).
 //
+// Inspect (locker.Inspector) reports the mutex only.
+//
 // Failure modes of the families, beyond the mutex's (which all apply):
 //
 //   - A waiter's re-put that never lands (the holder cut off just after
