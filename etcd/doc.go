@@ -250,9 +250,9 @@
 // first waiter one at a time (each costs the admitted waiter's re-put and
 // the next waiter's read), so a burst of releases is handed to waiters in
 // a chain of round trips rather than at once. On one etcd member on a
-// loaded 2-core machine, 16 clients got a semaphore of 4 at about the
-// mutex's rate when each held it 1ms, and at 2.4-2.7 times the mutex's
-// rate when each held it 20ms (integration/etcd BenchmarkSemaphore).
+// loaded 2-core machine, 16 clients got a semaphore of 4 at 0.9-1.25
+// times the mutex's rate when each held it 1ms, and at 2.4-3.4 times when
+// each held it 20ms (integration/etcd BenchmarkSemaphore).
 //
 // Inspect (locker.Inspector) reports the mutex only.
 //
