@@ -75,3 +75,64 @@ func ExampleOpen() {
 	}
 	defer l.Close()
 }
+
+// A render farm: at most 3 renders at once across every machine. Each
+// render holds one of the 3 permits of "render-farm"; the others wait in
+// line, first come first served, each woken when a permit is its turn.
+func ExampleLocker_AcquireSemaphore() {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+	l := etcd.New(cli, etcd.WithPrefix("/farm/locks"))
+	defer l.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	// Every machine must ask for the same limit: another n on a key
+	// that is held fails with locker.ErrLimitMismatch.
+	permit, err := l.AcquireSemaphore(ctx, "render-farm", 3, locker.WithTTL(time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer permit.Release(context.Background())
+	fmt.Println("rendering, permit token", permit.Token())
+	// locker.Semaphore(l, 3) is the same semaphore as a locker.Locker:
+	// locker.Do(ctx, locker.Semaphore(l, 3), "render-farm", render).
+}
+
+// A configuration read by many and written by one: readers share the
+// key; a writer waits for the readers before it and excludes everyone;
+// readers that come after a waiting writer wait behind it, so a stream of
+// readers never starves the writer.
+func ExampleLocker_AcquireWrite() {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+	l := etcd.New(cli)
+	defer l.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Many services read the configuration at once.
+	r, err := l.AcquireRead(ctx, "config/payments")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("reading the configuration")
+	_ = r.Release(ctx)
+
+	// One deploy rewrites it. The write's token is above every token of
+	// the readers and writers before it: a store that remembers the
+	// highest token it has seen refuses a stale writer's write.
+	w, err := l.AcquireWrite(ctx, "config/payments")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Release(context.Background())
+	fmt.Println("writing the configuration, token", w.Token())
+}

@@ -96,17 +96,19 @@ func (l *Locker) Prefix() string { return l.cfg.Prefix }
 // Waiters are served in the order they arrived (the create revisions of
 // their waiter keys); each watches only the key just before its own.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	return backend.AsHandle(l.acquire(ctx, "acquire", key, true, opts))
+	return backend.AsHandle(l.acquire(ctx, "acquire", key, mutexKind, true, opts))
 }
 
 // TryAcquire takes key if nobody holds it or waits for it, and fails with an
 // error wrapping locker.ErrNotAcquired otherwise, without waiting and
 // without writing anything to the server in that case.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	return backend.AsHandle(l.acquire(ctx, "try-acquire", key, false, opts))
+	return backend.AsHandle(l.acquire(ctx, "try-acquire", key, mutexKind, false, opts))
 }
 
-func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (*Handle, error) {
+// acquire takes the lock of kind k (the mutex, a read or write lock, a
+// permit of a semaphore) of key.
+func (l *Locker) acquire(ctx context.Context, op, key string, k lockKind, wait bool, opts []locker.Option) (*Handle, error) {
 	// The context of the call ends when the caller's does or when Close
 	// begins; Why tells which.
 	cctx, done, err := l.life.Enter(ctx, op, key)
@@ -148,7 +150,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 	gone := 0
 	unknown := retryBackoff()
 	for {
-		h, err := l.attempt(actx, key, ttl, wait)
+		h, err := l.attempt(actx, key, turnOf(l.cfg.Prefix, key, k), ttl, wait)
 		if err == nil {
 			return h, nil
 		}
@@ -178,14 +180,14 @@ func tryWait(ttl time.Duration) time.Duration { return 3 * attemptWait(ttl) }
 // errLeaseGone says the server no longer knows the lease a put named.
 var errLeaseGone = errors.New("etcd: the lease was revoked or expired on the server")
 
-// attempt makes one contender for key on the Locker's lease for ttl.
-func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wait bool) (*Handle, error) {
+// attempt makes one contender of turn t for key on the Locker's lease for
+// ttl.
+func (l *Locker) attempt(ctx context.Context, key string, t turn, ttl time.Duration, wait bool) (*Handle, error) {
 	ls, err := l.leaseFor(ctx, ttl)
 	if err != nil {
 		return nil, err
 	}
-	dir := LockDir(l.cfg.Prefix, key)
-	name := l.newName(ls, dir)
+	name := l.newName(ls, t.sub)
 	me := name.key
 	put := clientv3.OpPut(me, "", clientv3.WithLease(ls.id))
 	// Each create is bounded by attemptWait: a member that stops
@@ -212,14 +214,41 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 		name.free()
 		return nil, err
 	}
-	var rev int64
-	if !wait {
-		// Create our key only if the directory is empty (a compare over
-		// the whole range: every key in it must have create revision 0,
-		// which holds only when there is none). When it is not, nothing is
-		// written, so nothing needs deleting.
+	var (
+		rev  int64
+		mark bool // a semaphore's holder admitted after waiting: see markTurn
+	)
+	switch {
+	case !wait && t.limit > 0:
+		// A semaphore: create our key only if fewer than n keys are in
+		// the directory (see trySemaphore); nothing is written otherwise.
+		rev, err = l.trySemaphore(ctx, ls, t, me, put)
+		var (
+			left *leftoverKey
+			ns   *notSent
+		)
+		switch {
+		case errors.As(err, &ns):
+			name.free()
+			return nil, ns.err
+		case errors.As(err, &left):
+			l.cleanup(name, left.rev)
+			return nil, err
+		case errors.Is(err, locker.ErrNotAcquired), errors.Is(err, locker.ErrLimitMismatch):
+			name.free()
+			return nil, err
+		case err != nil:
+			return nil, txnErr(err)
+		}
+	case !wait:
+		// Create our key only if no key is in the block range (a compare
+		// over the whole range: every key in it must have create
+		// revision 0, which holds only when there is none): the whole
+		// directory for the mutex and a writer, the writers' keys for a
+		// reader. When it fails, nothing is written, so nothing needs
+		// deleting.
 		resp, err := l.cli.Txn(tctx).
-			If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
+			If(clientv3.Compare(clientv3.CreateRevision(t.block), "=", 0).WithPrefix()).
 			Then(put).
 			Commit()
 		if err != nil {
@@ -230,38 +259,52 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 			return nil, locker.ErrNotAcquired
 		}
 		rev = resp.Header.Revision
-	} else {
-		// One round trip: create our waiter key and read the owner (the
-		// key of smallest create revision in the directory). The name is
-		// known to be free (a name whose put may still land stays
-		// reserved: see resolve); should a key of it exist all the same,
-		// it is on our lease and named for this Locker, so we take it
-		// over (its create revision then orders us) rather than leave it
-		// to block every later contender.
-		getOwner := clientv3.OpGet(dir, clientv3.WithFirstCreate()...)
+	default:
+		// One round trip: create our waiter key and read what decides
+		// our turn (firstRead: the oldest key of the block range, or a
+		// semaphore's count). A semaphore's create also requires that no
+		// key of another n is in the directory. The name is known to be
+		// free (a name whose put may still land stays reserved: see
+		// resolve); should a key of it exist all the same, it is on our
+		// lease and named for this Locker, so we take it over (its
+		// create revision then orders us) rather than leave it to block
+		// every later contender.
+		first := t.firstRead()
 		resp, err := l.cli.Txn(tctx).
-			If(clientv3.Compare(clientv3.CreateRevision(me), "=", 0)).
-			Then(put, getOwner).
-			Else(clientv3.OpGet(me), getOwner).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(me), "=", 0)}, t.sameLimit()...)...).
+			Then(put, first).
+			Else(append([]clientv3.Op{clientv3.OpGet(me), first}, t.otherLimitReads()...)...).
 			Commit()
 		if err != nil {
 			return nil, txnErr(err)
 		}
 		rev = resp.Header.Revision
+		admitted := resp.Succeeded && t.admittedAtOnce(resp, 1, rev)
 		if !resp.Succeeded {
 			own := resp.Responses[0].GetResponseRange().GetKvs()
+			if err := t.limitMismatch(resp.Responses[2:]); err != nil {
+				if len(own) > 0 {
+					l.cleanup(name, own[0].CreateRevision)
+				} else {
+					name.free()
+				}
+				return nil, err
+			}
 			if len(own) == 0 {
 				l.cleanup(name, 0)
 				return nil, fmt.Errorf("etcd: the server reported the waiter key %q both absent and present", me)
 			}
 			rev = own[0].CreateRevision
+			// A semaphore's turn is read by waitTurn; the others' from
+			// the oldest key of the block range.
+			admitted = t.limit == 0 && t.blockClear(resp.Responses[1].GetResponseRange().GetKvs(), rev)
 		}
-		owner := resp.Responses[1].GetResponseRange().GetKvs()
-		if len(owner) == 0 || owner[0].CreateRevision != rev {
-			if err := l.waitTurn(ctx, ls, dir, me, rev); err != nil {
+		if !admitted {
+			if err := l.waitTurn(ctx, ls, t, me, rev); err != nil {
 				l.cleanup(name, rev)
 				return nil, err
 			}
+			mark = t.limit > 0
 		}
 	}
 	h, err := l.hold(ls, key, name, rev)
@@ -269,14 +312,32 @@ func (l *Locker) attempt(ctx context.Context, key string, ttl time.Duration, wai
 		l.cleanup(name, rev)
 		return nil, err
 	}
+	if mark {
+		l.markTurn(h)
+	}
 	return h, nil
 }
 
-// waitTurn waits until the waiter key me (create revision rev) is the
-// oldest in dir, watching only its predecessor (the key of largest create
-// revision below rev). It fails when me is gone or the lease is lost: a
-// contender never goes on to hold a key it no longer has.
-func (l *Locker) waitTurn(ctx context.Context, ls *lease, dir, me string, rev int64) error {
+// waitTurn waits until the contender of turn t whose waiter key is me
+// (create revision rev) may hold, watching one key (or, for a semaphore's
+// first waiter, one range) at a time:
+//
+//   - the mutex, a writer: until no older key is in the directory,
+//     watching the newest older one (its predecessor) for its deletion;
+//   - a reader: until no older writer's key is, watching the newest older
+//     writer's key for its deletion;
+//   - a permit of a semaphore of n: until fewer than n older keys are.
+//     With exactly n (the first waiter), it watches the directory for
+//     deletions: the release of any holder frees a permit for it, and
+//     admits it without another read (see below). With
+//     more (a later waiter), it watches its predecessor, itself a waiter,
+//     for any change: its deletion (it gave up), or its re-put once it
+//     holds (markTurn), either of which may make this one the first
+//     waiter. So one release wakes one waiter.
+//
+// It fails when me is gone or the lease is lost: a contender never goes on
+// to hold a key it no longer has.
+func (l *Locker) waitTurn(ctx context.Context, ls *lease, t turn, me string, rev int64) error {
 	// Every read and watch of the wait ends when the lease is lost, not
 	// only when ctx does: a read that hangs (a partition) must not keep a
 	// contender whose lease is gone waiting.
@@ -294,10 +355,7 @@ func (l *Locker) waitTurn(ctx context.Context, ls *lease, dir, me string, rev in
 		// Each read is bounded (attemptWait): a member that stops
 		// answering costs one attempt, the next goes to another.
 		rctx, rcancel := context.WithTimeout(ctx, attemptWait(ls.ttl))
-		resp, err := l.cli.Txn(rctx).Then(
-			clientv3.OpGet(me),
-			clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...),
-		).Commit()
+		resp, err := l.cli.Txn(rctx).Then(clientv3.OpGet(me), t.waitRead(rev)).Commit()
 		rcancel()
 		if err != nil {
 			if callerCtx.Err() != nil {
@@ -318,41 +376,96 @@ func (l *Locker) waitTurn(ctx context.Context, ls *lease, dir, me string, rev in
 			return errWaitLost
 		}
 		preds := resp.Responses[1].GetResponseRange().GetKvs()
-		if len(preds) == 0 {
+		if len(preds) < max(t.limit, 1) {
 			return nil
 		}
-		pred := string(preds[0].Key)
-		// Watch from just after the revision of the read: no deletion in
+		// Watch from just after the revision of the read: no change in
 		// between is missed. A watch that fails (compacted, cancelled,
 		// the member lost its leader) reads again instead.
+		from := clientv3.WithRev(resp.Header.Revision + 1)
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wch := l.cli.Watch(wctx, pred, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
-		err = l.awaitDelete(ctx, ls, wch)
+		var (
+			wch  clientv3.WatchChan
+			wake = isDelete
+		)
+		switch {
+		case t.limit == 0:
+			wch = l.cli.Watch(wctx, string(preds[0].Key), from, clientv3.WithFilterPut())
+		case len(preds) == t.limit:
+			// The first waiter: exactly n older keys at the read, and no
+			// key can become older than ours, so the deletion of any of
+			// them admits us. The watch covers our own key too, and its
+			// events come in revision order: a deletion of ours before
+			// that one is seen first. So the event decides, without
+			// another read.
+			wch = l.cli.Watch(wctx, t.dir, from, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithPrevKV())
+			wake = func(ev *clientv3.Event) wakeUp {
+				switch {
+				case string(ev.Kv.Key) == me:
+					return wokenLost
+				case ev.PrevKv == nil: // its history compacted: read again
+					return wokenRead
+				case ev.PrevKv.CreateRevision < rev:
+					return wokenAdmitted
+				}
+				return notWoken // a later waiter gave up
+			}
+		default:
+			// A later waiter: any change of its predecessor (preds is
+			// newest first).
+			wch = l.cli.Watch(wctx, string(preds[0].Key), from)
+			wake = func(*clientv3.Event) wakeUp { return wokenRead }
+		}
+		w, err := l.awaitEvent(ctx, ls, wch, wake)
 		wcancel()
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
+		case w == wokenAdmitted:
+			return nil
+		case w == wokenLost:
+			return errWaitLost
 		}
 	}
 }
 
-// awaitDelete returns once wch reports a deletion or fails (nil: read
-// again), or with an error when ctx ends or the lease is lost.
-func (l *Locker) awaitDelete(ctx context.Context, ls *lease, wch clientv3.WatchChan) error {
+// wakeUp is what a watch event means to a waiter.
+type wakeUp uint8
+
+const (
+	notWoken      wakeUp = iota // nothing for it: watch on
+	wokenRead                   // its turn may have come: read again
+	wokenAdmitted               // its turn has come
+	wokenLost                   // its own key is gone
+)
+
+// isDelete wakes a waiter to read again on a deletion.
+func isDelete(ev *clientv3.Event) wakeUp {
+	if ev.Type == clientv3.EventTypeDelete {
+		return wokenRead
+	}
+	return notWoken
+}
+
+// awaitEvent returns what the first event of wch that wakes the waiter
+// means (wake), wokenRead if the watch fails, or an error when ctx ends or
+// the lease is lost.
+func (l *Locker) awaitEvent(ctx context.Context, ls *lease, wch clientv3.WatchChan, wake func(*clientv3.Event) wakeUp) (wakeUp, error) {
 	for {
 		select {
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil || wr.Canceled {
-				return nil
+				return wokenRead, nil
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					return nil
+				if w := wake(ev); w != notWoken {
+					return w, nil
 				}
 			}
 		case <-ls.lost:
-			return fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
+			return 0, fmt.Errorf("%w: %s", errWaitLost, ls.lostReason())
 		case <-ctx.Done():
-			return waitEnded(ctx, ls)
+			return 0, waitEnded(ctx, ls)
 		}
 	}
 }
