@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance/chaos"
@@ -31,14 +32,27 @@ func chaosLocker(t *testing.T, w chaos.Worker) locker.Locker {
 // pauses the server, kills it and starts it again (its data directory
 // kept: leases and keys survive, and the server restarts every lease's
 // clock), and cuts, blackholes or slows the link of one worker.
-func TestChaos(t *testing.T) {
+func TestChaos(t *testing.T) { runChaos(t, chaos.Family{}) }
+
+// TestChaosSemaphore and TestChaosReadWrite are TestChaos for the lock
+// families, with the same faults, for half as long.
+func TestChaosSemaphore(t *testing.T) { runChaos(t, chaos.Semaphore(2)) }
+func TestChaosReadWrite(t *testing.T) { runChaos(t, chaos.ReadWrite()) }
+
+func runChaos(t *testing.T, f chaos.Family) {
 	var (
 		srv   *testserver.Server
 		links testserver.ChaosLinks
 	)
 	faults := testserver.ServerFaults(func() *testserver.Server { return srv }, nil)
+	duration := time.Duration(0) // the suite's default
+	if f != (chaos.Family{}) {
+		duration = 15 * time.Second
+	}
 	r := chaos.Run(t, chaos.Harness{
-		TTL: ttl,
+		Family:   f,
+		Duration: duration,
+		TTL:      ttl,
 		// WorkerEnv runs in the test process only: the server is started
 		// there, once, and each worker gets a proxy to it.
 		WorkerEnv: func(t *testing.T, w int) []string {
