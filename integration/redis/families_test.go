@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -663,5 +664,69 @@ func TestFamilyReleaseRetriedByClient(t *testing.T) {
 	}
 	if err := robbed.Release(ctx); !errors.Is(err, locker.ErrLost) {
 		t.Errorf("replayed Release by a robbed holder: %v, want ErrLost", err)
+	}
+}
+
+// replayFamilyAcquires is a go-redis hook that sends every family acquire
+// request twice and keeps the second reply, as go-redis does when the
+// reply to the first was lost after the server had run it.
+type replayFamilyAcquires struct{ replayed atomic.Int32 }
+
+func (r *replayFamilyAcquires) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (r *replayFamilyAcquires) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+func (r *replayFamilyAcquires) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		var holders, fence bool
+		for _, a := range cmd.Args() {
+			if s, ok := a.(string); ok {
+				holders = holders || strings.HasSuffix(s, ":holders")
+				fence = fence || strings.HasSuffix(s, ":fence")
+			}
+		}
+		if !holders || !fence {
+			return next(ctx, cmd)
+		}
+		if err := next(ctx, cmd); err != nil {
+			return err
+		}
+		r.replayed.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+// TestFamilyAcquireRetriedByClient: an acquisition that the client sends
+// again after losing the first reply gets the grant the first attempt
+// made (its token, one holder), not a second permit.
+func TestFamilyAcquireRetriedByClient(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	admin := testClient(t, srv.Addr(), true)
+	c := testClient(t, srv.Addr(), true)
+	replay := &replayFamilyAcquires{}
+	c.AddHook(replay)
+	l := redis.New(c)
+	t.Cleanup(func() { _ = l.Close() })
+	for _, fam := range []string{"sem", "rw"} {
+		key := uniqueKey(t)
+		var h *redis.Handle
+		if fam == "sem" {
+			h = must(t)(l.TryAcquireSemaphore(ctx, key, 2))
+		} else {
+			h = must(t)(l.AcquireWrite(ctx, key))
+		}
+		if replay.replayed.Load() == 0 {
+			t.Fatal("the hook replayed no acquire request")
+		}
+		if n := admin.HLen(ctx, famName(l, fam, key, "holders")).Val(); n != 1 {
+			t.Errorf("%s: %d holders after a replayed acquisition, want 1", fam, n)
+		}
+		if f, _ := admin.Get(ctx, famName(l, fam, key, "fence")).Int64(); f != h.Token() {
+			t.Errorf("%s: the handle's token is %d, the fence counter %d: the replay drew another", fam, h.Token(), f)
+		}
+		mustRelease(t, ctx, h)
 	}
 }

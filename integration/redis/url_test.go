@@ -270,4 +270,19 @@ func TestURLSentinel(t *testing.T) {
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The families too: a permit and a read lock, on the master.
+	for fam, take := range map[string]func(context.Context, string, ...locker.Option) (locker.Handle, error){
+		"sem": locker.Semaphore(l, 2).Acquire, "rw": locker.ReadLock(l).Acquire,
+	} {
+		h, err := take(ctx, "sentinel/job")
+		if err != nil {
+			t.Fatalf("%s: Acquire through Sentinel: %v", fam, err)
+		}
+		if n := mc.Exists(ctx, famName(l.(*redis.Locker), fam, "sentinel/job", "holders")).Val(); n != 1 {
+			t.Errorf("%s: holders not found on the master", fam)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
