@@ -1,7 +1,9 @@
 // Package redis is the Redis backend of locker: SET NX PX with a random
 // owner token, Lua compare-and-delete release and compare-and-pexpire
 // renewal, fencing tokens from a per-key counter, and waiters queued on the
-// server in arrival order, each woken by Pub/Sub when its turn comes. It works with a single server, a Sentinel failover client and a
+// server in arrival order, each woken by Pub/Sub when its turn comes; and
+// the same for semaphores and reader-writer locks (see "Lock families").
+// It works with a single server, a Sentinel failover client and a
 // Cluster client, all through go-redis v9 (github.com/redis/go-redis/v9).
 //
 //	l := redis.New(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"}))
@@ -148,6 +150,99 @@
 // With WithoutWatchdog the lease is not renewed and the Handle reports the
 // loss a drift margin before the TTL runs out.
 //
+// # Lock families
+//
+// Besides the mutex, the Locker has counting semaphores and reader-writer
+// locks (locker.Semaphorer, locker.ReadWriter; locker.Semaphore,
+// locker.ReadLock and locker.WriteLock make them Lockers):
+//
+//	render := locker.Semaphore(l, 3) // at most 3 renders at once
+//	h, err := render.Acquire(ctx, "render-farm")
+//	...
+//	r, err := l.AcquireRead(ctx, "config")  // many readers at once
+//	w, err := l.AcquireWrite(ctx, "config") // or one writer
+//
+// Each permit, read lock and write lock is a Handle like the mutex's: a
+// fencing token, a lease renewed by the watchdog (TTL, WithTTL), Done and
+// Err on loss, the same Release verdicts, released by Close. Each family
+// has a keyspace of its own: the mutex "k", the semaphore "k" and the
+// reader-writer lock "k" are three locks that never wait for each other.
+//
+// Algorithm. A family's key k lives under the mutex's hash tag (one Cluster
+// slot), with ":sem:" or ":rw:" before each name, so no two (family, key)
+// pairs share a name:
+//
+//	<prefix>{base64url(k)}:sem:holders          hash: owner token → fencing token
+//	<prefix>{base64url(k)}:sem:leases           sorted set: owners by lease deadline (ms, server clock)
+//	<prefix>{base64url(k)}:sem:fence            the family's fence counter of k, never expires
+//	<prefix>{base64url(k)}:sem:limit            the semaphore's n, while k has holders or waiters
+//	<prefix>{base64url(k)}:sem:queue, :waiters  the waiters, as the mutex's
+//	<prefix>{base64url(k)}:sem:recent-releases  the latest releases, as the mutex's
+//	<prefix>{base64url(k)}:sem:wake:<id>        Pub/Sub channel of the Locker with that id
+//
+// (":rw:" likewise; its limit is never written). Every step is one Lua
+// script: acquire, release, leave (a waiter giving up), renew. Each first
+// drops the holders whose lease deadline has passed and the queue entries
+// past theirs. A holder's owner token starts with its kind ('p' permit,
+// 'r' reader, 'w' writer). Admission is first come, first served: a
+// semaphore admits a waiter while holders + waiters ahead of it < n; a
+// reader, while no writer holds the key or waits ahead of it; a writer,
+// when nobody holds the key or waits ahead of it. An Acquire that does not
+// fit joins the queue in the same script, as the mutex's does, and waits
+// for a wake-up (recheck timers as for the mutex, see "Waiting"). A
+// TryAcquire counts the whole queue as ahead of it: unlike the mutex's, it
+// never overtakes a waiter, so a TryAcquireRead fails while a writer
+// waits.
+//
+// Notification. Every script that changes what the key admits (a release,
+// a leave, an admission, the drop of a dead lease or entry) computes the
+// waiters admissible before and after it and publishes, on each new one's
+// Locker's channel, that waiter's owner token: a freed permit wakes one
+// waiter, a writer's release wakes the readers queued behind it up to the
+// next writer (admitted together), a reader's release wakes nobody until
+// the last one wakes the writer. No herd: a waiter that is not admitted is
+// never told anything.
+//
+// Tokens come from the family's fence counter of the key (INCR, or the
+// clock floor of WithClockTokens, with WithFenceExpiry and WithTokenBase as
+// for the mutex): every permit's token is above every earlier permit's of
+// the key; readers and writers of a key share one counter, so a writer's
+// token is above every earlier reader's and writer's, and a reader's above
+// every earlier writer's. The token of each holder is kept in the holders
+// hash, so a request the client retries after a lost reply gets its first
+// grant back, not a second one.
+//
+// A semaphore's n is fixed while the key has holders or waiters: an
+// acquisition with another n fails at once with an error wrapping
+// locker.ErrLimitMismatch (a waiting Acquire too). Once the holders and
+// waiters are gone (released, or their leases run out) another n is taken.
+//
+// Failure modes (beyond the mutex's, which all apply):
+//   - Holder crashes: its lease deadline passes and the next script drops
+//     it; the waiter that one departure would admit retries when the first
+//     lease runs out (it learns the deadline from its last attempt), so the
+//     permit comes back within the TTL (plus a recheck interval when other
+//     holders' leases run out first).
+//   - Holder cut off: its renewals fail and its Handle reports ErrLost a
+//     drift margin before its deadline on the server, before anyone else
+//     can be admitted in its place.
+//   - A holder's record removed on the server (an operator, a failover to a
+//     replica that missed it): its next renewal finds it gone and the
+//     Handle reports ErrLost; its Release reports ErrLost and touches no
+//     other holder.
+//   - Waiter crashes or is cut off: its entry lapses at its deadline (a
+//     third of its TTL) and the next script that runs drops it and wakes
+//     whom that admits; a dead writer in the queue holds the readers behind
+//     it up for at most that plus their recheck interval.
+//   - Failover or restart without persistence loses holders, queue and
+//     counter as it does the mutex's lock (see "Fencing tokens and
+//     persistence").
+//
+// Cost: an uncontended acquisition or release is one script call, as the
+// mutex's, each running about a dozen commands on the server (against the
+// mutex's four or five); under contention a handoff costs two (the
+// release, the woken waiter's attempt).
+//
 // # URL
 //
 // Opening by URL (locker.Open) needs this package imported. Forms:
@@ -180,7 +275,8 @@
 // An ACL user needs, on its prefix's keys (~prefix*) and channels
 // (&prefix*): EVALSHA and EVAL, and inside the scripts GET, SET, INCR, PTTL,
 // DEL, EXISTS, PEXPIRE, TIME, ZADD, ZREM, ZRANGE, ZRANGEBYSCORE, ZSCORE,
-// ZRANK, ZREMRANGEBYRANK and PUBLISH (SPUBLISH on Cluster); for waiting,
+// ZRANK, ZREMRANGEBYRANK and PUBLISH (SPUBLISH on Cluster), and for the
+// lock families also HGET, HSET, HDEL and ZCARD; for waiting,
 // SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE and
 // SUNSUBSCRIBE on Cluster), plus PING. To let the Locker check the eviction
 // policy, also CONFIG GET (+config|get) or INFO; without both it cannot

@@ -109,3 +109,58 @@ func ExampleNew_cluster() {
 		log.Print(err)
 	}
 }
+
+// A render farm limited to 3 renders at once, across every machine that
+// shares the Redis server: each render takes one of the 3 permits of
+// "render-farm", waiting its turn (first come, first served) while all 3 are
+// held.
+func ExampleLocker_AcquireSemaphore() {
+	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer client.Close()
+	l := redis.New(client)
+	defer l.Close()
+
+	ctx := context.Background()
+	farm := locker.Semaphore(l, 3) // a Locker: Do, TryDo and AcquireAll work on it
+	err := locker.Do(ctx, farm, "render-farm", func(ctx context.Context, h locker.Handle) error {
+		// ctx ends if the permit is lost; the token fences the output.
+		fmt.Println("rendering scene 7 with permit token", h.Token())
+		return nil
+	})
+	if errors.Is(err, locker.ErrLimitMismatch) {
+		log.Fatal("another deployment uses render-farm with another limit: ", err)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A config read by many and written by one: readers share the read lock;
+// the writer waits for the readers before it and holds back the readers
+// that come after it, so a stream of readers never starves it. Its token
+// is above every reader's before it, so a store that has seen a reader's
+// token refuses a stale writer.
+func ExampleLocker_AcquireRead() {
+	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer client.Close()
+	l := redis.New(client)
+	defer l.Close()
+	ctx := context.Background()
+
+	r, err := l.AcquireRead(ctx, "config/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("reading the config under token", r.Token())
+	if err := r.Release(ctx); err != nil {
+		log.Print(err)
+	}
+
+	w, err := l.AcquireWrite(ctx, "config/app", locker.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Release(ctx)
+	// UPDATE config SET body = $1, fence = $2 WHERE fence <= $2
+	fmt.Println("writing the config under token", w.Token())
+}

@@ -36,13 +36,17 @@ func newHandle(l *Locker, key string, k keys, owner string, token int64, ttl, dr
 func (h *Handle) Key() string { return h.c.Key }
 
 // Token returns the fencing token: the value of the key's fence counter
+// (the family's counter of the key, for a permit, read or write lock)
 // after this acquisition incremented it, plus the Locker's token base
 // (WithTokenBase).
 func (h *Handle) Token() int64 { return h.c.Token }
 
 // Owner returns the random owner token that this holder's lock carries in
 // Redis: the value of the lock key (see Locker.KeyNames) while the lock is
-// held, and what Release and renewal compare before they act. It is for
+// held, and what Release and renewal compare before they act. (For a
+// permit, read lock or write lock: its field in the key's holders hash and
+// its member in the leases set, starting with 'p', 'r' or 'w'; see "Lock
+// families" in the package documentation.) It is for
 // operators and tests, to tell which holder a lock key belongs to. Whoever
 // knows it can release or renew the lock on the server: log it only where
 // the server's own credentials may be seen.

@@ -108,9 +108,13 @@ func noReadTimeout(rt time.Duration) bool { return rt <= 0 }
 
 var errNilClient = fmt.Errorf("%w: redis: nil client", locker.ErrInvalidOption)
 
-// keys are the Redis names of one lock.
+// keys are the Redis names of one lock: a mutex's (keysFor), or a
+// family's (famKeysFor; see families_scripts.go for their layout).
 type keys struct {
-	lock     string // holds the owner token while locked; expires with the lease
+	fam      family // which family's names these are
+	lock     string // holds the owner token while locked; expires with the lease (a family's: its holders)
+	leases   string // a family's holders by lease deadline; "" for the mutex
+	limit    string // a semaphore's limit (also named, never written, for a reader-writer lock); "" for the mutex
 	fence    string // the fencing counter; never expires (see WithFenceExpiry)
 	released string // the owner tokens of the recent releases (see package releases)
 	queue    string // the waiters' entries, by arrival (see luaQueue)
@@ -185,7 +189,7 @@ func (l *Locker) KeyNames(key string) (lock, fence, wake string) {
 // TryAcquire makes one attempt to take key. When another holder has it the
 // error wraps locker.ErrNotAcquired.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	return backend.AsHandle(l.acquire(ctx, "try-acquire", key, opts, false))
+	return backend.AsHandle(l.acquire(ctx, "try-acquire", key, mutexSpec, opts, false))
 }
 
 // Acquire takes key, waiting as long as ctx allows while another holder has
@@ -193,12 +197,13 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Opti
 // package documentation): a release tells the first live waiter, and only
 // it, that its turn has come.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	return backend.AsHandle(l.acquire(ctx, "acquire", key, opts, true))
+	return backend.AsHandle(l.acquire(ctx, "acquire", key, mutexSpec, opts, true))
 }
 
-// acquire is Acquire (wait) and TryAcquire past admission: ctx, from
-// Life.Enter, also ends when Close begins.
-func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Option, wait bool) (*Handle, error) {
+// acquire is Acquire (wait) and TryAcquire, of the mutex or of a family
+// (spec), past admission: ctx, from Life.Enter, also ends when Close
+// begins.
+func (l *Locker) acquire(ctx context.Context, op, key string, spec famSpec, opts []locker.Option, wait bool) (*Handle, error) {
 	ctx, done, err := l.life.Enter(ctx, op, key)
 	if err != nil {
 		return nil, err
@@ -212,11 +217,18 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	if err != nil {
 		return nil, backend.KeyError(op, key, err)
 	}
-	k := l.keysFor(key)
+	var k keys
+	owner := lease.NewOwner()
+	if spec.fam == famMutex {
+		k = l.keysFor(key)
+	} else {
+		k = l.famKeysFor(spec.fam, key)
+		owner = string(spec.kind) + owner
+	}
 	if err := l.checkPolicy(ctx, k); err != nil {
 		return nil, backend.KeyError(op, key, err)
 	}
-	a := &attempt{l: l, key: key, k: k, owner: lease.NewOwner(), ttl: ttl, drift: drift, mode: modeTry}
+	a := &attempt{l: l, key: key, k: k, owner: owner, ttl: ttl, drift: drift, mode: modeTry, limit: spec.limit}
 	if !wait {
 		// One round trip; a TryAcquire never queues. A grant that came
 		// back too late is given back and tried again, a few times.
@@ -246,6 +258,16 @@ type attempt struct {
 	ttl   time.Duration
 	drift time.Duration
 	mode  string // modeTry or modeWait
+	limit int    // a semaphore's n; 0 otherwise
+}
+
+// run makes the attempt's request: the mutex's acquire script, or the
+// families'.
+func (a *attempt) run(ctx context.Context) (acquireResult, error) {
+	if a.k.fam != famMutex {
+		return a.l.runFamilyAcquire(ctx, a)
+	}
+	return a.l.runAcquire(ctx, a.k, a.owner, a.mode, a.ttl)
 }
 
 // tryFresh is try, made again at once while the grant comes back too late
@@ -280,7 +302,7 @@ func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 	}
 	err := l.exec(ctx, func(ctx context.Context) error {
 		var err error
-		res, err = l.runAcquire(ctx, a.k, a.owner, a.mode, a.ttl)
+		res, err = a.run(ctx)
 		return err
 	}, abandoned)
 	if err != nil {
@@ -413,6 +435,10 @@ func (l *Locker) releaseAll(held []*Handle) error {
 		cmds = make([]*goredis.Cmd, len(held))
 		for i, h := range held {
 			// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
+			if h.k.fam != famMutex {
+				cmds[i] = famReleaseScript.Eval(ctx, pipe, h.k.famKeys(h.k.released), l.famReleaseArgs(h.k, h.owner)...)
+				continue
+			}
 			cmds[i] = releaseScript.Eval(ctx, pipe, h.k.releaseKeys(), l.releaseArgs(h.owner)...)
 		}
 		// Each command's error is read below; a timeout is returned, so

@@ -51,21 +51,54 @@ end
 local function head_of(queue)
   return redis.call('ZRANGE', queue, 0, 0)[1]
 end
-local function wake(queue, sharded)
-  local head = head_of(queue)
-  if not head then
-    return
-  end
-  local lid, owner = string.match(head, '^([^:]*):(.*)$')
+local function notify(base, entry, sharded)
+  local lid, owner = string.match(entry, '^([^:]*):(.*)$')
   if not lid then
     return
   end
-  local channel = string.sub(KEYS[1], 1, -5) .. 'wake:' .. lid
+  local channel = base .. lid
   if sharded == '1' then
     redis.pcall('SPUBLISH', channel, owner)
   else
     redis.call('PUBLISH', channel, owner)
   end
+end
+local function wake(queue, sharded)
+  local head = head_of(queue)
+  if not head then
+    return
+  end
+  notify(string.sub(KEYS[1], 1, -5) .. 'wake:', head, sharded)
+end
+`
+
+// luaFence draws the next fencing token from a key's counter: INCR, or
+// with the clock floor (WithClockTokens) max(counter + 1, server time in
+// µs), kept with the counter's idle expiry (WithFenceExpiry). It returns
+// the token, or nil and an error reply when the counter holds something
+// else than a number. It is shared by the mutex's and the families'
+// acquire scripts (see acquireScript for why it is built this way).
+//
+//	next_token(fence, clock "1"/"0", expiry ms or "0")
+const luaFence = `
+local function next_token(fence, clock, expiry)
+  if clock ~= '1' then
+    return redis.call('INCR', fence)
+  end
+  if redis.replicate_commands then redis.replicate_commands() end
+  local t = redis.call('TIME')
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local cur = tonumber(redis.call('GET', fence) or '0')
+  if cur == nil then
+    return nil, redis.error_reply('fence counter ' .. fence .. ' does not hold a number')
+  end
+  local token = math.max(cur + 1, floor)
+  if expiry ~= '0' then
+    redis.call('SET', fence, string.format('%.0f', token), 'PX', expiry)
+  else
+    redis.call('SET', fence, string.format('%.0f', token))
+  end
+  return token
 end
 `
 
@@ -116,29 +149,15 @@ end
 // The queue's two keys expire once the last deadline in them has passed
 // (each refresh makes their expiry at least the entry's lease), so a queue
 // whose waiters all died leaves nothing behind.
-var acquireScript = goredis.NewScript(luaQueue + `
+var acquireScript = goredis.NewScript(luaQueue + luaFence + `
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 local function take()
-  local token
-  if ARGV[3] == '1' then
-    if redis.replicate_commands then redis.replicate_commands() end
-    local t = redis.call('TIME')
-    local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
-    if cur == nil then
-      return redis.error_reply('fence counter ' .. KEYS[2] .. ' does not hold a number')
-    end
-    token = math.max(cur + 1, floor)
-    if ARGV[4] ~= '0' then
-      redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[4])
-    else
-      redis.call('SET', KEYS[2], string.format('%.0f', token))
-    end
-  else
-    token = redis.call('INCR', KEYS[2])
+  local token, err = next_token(KEYS[2], ARGV[3], ARGV[4])
+  if not token then
+    return err
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, token}
@@ -376,6 +395,9 @@ func (l *Locker) runAcquire(ctx context.Context, k keys, owner, mode string, ttl
 }
 
 func (l *Locker) runRelease(ctx context.Context, k keys, owner string) (bool, error) {
+	if k.fam != famMutex {
+		return l.runFamilyRelease(ctx, k, owner)
+	}
 	n, err := releaseScript.Run(ctx, l.via(ctx), k.releaseKeys(), l.releaseArgs(owner)...).Int64()
 	return n == 1, err
 }
@@ -388,11 +410,17 @@ func (l *Locker) releaseArgs(owner string) []any {
 
 // runLeave takes owner's entry out of k's queue (see leaveScript).
 func (l *Locker) runLeave(ctx context.Context, k keys, owner string) error {
+	if k.fam != famMutex {
+		return l.runFamilyLeave(ctx, k, owner)
+	}
 	return leaveScript.Run(ctx, l.via(ctx), []string{k.lock, k.queue, k.waiters},
 		owner, l.args.id, l.args.sharded).Err()
 }
 
 func (l *Locker) runExtend(ctx context.Context, k keys, owner string, ttl time.Duration) (bool, error) {
+	if k.fam != famMutex {
+		return l.runFamilyExtend(ctx, k, owner, millis(ttl))
+	}
 	n, err := extendScript.Run(ctx, l.via(ctx), []string{k.lock}, owner, millis(ttl)).Int64()
 	return n == 1, err
 }

@@ -162,6 +162,37 @@ func benchLock(b *testing.B, ctxAware bool, h benchmark.Harness) {
 	benchmark.Run(b, h)
 }
 
+// BenchmarkSemaphore: a semaphore of 4 and the mutex, each contended by
+// 16 Lockers (separate processes: a Locker each, one goroutine each, on
+// one key per group), holding what they get for contendedHold, in one loop
+// phase by phase (256 acquisitions of one group, then 256 of the other) so
+// that both see the same machine load, after a warm-up. Reported for each
+// (suffix -sem4 and -mutex), as BenchmarkContendedScaling does:
+// acquisitions per second, share (fewest acquisitions of a Locker over the
+// most), the handoff p50 and p99, requests per acquisition (client and
+// server counts) and wake-ups published per acquisition; and sem4/mutex,
+// the semaphore's throughput over the mutex's (at most 4: four holders at
+// once where the mutex has one).
+//
+//	cd integration && go test -run '^$' -bench '^BenchmarkSemaphore$' -benchtime 4096x ./redis
+func BenchmarkSemaphore(b *testing.B) {
+	addr := testserver.Redis(b).Addr()
+	const phase, clients = 256, 16
+	sem, mutex := newContention(b, addr, clients, implSemaphore4), newContention(b, addr, clients, implLocker)
+	defer sem.close()
+	defer mutex.close()
+	sem.warm()
+	mutex.warm()
+	b.ResetTimer()
+	for i, done := 0, 0; done < b.N; i, done = i+1, done+phase {
+		benchstats.Rotated(i, func() { sem.run(phase) }, func() { mutex.run(phase) })
+	}
+	b.StopTimer()
+	sem.report("-sem4")
+	mutex.report("-mutex")
+	b.ReportMetric(sem.Throughput()/mutex.Throughput(), "sem4/mutex")
+}
+
 // Implementations the handoff and contention benchmarks compare.
 const (
 	implLocker       = "locker"        // a Locker for each competitor, like separate processes
@@ -169,6 +200,7 @@ const (
 	implRaw          = "raw"           // SET NX PX polled every rawPoll, compare-and-delete
 	implRedislock    = "redislock"     // bsm/redislock, retrying every rawPoll
 	implRedsync      = "redsync"       // go-redsync/redsync v4 on one pool, retrying every rawPoll
+	implSemaphore4   = "semaphore-4"   // a permit of a semaphore of 4, a Locker for each competitor
 )
 
 // benchTTL is the lease of every lock the benchmarks take.
@@ -194,6 +226,16 @@ func competitors(b testing.TB, impl string, c *goredis.Client, key string, n int
 			l := lockers[len(lockers)-1]
 			fs[i] = func(ctx context.Context) (func(context.Context) error, error) {
 				h, err := l.Acquire(ctx, key)
+				if err != nil {
+					return nil, err
+				}
+				return h.Release, nil
+			}
+		case implSemaphore4:
+			l := redis.New(c)
+			lockers = append(lockers, l)
+			fs[i] = func(ctx context.Context) (func(context.Context) error, error) {
+				h, err := l.AcquireSemaphore(ctx, key, 4)
 				if err != nil {
 					return nil, err
 				}

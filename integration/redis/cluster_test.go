@@ -53,7 +53,13 @@ func TestClusterSlots(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, other := range []string{fence, wake} {
+		// The families' names (semaphore, reader-writer lock) share the
+		// slot too, and their scripts run there.
+		others := []string{fence, wake}
+		for _, fam := range []string{"sem", "rw"} {
+			others = append(others, famName(a, fam, key, "holders"), famName(a, fam, key, "queue"), famWake(a, fam, key))
+		}
+		for _, other := range others {
 			if s1, s2 := c.ClusterKeySlot(ctx, lock).Val(), c.ClusterKeySlot(ctx, other).Val(); s1 != s2 {
 				t.Fatalf("%q and %q are on slots %d and %d", lock, other, s1, s2)
 			}

@@ -42,6 +42,7 @@ func TestURLACLUser(t *testing.T) {
 		"~"+prefix+"*", "&"+prefix+"*",
 		"+evalsha", "+eval", "+get", "+set", "+incr", "+pttl", "+del", "+exists", "+pexpire", "+time",
 		"+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore", "+zrank", "+zremrangebyrank",
+		"+hget", "+hset", "+hdel", "+zcard", // the lock families
 		"+publish", "+spublish", "+subscribe", "+unsubscribe", "+ping", "+hello", "+client",
 	).Err(); err != nil {
 		t.Skipf("ACL SETUSER: %v (server without ACLs?)", err)
@@ -61,6 +62,23 @@ func TestURLACLUser(t *testing.T) {
 	}
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// The families, a waiter among them: the commands above are enough.
+	for _, acquire := range []func(context.Context, string, ...locker.Option) (locker.Handle, error){
+		locker.Semaphore(l, 1).Acquire, locker.WriteLock(l).Acquire,
+	} {
+		h, err := acquire(ctx, "acl/job")
+		if err != nil {
+			t.Fatalf("family Acquire as ACL user: %v", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		if _, err := acquire(wctx, "acl/job"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("a waiting family Acquire as ACL user: %v, want it to wait until its deadline", err)
+		}
+		cancel()
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The user may not step outside its prefix.
 	l2, err := locker.Open(ctx, strings.Replace(u.String(), "prefix="+url.QueryEscape(prefix), "prefix=other%3A", 1))
@@ -269,5 +287,20 @@ func TestURLSentinel(t *testing.T) {
 	}
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// The families too: a permit and a read lock, on the master.
+	for fam, take := range map[string]func(context.Context, string, ...locker.Option) (locker.Handle, error){
+		"sem": locker.Semaphore(l, 2).Acquire, "rw": locker.ReadLock(l).Acquire,
+	} {
+		h, err := take(ctx, "sentinel/job")
+		if err != nil {
+			t.Fatalf("%s: Acquire through Sentinel: %v", fam, err)
+		}
+		if n := mc.Exists(ctx, famName(l.(*redis.Locker), fam, "sentinel/job", "holders")).Val(); n != 1 {
+			t.Errorf("%s: holders not found on the master", fam)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
