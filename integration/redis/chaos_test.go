@@ -28,12 +28,22 @@ const envChaosAddr = "LOCKER_CHAOS_REDIS_ADDR"
 // loses both, by design: another client may take a held key at once and
 // tokens start again from 1 (TestServerRestartWhileHeld shows it; the
 // package doc's "Failure modes" says so).
-func TestChaos(t *testing.T) {
+func TestChaos(t *testing.T) { runChaos(t, chaos.Family{}) }
+
+// TestChaosSemaphore and TestChaosReadWrite are TestChaos for the lock
+// families, with the same faults, for half as long.
+func TestChaosSemaphore(t *testing.T) { runChaos(t, chaos.Semaphore(2)) }
+func TestChaosReadWrite(t *testing.T) { runChaos(t, chaos.ReadWrite()) }
+
+func runChaos(t *testing.T, f chaos.Family) {
 	var srv *testserver.Server
 	if os.Getenv(envChaosAddr) == "" { // the test process, not a worker
 		srv = testserver.NewRedisDurable(t)
 	}
 	h := chaosHarness(srv)
+	if f != (chaos.Family{}) {
+		h.Family, h.Duration = f, 15*time.Second
+	}
 	if srv != nil && srv.CanControl() {
 		h.Faults = append(h.Faults, testserver.ServerFaults(func() *testserver.Server { return srv }, nil)...)
 	}
