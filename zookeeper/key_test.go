@@ -102,11 +102,11 @@ func TestCheckRoot(t *testing.T) {
 func TestParseAndSortNodes(t *testing.T) {
 	g1, g2 := strings.Repeat("a", 32), strings.Repeat("b", 32)
 	kids := []string{
-		nodeName(g2) + "0000000010",
+		nodeName(g2, kindLock, 0) + "0000000010",
 		"foreign",
-		nodeName(g1) + "0000000002",
+		nodeName(g1, kindLock, 0) + "0000000002",
 		"_c_short-lock-0000000001",
-		nodeName(g1) + "0000000011",
+		nodeName(g1, kindLock, 0) + "0000000011",
 	}
 	got := sortNodes(kids)
 	if len(got) != 3 || got[0].seq != 2 || got[1].seq != 10 || got[2].seq != 11 || got[1].guid != g2 {
@@ -120,10 +120,10 @@ func TestParseAndSortNodes(t *testing.T) {
 func TestSortNodesAcrossCounterWrap(t *testing.T) {
 	g := strings.Repeat("c", 32)
 	kids := []string{
-		nodeName(g) + "-2147483647", // made third after the wrap
-		nodeName(g) + "2147483646",  // the holder, made before it
-		nodeName(g) + "-2147483648", // made second
-		nodeName(g) + "2147483647",  // made first after the holder
+		nodeName(g, kindLock, 0) + "-2147483647", // made third after the wrap
+		nodeName(g, kindLock, 0) + "2147483646",  // the holder, made before it
+		nodeName(g, kindLock, 0) + "-2147483648", // made second
+		nodeName(g, kindLock, 0) + "2147483647",  // made first after the holder
 	}
 	got := sortNodes(kids)
 	var seqs []int64
@@ -134,7 +134,7 @@ func TestSortNodesAcrossCounterWrap(t *testing.T) {
 	if !slices.Equal(seqs, want) {
 		t.Fatalf("order across the wrap: %v, want %v", seqs, want)
 	}
-	if _, ok := parseNode(nodeName(g) + "-000000001"); !ok {
+	if _, ok := parseNode(nodeName(g, kindLock, 0) + "-000000001"); !ok {
 		t.Fatal("a wrapped (negative) sequence is not parsed")
 	}
 }
