@@ -70,7 +70,8 @@ type place struct {
 	// for the write nodes before its own only: lower holds those, and pp
 	// is not watched (the writer before the last one going does not mean
 	// that one holds: readers may be between them). A writer's node waits
-	// for every node before it, as a mutex's does.
+	// for every node before it, as a mutex's does, and watches pp unless
+	// it and the predecessor are both readers (see arm).
 	reader bool
 
 	czxid, owner int64 // our node's, once known
@@ -263,8 +264,11 @@ func (q *place) arm() error {
 	s := q.s
 	pred := q.dir + "/" + q.lower[len(q.lower)-1].name
 	pp := ""
-	if len(q.lower) >= 2 {
-		pp = q.dir + "/" + q.lower[len(q.lower)-2].name
+	if n := len(q.lower); n >= 2 && !q.reader && (q.lower[n-1].kind != kindRead || q.lower[n-2].kind != kindRead) {
+		// Not for a writer behind two readers: a reader waits for no
+		// reader, so the one before the predecessor going tells nothing
+		// of the predecessor's turn.
+		pp = q.dir + "/" + q.lower[n-2].name
 	}
 	var reqs []*watchReq
 	var ownReq, predReq, ppReq *watchReq
@@ -277,11 +281,14 @@ func (q *place) arm() error {
 		// is the predecessor now.
 		q.pred, q.pp = q.pp, nil
 	}
+	if pp == "" {
+		q.pp = nil // a watch left on a node not worth watching now
+	}
 	if pred != q.pred.on() {
 		predReq = &watchReq{path: pred, shared: true}
 		reqs = append(reqs, predReq)
 	}
-	if pp != "" && pp != q.pp.on() && !q.reader {
+	if pp != "" && pp != q.pp.on() {
 		ppReq = &watchReq{path: pp, shared: true}
 		reqs = append(reqs, ppReq)
 	}
