@@ -218,13 +218,17 @@
 //     waiter further back cannot get in before its predecessor does, and
 //     becomes the first waiter when its predecessor gets in or goes, so it
 //     watches its predecessor only: for its deletion, and for the write
-//     to its data that a node that got in makes before its Acquire
-//     returns, when its listing shows nodes after its own (any of which
-//     may have taken it for a waiter). A freed permit so wakes one waiter,
-//     which wakes the next one with that write (the relay: one request
-//     more per handoff than the mutex); nobody else hears of it. Should
-//     the write fail, the Acquire fails and its node is deleted, which
-//     wakes the next waiter too. The first waiter sets n watches each time
+//     to its data that a node that got in makes when its listing shows
+//     nodes after its own (any of which may have taken it for a waiter).
+//     A freed permit so wakes one waiter, which wakes the next one with
+//     that write (the relay: one write more per handoff than the mutex,
+//     made in the background, off the new holder's way, and repeated
+//     through disconnections until it is applied or the node is gone,
+//     whose deletion wakes the next waiter too); nobody else hears of it.
+//     The relay needs WRITE on the nodes: a semaphore under an ACL that
+//     grants it to nobody is refused (locker.ErrInvalidOption), and a
+//     permit whose write is refused all the same is given up, lost, its
+//     node deleted. The first waiter sets n watches each time
 //     the role passes to it: cheap for the small n semaphores are used
 //     with, a cost to weigh for n in the hundreds.
 //   - The limit n is in every permit's name, so the listing that every
@@ -344,7 +348,9 @@
 // WithACL sets the ACL of lock nodes and directories. With a digest ACL
 // (zk.DigestACL, or zk.AuthACL for "the authenticated creator") and
 // WithAuth, clients of other identities can neither take the locks nor
-// delete them.
+// delete them. Mutexes and reader-writer locks need CREATE, READ and
+// DELETE (and WRITE on directories for the one-request acquisition, which
+// they do without otherwise); semaphores need WRITE on their nodes too.
 //
 // # URL
 //

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
 )
@@ -52,8 +54,8 @@ func (a ask) nodeName(guid string) string { return nodeName(guid, a.kind, a.limi
 // with an error wrapping locker.ErrLimitMismatch.
 func (l *Locker) AcquireSemaphore(ctx context.Context, key string, n int, opts ...locker.Option) (locker.Handle, error) {
 	const op = "acquire-semaphore"
-	if n < 1 {
-		return nil, badLimit(op, key, n)
+	if err := l.checkSemaphore(op, key, n); err != nil {
+		return nil, err
 	}
 	return backend.AsHandle(l.acquire(ctx, op, key, ask{kind: kindPermit, limit: n}, true, opts))
 }
@@ -63,14 +65,25 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, key string, n int, opts .
 // locker.ErrNotAcquired otherwise, without waiting.
 func (l *Locker) TryAcquireSemaphore(ctx context.Context, key string, n int, opts ...locker.Option) (locker.Handle, error) {
 	const op = "try-acquire-semaphore"
-	if n < 1 {
-		return nil, badLimit(op, key, n)
+	if err := l.checkSemaphore(op, key, n); err != nil {
+		return nil, err
 	}
 	return backend.AsHandle(l.acquire(ctx, op, key, ask{kind: kindPermit, limit: n}, false, opts))
 }
 
-func badLimit(op, key string, n int) error {
-	return backend.KeyError(op, key, fmt.Errorf("%w: a semaphore's limit must be at least 1, got %d", locker.ErrInvalidOption, n))
+// checkSemaphore refuses a limit below 1, and an ACL (WithACL) that lets
+// nobody write the nodes: a permit that gets in writes its node's data to
+// wake the waiter after it (see relay).
+func (l *Locker) checkSemaphore(op, key string, n int) error {
+	if n < 1 {
+		return backend.KeyError(op, key, fmt.Errorf("%w: a semaphore's limit must be at least 1, got %d", locker.ErrInvalidOption, n))
+	}
+	for _, a := range l.cfg.acl {
+		if a.Perms&zk.PermWrite != 0 {
+			return nil
+		}
+	}
+	return backend.KeyError(op, key, fmt.Errorf("%w: the ACL of the lock nodes (WithACL) grants nobody WRITE, which a semaphore's permits need: one that gets in writes its node to wake the waiter after it", locker.ErrInvalidOption))
 }
 
 // AcquireRead waits until key is held for reading (no writer holds it, and

@@ -24,7 +24,7 @@ import (
 // (its predecessor) does, and becomes the first one at the moment its
 // predecessor gets in or goes. So it watches its predecessor only: for
 // its deletion, and for a write to its data, which a node that got in
-// makes (signal) when its listing shows nodes after its own, any of which
+// makes (relay) when its listing shows nodes after its own, any of which
 // may have taken it for a waiter. A holder going so wakes the first
 // waiter only, which wakes the next one by that write: one waiter at a
 // time, never a herd, and each waiter watches only nodes that can change
@@ -36,8 +36,8 @@ import (
 // deleted, so the first limit in the queue is the key's, and a second one
 // is never obeyed.
 
-// signalData is what a permit's node is set to when it gets in after
-// waiting (see signal); the write, not the value, wakes its successor.
+// signalData is what a permit's node is set to when it gets in with nodes
+// after it (see relay); the write, not the value, wakes its successor.
 var signalData = []byte("held")
 
 // contendPermit waits until the node c made is among the n lowest in dir
@@ -83,15 +83,11 @@ func (q *permitWait) run() (*Handle, error) {
 			}
 		}
 		if idx < q.n {
-			if idx < len(nodes)-1 {
-				if err := q.signal(); err != nil {
-					if again, err := q.retry(err); !again {
-						return nil, err
-					}
-					continue
-				}
+			h, err := q.s.hold(q.key, q.node, q.czxid, q.owner, nil)
+			if err == nil && idx < len(nodes)-1 {
+				q.s.relay(h)
 			}
-			return q.s.hold(q.key, q.node, q.czxid, q.owner, nil)
+			return h, err
 		}
 		if !q.wait {
 			return nil, locker.ErrNotAcquired
@@ -164,20 +160,48 @@ func (q *permitWait) list() ([]lockNode, int, error) {
 	return s.ownPlace(q.dir, q.name, kids)
 }
 
-// signal writes our node's data, which wakes the waiter after it, if it
-// watches it (see the recipe above). It is done before the Handle is
-// returned: a permit taken without it could leave that waiter asleep for
-// as long as the permit is held. Should it fail, the Acquire fails, and
-// its node is deleted, which wakes the waiter too.
-func (q *permitWait) signal() error {
-	err := q.s.l.call(q.ctx, func() error {
-		_, err := q.s.conn.Set(q.node, signalData, -1)
-		return err
-	}, nil)
-	if errors.Is(err, zk.ErrNoNode) {
-		return errNodeGone
-	}
-	return err
+// relay writes the data of h's node, which wakes the waiter after it, if
+// it watches it (see the recipe above). It runs in the background, off the
+// new holder's way (a write costs the server a flush of its log), and is
+// repeated through disconnections until the server applies it, or the node
+// is gone: its deletion (a release, the end of the session) wakes that
+// waiter too. A permit whose write the server refuses (an ACL without
+// WRITE: see WithACL) would leave that waiter asleep for as long as it is
+// held, so it is given up: lost, its node deleted.
+//
+// The holder's watch on its own node (see Handle.monitor) is set once the
+// write is done, so that the write does not fire it.
+func (s *session) relay(h *Handle) {
+	h.stopWatch()
+	s.l.life.Go(func() {
+		defer h.monitor(nil)
+		ctx, cancel := context.WithCancel(s.l.life.Closing())
+		defer cancel()
+		stop := context.AfterFunc(doneContext{h.state.Done()}, cancel)
+		defer stop()
+		for {
+			err := s.l.call(ctx, func() error {
+				_, err := s.conn.Set(h.node, signalData, -1)
+				return err
+			}, nil)
+			switch {
+			case err == nil, errors.Is(err, zk.ErrNoNode), ctx.Err() != nil:
+				return
+			case isConnErr(err):
+				if id, _, err := s.awaitSession(ctx); err != nil || id != h.sid {
+					return // the session ended, and the node with it
+				}
+			default:
+				why := fmt.Sprintf("the permit could not wake the waiter after it (the write of its node was refused: %v); a semaphore needs WRITE on its nodes", err)
+				s.l.logf("zookeeper: %s: %s", h.node, why)
+				if h.state.End(h.lostErr(why)) {
+					s.l.life.Drop(h)
+					s.deleteDetached(h.node)
+				}
+				return
+			}
+		}
+	})
 }
 
 // arm sets (or joins) the shared watches on the nodes of watch. again

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -622,4 +623,71 @@ func TestReadWriteWakesOnlyItsTurn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// Semaphores under ACLs: with a digest ACL for the creator, the relay (a
+// permit's write to its node) works and the queue moves; an ACL that grants
+// nobody WRITE is refused up front, naming WithACL, rather than taking
+// permits that could not wake the waiters after them.
+func TestSemaphoreACL(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	root := "/locker-semacl-" + time.Now().Format("150405.000")
+	auth := []zookeeper.Option{
+		zookeeper.WithPrefix(root),
+		zookeeper.WithAuth("digest", []byte("alice:wonderland")),
+		zookeeper.WithACL(zk.AuthACL(zk.PermAll)...),
+	}
+	a, b, c := newClient(t, srv.Addr(), auth...), newClient(t, srv.Addr(), auth...), newClient(t, srv.Addr(), auth...)
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	hA, err := a.l.TryAcquireSemaphore(ctx, k, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan acquired, 2)
+	goAcquire(res, 1, func() (locker.Handle, error) { return b.l.AcquireSemaphore(ctx, k, 1) })
+	admin := adminConn(t, srv.Addr())
+	if err := admin.AddAuth("digest", []byte("alice:wonderland")); err != nil {
+		t.Fatal(err)
+	}
+	dir := zookeeper.SemaphoreDir(root, k)
+	waitDir(t, admin, dir, 10*time.Second, "b queued", func(kids []string) bool { return len(kids) == 2 })
+	goAcquire(res, 2, func() (locker.Handle, error) { return c.l.AcquireSemaphore(ctx, k, 1) })
+	waitDir(t, admin, dir, 10*time.Second, "c queued", func(kids []string) bool { return len(kids) == 3 })
+	for i, h := range []locker.Handle{hA, nil} {
+		if h == nil {
+			h = (<-res).h
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatalf("release %d: %v", i, err)
+		}
+	}
+	select {
+	case r := <-res:
+		if r.err != nil || r.i != 2 {
+			t.Fatalf("c: %v %v", r.i, r.err)
+		}
+		if err := r.h.Err(); err != nil {
+			t.Errorf("c's permit under a digest ACL: %v", err)
+		}
+		_ = r.h.Release(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("c never got the permit: the relay did not wake it under a digest ACL")
+	}
+
+	noWrite := newClient(t, srv.Addr(), zookeeper.WithPrefix(root+"-nowrite"),
+		zookeeper.WithAuth("digest", []byte("alice:wonderland")),
+		zookeeper.WithACL(zk.AuthACL(zk.PermCreate|zk.PermRead|zk.PermDelete|zk.PermAdmin)...))
+	if h, err := noWrite.l.TryAcquireSemaphore(ctx, k, 2); !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "WithACL") {
+		if err == nil {
+			_ = h.Release(ctx)
+		}
+		t.Errorf("a semaphore under an ACL without WRITE: %v, want an error wrapping ErrInvalidOption naming WithACL", err)
+	}
+	// Its reader-writer locks need no write.
+	h, err := noWrite.l.TryAcquireWrite(ctx, k)
+	if err != nil {
+		t.Fatalf("a write lock under an ACL without WRITE: %v", err)
+	}
+	_ = h.Release(ctx)
 }
