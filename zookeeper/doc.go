@@ -236,8 +236,9 @@
 //     acquisition whose n differs from that of any node before its own
 //     fails with an error wrapping locker.ErrLimitMismatch (waiting or
 //     not) and deletes its node: the first limit in the queue is the
-//     key's, and a second one is never obeyed. (Two first acquisitions of
-//     different limits made at the same moment may both be refused.)
+//     key's, and a second one is never obeyed. (A node of another limit on
+//     its way out, refused itself, can get an acquisition that lists the
+//     directory in that moment refused too.)
 //
 // Fairness: first come, first served across readers and writers, and
 // across a semaphore's waiters: the order of their nodes. TryAcquireRead
