@@ -696,3 +696,61 @@ func TestSemaphoreACL(t *testing.T) {
 	}
 	_ = h.Release(ctx)
 }
+
+// Every valid key works in every family, the longest and the oddest too,
+// and each family's lock of a key is apart from the others'.
+func TestFamilyKeys(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	a, b := newClient(t, srv.Addr()), newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	base := testKey(t)
+	keys := []string{
+		base + "/..", base + "/zookeeper", base + "/%2F", base + "/ {}*'\"\t",
+		base + "/" + strings.Repeat("🔒", (locker.MaxKeyLen-len(base)-1)/4),
+		base + "/\u0085\uffff",
+	}
+	for _, k := range keys {
+		if err := locker.ValidateKey(k); err != nil {
+			t.Fatalf("test bug: %q: %v", truncated(k), err)
+		}
+		var held []locker.Handle
+		take := func(what string, f func(context.Context, string, ...locker.Option) (locker.Handle, error)) {
+			t.Helper()
+			h, err := f(ctx, k)
+			if err != nil {
+				t.Fatalf("%s of %q: %v", what, truncated(k), err)
+			}
+			if h.Key() != k {
+				t.Errorf("%s: Key() = %q, want %q", what, truncated(h.Key()), truncated(k))
+			}
+			held = append(held, h)
+		}
+		take("mutex", a.l.TryAcquire)
+		take("read", a.l.TryAcquireRead)
+		take("read", b.l.TryAcquireRead)
+		take("permit", func(ctx context.Context, k string, o ...locker.Option) (locker.Handle, error) {
+			return a.l.TryAcquireSemaphore(ctx, k, 2, o...)
+		})
+		take("permit", func(ctx context.Context, k string, o ...locker.Option) (locker.Handle, error) {
+			return b.l.TryAcquireSemaphore(ctx, k, 2, o...)
+		})
+		if _, err := b.l.TryAcquireWrite(ctx, k); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Errorf("write while readers hold %q: %v, want ErrNotAcquired", truncated(k), err)
+		}
+		if _, err := b.l.TryAcquireSemaphore(ctx, k, 2); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Errorf("a third permit of 2 on %q: %v, want ErrNotAcquired", truncated(k), err)
+		}
+		for _, h := range held {
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func truncated(k string) string {
+	if len(k) <= 80 {
+		return k
+	}
+	return k[:40] + "…" + k[len(k)-20:]
+}
