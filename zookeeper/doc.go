@@ -1,5 +1,7 @@
 // Package zookeeper is the ZooKeeper backend of locker: the lock recipe of
-// the ZooKeeper documentation and Curator's InterProcessMutex, with
+// the ZooKeeper documentation and Curator's InterProcessMutex (and, for
+// reader-writer locks and semaphores, InterProcessReadWriteLock and a fair
+// semaphore: see "Reader-writer locks and semaphores"), with
 // ephemeral sequential nodes, the lowest holding, each waiter watching the
 // node before its own (and the one before that: see "The recipe"),
 // GUID-protected names, fencing tokens from the
@@ -185,6 +187,75 @@
 // reconnect in the same session (otherwise the node ends with the
 // session).
 //
+// # Reader-writer locks and semaphores
+//
+// The Locker implements locker.ReadWriter and locker.Semaphorer with the
+// recipes of Curator's InterProcessReadWriteLock and a fair semaphore, on
+// the mutex's machinery: the same GUID-protected ephemeral sequential
+// nodes made by the same create (one request when the directory is
+// empty), the session of the lock's TTL, the Handle with its loss
+// reports, Release and Close. Each family has a keyspace of its own: the
+// mutex "k", the reader-writer lock "k" and the semaphore "k" are three
+// locks, in three directories, LockDir's <root>/k<escaped key>,
+// ReadWriteDir's <root>/r<escaped key> and SemaphoreDir's
+// <root>/s<escaped key>. A node's name says its kind: _c_<GUID>-read-,
+// -write- or -sem-<n>-, then the sequence.
+//
+//   - A writer waits for every node before its own, exactly as a mutex's
+//     node does (the same code): it watches its predecessor and the node
+//     before that, except that behind two readers it watches the
+//     predecessor only (a reader waits for no reader, so the other one
+//     going says nothing of the predecessor's turn).
+//   - A reader waits only for the write nodes before its own: the same
+//     queue over those, watching the nearest writer before it (and its
+//     own node when that is the only one), never the writer before that.
+//     The readers between two writers all watch the first and get in
+//     together when it goes; nobody behind the second hears of it.
+//   - A permit of a semaphore of n is held by each of the n lowest nodes.
+//     Nodes before ours only go, so a node among the n lowest stays there
+//     until it goes. Holders leave in any order, so the first waiter (the
+//     (n+1)-th node) watches all n holders, and gets in when any goes. A
+//     waiter further back cannot get in before its predecessor does, and
+//     becomes the first waiter when its predecessor gets in or goes, so it
+//     watches its predecessor only: for its deletion, and for the write
+//     to its data that a node that got in makes when its listing shows
+//     nodes after its own (any of which may have taken it for a waiter).
+//     A freed permit so wakes one waiter, which wakes the next one with
+//     that write (the relay: one write more per handoff than the mutex,
+//     made in the background, off the new holder's way, and repeated
+//     through disconnections until it is applied or the node is gone,
+//     whose deletion wakes the next waiter too); nobody else hears of it.
+//     The relay needs WRITE on the nodes: a semaphore under an ACL that
+//     grants it to nobody is refused (locker.ErrInvalidOption), and a
+//     permit whose write is refused all the same is given up, lost, its
+//     node deleted. The first waiter sets n watches each time
+//     the role passes to it: cheap for the small n semaphores are used
+//     with, a cost to weigh for n in the hundreds.
+//   - The limit n is in every permit's name, so the listing that every
+//     waiting permit makes shows the limit of each holder and waiter. An
+//     acquisition whose n differs from that of any node before its own
+//     fails with an error wrapping locker.ErrLimitMismatch (waiting or
+//     not) and deletes its node: the first limit in the queue is the
+//     key's, and a second one is never obeyed. (A node of another limit on
+//     its way out, refused itself, can get an acquisition that lists the
+//     directory in that moment refused too.)
+//
+// Fairness: first come, first served across readers and writers, and
+// across a semaphore's waiters: the order of their nodes. TryAcquireRead
+// fails while a writer holds the key or waits for it; TryAcquireWrite and
+// TryAcquireSemaphore fail while the key is taken, or others wait first.
+// Tokens: the czxid of the holder's node, as for the mutex: one sequence
+// per directory across readers and writers, and across a semaphore's
+// permits (a writer's node comes after every node that got in before it;
+// a reader's after every writer's before it; permits get in in the order
+// of their nodes, so a permit's token is above that of every permit that
+// got in before it — though of two waiters let in by one change, the one
+// with the later node may learn of it first). Failure modes are the mutex's: a
+// lost session, a cut, a node deleted from outside end the Handle with
+// locker.ErrLost; a waiter whose node goes (its session expired, an
+// operator) queues again at the back; the waiter that watched that node
+// is woken and moves up. Inspect reports the mutex only.
+//
 // # Fencing tokens
 //
 // Handle.Token is the czxid of the holder's node: the id of the
@@ -278,7 +349,9 @@
 // WithACL sets the ACL of lock nodes and directories. With a digest ACL
 // (zk.DigestACL, or zk.AuthACL for "the authenticated creator") and
 // WithAuth, clients of other identities can neither take the locks nor
-// delete them.
+// delete them. Mutexes and reader-writer locks need CREATE, READ and
+// DELETE (and WRITE on directories for the one-request acquisition, which
+// they do without otherwise); semaphores need WRITE on their nodes too.
 //
 // # URL
 //

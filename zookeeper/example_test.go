@@ -74,3 +74,60 @@ func ExampleLockDir() {
 	// /locker/korders%2F42
 	// /app/locks/k..
 }
+
+// A render farm limited to 3 concurrent renders: each worker takes one of
+// the 3 permits of "render-farm" for the length of a job. A fourth waits,
+// first come first served, until a permit is released (or its holder's
+// session ends). The permit's token fences the job's writes as a mutex's
+// does.
+func ExampleLocker_AcquireSemaphore() {
+	ctx := context.Background()
+	l, err := zookeeper.Connect(ctx, []string{"127.0.0.1:2181"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	permit, err := l.AcquireSemaphore(ctx, "render-farm", 3, locker.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err) // a worker asking for another limit gets locker.ErrLimitMismatch
+	}
+	defer permit.Release(context.WithoutCancel(ctx))
+	fmt.Println("rendering with permit token", permit.Token())
+
+	// The same through the root package's view, which Do and AcquireAll take.
+	err = locker.Do(ctx, locker.Semaphore(l, 3), "render-farm", func(ctx context.Context, h locker.Handle) error {
+		return nil // render
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A configuration read by many and written by one: readers share the key,
+// a writer has it alone, and readers that come after a waiting writer wait
+// behind it, so a stream of readers never starves it. A reader's token is
+// above every earlier writer's: the store can refuse a write older than a
+// version someone read.
+func ExampleLocker_AcquireWrite() {
+	ctx := context.Background()
+	l, err := zookeeper.Connect(ctx, []string{"127.0.0.1:2181"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	r, err := l.AcquireRead(ctx, "config/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... read the configuration ...
+	_ = r.Release(ctx)
+
+	w, err := l.AcquireWrite(ctx, "config/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Release(context.WithoutCancel(ctx))
+	fmt.Println("writing the configuration with token", w.Token())
+}

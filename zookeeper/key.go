@@ -26,9 +26,27 @@ const keyPrefix = "k"
 // answer to its create can find and adopt its node.
 const protectedPrefix = "_c_"
 
-// nodeSuffix ends the requested name of a lock node; the server appends a
-// 10-digit sequence number to it.
-const nodeSuffix = "-lock-"
+// The requested name of a lock node ends with its kind, then '-': "-lock-"
+// (a mutex), "-read-" and "-write-" (a reader-writer lock), or "-sem-<n>-"
+// (a permit of a semaphore of n, so that every listing shows each node's
+// limit); the server appends a 10-digit sequence number to it.
+const (
+	nodeSuffix  = "-lock-"
+	readSuffix  = "-read-"
+	writeSuffix = "-write-"
+	semPrefix   = "-sem-"
+)
+
+// Each lock family has a keyspace of its own: its directories are named
+// after the key as a mutex's are (EncodeKey), with another first letter.
+// EncodeKey's names start with keyPrefix, "k"; a reader-writer lock's
+// directory name starts with "r" instead, a semaphore's with "s". So no
+// two (family, key) pairs share a directory, and none is ".", ".." or
+// "zookeeper".
+const (
+	rwPrefix  = "r"
+	semDirPfx = "s"
+)
 
 // EncodeKey returns the name of key's lock directory: one path component
 // that ZooKeeper accepts, different for every distinct key. It is "k"
@@ -108,6 +126,23 @@ func LockDir(root, key string) string {
 	return strings.TrimSuffix(root, "/") + "/" + EncodeKey(key)
 }
 
+// ReadWriteDir returns the path of the directory of key's reader-writer
+// lock under root (DefaultRoot when empty): LockDir's path with the name's
+// "k" turned into "r".
+func ReadWriteDir(root, key string) string { return familyDir(root, rwPrefix, key) }
+
+// SemaphoreDir returns the path of the directory of key's semaphore under
+// root (DefaultRoot when empty): LockDir's path with the name's "k" turned
+// into "s".
+func SemaphoreDir(root, key string) string { return familyDir(root, semDirPfx, key) }
+
+func familyDir(root, prefix, key string) string {
+	if root == "" {
+		root = DefaultRoot
+	}
+	return strings.TrimSuffix(root, "/") + "/" + prefix + strings.TrimPrefix(EncodeKey(key), keyPrefix)
+}
+
 // checkRoot reports whether root is an absolute ZooKeeper path that a lock
 // directory can live under.
 func checkRoot(root string) error {
@@ -134,14 +169,37 @@ func newGUID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// nodeName is the name (without sequence) a contender with guid creates.
-func nodeName(guid string) string { return protectedPrefix + guid + nodeSuffix }
+// nodeKind is what a lock node asks for of its directory.
+type nodeKind uint8
+
+const (
+	kindLock   nodeKind = iota // a mutex
+	kindRead                   // a reader of a reader-writer lock
+	kindWrite                  // a writer of a reader-writer lock
+	kindPermit                 // a permit of a semaphore
+)
+
+// nodeName is the name (without sequence) a contender with guid creates for
+// a node of kind (and, for a permit, the semaphore's limit n).
+func nodeName(guid string, kind nodeKind, n int) string {
+	switch kind {
+	case kindRead:
+		return protectedPrefix + guid + readSuffix
+	case kindWrite:
+		return protectedPrefix + guid + writeSuffix
+	case kindPermit:
+		return protectedPrefix + guid + semPrefix + strconv.Itoa(n) + "-"
+	}
+	return protectedPrefix + guid + nodeSuffix
+}
 
 // lockNode is one child of a lock directory, parsed.
 type lockNode struct {
-	name string
-	guid string
-	seq  int64
+	name  string
+	guid  string
+	seq   int64
+	kind  nodeKind
+	limit int // a permit's semaphore limit; 0 for the other kinds
 }
 
 // parseNode parses a child name made by nodeName plus the server's
@@ -151,9 +209,24 @@ func parseNode(name string) (lockNode, bool) {
 	if !ok || len(rest) < 32+len(nodeSuffix)+1 {
 		return lockNode{}, false
 	}
-	guid, rest := rest[:32], rest[32:]
-	digits, ok := strings.CutPrefix(rest, nodeSuffix)
-	if !ok {
+	n := lockNode{name: name, guid: rest[:32]}
+	rest = rest[32:]
+	var digits string
+	switch {
+	case strings.HasPrefix(rest, nodeSuffix):
+		digits = rest[len(nodeSuffix):]
+	case strings.HasPrefix(rest, readSuffix):
+		n.kind, digits = kindRead, rest[len(readSuffix):]
+	case strings.HasPrefix(rest, writeSuffix):
+		n.kind, digits = kindWrite, rest[len(writeSuffix):]
+	case strings.HasPrefix(rest, semPrefix):
+		limit, seq, ok := strings.Cut(rest[len(semPrefix):], "-")
+		v, err := strconv.Atoi(limit)
+		if !ok || err != nil || v < 1 || strconv.Itoa(v) != limit {
+			return lockNode{}, false
+		}
+		n.kind, n.limit, digits = kindPermit, v, seq
+	default:
 		return lockNode{}, false
 	}
 	// The server's counter is a signed 32-bit number ("%010d"), negative
@@ -162,7 +235,8 @@ func parseNode(name string) (lockNode, bool) {
 	if err != nil {
 		return lockNode{}, false
 	}
-	return lockNode{name: name, guid: guid, seq: seq}, true
+	n.seq = seq
+	return n, true
 }
 
 // sortNodes parses children and returns ours in sequence order. The server

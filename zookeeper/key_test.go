@@ -102,11 +102,11 @@ func TestCheckRoot(t *testing.T) {
 func TestParseAndSortNodes(t *testing.T) {
 	g1, g2 := strings.Repeat("a", 32), strings.Repeat("b", 32)
 	kids := []string{
-		nodeName(g2) + "0000000010",
+		nodeName(g2, kindLock, 0) + "0000000010",
 		"foreign",
-		nodeName(g1) + "0000000002",
+		nodeName(g1, kindLock, 0) + "0000000002",
 		"_c_short-lock-0000000001",
-		nodeName(g1) + "0000000011",
+		nodeName(g1, kindLock, 0) + "0000000011",
 	}
 	got := sortNodes(kids)
 	if len(got) != 3 || got[0].seq != 2 || got[1].seq != 10 || got[2].seq != 11 || got[1].guid != g2 {
@@ -120,10 +120,10 @@ func TestParseAndSortNodes(t *testing.T) {
 func TestSortNodesAcrossCounterWrap(t *testing.T) {
 	g := strings.Repeat("c", 32)
 	kids := []string{
-		nodeName(g) + "-2147483647", // made third after the wrap
-		nodeName(g) + "2147483646",  // the holder, made before it
-		nodeName(g) + "-2147483648", // made second
-		nodeName(g) + "2147483647",  // made first after the holder
+		nodeName(g, kindLock, 0) + "-2147483647", // made third after the wrap
+		nodeName(g, kindLock, 0) + "2147483646",  // the holder, made before it
+		nodeName(g, kindLock, 0) + "-2147483648", // made second
+		nodeName(g, kindLock, 0) + "2147483647",  // made first after the holder
 	}
 	got := sortNodes(kids)
 	var seqs []int64
@@ -134,7 +134,71 @@ func TestSortNodesAcrossCounterWrap(t *testing.T) {
 	if !slices.Equal(seqs, want) {
 		t.Fatalf("order across the wrap: %v, want %v", seqs, want)
 	}
-	if _, ok := parseNode(nodeName(g) + "-000000001"); !ok {
+	if _, ok := parseNode(nodeName(g, kindLock, 0) + "-000000001"); !ok {
 		t.Fatal("a wrapped (negative) sequence is not parsed")
+	}
+}
+
+// Each family has a keyspace of its own: no two (family, key) pairs share a
+// directory, and every directory is one legal path component under the
+// root.
+func TestFamilyDirsApart(t *testing.T) {
+	keys := []string{"k", "r", "s", "kk", "rk", "sk", "a/b", "..", ".", "zookeeper", "%", "🔒", strings.Repeat("x", locker.MaxKeyLen)}
+	seen := map[string]string{}
+	for _, k := range keys {
+		for fam, dir := range map[string]string{
+			"mutex":        LockDir("/root", k),
+			"rw":           ReadWriteDir("/root", k),
+			"semaphore":    SemaphoreDir("/root", k),
+			"rw (default)": ReadWriteDir("", k),
+		} {
+			if prev, dup := seen[dir]; dup {
+				t.Errorf("%s %q has the directory %s of %s", fam, k, dir, prev)
+			}
+			seen[dir] = fam + " " + k
+			name, ok := strings.CutPrefix(dir, "/root/")
+			if fam == "rw (default)" {
+				name, ok = strings.CutPrefix(dir, DefaultRoot+"/")
+			}
+			if !ok || name == "" || name == "." || name == ".." || name == "zookeeper" || strings.Contains(name, "/") {
+				t.Errorf("%s %q: directory %s is not one legal component under its root", fam, k, dir)
+			}
+		}
+	}
+	if got := SemaphoreDir("", "render/farm"); got != "/locker/srender%2Ffarm" {
+		t.Errorf("SemaphoreDir = %s", got)
+	}
+	if got := ReadWriteDir("/app/", "config"); got != "/app/rconfig" {
+		t.Errorf("ReadWriteDir = %s", got)
+	}
+}
+
+// A node's name says its kind and, for a permit, its semaphore's limit.
+func TestNodeKinds(t *testing.T) {
+	g := strings.Repeat("d", 32)
+	for _, c := range []struct {
+		kind  nodeKind
+		limit int
+	}{{kindLock, 0}, {kindRead, 0}, {kindWrite, 0}, {kindPermit, 1}, {kindPermit, 3}, {kindPermit, 1 << 40}} {
+		for _, seq := range []string{"0000000007", "-000000007"} {
+			name := nodeName(g, c.kind, c.limit) + seq
+			n, ok := parseNode(name)
+			if !ok || n.kind != c.kind || n.limit != c.limit || n.guid != g || n.seq != map[string]int64{"0000000007": 7, "-000000007": -7}[seq] || n.name != name {
+				t.Errorf("parseNode(%q) = %+v, %v", name, n, ok)
+			}
+		}
+	}
+	for _, bad := range []string{
+		"_c_" + g + "-sem-0-0000000001",  // a limit below 1
+		"_c_" + g + "-sem-03-0000000001", // not canonical
+		"_c_" + g + "-sem--0000000001",   // no limit
+		"_c_" + g + "-sem-x-0000000001",
+		"_c_" + g + "-sem-3",
+		"_c_" + g + "-rd-0000000001",
+		"_c_" + g + "-read-",
+	} {
+		if n, ok := parseNode(bad); ok {
+			t.Errorf("parseNode(%q) = %+v, true; want false", bad, n)
+		}
 	}
 }

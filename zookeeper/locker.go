@@ -150,16 +150,18 @@ func (l *Locker) SessionTimeout() time.Duration { return l.primary.grantedTimeou
 // Waiters are served in the order they arrived (the sequence of their
 // nodes); each watches only the node before its own.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	return backend.AsHandle(l.acquire(ctx, "acquire", key, true, opts))
+	return backend.AsHandle(l.acquire(ctx, "acquire", key, mutexAsk, true, opts))
 }
 
 // TryAcquire takes key if nobody holds it or waits for it, and fails with an
 // error wrapping locker.ErrNotAcquired otherwise, without waiting.
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
-	return backend.AsHandle(l.acquire(ctx, "try-acquire", key, false, opts))
+	return backend.AsHandle(l.acquire(ctx, "try-acquire", key, mutexAsk, false, opts))
 }
 
-func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (*Handle, error) {
+// acquire takes key's lock of the family and kind a asks for: a mutex, a
+// read or write lock, or a permit.
+func (l *Locker) acquire(ctx context.Context, op, key string, a ask, wait bool, opts []locker.Option) (*Handle, error) {
 	// Close ends the call through cctx; Why tells the caller's context
 	// from Close.
 	cctx, done, err := l.life.Enter(ctx, op, key)
@@ -230,7 +232,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 				fmt.Errorf("zookeeper: no answer from the server within the session timeout %v, which one attempt takes at most", timeout))
 			defer c()
 		}
-		h, err := s.attempt(actx, key, wait)
+		h, err := s.attempt(actx, key, a, wait)
 		if err == nil {
 			return h, nil
 		}
@@ -273,10 +275,11 @@ func (l *Locker) awaitChecked(ctx context.Context) error {
 // the package documentation).
 func (s *session) connGen() uint64 { return s.gen.Load() }
 
-// attempt creates a node for key and contends with it.
-func (s *session) attempt(ctx context.Context, key string, wait bool) (*Handle, error) {
-	dir := LockDir(s.l.cfg.Prefix, key)
-	c, err := s.createNode(ctx, dir, newGUID())
+// attempt creates a node for key, in the directory of a's family, and
+// contends with it.
+func (s *session) attempt(ctx context.Context, key string, a ask, wait bool) (*Handle, error) {
+	dir := a.dir(s.l.cfg.Prefix, key)
+	c, err := s.createNode(ctx, dir, newGUID(), a)
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +297,12 @@ func (s *session) attempt(ctx context.Context, key string, wait bool) (*Handle, 
 		h.setDup(c, dir)
 		return h, nil
 	}
-	h, err := s.contend(ctx, key, dir, c, wait)
+	var h *Handle
+	if a.kind == kindPermit {
+		h, err = s.contendPermit(ctx, key, dir, c, a.limit, wait)
+	} else {
+		h, err = s.contend(ctx, key, dir, c, wait, a.kind == kindRead)
+	}
 	if err != nil {
 		s.removeNode(c.node)
 		return nil, err

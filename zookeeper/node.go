@@ -30,7 +30,7 @@ type createdNode struct {
 }
 
 // createNode creates the contender's protected ephemeral-sequential node in
-// dir, making the directory when it is missing, and adopts the node when
+// dir, named for what a asks, making the directory when it is missing, and adopts the node when
 // the answer to the create was lost with the connection.
 //
 // The create goes out in a multi with an empty write to the directory's
@@ -40,8 +40,8 @@ type createdNode struct {
 // costs one request, as a bare create does. A server that refuses the write
 // (an ACL on the directory without WRITE) makes the Locker use plain
 // creates from then on.
-func (s *session) createNode(ctx context.Context, dir, guid string) (createdNode, error) {
-	prefix := dir + "/" + nodeName(guid)
+func (s *session) createNode(ctx context.Context, dir, guid string, a ask) (createdNode, error) {
+	prefix := dir + "/" + a.nodeName(guid)
 	retried := false
 	for tries := 0; ; tries++ {
 		var c createdNode

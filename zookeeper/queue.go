@@ -12,7 +12,9 @@ import (
 )
 
 // contend waits until the node c made is the lowest in dir (or, without
-// wait, checks once) and returns the Handle.
+// wait, checks once) and returns the Handle. A reader's node (reader)
+// waits only until no write node is before it: the recipe below, with the
+// write nodes before its own standing for all the nodes before it.
 //
 // It lists the directory and watches the node just before its own. A node
 // created later always has a higher sequence than ours (the sequence is
@@ -24,8 +26,8 @@ import (
 // deletion (events come in transaction order) is not missed. Otherwise
 // the directory is listed again: the node that went was most likely the
 // holder, and the others before it are gone too.
-func (s *session) contend(ctx context.Context, key, dir string, c createdNode, wait bool) (*Handle, error) {
-	q := &place{s: s, ctx: ctx, key: key, dir: dir, node: c.node, name: c.node[len(dir)+1:], wait: wait}
+func (s *session) contend(ctx context.Context, key, dir string, c createdNode, wait, reader bool) (*Handle, error) {
+	q := &place{s: s, ctx: ctx, key: key, dir: dir, node: c.node, name: c.node[len(dir)+1:], wait: wait, reader: reader}
 	if c.dir != nil {
 		q.czxid, q.owner, q.known = c.dir.Mzxid, c.sid, true
 	}
@@ -64,6 +66,13 @@ type place struct {
 	ctx                  context.Context
 	key, dir, node, name string // name: node's, in dir
 	wait                 bool   // false: TryAcquire, one look
+	// reader: the node is a reader's of a reader-writer lock, which waits
+	// for the write nodes before its own only: lower holds those, and pp
+	// is not watched (the writer before the last one going does not mean
+	// that one holds: readers may be between them). A writer's node waits
+	// for every node before it, as a mutex's does, and watches pp unless
+	// it and the predecessor are both readers (see arm).
+	reader bool
 
 	czxid, owner int64 // our node's, once known
 	known        bool
@@ -177,27 +186,42 @@ func (q *place) list() error {
 		q.own, q.czxid, q.owner, q.known = ch, st.Czxid, st.EphemeralOwner, true
 		q.ownGen = g
 	}
-	nodes := sortNodes(kids)
-	idx := slices.IndexFunc(nodes, func(n lockNode) bool { return n.name == q.name })
-	if idx < 0 {
-		return errNodeGone
-	}
-	// A node of ours that is not the one we contend with would block the
-	// queue: one before ours would block us for good, one after ours
-	// everyone once we are done, until the session ends. A create retried
-	// after a lost answer makes one when its first attempt was applied
-	// after all but the listing that looked for it did not show it yet (on
-	// an ensemble, a server behind the leader answered it). Delete it.
-	for i, n := range nodes {
-		if i != idx && n.guid == nodes[idx].guid {
-			s.deleteDetached(q.dir + "/" + n.name)
-		}
+	nodes, idx, err := s.ownPlace(q.dir, q.name, kids)
+	if err != nil {
+		return err
 	}
 	q.lower, q.listed, q.fresh = nodes[:idx], true, true
+	if q.reader {
+		// A reader waits for the writers before it only.
+		q.lower = slices.DeleteFunc(q.lower, func(n lockNode) bool { return n.kind != kindWrite })
+	}
 	if len(q.lower) > 0 {
 		s.l.hot.mark(q.dir)
 	}
 	return nil
+}
+
+// ownPlace parses a listing of dir and returns its nodes in sequence order
+// and the index of ours (named name), or errNodeGone when ours is missing.
+//
+// A node of ours that is not the one we contend with would block the
+// queue: one before ours would block us for good, one after ours everyone
+// once we are done, until the session ends. A create retried after a lost
+// answer makes one when its first attempt was applied after all but the
+// listing that looked for it did not show it yet (on an ensemble, a server
+// behind the leader answered it). ownPlace deletes it.
+func (s *session) ownPlace(dir, name string, kids []string) ([]lockNode, int, error) {
+	nodes := sortNodes(kids)
+	idx := slices.IndexFunc(nodes, func(n lockNode) bool { return n.name == name })
+	if idx < 0 {
+		return nil, 0, errNodeGone
+	}
+	for i, n := range nodes {
+		if i != idx && n.guid == nodes[idx].guid {
+			s.deleteDetached(dir + "/" + n.name)
+		}
+	}
+	return nodes, idx, nil
 }
 
 // atHead, with no node left before ours, reports whether the lock is ours
@@ -240,8 +264,11 @@ func (q *place) arm() error {
 	s := q.s
 	pred := q.dir + "/" + q.lower[len(q.lower)-1].name
 	pp := ""
-	if len(q.lower) >= 2 {
-		pp = q.dir + "/" + q.lower[len(q.lower)-2].name
+	if n := len(q.lower); n >= 2 && !q.reader && (q.lower[n-1].kind != kindRead || q.lower[n-2].kind != kindRead) {
+		// Not for a writer behind two readers: a reader waits for no
+		// reader, so the one before the predecessor going tells nothing
+		// of the predecessor's turn.
+		pp = q.dir + "/" + q.lower[n-2].name
 	}
 	var reqs []*watchReq
 	var ownReq, predReq, ppReq *watchReq
@@ -253,6 +280,9 @@ func (q *place) arm() error {
 		// The predecessor gave up: the node before it, watched already,
 		// is the predecessor now.
 		q.pred, q.pp = q.pp, nil
+	}
+	if pp == "" {
+		q.pp = nil // a watch left on a node not worth watching now
 	}
 	if pred != q.pred.on() {
 		predReq = &watchReq{path: pred, shared: true}

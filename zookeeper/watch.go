@@ -71,8 +71,12 @@ type nodeWatch struct {
 	gen  uint64        // the connection generation before its GetW went out
 	set  chan struct{} // closed once the GetW was answered
 	err  error         // the GetW's error, set before set is closed
-	done chan struct{} // closed once the watch fired
-	ev   zk.Event      // set before done is closed
+	// version is the node's data version the GetW read (set before set
+	// is closed): above 0 once the node's data was written, which a
+	// semaphore's permit does when it gets in (see signal).
+	version int32
+	done    chan struct{} // closed once the watch fired
+	ev      zk.Event      // set before done is closed
 }
 
 // fired returns the channel closed once the watch fired; nil (never ready)
@@ -127,13 +131,14 @@ func (s *session) watchNode(ctx context.Context, path string) (*nodeWatch, error
 // runWatch sets w (GetW) and waits for it to fire, or for Close to begin
 // (no waiter is left then).
 func (s *session) runWatch(w *nodeWatch) {
-	_, _, ch, err := s.conn.GetW(w.path)
+	_, st, ch, err := s.conn.GetW(w.path)
 	if err != nil {
 		w.err = err
 		s.dropWatch(w)
 		close(w.set)
 		return
 	}
+	w.version = st.Version
 	close(w.set)
 	var ev zk.Event
 	select {

@@ -74,6 +74,9 @@ type Group struct {
 	Stall time.Duration
 	// OnCount, if set, is called for each counted acquisition.
 	OnCount func()
+	// Limit is how many may hold at once (a semaphore's n); 0 or 1: one,
+	// a lock. More holders fail the phase.
+	Limit int
 
 	// Handoffs: from the start of a release to the return of the next
 	// counted acquisition (after the first of a phase).
@@ -252,8 +255,8 @@ func (g *Group) contend(i int, lock Lock) {
 			continue
 		}
 		g.holding++
-		if g.holding != 1 && g.err == nil {
-			g.err, g.on = errors.New("two holders at once"), false
+		if g.holding > max(g.Limit, 1) && g.err == nil {
+			g.err, g.on = fmt.Errorf("%d holders at once, limit %d", g.holding, max(g.Limit, 1)), false
 			g.cancel(g.err)
 		}
 		counted := g.on && g.quota != 0 && (g.Mode == Contended || !g.released.IsZero())

@@ -53,6 +53,9 @@ type Side struct {
 	// Requests, if set, is the count of requests the side's clients have
 	// sent so far; each case reports the requests per acquisition.
 	Requests func() int64
+	// Limit is how many may hold at once: a semaphore's n (run it in
+	// Contended only: Handoff's turns are a lock's); 0 or 1, a lock.
+	Limit int
 }
 
 // Harness is what Run needs: the sides and the shape of the cases.
@@ -177,7 +180,7 @@ func contended(b *testing.B, h Harness, mode Mode, n int) {
 			locks[j] = s.New(b, key, j)
 		}
 		g := NewGroup(mode, locks)
-		g.Hold, g.Stall = h.Hold, h.Stall
+		g.Hold, g.Stall, g.Limit = h.Hold, h.Stall, s.Limit
 		groups[i] = g
 		b.Cleanup(g.Stop)
 		// Warm up: every contender takes the lock a few times (its

@@ -57,7 +57,13 @@ func lockNodes(t *testing.T, admin *zk.Conn, key string) []string {
 // done(children) holds, and fails the test after limit.
 func waitNodes(t *testing.T, admin *zk.Conn, key string, limit time.Duration, what string, done func([]string) bool) []string {
 	t.Helper()
-	dir := zookeeper.LockDir("", key)
+	return waitDir(t, admin, zookeeper.LockDir("", key), limit, what, done)
+}
+
+// waitDir is waitNodes on any directory: a reader-writer lock's or a
+// semaphore's too.
+func waitDir(t *testing.T, admin *zk.Conn, dir string, limit time.Duration, what string, done func([]string) bool) []string {
+	t.Helper()
 	timeout := time.After(limit)
 	for {
 		kids, _, ev, err := admin.ChildrenW(dir)
