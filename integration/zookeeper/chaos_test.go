@@ -27,13 +27,26 @@ const chaosTTL = 2 * time.Second
 // kept (sessions and their nodes survive a restart the client outlasts;
 // with a 2s session they usually do not, and the holders report the loss),
 // and cuts, blackholes or slows the link of one worker.
-func TestChaos(t *testing.T) {
+func TestChaos(t *testing.T) { runChaos(t, chaos.Family{}) }
+
+// TestChaosSemaphore and TestChaosReadWrite are TestChaos for the lock
+// families, with the same faults, for half as long.
+func TestChaosSemaphore(t *testing.T) { runChaos(t, chaos.Semaphore(2)) }
+func TestChaosReadWrite(t *testing.T) { runChaos(t, chaos.ReadWrite()) }
+
+func runChaos(t *testing.T, f chaos.Family) {
 	var (
 		srv   *testserver.Server
 		links testserver.ChaosLinks
 	)
+	duration := time.Duration(0) // the suite's default
+	if f != (chaos.Family{}) {
+		duration = 15 * time.Second
+	}
 	r := chaos.Run(t, chaos.Harness{
-		TTL: chaosTTL,
+		Family:   f,
+		Duration: duration,
+		TTL:      chaosTTL,
 		// WorkerEnv runs in the test process only: the server is started
 		// there, once, and each worker gets a proxy to it.
 		WorkerEnv: func(t *testing.T, w int) []string {
