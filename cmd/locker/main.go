@@ -3,6 +3,7 @@
 //
 //	locker run [flags] KEY -- COMMAND [ARGS...]
 //	locker run [flags] KEY -c 'SHELL COMMAND'
+//	locker hold [flags] KEY
 //	locker status [--url URL] KEY...
 //
 // Locks live in the backend named by --url, or $LOCKER_URL, or else in an
@@ -16,14 +17,16 @@
 // when it was ended by signal N; --conflict-exit-code (1) when the lock was
 // held elsewhere for longer than --wait; 124 when the lock was lost while
 // the command ran (the command was terminated); 125 when locker itself
-// failed (bad flags, URL or key, an unreachable backend); 126 when the
-// command could not be started; 127 when it was not found.
+// failed (bad flags, URL or key, a backend that did not answer within
+// --timeout); 126 when the command could not be started; 127 when it was
+// not found.
 package main
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -111,9 +114,48 @@ ZooKeeper, etcd or a SQL lock table (SQLite, MySQL/MariaDB, PostgreSQL).
 
 With no --url and no $LOCKER_URL, locks live in an SQLite database in your
 cache directory: they exclude the processes of one host, with no server.`,
+		Version:       version(),
+		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// No subcommand is a usage error: the usage goes to stderr and the
+		// status is not 0, so that a script's typo does not pass silently.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cmd.SetOut(os.Stderr)
+			_ = cmd.Usage()
+			return &exitError{code: exitFailure}
+		},
 	}
-	root.AddCommand(newRunCmd(), newStatusCmd(), newBenchCmd())
+	root.SetVersionTemplate("locker {{.Version}}\n")
+	root.AddCommand(newRunCmd(), newHoldCmd(), newStatusCmd(), newBenchCmd())
 	return root
+}
+
+// version is the module version the binary was built from ("v1.2.0" by go
+// install ...@v1.2.0, "(devel)" in a checkout), with the commit when the
+// build recorded it, and the Go version.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
+	}
+	if rev != "" {
+		v += " " + rev[:min(12, len(rev))] + dirty
+	}
+	return v + " " + bi.GoVersion
 }

@@ -353,7 +353,7 @@ func TestWaitNotice(t *testing.T) {
 	defer h.Release(context.Background())
 
 	out := make(lineWriter, 4)
-	stop := waitNotice(t.Context(), out, waiter, "k", runOpts{wait: waitFlag{forever: true}})
+	stop := waitNotice(t.Context(), out, waiter, "k", lockOpts{wait: waitFlag{forever: true}})
 	select {
 	case msg := <-out:
 		want := fmt.Sprintf("still waiting for the lock on %q after 20ms: held by another holder (token %d", "k", h.Token())
@@ -370,7 +370,7 @@ func TestWaitNotice(t *testing.T) {
 	default:
 	}
 
-	for _, o := range []runOpts{
+	for _, o := range []lockOpts{
 		{wait: waitFlag{forever: true}, quiet: true},
 		{wait: waitFlag{d: 10 * time.Millisecond}},
 	} {

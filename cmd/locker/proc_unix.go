@@ -1,32 +1,21 @@
-//go:build unix
+//go:build unix && !linux
 
 package main
 
 import (
 	"os"
-	"os/exec"
 	"syscall"
 )
 
-// setProcessGroup starts the command in a process group of its own, so that
-// a signal locker passes on reaches the command and its children exactly
-// once, and the whole group can be ended when the lock is lost.
-func setProcessGroup(c *exec.Cmd) {
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	setDeathSignal(c.SysProcAttr)
-}
+// On Unix systems other than Linux there is no child subreaper and no
+// parent-death signal: the command's orphans are init's, not locker's, so
+// locker cannot wait for them to be gone, and when locker is killed only
+// the guard ends the command's group (a process that left the group runs
+// on). The group kill itself works as on Linux.
 
-// signalGroup sends s to the command's process group.
-func signalGroup(c *exec.Cmd, s os.Signal) {
-	if c.Process == nil {
-		return
-	}
-	sig, ok := s.(syscall.Signal)
-	if !ok {
-		_ = c.Process.Signal(s)
-		return
-	}
-	if err := syscall.Kill(-c.Process.Pid, sig); err != nil {
-		_ = c.Process.Signal(s)
-	}
-}
+func becomeSubreaper() {}
+
+func setDeathSignal(*syscall.SysProcAttr) {}
+
+// raise sends sig to locker.
+func raise(sig syscall.Signal) { _ = syscall.Kill(os.Getpid(), sig) }

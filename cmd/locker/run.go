@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,50 +19,14 @@ import (
 	"github.com/go-locker/locker"
 )
 
-// waitFlag is --wait: a duration, or "forever" (the default).
-type waitFlag struct {
-	d       time.Duration
-	forever bool
-}
-
-func (w *waitFlag) String() string {
-	if w.forever {
-		return "forever"
-	}
-	return w.d.String()
-}
-
-func (w *waitFlag) Set(s string) error {
-	if s == "forever" {
-		*w = waitFlag{forever: true}
-		return nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("%q is neither a duration (0, 30s, 5m) nor \"forever\"", s)
-	}
-	if d < 0 {
-		return fmt.Errorf("%v is negative; use 0 for one try, or \"forever\"", d)
-	}
-	*w = waitFlag{d: d}
-	return nil
-}
-
-func (w *waitFlag) Type() string { return "duration" }
-
 type runOpts struct {
-	url          string
-	ttl          time.Duration
-	wait         waitFlag
-	conflictCode int
-	shell        string
-	killAfter    time.Duration
-	quiet        bool
-	verbose      bool
+	lockOpts
+	shell     string
+	killAfter time.Duration
 }
 
 func newRunCmd() *cobra.Command {
-	o := runOpts{wait: waitFlag{forever: true}}
+	var o runOpts
 	cmd := &cobra.Command{
 		Use:   "run [flags] KEY -- COMMAND [ARGS...]",
 		Short: "Run a command while holding the lock on KEY",
@@ -74,19 +38,33 @@ commands at the same time.
 The command gets LOCKER_KEY and LOCKER_TOKEN in its environment. LOCKER_TOKEN
 is the lock's fencing token: it grows with every new holder of KEY, so a
 resource that remembers the highest token it has seen can refuse the writes of
-a holder that lost the lock without knowing (paused, cut off).
+a holder that lost the lock without knowing (paused, cut off). A LOCKER_URL
+with a password reaches the command with the password replaced by xxxxx.
 
-stdin, stdout and stderr are the command's. SIGINT, SIGTERM and SIGHUP sent to
-locker are passed on to the command's process group. If the lock is lost while
-the command runs (the backend unreachable for longer than the lease, the lock
-deleted on the server), locker says so on stderr, sends the command SIGTERM,
-then SIGKILL after --kill-after, and exits with status 124.
+The command runs in a process group of its own, which locker ends as a whole
+(SIGKILL) when the command exits (what it left running in the background), when
+the lock is lost, and when locker itself dies, even by SIGKILL: no process of
+the command runs on without the lock. Under a terminal the command's group is
+the terminal's foreground job (it reads the keyboard, Ctrl-C reaches it), and
+Ctrl-Z stops the command and locker together, as one job of your shell.
+
+stdin, stdout and stderr are the command's. SIGINT, SIGTERM, SIGHUP and SIGQUIT
+sent to locker are passed on to the command's process group, SIGTSTP too (locker
+then stops with the command). If the lock is lost while the command runs (the
+backend unreachable for longer than the lease, the lock deleted on the server),
+locker says so on stderr, sends the command's group SIGKILL (with --kill-after,
+SIGTERM first and SIGKILL that long after) and exits with status 124.
+
+--timeout bounds connecting to the backend and each attempt on it: a backend
+that does not answer makes locker fail with status 125 and a line that says so,
+never the conflict status. --wait counts from the start; when it is over, a
+last try tells a key still held elsewhere from a backend that stopped answering.
 
 Exit status: the command's own; 128+N if a signal N ended it;
 --conflict-exit-code (default 1) if KEY stayed held elsewhere for --wait;
 124 if the lock was lost while the command ran; 125 if locker itself failed
-(bad flags, URL or key, unreachable backend); 126 if the command could not be
-started; 127 if it was not found.
+(bad flags, URL or key, a backend that did not answer within --timeout); 126
+if the command could not be started; 127 if it was not found.
 
 Without --url and $LOCKER_URL, locks live in ` + defaultURLHelp() + `
 which excludes the processes of this user on this host, with no server.`,
@@ -100,12 +78,14 @@ which excludes the processes of this user on this host, with no server.`,
   locker run demo -c 'echo "holding $LOCKER_KEY with token $LOCKER_TOKEN"'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
-			case len(args) == 0:
-				return errors.New("missing KEY")
+			case len(args) == 0 || cmd.ArgsLenAtDash() == 0:
+				return errors.New("missing KEY: locker run KEY -- COMMAND [ARGS...], or locker run KEY -c 'SHELL COMMAND'")
 			case o.shell != "" && len(args) > 1:
 				return fmt.Errorf("both -c %q and a command (%s) given; use one", o.shell, strings.Join(args[1:], " "))
 			case o.shell == "" && len(args) == 1:
 				return errors.New("missing COMMAND: locker run KEY -- COMMAND [ARGS...], or locker run KEY -c 'SHELL COMMAND'")
+			case cmd.ArgsLenAtDash() > 1:
+				return fmt.Errorf("%d arguments before --, want one KEY: locker run KEY -- COMMAND [ARGS...]", cmd.ArgsLenAtDash())
 			}
 			return nil
 		},
@@ -114,85 +94,26 @@ which excludes the processes of this user on this host, with no server.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.url, "url", "", "backend URL (default $LOCKER_URL, else the SQLite database above)")
-	f.DurationVar(&o.ttl, "ttl", 0, "lease of the lock, renewed while the command runs, within [1s, 24h] (default: locker.DefaultTTL, 30s)")
-	f.Var(&o.wait, "wait", `how long to wait for the lock: a duration, 0 for one try (like flock -n), or "forever"`)
-	f.IntVarP(&o.conflictCode, "conflict-exit-code", "E", 1, "exit status when the lock stays held elsewhere for --wait (like flock -E)")
+	o.lockOpts.flags(f)
 	f.StringVarP(&o.shell, "shell", "c", "", "run this shell command line (with /bin/sh -c) instead of COMMAND")
-	f.DurationVar(&o.killAfter, "kill-after", 10*time.Second, "after the lock is lost, SIGKILL the command this long after SIGTERM")
-	f.BoolVarP(&o.quiet, "quiet", "q", false, "say nothing when the lock is held elsewhere (the exit status tells)")
-	f.BoolVarP(&o.verbose, "verbose", "v", false, "say on stderr when locker starts waiting for the lock, and how long it took")
+	f.DurationVar(&o.killAfter, "kill-after", 0, "after the lock is lost, send the command SIGTERM and SIGKILL it this long after (default 0: SIGKILL at once, before another holder can have the lock)")
 	return cmd
 }
 
-// defaultURLHelp describes the default lock database for --help.
-func defaultURLHelp() string {
-	u, err := defaultURL()
-	if err != nil {
-		return "an SQLite database in the user's cache directory (" + err.Error() + ")"
-	}
-	return u + ","
-}
-
-// defaultURL is the SQLite database in the user's cache directory.
-func defaultURL() (string, error) {
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("no cache directory: %w", err)
-	}
-	return "sqlite://" + filepath.ToSlash(filepath.Join(dir, "locker", "locks.db")), nil
-}
-
-// backendURL is the URL to open: --url, else $LOCKER_URL, else the default,
-// whose directory it creates.
-func backendURL(flag string) (string, error) {
-	if flag != "" {
-		return flag, nil
-	}
-	if env := os.Getenv("LOCKER_URL"); env != "" {
-		return env, nil
-	}
-	u, err := defaultURL()
-	if err != nil {
-		return "", err
-	}
-	dir, _ := os.UserCacheDir()
-	if err := os.MkdirAll(filepath.Join(dir, "locker"), 0o700); err != nil {
-		return "", fmt.Errorf("creating the default lock database's directory: %w", err)
-	}
-	return u, nil
-}
-
-func openLocker(ctx context.Context, flag string) (locker.Locker, error) {
-	u, err := backendURL(flag)
-	if err != nil {
-		return nil, fail(exitFailure, "%v", err)
-	}
-	l, err := locker.Open(ctx, u)
-	if err != nil {
-		return nil, fail(exitFailure, "%v", err)
-	}
-	return l, nil
-}
-
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
-
-// check refuses flag values no run can use.
 func (o runOpts) check() error {
-	switch {
-	case o.conflictCode < 0 || o.conflictCode > 255:
-		return fail(exitFailure, "--conflict-exit-code %d is not an exit status (0-255)", o.conflictCode)
-	case o.ttl < 0:
-		return fail(exitFailure, "--ttl %v is negative", o.ttl)
-	case o.killAfter <= 0:
-		return fail(exitFailure, "--kill-after %v must be positive", o.killAfter)
+	if o.killAfter < 0 {
+		return fail(exitFailure, "--kill-after %v is negative", o.killAfter)
 	}
-	return nil
+	return o.lockOpts.check()
 }
+
+// forwarded are the signals locker passes on to the command: while it
+// waits for the lock, they end the wait instead.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 // runLocked takes the lock on key, runs argv while it is held, and gives it
 // back: signals end the wait before the lock is granted and go to the
-// command after; a lost lock stops the command (supervise).
+// command after; a lost lock ends the command (job.supervise).
 func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err error) {
 	if err := o.check(); err != nil {
 		return err
@@ -200,58 +121,18 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	// Signals are caught from the start: one that comes while locker waits
-	// for the lock ends the wait (leaving nothing behind) instead of killing
-	// locker mid-call.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, forwarded...)
+	h, b, sigs, err := takeLock(ctx, o.lockOpts, key, jobSignals)
+	if err != nil {
+		return err
+	}
 	defer signal.Stop(sigs)
-	wctx, stopWait := context.WithCancelCause(ctx)
-	defer stopWait(nil)
-	endWatch := watchSignals(sigs, stopWait)
-	defer endWatch()
-
-	l, err := openLocker(wctx, o.url)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := l.Close(); cerr != nil && err == nil {
-			fmt.Fprintf(os.Stderr, "locker: closing the backend: %v\n", cerr)
-		}
-	}()
-
-	var opts []locker.Option
-	if o.ttl > 0 {
-		opts = append(opts, locker.WithTTL(o.ttl))
-	}
-	if o.verbose {
-		fmt.Fprintf(os.Stderr, "locker: acquiring the lock on %q (wait: %v)\n", key, &o.wait)
-	}
-	start := time.Now()
-	stopNotice := waitNotice(wctx, os.Stderr, l, key, o)
-	h, err := acquire(wctx, l, key, o, opts)
-	stopNotice()
-	if o.verbose && err == nil {
-		fmt.Fprintf(os.Stderr, "locker: holding the lock on %q after %v, token %d, lease %v\n", key, time.Since(start).Round(time.Millisecond), h.Token(), h.TTL())
-	}
-	// From here on signals go to the command; one that came while the lock
-	// was being granted means the user wants nothing run.
-	if s, ok := endWatch().(syscall.Signal); ok {
-		if err == nil {
-			releaseQuietly(h)
-		}
-		return &exitError{code: 128 + int(s), msg: fmt.Sprintf("%v while waiting for the lock on %q; nothing was run", s, key)}
-	}
-	if err != nil {
-		return err
-	}
+	defer closeBackend(b, &err)
 
 	child := command(o.shell, argv)
-	child.Env = append(os.Environ(), "LOCKER_KEY="+key, "LOCKER_TOKEN="+strconv.FormatInt(h.Token(), 10))
+	child.Env = childEnv(os.Environ(), key, h.Token())
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	setProcessGroup(child)
-	if err := child.Start(); err != nil {
+	j, err := startJob(child, sigs)
+	if err != nil {
 		releaseQuietly(h)
 		name := "/bin/sh"
 		if o.shell == "" {
@@ -262,8 +143,9 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 		}
 		return fail(exitCannotStart, "%s: %v", name, err)
 	}
-
-	if lost := supervise(child, h, sigs, key, o.killAfter); lost != nil {
+	ws, lost := j.supervise(h, key, o.killAfter)
+	if lost {
+		releaseQuietly(h) // in case the lock was not lost on the server
 		return &exitError{code: exitLost}
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), locker.ReleaseTimeout)
@@ -274,7 +156,115 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 		}
 		fmt.Fprintf(os.Stderr, "locker: releasing the lock on %q: %v\n", key, rerr)
 	}
-	return childStatus(child)
+	return exitStatus(ws)
+}
+
+// takeLock opens the backend and takes the lock on key as o says, with
+// signals caught from the start: one that comes while locker waits for the
+// lock ends the wait (leaving nothing behind) instead of killing locker
+// mid-call, and one that comes while the lock is being granted gives it
+// back. The returned channel gets the signals that come after: it has been
+// registered for forwarded and extra.
+func takeLock(ctx context.Context, o lockOpts, key string, extra []os.Signal) (locker.Handle, *conn, chan os.Signal, error) {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	wctx, stopWait := context.WithCancelCause(ctx)
+	defer stopWait(nil)
+	endWatch := watchSignals(sigs, stopWait)
+	h, b, err := func() (locker.Handle, *conn, error) {
+		b, err := openBackend(wctx, o.backendOpts)
+		if err != nil {
+			return nil, nil, err
+		}
+		if o.verbose {
+			fmt.Fprintf(os.Stderr, "locker: acquiring the lock on %q (wait: %v)\n", key, &o.wait)
+		}
+		start := time.Now()
+		stopNotice := waitNotice(wctx, os.Stderr, b, key, o)
+		h, err := o.acquire(wctx, b, key)
+		stopNotice()
+		if err != nil {
+			return nil, b, err
+		}
+		if o.verbose {
+			fmt.Fprintf(os.Stderr, "locker: holding the lock on %q after %v, token %d, lease %v\n", key, time.Since(start).Round(time.Millisecond), h.Token(), h.TTL())
+		}
+		return h, b, nil
+	}()
+	// From here on signals are the caller's; one that came while the lock
+	// was being granted means the user wants nothing done.
+	s, _ := endWatch().(syscall.Signal)
+	if s != 0 {
+		if err == nil {
+			releaseQuietly(h)
+		}
+		err = &exitError{code: 128 + int(s), msg: fmt.Sprintf("%v while waiting for the lock on %q; nothing was run", s, key)}
+	}
+	if err != nil {
+		signal.Stop(sigs)
+		if b != nil {
+			_ = b.Close()
+		}
+		return nil, nil, nil, err
+	}
+	if len(extra) > 0 {
+		signal.Notify(sigs, extra...)
+	}
+	return h, b, sigs, nil
+}
+
+// closeBackend closes b and reports its error on stderr when the run had
+// none of its own.
+func closeBackend(b *conn, err *error) {
+	if cerr := b.Close(); cerr != nil && *err == nil {
+		fmt.Fprintf(os.Stderr, "locker: closing the backend: %v\n", cerr)
+	}
+}
+
+// childEnv is the command's environment: env with LOCKER_KEY and
+// LOCKER_TOKEN, and a LOCKER_URL with a password replaced by its redacted
+// form (the password as xxxxx). The command learns which backend holds its
+// lock, and a locker it runs in turn fails saying why (see
+// redactedPassword) rather than locking on another backend, which dropping
+// LOCKER_URL would do silently.
+func childEnv(env []string, key string, token int64) []string {
+	out := make([]string, 0, len(env)+2)
+	for _, kv := range env {
+		if u, ok := strings.CutPrefix(kv, "LOCKER_URL="); ok {
+			if u, ok = childURL(u); !ok {
+				continue
+			}
+			kv = "LOCKER_URL=" + u
+		}
+		if strings.HasPrefix(kv, "LOCKER_KEY=") || strings.HasPrefix(kv, "LOCKER_TOKEN=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "LOCKER_KEY="+key, "LOCKER_TOKEN="+strconv.FormatInt(token, 10))
+}
+
+// childURL is the LOCKER_URL the command gets for raw: raw itself unless
+// it has a password, else raw with the password as xxxxx; nothing (false)
+// for a URL that does not parse, which may hide one anywhere.
+func childURL(raw string) (string, bool) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", false
+	}
+	secret := false
+	if _, ok := u.User.Password(); ok {
+		secret = true
+	}
+	for name := range u.Query() {
+		if strings.Contains(strings.ToLower(name), "password") {
+			secret = true
+		}
+	}
+	if !secret {
+		return raw, true
+	}
+	return redactURL(raw), true
 }
 
 // watchSignals ends the wait (stop) when a signal comes on sigs before
@@ -303,36 +293,6 @@ func watchSignals(sigs <-chan os.Signal, stop context.CancelCauseFunc) (end func
 	}
 }
 
-// supervise waits for the started child to exit, passing it the signals
-// that come meanwhile; when the lock is lost first it sends the child
-// SIGTERM, then SIGKILL after killAfter, and returns the loss.
-func supervise(child *exec.Cmd, h locker.Handle, sigs <-chan os.Signal, key string, killAfter time.Duration) (lost error) {
-	exited := make(chan struct{})
-	go func() {
-		_ = child.Wait()
-		close(exited)
-	}()
-	var kill <-chan time.Time
-	done := h.Done()
-	for {
-		select {
-		case <-exited:
-			return lost
-		case s := <-sigs:
-			signalGroup(child, s)
-		case <-done:
-			done = nil
-			lost = h.Err()
-			fmt.Fprintf(os.Stderr, "locker: lost the lock on %q while the command ran (%v); sending it SIGTERM, SIGKILL in %v\n", key, lost, killAfter)
-			signalGroup(child, syscall.SIGTERM)
-			kill = time.After(killAfter)
-		case <-kill:
-			fmt.Fprintf(os.Stderr, "locker: the command did not exit within %v of SIGTERM; sending SIGKILL\n", killAfter)
-			signalGroup(child, syscall.SIGKILL)
-		}
-	}
-}
-
 // waitNoticeAfter is how long a waiting run stays silent before it says
 // what it waits for.
 var waitNoticeAfter = 10 * time.Second
@@ -343,7 +303,7 @@ var waitNoticeAfter = 10 * time.Second
 // (some clients, etcd's among them, wait for an unreachable server instead
 // of failing). Not with --quiet, nor for a single try. The returned
 // function stops it.
-func waitNotice(ctx context.Context, w io.Writer, l locker.Locker, key string, o runOpts) (stop func()) {
+func waitNotice(ctx context.Context, w io.Writer, l locker.Locker, key string, o lockOpts) (stop func()) {
 	if o.quiet || (!o.wait.forever && o.wait.d <= waitNoticeAfter) {
 		return func() {}
 	}
@@ -383,42 +343,6 @@ func waitNotice(ctx context.Context, w io.Writer, l locker.Locker, key string, o
 	}
 }
 
-// acquire takes the lock as --wait says.
-func acquire(ctx context.Context, l locker.Locker, key string, o runOpts, opts []locker.Option) (locker.Handle, error) {
-	var h locker.Handle
-	var err error
-	switch {
-	case o.wait.forever:
-		h, err = l.Acquire(ctx, key, opts...)
-	case o.wait.d == 0:
-		h, err = l.TryAcquire(ctx, key, opts...)
-	default:
-		wctx, cancel := context.WithTimeoutCause(ctx, o.wait.d, errWaited)
-		defer cancel()
-		h, err = l.Acquire(wctx, key, opts...)
-		if err != nil && errors.Is(context.Cause(wctx), errWaited) && ctx.Err() == nil {
-			err = fmt.Errorf("%w: %w", locker.ErrNotAcquired, err)
-		}
-	}
-	switch {
-	case err == nil:
-		return h, nil
-	case errors.Is(err, locker.ErrNotAcquired) && ctx.Err() == nil:
-		msg := fmt.Sprintf("the lock on %q is held elsewhere", key)
-		if o.wait.d > 0 {
-			msg += fmt.Sprintf(" (waited %v)", o.wait.d)
-		}
-		if o.quiet {
-			msg = ""
-		}
-		return nil, &exitError{code: o.conflictCode, msg: msg}
-	default:
-		return nil, fail(exitFailure, "%v", err)
-	}
-}
-
-var errWaited = errors.New("--wait elapsed")
-
 // command builds the command to run: argv, or the shell command line.
 func command(shell string, argv []string) *exec.Cmd {
 	if shell != "" {
@@ -427,20 +351,18 @@ func command(shell string, argv []string) *exec.Cmd {
 	return exec.Command(argv[0], argv[1:]...)
 }
 
-// childStatus is locker's exit for a command that has exited: its status, or
-// 128+N when signal N ended it.
-func childStatus(c *exec.Cmd) error {
-	st := c.ProcessState
-	if code := st.ExitCode(); code >= 0 {
-		if code == 0 {
-			return nil
-		}
-		return &exitError{code: code}
-	}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+// exitStatus is locker's exit for a command that ended with ws: its
+// status, or 128+N when signal N ended it.
+func exitStatus(ws syscall.WaitStatus) error {
+	switch {
+	case ws.Exited() && ws.ExitStatus() == 0:
+		return nil
+	case ws.Exited():
+		return &exitError{code: ws.ExitStatus()}
+	case ws.Signaled():
 		return &exitError{code: 128 + int(ws.Signal())}
 	}
-	return &exitError{code: exitFailure, msg: "the command ended with status " + st.String()}
+	return &exitError{code: exitFailure, msg: fmt.Sprintf("the command ended with wait status %#x", uint32(ws))}
 }
 
 func releaseQuietly(h locker.Handle) {
