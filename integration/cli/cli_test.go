@@ -1,5 +1,5 @@
-// Package cli_test runs the locker command (cmd/locker, built from this
-// checkout) against real servers: what its exit status says about a key
+// Package cli_test runs the locker command (cmd/locker and its sibling
+// cmd/locker/locker-full, built from this checkout) against real servers: what its exit status says about a key
 // held elsewhere and about a backend that stopped answering.
 package cli_test
 
@@ -31,12 +31,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// locker runs locker-full, beside it, for etcd:// URLs.
 	binary = filepath.Join(dir, "locker")
-	build := exec.Command("go", "build", "-race", "-o", binary, "./cmd/locker")
-	build.Dir, build.Stderr = root, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building cmd/locker:", err)
-		os.Exit(1)
+	for _, b := range [][2]string{{binary, "./cmd/locker"}, {filepath.Join(dir, "locker-full"), "./cmd/locker/locker-full"}} {
+		build := exec.Command("go", "build", "-race", "-o", b[0], b[1])
+		build.Dir, build.Stderr = root, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building", b[1], err)
+			os.Exit(1)
+		}
 	}
 	defer os.RemoveAll(dir)
 	testserver.Main(m)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -66,7 +66,7 @@ Exit status: the command's own; 128+N if a signal N ended it;
 (bad flags, URL or key, a backend that did not answer within --timeout); 126
 if the command could not be started; 127 if it was not found.
 
-Without --url and $LOCKER_URL, locks live in ` + defaultURLHelp() + `
+Without --url and $LOCKER_URL, locks live in ` + DefaultURLHelp() + `
 which excludes the processes of this user on this host, with no server.`,
 		Example: `  # One backup at a time across the cluster; skip if one is running.
   locker run --url redis://redis:6379 --wait 0 backup -- /usr/local/bin/backup --full
@@ -264,7 +264,7 @@ func childURL(raw string) (string, bool) {
 	if !secret {
 		return raw, true
 	}
-	return redactURL(raw), true
+	return RedactURL(raw), true
 }
 
 // watchSignals ends the wait (stop) when a signal comes on sigs before

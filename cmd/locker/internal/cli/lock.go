@@ -1,9 +1,10 @@
-package main
+package cli
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/go-locker/locker/backend"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -110,7 +111,7 @@ func (o lockOpts) options() []locker.Option {
 }
 
 // defaultURLHelp describes the default lock database for --help.
-func defaultURLHelp() string {
+func DefaultURLHelp() string {
 	u, err := defaultURL()
 	if err != nil {
 		return "an SQLite database in the user's cache directory (" + err.Error() + ")"
@@ -129,7 +130,7 @@ func defaultURL() (string, error) {
 
 // backendURL is the URL to open: --url, else $LOCKER_URL, else the default,
 // whose directory it creates.
-func backendURL(flag string) (string, error) {
+func BackendURL(flag string) (string, error) {
 	if flag != "" {
 		return flag, nil
 	}
@@ -186,14 +187,17 @@ type conn struct {
 
 // openBackend opens the backend, bounded by --timeout.
 func openBackend(ctx context.Context, o backendOpts) (*conn, error) {
-	u, err := backendURL(o.url)
+	u, err := BackendURL(o.url)
 	if err != nil {
 		return nil, fail(exitFailure, "%v", err)
 	}
 	if redactedPassword(u) {
-		return nil, fail(exitFailure, "the password in %s is %q, the placeholder locker run puts in its command's LOCKER_URL: give this locker the URL itself (--url, or a LOCKER_URL of its own)", redactURL(u), passwordPlaceholder)
+		return nil, fail(exitFailure, "the password in %s is %q, the placeholder locker run puts in its command's LOCKER_URL: give this locker the URL itself (--url, or a LOCKER_URL of its own)", RedactURL(u), passwordPlaceholder)
 	}
-	b := &conn{shown: redactURL(u), timeout: o.timeout}
+	if err := delegateURL(u); err != nil {
+		return nil, err
+	}
+	b := &conn{shown: RedactURL(u), timeout: o.timeout}
 	octx, cancel := context.WithTimeoutCause(ctx, o.timeout, errTimeout)
 	defer cancel()
 	l, err := locker.Open(octx, u)
@@ -280,4 +284,18 @@ func (o lockOpts) conflict(key string) error {
 		msg += fmt.Sprintf(" (waited %v)", o.wait.d)
 	}
 	return &exitError{code: o.conflictCode, msg: msg}
+}
+
+// RedactURL is u with its password, and query parameters named like one,
+// blanked out.
+func RedactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		// Say no more than the scheme: the rest may hold a password.
+		if i := strings.Index(u, ":"); i > 0 {
+			return u[:i] + ":..."
+		}
+		return "the backend"
+	}
+	return backend.Redact(p.Redacted(), p)
 }
