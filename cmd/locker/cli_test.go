@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -119,5 +121,30 @@ func TestHold(t *testing.T) {
 	r.want(t, 0, "--wait 0 after locker hold ended")
 	if next, _ := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64); next <= tok {
 		t.Errorf("the next holder's token %d is not above locker hold's %d", next, tok)
+	}
+}
+
+// TestFullMissing: without locker-full beside it or in $PATH, locker says
+// how to install it for bench and etcd:// URLs instead of failing obscurely.
+func TestFullMissing(t *testing.T) {
+	e := newEnv(t)
+	alone := filepath.Join(t.TempDir(), "locker")
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"bench"}, {"status", "--url", "etcd://127.0.0.1:1", "k"}} {
+		c := exec.Command(alone, args...)
+		c.Env = append(e.cmd().Env, "PATH=/usr/bin:/bin")
+		var errb strings.Builder
+		c.Stderr = &errb
+		err := c.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitFailure || !strings.Contains(errb.String(), "go install github.com/go-locker/locker/cmd/locker/...@latest") {
+			t.Errorf("locker %v without locker-full: %v, stderr %q; want status %d and how to install it", args, err, errb.String(), exitFailure)
+		}
 	}
 }

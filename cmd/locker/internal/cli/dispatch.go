@@ -21,7 +21,7 @@ func delegated(name, short string) *cobra.Command {
 		Short:              short,
 		DisableFlagParsing: true,
 		RunE: func(*cobra.Command, []string) error {
-			return execFull(name + " subcommand")
+			return execFull("the " + name + " subcommand is")
 		},
 	}
 }
@@ -34,19 +34,20 @@ func delegateURL(rawURL string) error {
 	if err != nil || !slices.Contains(config.Schemes, strings.ToLower(u.Scheme)) {
 		return nil
 	}
-	return execFull(strings.ToLower(u.Scheme) + ":// URLs")
+	return execFull(strings.ToLower(u.Scheme) + ":// URLs are")
 }
 
 // execFull replaces this process by the Full binary, with the same
 // arguments and environment: signals, the terminal and the exit status are
 // then all its own. It looks for it beside this binary, then in $PATH.
+// what names what it serves, with its verb: "etcd:// URLs are".
 func execFull(what string) error {
 	path, err := fullPath()
 	if err != nil {
-		return fail(exitFailure, "%s are served by %s, which is not installed beside locker nor in $PATH: go install github.com/go-locker/locker/cmd/locker/...@latest installs both", what, config.Full)
+		return fail(exitFailure, "%s served by %s, which is not installed beside locker nor in $PATH: go install github.com/go-locker/locker/cmd/locker/...@latest installs both", what, config.Full)
 	}
 	err = syscall.Exec(path, append([]string{path}, os.Args[1:]...), os.Environ())
-	return fail(exitFailure, "running %s for %s: %v", path, what, err)
+	return fail(exitFailure, "%s served by %s, which did not run: %v", what, path, err)
 }
 
 func fullPath() (string, error) {
