@@ -362,7 +362,7 @@ func exitStatus(ws syscall.WaitStatus) error {
 	case ws.Signaled():
 		return &exitError{code: 128 + int(ws.Signal())}
 	}
-	return &exitError{code: exitFailure, msg: fmt.Sprintf("the command ended with wait status %#x", uint32(ws))}
+	return &exitError{code: exitFailure, msg: fmt.Sprintf("the command ended with wait status %v", ws)}
 }
 
 func releaseQuietly(h locker.Handle) {
