@@ -3,7 +3,9 @@
 //
 //	locker run [flags] KEY -- COMMAND [ARGS...]
 //	locker run [flags] KEY -c 'SHELL COMMAND'
+//	locker hold [flags] KEY
 //	locker status [--url URL] KEY...
+//	locker bench [--url URL] [flags]
 //
 // Locks live in the backend named by --url, or $LOCKER_URL, or else in an
 // SQLite database in the user's cache directory, shared by every process of
@@ -12,24 +14,29 @@
 // redlock://, postgres://, zookeeper://, etcd://, sqlite:, mysql://,
 // postgres+table://.
 //
+// This binary links every backend but etcd, whose client's package init
+// (gRPC, protobuf) would double the start of every locker run; for etcd://
+// and etcds:// URLs and for locker bench it runs locker-full, its sibling
+// (cmd/locker/locker-full, installed with it by
+// go install github.com/go-locker/locker/cmd/locker/...@latest), in its
+// place.
+//
 // Exit status of run: the command's own status when it ran to its end; 128+N
 // when it was ended by signal N; --conflict-exit-code (1) when the lock was
 // held elsewhere for longer than --wait; 124 when the lock was lost while
 // the command ran (the command was terminated); 125 when locker itself
-// failed (bad flags, URL or key, an unreachable backend); 126 when the
-// command could not be started; 127 when it was not found.
+// failed (bad flags, URL or key, a backend that did not answer within
+// --timeout); 126 when the command could not be started; 127 when it was
+// not found.
 package main
 
 import (
-	"errors"
-	"fmt"
 	"os"
-	"strings"
 
-	"github.com/spf13/cobra"
+	"github.com/go-locker/locker/cmd/locker/internal/cli"
 
-	// The backends, registered for locker.Open by their URL schemes.
-	_ "github.com/go-locker/locker/etcd"
+	// The backends, registered for locker.Open by their URL schemes:
+	// all but etcd (see above).
 	_ "github.com/go-locker/locker/postgres"
 	_ "github.com/go-locker/locker/redis"
 	_ "github.com/go-locker/locker/redis/redlock"
@@ -39,81 +46,6 @@ import (
 	_ "github.com/go-locker/locker/zookeeper"
 )
 
-// Exit statuses of locker itself (the command's own pass through).
-const (
-	exitLost        = 124 // the lock was lost while the command ran
-	exitFailure     = 125 // locker failed: bad flags, URL or key, backend unreachable
-	exitCannotStart = 126 // the command was found but could not be started
-	exitNotFound    = 127 // the command was not found
-)
-
-// exitError carries an exit status and the one line to print for it.
-type exitError struct {
-	code int
-	msg  string // printed as "locker: msg" unless empty
-}
-
-func (e *exitError) Error() string { return e.msg }
-
-func fail(code int, format string, args ...any) error {
-	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
-}
-
 func main() {
-	os.Exit(run(os.Args[1:]))
-}
-
-// run runs the command line args and returns the exit status.
-func run(args []string) int {
-	root := newRootCmd()
-	root.SetArgs(args)
-	err := root.Execute()
-	if err == nil {
-		return 0
-	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		if ee.msg != "" {
-			fmt.Fprintln(os.Stderr, "locker: "+oneLine(strings.TrimPrefix(ee.msg, "locker: ")))
-		}
-		return ee.code
-	}
-	// Flag and argument errors from cobra.
-	fmt.Fprintln(os.Stderr, "locker: "+err.Error())
-	fmt.Fprintln(os.Stderr, "Run 'locker --help' for usage.")
-	return exitFailure
-}
-
-// oneLine joins the lines of a message that a client library spread over
-// several (pgx lists each address it tried on a line of its own).
-func oneLine(msg string) string {
-	var b strings.Builder
-	for i, l := range strings.Split(strings.TrimSpace(msg), "\n") {
-		l = strings.TrimSpace(l)
-		if i > 0 {
-			if strings.HasSuffix(b.String(), ":") {
-				b.WriteString(" ")
-			} else {
-				b.WriteString("; ")
-			}
-		}
-		b.WriteString(l)
-	}
-	return b.String()
-}
-
-func newRootCmd() *cobra.Command {
-	root := &cobra.Command{
-		Use:   "locker",
-		Short: "Run commands under distributed locks, and see who holds them",
-		Long: `locker takes distributed locks with fencing tokens on Redis, PostgreSQL,
-ZooKeeper, etcd or a SQL lock table (SQLite, MySQL/MariaDB, PostgreSQL).
-
-With no --url and no $LOCKER_URL, locks live in an SQLite database in your
-cache directory: they exclude the processes of one host, with no server.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.AddCommand(newRunCmd(), newStatusCmd(), newBenchCmd())
-	return root
+	os.Exit(cli.Main(os.Args[1:], cli.Config{Full: "locker-full", Schemes: []string{"etcd", "etcds"}}))
 }

@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/memlock"
 	"github.com/go-locker/locker/sqltable"
 )
 
@@ -29,18 +27,30 @@ import (
 
 var binary string
 
+// locker's own exit statuses (cmd/locker/internal/cli).
+const (
+	exitLost        = 124
+	exitFailure     = 125
+	exitCannotStart = 126
+	exitNotFound    = 127
+)
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "locker-cmd-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Both binaries, side by side as go install puts them: locker runs
+	// locker-full for etcd:// URLs and bench.
 	binary = filepath.Join(dir, "locker")
-	build := exec.Command("go", "build", "-race", "-o", binary, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the locker binary:", err)
-		os.Exit(1)
+	for _, b := range [][2]string{{binary, "."}, {filepath.Join(dir, "locker-full"), "./locker-full"}} {
+		build := exec.Command("go", "build", "-race", "-o", b[0], b[1])
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building", b[1], err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -326,61 +336,6 @@ func TestStatus(t *testing.T) {
 	for _, want := range []string{`"key": "held-key"`, `"held": true`, `"key": "free-key"`, `"held": false`} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status output lacks %s: %s", want, r.stdout)
-		}
-	}
-}
-
-// lineWriter hands each write to a channel.
-type lineWriter chan string
-
-func (w lineWriter) Write(p []byte) (int, error) { w <- string(p); return len(p), nil }
-
-// TestWaitNotice: a run that waits longer than waitNoticeAfter says who
-// holds the lock (memlock can tell), once; a run whose wait ended first, a
-// --quiet run and a short --wait say nothing.
-func TestWaitNotice(t *testing.T) {
-	old := waitNoticeAfter
-	waitNoticeAfter = 20 * time.Millisecond
-	t.Cleanup(func() { waitNoticeAfter = old })
-	s := memlock.NewStore()
-	holder, waiter := s.NewLocker(), s.NewLocker()
-	defer holder.Close()
-	defer waiter.Close()
-	h, err := holder.Acquire(t.Context(), "k", locker.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Release(context.Background())
-
-	out := make(lineWriter, 4)
-	stop := waitNotice(t.Context(), out, waiter, "k", runOpts{wait: waitFlag{forever: true}})
-	select {
-	case msg := <-out:
-		want := fmt.Sprintf("still waiting for the lock on %q after 20ms: held by another holder (token %d", "k", h.Token())
-		if !strings.Contains(msg, want) {
-			t.Errorf("notice %q does not say %q", msg, want)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no notice within 10s of a 20ms wait")
-	}
-	stop()
-	select {
-	case msg := <-out:
-		t.Errorf("a second notice: %q", msg)
-	default:
-	}
-
-	for _, o := range []runOpts{
-		{wait: waitFlag{forever: true}, quiet: true},
-		{wait: waitFlag{d: 10 * time.Millisecond}},
-	} {
-		stop := waitNotice(t.Context(), out, waiter, "k", o)
-		time.Sleep(100 * time.Millisecond) // five notice delays: a notice would have come
-		stop()
-		select {
-		case msg := <-out:
-			t.Errorf("notice with %+v: %q", o, msg)
-		default:
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package benchcmd
 
 import (
 	"fmt"
@@ -26,25 +26,27 @@ const cdfPoints = 1000
 // with latency on a log scale in milliseconds, in two panels: above, the
 // share of operations that took at most x (the CDF: medians and the body);
 // below, on a log scale, the share that took at least x (the tail: p99,
-// p99.9 and the maximum, squeezed into the CDF's top edge). It writes the
-// picture to w as PNG or SVG, as name's extension says.
+// p99.9 and the maximum, squeezed into the CDF's top edge). The title runs
+// across the top, and the legend, which names the cases of both panels
+// (each case has one colour and dash in both), has a row of its own under
+// them: inside a panel it would cover some case's curve, whatever the
+// corner. It writes the picture to w as PNG or SVG, as name's extension
+// says.
 func writePlot(w io.Writer, name, title string, results []*caseResult) error {
 	format, err := plotFormat(name)
 	if err != nil {
 		return err
 	}
 	body, tail := plot.New(), plot.New()
-	body.Title.Text = title + "\nbody: share of operations that took at most x (one line per case)"
-	body.Title.Padding = vg.Points(8)
+	body.Title.Text = "body: share of operations that took at most x"
 	tail.Title.Text = "tail: share of operations that took at least x (log scale)"
-	tail.Title.Padding = vg.Points(8)
-	body.Y.Label.Text = "share of operations ≤ x"
+	body.Y.Label.Text = "share ≤ x"
 	body.Y.Min, body.Y.Max = 0, 1
 	body.Y.Tick.Marker = plot.ConstantTicks{
 		{Value: 0, Label: "0"}, {Value: 0.25, Label: "0.25"}, {Value: 0.5, Label: "0.5 (p50)"},
 		{Value: 0.75, Label: "0.75"}, {Value: 0.9, Label: "0.9 (p90)"}, {Value: 1, Label: "1"},
 	}
-	tail.Y.Label.Text = "share of operations ≥ x (log)"
+	tail.Y.Label.Text = "share ≥ x (log)"
 	tail.Y.Scale = plot.LogScale{}
 	most := 1
 	for _, r := range results {
@@ -59,6 +61,7 @@ func writePlot(w io.Writer, name, title string, results []*caseResult) error {
 	}
 	tail.Y.Tick.Marker = tailTicks
 	for _, p := range []*plot.Plot{body, tail} {
+		p.Title.Padding = vg.Points(6)
 		p.X.Label.Text = "latency x (ms, log scale)"
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = msTicks{}
@@ -69,35 +72,67 @@ func writePlot(w io.Writer, name, title string, results []*caseResult) error {
 		grid.Horizontal.Dashes = grid.Vertical.Dashes
 		p.Add(grid)
 	}
+	legend := plot.NewLegend()
+	legend.Top, legend.Left = true, true
+	legend.Padding = vg.Points(3)
+	legend.ThumbnailWidth = vg.Points(30)
 	for i, r := range results {
 		if len(r.lat) == 0 {
 			continue
 		}
-		body.Legend.Add(fmt.Sprintf("%s: %s (n=%d, p50 %s, p99 %s, max %s)", r.name, r.what, len(r.lat),
+		legend.Add(fmt.Sprintf("%s: %s (n=%d, p50 %s, p99 %s, max %s)", r.name, r.what, len(r.lat),
 			fmtLatency(benchstats.Percentile(r.lat, 0.5)), fmtLatency(benchstats.Percentile(r.lat, 0.99)),
 			fmtLatency(benchstats.Percentile(r.lat, 1))), addLine(body, i, cdf(r.lat)))
 		addLine(tail, i, ccdf(r.lat))
 	}
-	body.Legend.Top = false
-	body.Legend.Left = false
-	body.Legend.XOffs = -vg.Points(6)
-	body.Legend.YOffs = vg.Points(6)
-	body.Legend.Padding = vg.Points(2)
-	body.Legend.ThumbnailWidth = vg.Points(30)
 
 	c, err := draw.NewFormattedCanvas(10*vg.Inch, 9*vg.Inch, format)
 	if err != nil {
 		return err
 	}
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6),
-		PadLeft: vg.Points(6), PadRight: vg.Points(12), PadY: vg.Points(18)}
-	plots := [][]*plot.Plot{{body}, {tail}}
-	canvases := plot.Align(plots, tiles, draw.New(c))
-	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
+	dc := draw.New(c)
+	pad := vg.Points(8)
+	// The title, across the top.
+	ts := body.Title.TextStyle
+	ts.XAlign, ts.YAlign = draw.XCenter, draw.YTop
+	dc.FillText(ts, vg.Point{X: (dc.Min.X + dc.Max.X) / 2, Y: dc.Max.Y - pad}, title)
+	titleH := ts.Rectangle(title).Size().Y + 2*pad
+	// The legend, under the panels, indented to the panels' left edge.
+	legendH := legend.Rectangle(dc).Size().Y + 2*pad
+	legendArea := draw.Crop(dc, 2*pad+vg.Points(40), 0, pad, -(dc.Size().Y - legendH))
+	legend.Draw(legendArea)
+	// The panels between, one above the other, each with its title right
+	// above its data, and their data areas aligned left and right so that
+	// one x is one latency in both (plot.Align would also make their heights
+	// equal, moving the tail's title away from its data).
+	panels := draw.Crop(dc, pad, -vg.Points(12), legendH, -titleH)
+	gap := vg.Points(14)
+	half := (panels.Size().Y - gap) / 2
+	areas := []draw.Canvas{
+		draw.Crop(panels, 0, 0, half+gap, 0),
+		draw.Crop(panels, 0, 0, 0, -(half + gap)),
 	}
+	alignX([]*plot.Plot{body, tail}, areas)
+	body.Draw(areas[0])
+	tail.Draw(areas[1])
 	_, err = c.WriteTo(w)
 	return err
+}
+
+// alignX narrows the canvases cs of plots ps (one each) so that their
+// data areas share their left and right edges: the widest axis labels of
+// all decide.
+func alignX(ps []*plot.Plot, cs []draw.Canvas) {
+	var left, right vg.Length
+	for i, p := range ps {
+		d := p.DataCanvas(cs[i])
+		left = max(left, d.Min.X-cs[i].Min.X)
+		right = max(right, cs[i].Max.X-d.Max.X)
+	}
+	for i, p := range ps {
+		d := p.DataCanvas(cs[i])
+		cs[i] = draw.Crop(cs[i], left-(d.Min.X-cs[i].Min.X), -(right - (cs[i].Max.X - d.Max.X)), 0, 0)
+	}
 }
 
 // addLine adds the i-th case's line to p.

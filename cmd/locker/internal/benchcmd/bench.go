@@ -1,4 +1,4 @@
-package main
+package benchcmd
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,7 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/cmd/locker/internal/cli"
 	"github.com/go-locker/locker/conformance/benchmark"
 )
 
@@ -42,7 +41,11 @@ const (
 	maxBenchOps     = 10_000_000
 )
 
-func newBenchCmd() *cobra.Command {
+// Command is "locker bench": it measures a backend and plots the latency
+// distributions. It lives in a package of its own, linked only into
+// locker-full, so that its dependencies (gonum/plot and its fonts, the
+// progress bar) cost the start of locker run nothing.
+func Command() *cobra.Command {
 	o := benchOpts{}
 	cmd := &cobra.Command{
 		Use:   "bench [--url URL] [flags]",
@@ -81,7 +84,7 @@ row per case, freed by their usual pruning.
 Exit status: 0 when every case ran; 125 on bad flags, a bad or unreachable
 URL, or a backend error during the run; 128+N when signal N interrupted it.
 
-Without --url and $LOCKER_URL, the backend is ` + strings.TrimSuffix(defaultURLHelp(), ",") + ".",
+Without --url and $LOCKER_URL, the backend is ` + strings.TrimSuffix(cli.DefaultURLHelp(), ",") + ".",
 		Example: `  # The local default (an SQLite file in your cache directory).
   locker bench
 
@@ -159,14 +162,14 @@ type bencher struct {
 
 func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) (err error) {
 	if err := o.validate(); err != nil {
-		return fail(exitFailure, "%v", err)
+		return cli.Fail(cli.ExitFailure, "%v", err)
 	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	u, err := backendURL(o.url)
+	u, err := cli.BackendURL(o.url)
 	if err != nil {
-		return fail(exitFailure, "%v", err)
+		return cli.Fail(cli.ExitFailure, "%v", err)
 	}
 	// The picture goes to a temporary file beside --plot, created first so
 	// that a bad path fails before the run rather than after it, and renamed
@@ -179,7 +182,7 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) (err e
 			if errors.As(err, &pe) {
 				err = pe.Err
 			}
-			return fail(exitFailure, "--plot %s: cannot write in %s: %v", o.plot, filepath.Dir(o.plot), err)
+			return cli.Fail(cli.ExitFailure, "--plot %s: cannot write in %s: %v", o.plot, filepath.Dir(o.plot), err)
 		}
 		defer func() {
 			plotFile.Close()
@@ -203,7 +206,7 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) (err e
 
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
-	b := &bencher{o: o, url: u, shown: redactURL(u), prefix: o.prefix + hex.EncodeToString(id) + "/", prog: newProgress(stderr)}
+	b := &bencher{o: o, url: u, shown: cli.RedactURL(u), prefix: o.prefix + hex.EncodeToString(id) + "/", prog: newProgress(stderr)}
 	if o.ttl > 0 {
 		b.opts = append(b.opts, locker.WithTTL(o.ttl))
 	}
@@ -212,25 +215,25 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) (err e
 	if err != nil {
 		var sig signalError
 		if errors.As(context.Cause(ctx), &sig) {
-			return &exitError{code: 128 + int(sig.s), msg: fmt.Sprintf("bench interrupted by %v; its locks were released", sig.s)}
+			return cli.Fail(128+int(sig.s), "bench interrupted by %v; its locks were released", sig.s)
 		}
-		return fail(exitFailure, "%v", err)
+		return cli.Fail(cli.ExitFailure, "%v", err)
 	}
 	if err := printBench(stdout, results); err != nil {
-		return fail(exitFailure, "writing the table: %v", err)
+		return cli.Fail(cli.ExitFailure, "writing the table: %v", err)
 	}
 	if plotFile != nil {
 		if err := writePlot(plotFile, o.plot, "locker bench: "+b.shown, results); err != nil {
-			return fail(exitFailure, "--plot: %v", err)
+			return cli.Fail(cli.ExitFailure, "--plot: %v", err)
 		}
 		if err := plotFile.Close(); err != nil {
-			return fail(exitFailure, "--plot: %v", err)
+			return cli.Fail(cli.ExitFailure, "--plot: %v", err)
 		}
 		if err := os.Chmod(plotFile.Name(), 0o644); err != nil {
-			return fail(exitFailure, "--plot: %v", err)
+			return cli.Fail(cli.ExitFailure, "--plot: %v", err)
 		}
 		if err := os.Rename(plotFile.Name(), o.plot); err != nil {
-			return fail(exitFailure, "--plot: %v", err)
+			return cli.Fail(cli.ExitFailure, "--plot: %v", err)
 		}
 		b.prog.say("latency distributions written to %s", o.plot)
 	}
@@ -437,18 +440,4 @@ func (b *bencher) contended(ctx context.Context, n int) (_ *caseResult, err erro
 	slices.Sort(r.lat)
 	task.done(fmt.Sprintf("%d acquisitions in %v", r.ops, elapsed.Round(time.Millisecond)))
 	return r, nil
-}
-
-// redactURL is u with its password, and query parameters named like one,
-// blanked out.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		// Say no more than the scheme: the rest may hold a password.
-		if i := strings.Index(u, ":"); i > 0 {
-			return u[:i] + ":..."
-		}
-		return "the backend"
-	}
-	return backend.Redact(p.Redacted(), p)
 }

@@ -1,6 +1,7 @@
-package main
+package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,7 +14,8 @@ import (
 )
 
 func newStatusCmd() *cobra.Command {
-	var url, output string
+	var o backendOpts
+	var output string
 	cmd := &cobra.Command{
 		Use:   "status [--url URL] KEY...",
 		Short: "Show whether keys are held, with the holder's fencing token and lease",
@@ -22,7 +24,9 @@ holder's fencing token and the lease it has left (for backends whose locks
 have a lease). It takes no lock and changes nothing. The answer may be stale
 the moment it is printed: it is for looking, not for deciding who may write.
 
-Backends that cannot tell who holds a lock make status fail with status 125.`,
+Backends that cannot tell who holds a lock make status fail with status 125,
+as does a backend that does not answer within --timeout (for connecting, and
+for each key).`,
 		Example: `  locker status backup nightly-report
   locker status --url redis://redis:6379 -o json payment/42`,
 		Args: cobra.MinimumNArgs(1),
@@ -30,8 +34,14 @@ Backends that cannot tell who holds a lock make status fail with status 125.`,
 			if output != "table" && output != "json" {
 				return fail(exitFailure, "-o %q: want table or json", output)
 			}
+			if err := o.check(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
-			l, err := openLocker(ctx, url)
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			l, err := openBackend(ctx, o)
 			if err != nil {
 				return err
 			}
@@ -40,22 +50,24 @@ Backends that cannot tell who holds a lock make status fail with status 125.`,
 					err = fail(exitFailure, "closing the backend: %v", cerr)
 				}
 			}()
-			in, ok := l.(locker.Inspector)
+			in, ok := l.Locker.(locker.Inspector)
 			if !ok {
-				return fail(exitFailure, "this backend (%T) cannot tell who holds a lock", l)
+				return fail(exitFailure, "this backend (%T) cannot tell who holds a lock", l.Locker)
 			}
 			infos := make([]locker.LockInfo, 0, len(keys))
 			for _, k := range keys {
-				info, err := in.Inspect(ctx, k)
+				ictx, cancel := context.WithTimeoutCause(ctx, o.timeout, errTimeout)
+				info, err := in.Inspect(ictx, k)
+				cancel()
 				if err != nil {
-					return fail(exitFailure, "%v", err)
+					return l.failure(ctx, ictx, fmt.Sprintf("inspecting %q", k), err)
 				}
 				infos = append(infos, info)
 			}
 			return printStatus(infos, output)
 		},
 	}
-	cmd.Flags().StringVar(&url, "url", "", "backend URL (default $LOCKER_URL, else the SQLite database of locker run)")
+	o.flags(cmd.Flags(), "backend URL (default $LOCKER_URL, else the SQLite database of locker run)")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
 }
