@@ -437,3 +437,59 @@ func TestFamiliesMinorityDown(t *testing.T) {
 	}
 	_ = w.h.Release(ctx)
 }
+
+// Nodes that grant different permit slots: a slot left on one node (a
+// grant its round could not give back) makes that node grant another slot
+// than the others. The permit counts on the slot a majority granted, the
+// other slot is given back on its node, and the semaphore still admits
+// exactly n.
+func TestSemaphoreSplitSlots(t *testing.T) {
+	addrs := nodeAddrs(t, 3)
+	adm := admins(t, addrs)
+	key := uniqueKey(t)
+	ctx := testCtx(t, 30*time.Second)
+	a := newLocker(t, addrs).l
+	sem, _ := a.FamilyNames(key)
+	// A stale grant of slot 0 on node 1 only.
+	if err := adm[0].Set(ctx, sem+":n", 2, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := adm[0].Set(ctx, sem+":s:0", "stale-owner", 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p1, err := locker.Semaphore(a, 2).TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("first permit beside a stale slot on node 1: %v", err)
+	}
+	// Node 1 granted slot 1, nodes 2 and 3 slot 0: slot 1 is given back
+	// on node 1, in the background.
+	deadline := time.Now().Add(5 * time.Second)
+	for adm[0].Exists(ctx, sem+":s:1").Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the split grant of slot 1 on node 1 was not given back")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p2, err := locker.Semaphore(a, 2).TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("second permit of 2: %v", err)
+	}
+	if p2.Token() <= p1.Token() {
+		t.Errorf("tokens %d then %d", p1.Token(), p2.Token())
+	}
+	if h, err := locker.Semaphore(a, 2).TryAcquire(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
+		if err == nil {
+			_ = h.Release(ctx)
+		}
+		t.Fatalf("third permit of 2: %v, want ErrNotAcquired", err)
+	}
+	for i, c := range adm[1:] {
+		for s := range 2 {
+			if c.Exists(ctx, fmt.Sprintf("%s:s:%d", sem, s)).Val() != 1 {
+				t.Errorf("node %d: slot %d is not held", i+2, s)
+			}
+		}
+	}
+	_ = p1.Release(ctx)
+	_ = p2.Release(ctx)
+}
