@@ -240,13 +240,14 @@ func (l *Locker) famWait(ctx context.Context, key string, k keys, tm timing) (h 
 // Otherwise q.ticket stays 0 and the result says how many nodes failed.
 func (l *Locker) enqueue(ctx context.Context, k keys, q *queued, tm timing) (roundResult, error) {
 	r := roundResult{n: len(l.clients), quorum: l.quorum, prefer: -1}
+	c := *q // the requests' copy (see round)
 	type answer struct {
 		ticket   int64
 		mismatch int
 	}
 	res, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
-		func(ctx context.Context, _ int, c goredis.UniversalClient) (answer, error) {
-			t, m, err := runEnqueue(ctx, c, k, q)
+		func(ctx context.Context, _ int, cl goredis.UniversalClient) (answer, error) {
+			t, m, err := runEnqueue(ctx, cl, k, &c)
 			return answer{t, m}, err
 		}, nil, func(o outcome[answer]) bool {
 			// A majority is enough: a node that answers later queues the
@@ -289,6 +290,7 @@ func (l *Locker) enqueue(ctx context.Context, k keys, q *queued, tm timing) (rou
 // held back, and waits for the nodes' answers at most the node timeout,
 // whatever the caller's context (which has ended, most often).
 func (l *Locker) dequeue(k keys, q *queued, tm timing) {
+	q = &queued{id: q.id, ticket: q.ticket, lease: q.lease} // the requests' copy (see round)
 	ctx, cancel := context.WithTimeout(context.Background(), tm.nodeTimeout)
 	defer cancel()
 	_, _ = fanout(l, ctx, context.Background(), nil, l.all, tm.nodeTimeout,
@@ -314,6 +316,10 @@ func (l *Locker) withdraw(k keys, owner string, granted []int, q *queued, tm tim
 	}
 	if len(rest) == 0 || !l.enter() {
 		return
+	}
+	if q != nil {
+		c := *q // the requests' copy (see round)
+		q = &c
 	}
 	go func() {
 		defer l.exit()

@@ -132,6 +132,12 @@ func (r roundResult) err() error {
 // slot most of them granted counts (asking for prefer where it is free)
 // and the others are given back.
 func (l *Locker) round(ctx context.Context, key string, k keys, tm timing, q *queued, prefer int) (*Handle, roundResult, error) {
+	if q != nil {
+		// The round's requests read a copy: one that ends after the round
+		// stopped waiting for it must not read what the wait changes.
+		c := *q
+		q = &c
+	}
 	owner := lease.NewOwner()
 	r := roundResult{n: len(l.clients), quorum: l.quorum, prefer: -1}
 	plan, err := l.vet.plan()
