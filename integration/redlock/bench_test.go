@@ -4,7 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-redsync/redsync/v4"
 	rsredis "github.com/go-redsync/redsync/v4/redis"
@@ -75,4 +79,106 @@ func BenchmarkLock(b *testing.B) {
 		}},
 		benchmark.LockerSide("single", 0, func(tb testing.TB) locker.Locker { return redis.New(newClient(tb, addrs[0])) }),
 	}})
+}
+
+// BenchmarkSemaphore measures a semaphore of 4 permits under 16 contending
+// clients (each a Locker of its own, like processes), each holding its
+// permit 1ms, beside this package's mutex under the same 16 clients on the
+// same 3 nodes, in alternating phases of b.N acquisitions per side (so
+// both see the same machine load). It reports each side's acquisitions
+// per second, round trips per acquisition, the most holders seen at once,
+// and fairness: the fewest acquisitions of one client over the mean.
+// (conformance/benchmark assumes one holder at a time, so it is not used.)
+//
+//	cd integration && go test -run '^$' -bench '^BenchmarkSemaphore$' -benchtime 512x ./redlock
+func BenchmarkSemaphore(b *testing.B) {
+	const clients, permits = 16, 4
+	addrs := nodeAddrs(b, 3)
+	type side struct {
+		name  string
+		rt    roundTrips
+		locks []locker.Locker
+		key   string
+		acq   time.Duration
+		n     int
+		most  int32
+		per   []int
+	}
+	sides := []*side{{name: "semaphore"}, {name: "mutex"}}
+	for _, s := range sides {
+		s.key = "bench/" + b.Name() + "/" + s.name + "/" + randomID()
+		s.per = make([]int, clients)
+		for range clients {
+			cs := benchClients(b, addrs)
+			for _, c := range cs {
+				c.AddHook(&s.rt)
+			}
+			l := redlock.New(cs)
+			b.Cleanup(func() { _ = l.Close() })
+			if s.name == "semaphore" {
+				s.locks = append(s.locks, locker.Semaphore(l, permits))
+			} else {
+				s.locks = append(s.locks, l)
+			}
+		}
+	}
+	ctx := context.Background()
+	// phase runs count acquisitions of side s over its 16 clients.
+	phase := func(s *side, count int) {
+		var (
+			wg     sync.WaitGroup
+			left   atomic.Int64
+			inside atomic.Int32
+		)
+		left.Store(int64(count))
+		start := time.Now()
+		for i, l := range s.locks {
+			wg.Go(func() {
+				for left.Add(-1) >= 0 {
+					h, err := l.Acquire(ctx, s.key)
+					if err != nil {
+						b.Errorf("%s: %v", s.name, err)
+						return
+					}
+					in := inside.Add(1)
+					for m := atomic.LoadInt32(&s.most); in > m && !atomic.CompareAndSwapInt32(&s.most, m, in); m = atomic.LoadInt32(&s.most) {
+					}
+					time.Sleep(time.Millisecond)
+					inside.Add(-1)
+					s.per[i]++
+					if err := h.Release(ctx); err != nil {
+						b.Errorf("%s: release: %v", s.name, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		s.acq += time.Since(start)
+		s.n += count
+	}
+	for _, s := range sides { // warm up: connections, subscriptions, scripts
+		phase(s, 2*clients)
+		s.acq, s.n, s.per = 0, 0, make([]int, clients)
+		s.rt.trips.Store(0)
+	}
+	b.ResetTimer()
+	for done, i := 0, 0; done < b.N; i++ {
+		count := min(128, b.N-done)
+		for j := range sides {
+			phase(sides[(i+j)%len(sides)], count)
+		}
+		done += count
+	}
+	b.StopTimer()
+	for _, s := range sides {
+		b.ReportMetric(float64(s.n)/s.acq.Seconds(), s.name+"-acq/s")
+		b.ReportMetric(float64(s.rt.trips.Load())/float64(s.n), s.name+"-trips/acq")
+		b.ReportMetric(float64(s.most), s.name+"-most-holders")
+		fewest := slices.Min(s.per)
+		b.ReportMetric(float64(fewest)*float64(clients)/float64(s.n), s.name+"-fewest/mean")
+	}
+	if sides[0].most > permits || sides[1].most > 1 {
+		b.Errorf("holders at once: semaphore %d (limit %d), mutex %d", sides[0].most, permits, sides[1].most)
+	}
 }

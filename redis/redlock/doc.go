@@ -40,8 +40,10 @@
 //
 // Acquire (one round): a fresh random owner token; SET lock owner NX PX ttl
 // on every node in parallel, each request bounded by the node timeout
-// (WithNodeTimeout, default TTL/10 within [50ms, 3s]; the first request of
-// a Locker to each node gets up to 1s more for dialling); a node that
+// (WithNodeTimeout, default TTL/10 within [50ms, 3s]; a request that must
+// dial gets up to 1s more: a Locker's first to each node, and one made
+// when the client's pool has no idle connection to a node that answered
+// the last request in time); a node that
 // grants also increments its own counter for the key (INCR, in the same
 // script) and returns it. The round waits for every node's answer (or
 // timeout) unless a majority has already refused. It succeeds iff
@@ -198,7 +200,115 @@
 // contenders a few milliseconds doubling, with jitter. There is no queue:
 // the waiters woken by a release contend, and any of them may win. A round
 // that fails deletes its partial grants without announcing them, so
-// contenders do not wake each other while the holder holds.
+// contenders do not wake each other while the holder holds. (The mutex
+// keeps the Redlock description's waiting; the lock families queue their
+// waiters: see "Lock families".)
+//
+// # Lock families
+//
+// Locker has semaphores (locker.Semaphorer) and reader-writer locks
+// (locker.ReadWriter) as well as the mutex; locker.Semaphore,
+// locker.ReadLock and locker.WriteLock make Lockers of them:
+//
+//	farm := locker.Semaphore(l, 3)            // at most 3 renders at once
+//	h, err := farm.Acquire(ctx, "render-farm") // one permit, a Handle
+//	...
+//	r, err := locker.ReadLock(l).Acquire(ctx, "config")  // many readers
+//	w, err := locker.WriteLock(l).Acquire(ctx, "config") // or one writer
+//
+// Each is a lock of its own (the mutex, the reader-writer lock and the
+// semaphore of one key never wait for each other: their names on the
+// nodes continue the key's encoding with ":sem" or ":rw", which no name of
+// the mutex does), held, renewed, lost and released like the mutex: a
+// Handle with a fencing token, a lease renewed every TTL/3 on every node,
+// loss reported at the validity's end.
+//
+// Why they fit Redlock. A family needs two things of the nodes: safety
+// (at most n permits, no reader beside a writer) and an order (waiters
+// admitted first come, first served; a writer not starved by readers; a
+// freed permit waking one waiter). Both are built as the mutex's lock and
+// tokens are, from majorities that intersect, under the same assumptions
+// (bounded drift, delay and pauses for safety; none for the order of
+// tokens and tickets):
+//
+//   - A permit is one of n slots, each a lock key of its own on each node
+//     (set only where absent, as the mutex's); a permit counts only when a
+//     majority granted the same slot and the write-back confirmed it there.
+//     Nodes that granted another slot (contenders met in different orders
+//     on different nodes) give it back, and the next round asks for the
+//     slot free on most nodes. n+1 holders at once would put two of them on
+//     one slot (pigeonhole), each on a majority: two majorities share a
+//     node, where one slot key holds one owner. A count of holders per
+//     node would not do: on 3 nodes and n = 2, holders A{1,2}, B{1,3} and
+//     C{2,3} each have a majority with no node over its count.
+//   - A reader is a member of a node's set of readers, a writer a lock key;
+//     a node grants a writer only with no reader and no writer, a reader
+//     only with no writer. A reader and a writer both holding a majority
+//     would meet on a node that granted both.
+//   - Tokens come from one counter per lock and node, as the mutex's: a
+//     grant increments it, the write-back raises it to the token. An
+//     acquisition that begins after another one completed gets a greater
+//     token (the proof in "Fencing tokens" needs no exclusion for this: the
+//     later grant on a node of the earlier write-back's majority reads a
+//     counter at least the earlier token). A writer and any other holder
+//     exclude each other on a common node, so their tokens are ordered as
+//     the mutex's are even when their acquisitions overlap: a writer's token
+//     is above every reader's and writer's before it, a reader's above every
+//     writer's before it. Two permits or two readers acquired at the same
+//     time may carry the same token (they hold at the same time; a resource
+//     fencing by "not below the highest seen" accepts both).
+//   - The order of waiters is a queue on each node (a sorted set of waiter
+//     ids scored by ticket, each entry leased). A waiter takes a ticket as a
+//     holder takes a token: each node gives it its next counter value, the
+//     ticket is the largest of a majority's, and the waiter's first round
+//     writes it back (its entry's score and the counter, on every node it
+//     reaches). So a waiter that arrives after another's first round
+//     completed has a greater ticket, every waiter that has run a round has
+//     the same score on every node, and the nodes order the queue alike:
+//     the waiter with the smallest ticket is at the head wherever it is
+//     queued, which rules out the cycle of independent per-node queues
+//     (X ahead on node 1, Y on node 2, Z on node 3: nobody at the head of a
+//     majority). A node admits a waiter in queue order only: a permit when
+//     fewer waiters are ahead of it than slots are free, a reader when no
+//     writer holds or waits ahead of it, a writer when nobody holds or waits
+//     ahead of it; a TryAcquire, and an Acquire's first round, come behind
+//     every waiter. While a waiter X keeps its entries on a majority, a
+//     later waiter cannot be admitted on a majority without a node where X
+//     is ahead of it: a writer is never overtaken, a reader behind a waiting
+//     writer waits (TryAcquireRead fails), and readers queued together are
+//     admitted together. A later permit can get in before X only where the
+//     nodes' free slots differ (a give-back not yet done): as far as the
+//     nodes agree, permits go first come, first served.
+//   - A release (or a waiter that leaves) publishes on each node the ids of
+//     the waiters that node now admits; a Locker's Pub/Sub connection wakes
+//     only the waiters named, not the key's other waiters.
+//
+// A waiter's rounds refresh its entries (at least every RetryInterval and
+// every TTL/3; the entry's lease is the TTL): a waiter that dies holds its
+// place until its lease ends, as a holder that dies holds its lock, and
+// the waiters behind it wait as long. A cancelled wait takes its entries
+// off every node, which wakes the waiters it held back (a writer that gives
+// up its wait lets the readers behind it in); a node it cannot reach then
+// keeps the entry until its lease ends. A round that fails puts its waiter
+// back in the queue where it had been granted; a grant or an entry that a
+// late request would make after its waiter left is refused, as the mutex's
+// late acquire requests are (the recent releases record the waiter's id).
+//
+// Costs and limits. A TryAcquire is a mutex round. An Acquire that waits
+// adds a round to take its ticket, a round per wake-up (each with the
+// write-back on success), and a withdrawal of its entry from the nodes
+// that did not grant, in the background. A grant looks at every slot of
+// the semaphore on the node, in one script: n is at most
+// MaxSemaphoreLimit. Each node records a semaphore's n while it has
+// holders or waiters there; any node that reports another n makes an
+// acquisition fail with locker.ErrLimitMismatch (a holder's slot that
+// expired on that node ends it; a stale record on one node is reported,
+// never obeyed). The scripts read the node's clock (TIME): the readers'
+// and the queue entries' leases are kept as times, as PX keeps a lock's.
+// A node that forgets its keys (see "Fencing tokens") forgets its queue
+// too: waiters may be overtaken until their next refresh writes their
+// entries back, which keeps their tickets; safety does not depend on the
+// queue.
 //
 // # Inspect
 //

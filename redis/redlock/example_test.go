@@ -58,3 +58,55 @@ func ExampleLocker_TryAcquire() {
 	}
 	defer h.Release(context.Background())
 }
+
+// A render farm of three slots shared by every instance: at most three
+// renders run at once, whichever instances run them; the others wait their
+// turn, first come, first served.
+func ExampleLocker_AcquireSemaphore() {
+	l, err := redlock.Open(context.Background(), "redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	farm := locker.Semaphore(l, 3) // every instance must say 3
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := farm.Acquire(ctx, "render-farm")
+	if err != nil {
+		log.Fatal(err) // ctx ended, no majority, or locker.ErrLimitMismatch
+	}
+	defer h.Release(context.Background())
+	select {
+	case <-h.Done(): // the permit was lost: stop rendering
+	default:
+		fmt.Println("rendering with permit", h.Token())
+	}
+}
+
+// A configuration read by many and written by one: readers share the key,
+// a writer waits for them to leave, and readers that come after a waiting
+// writer wait behind it.
+func ExampleLocker_AcquireRead() {
+	l, err := redlock.Open(context.Background(), "redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+
+	r, err := locker.ReadLock(l).Acquire(ctx, "config")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... read the configuration; remember r.Token() ...
+	_ = r.Release(ctx)
+
+	w, err := locker.WriteLock(l).Acquire(ctx, "config")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Release(ctx)
+	// The writer's token is above every earlier reader's and writer's:
+	//   UPDATE config SET body = $1, fence = $2 WHERE fence < $2
+	fmt.Println("writing with token", w.Token())
+}

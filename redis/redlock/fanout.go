@@ -104,6 +104,7 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 			rctx, cancel := context.WithTimeout(base, t)
 			v, err := call(rctx, i, l.clients[i])
 			cancel()
+			l.down[i].Store(err != nil && !errors.Is(err, goredis.Nil) && rctx.Err() != nil && base.Err() == nil)
 			mu.Lock()
 			s := stopped
 			if !s {
@@ -162,19 +163,26 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 // connection (see dialAllowance).
 const maxDialAllowance = time.Second
 
-// dialAllowance is the extra time the first request of the Locker to node
-// i gets: it must dial first, which the node timeout does not allow for (a
-// loaded client, or a fresh process, would otherwise count every live node
-// as down on its first round). It is the client's DialTimeout, at most
-// maxDialAllowance, once per node: a node that went down later costs each
-// round the node timeout only. The validity check counts the time spent,
-// so safety does not depend on it.
+// dialAllowance is the extra time a request to node i gets when it must
+// dial first, which the node timeout does not allow for (a loaded client,
+// or a fresh process, would otherwise count every live node as down on its
+// first round; and several requests at once, each needing a connection of
+// its own, would count it down on the next ones): the Locker's first
+// request to the node, and a request made while the client's pool has no
+// idle connection and the node answered the Locker's last request (so a
+// node that went down costs each round the node timeout only). It is the
+// client's DialTimeout, at most maxDialAllowance. The validity check counts
+// the time spent, so safety does not depend on it.
 func (l *Locker) dialAllowance(i int) time.Duration {
-	if l.contacted[i].Swap(true) {
-		return 0
-	}
 	c, ok := l.clients[i].(*goredis.Client)
-	if !ok {
+	first := !l.contacted[i].Swap(true)
+	switch {
+	case !ok:
+		return 0
+	case first:
+	case l.down[i].Load():
+		return 0
+	case c.PoolStats().IdleConns > 0:
 		return 0
 	}
 	return min(c.Options().DialTimeout, maxDialAllowance)

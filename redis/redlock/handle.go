@@ -182,7 +182,7 @@ func (h *Handle) cleanup() bool {
 	}
 	go func() {
 		defer h.l.exit()
-		_ = h.l.cleanup(context.Background(), h.k, h.c.Owner, h.l.all, h.tm.nodeTimeout, true)
+		_ = h.l.cleanup(context.Background(), h.k, h.c.Owner, h.l.all, h.tm.nodeTimeout, true, nil, "")
 	}()
 	return true
 }

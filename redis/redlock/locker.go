@@ -53,6 +53,7 @@ type Locker struct {
 	cfg        config
 	subs       *subs
 	contacted  []atomic.Bool // per node: its first request was made (see dialAllowance)
+	down       []atomic.Bool // per node: its last request ran out of time (see dialAllowance)
 	vet        vetter        // what each node's server said it is (see vet.go)
 
 	// life admits the calls, holds the handles for Close, and counts the
@@ -107,6 +108,7 @@ func newLocker(clients []goredis.UniversalClient, opts []Option) *Locker {
 	}
 	l.addrs = make([]string, len(clients))
 	l.contacted = make([]atomic.Bool, len(clients))
+	l.down = make([]atomic.Bool, len(clients))
 	l.vet.nodes = make([]nodeVet, len(clients))
 	for i := range clients {
 		l.all = append(l.all, i)
@@ -199,6 +201,14 @@ type keys struct {
 	// released holds the owner tokens of the recent releases and
 	// clean-ups (see releaseScript).
 	released string
+
+	// The lock families (families.go): kind is mutexLock for the mutex,
+	// whose names are those above; a family's names all start with base
+	// (see famscripts.go); n is a semaphore's limit. lock is a writer's
+	// key, or a permit's slot key once granted, and "" for a reader.
+	kind lockKind
+	base string
+	n    int
 }
 
 // acquireKeys are the acquire script's keys.

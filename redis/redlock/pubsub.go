@@ -72,15 +72,16 @@ type nodeSub struct {
 type waiter struct {
 	s       *subs
 	ch      string
+	id      string // a family's waiter id: only messages naming it wake it (see wakeTargets)
 	nodes   []*nodeSub
 	wake    chan struct{} // a release was announced (or may have been missed)
 	confirm chan struct{} // one signal per node that confirmed the subscription
 }
 
 // watch subscribes a waiter to channel on every node (asynchronously; see
-// awaitSubscribed).
-func (s *subs) watch(channel string) *waiter {
-	w := &waiter{s: s, ch: channel, wake: make(chan struct{}, 1), confirm: make(chan struct{}, len(s.l.clients))}
+// awaitSubscribed). id is a family's waiter id ("" for the mutex's).
+func (s *subs) watch(channel, id string) *waiter {
+	w := &waiter{s: s, ch: channel, id: id, wake: make(chan struct{}, 1), confirm: make(chan struct{}, len(s.l.clients))}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -255,13 +256,35 @@ func (n *nodeSub) reader() {
 				n.confirmed(m.Channel)
 			}
 		case *goredis.Message:
-			n.mu.Lock()
-			if cs := n.chans[m.Channel]; cs != nil {
-				for w := range cs.waiters {
-					signal(w.wake)
-				}
-			}
-			n.mu.Unlock()
+			n.deliver(m)
+		}
+	}
+}
+
+// deliver wakes the waiters a message concerns: every waiter of its
+// channel, or, for a lock family's message, those it names (a release
+// wakes the waiters it admits, not every waiter of the key).
+func (n *nodeSub) deliver(m *goredis.Message) {
+	targets := wakeTargets(m.Payload)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := n.chans[m.Channel]
+	if cs == nil {
+		return
+	}
+	if targets == nil {
+		for w := range cs.waiters {
+			signal(w.wake)
+		}
+		return
+	}
+	named := make(map[string]bool, len(targets))
+	for _, id := range targets {
+		named[id] = true
+	}
+	for w := range cs.waiters {
+		if named[w.id] {
+			signal(w.wake)
 		}
 	}
 }

@@ -28,8 +28,10 @@ const maxSplitRounds = 8
 // contenders all back off after a split).
 func (l *Locker) try(ctx context.Context, key string, k keys, tm timing) (*Handle, error) {
 	pause := backoff.New(splitBackoff, splitBackoff<<4)
+	prefer := -1
 	for i := 0; ; i++ {
-		h, r, err := l.round(ctx, key, k, tm)
+		h, r, err := l.round(ctx, key, k, tm, nil, prefer)
+		prefer = r.prefer
 		if h != nil || err != nil {
 			return h, err
 		}
@@ -53,6 +55,17 @@ type roundResult struct {
 	maxHolder       int   // the most nodes that one other owner holds it on
 	holderLeft      time.Duration
 	why             string // set when a majority granted but the round failed later
+
+	// Semaphores: grants of other slots than the one most nodes granted
+	// (given back), and the slot free on most nodes (-1: none known),
+	// which the next round asks for.
+	otherSlots int
+	prefer     int
+
+	// An Acquire's first round on a lock family: the nodes that queued
+	// the waiter, and the largest of their provisional tickets.
+	queued int
+	ticket int64
 }
 
 // unreachable reports whether too few nodes answered for any round to
@@ -65,7 +78,7 @@ func (r roundResult) unreachable() bool { return r.n-r.failed < r.quorum }
 // the nodes that did not answer, may hold a majority: retrying cannot win
 // until the failed nodes answer again.
 func (r roundResult) split() bool {
-	return !r.held && r.why == "" && r.denied > 0 && r.n-r.failed >= r.quorum &&
+	return !r.held && r.why == "" && (r.denied > 0 || r.otherSlots > 0) && r.n-r.failed >= r.quorum &&
 		r.maxHolder+r.failed < r.quorum
 }
 
@@ -76,13 +89,17 @@ func (r roundResult) notAcquired() bool { return r.held || r.denied >= r.n-r.quo
 func (r roundResult) err() error {
 	counts := fmt.Sprintf("%d of %d nodes granted, %d held by another client, %d failed or did not answer (need %d)",
 		r.granted, r.n, r.denied, r.failed, r.quorum)
+	if r.otherSlots > 0 {
+		counts = fmt.Sprintf("%d of %d nodes granted one permit slot, %d another, %d were full or had waiters first, %d failed or did not answer (need %d)",
+			r.granted, r.n, r.otherSlots, r.denied, r.failed, r.quorum)
+	}
 	switch {
 	case r.held:
 	case r.failed > 0 && r.n-r.failed < r.quorum:
 		counts += "; too few nodes answered for a majority (unreachable or failing)"
 	case r.failed > 0 && r.denied > 0:
 		counts += "; no other client holds a majority of the nodes that answered, and the rest were unreachable or failing"
-	case r.denied > 0:
+	case r.denied > 0 || r.otherSlots > 0:
 		counts += "; contenders split the nodes, none holds a majority"
 	}
 	switch {
@@ -106,26 +123,44 @@ func (r roundResult) err() error {
 // majority and the validity left is at least the minimum. Otherwise the
 // lock is deleted on every node that may hold it (granted, or did not
 // answer) before round returns.
-func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Handle, roundResult, error) {
+//
+// The lock families' rounds are the same (k.kind says which scripts run;
+// see families.go), with two differences: q, when not nil, is a waiter in
+// the key's queue, which a node that grants takes out of it and a round
+// that fails puts back (or takes out, when the round's error ends the
+// wait); and a semaphore's nodes may grant different slots, of which the
+// slot most of them granted counts (asking for prefer where it is free)
+// and the others are given back.
+func (l *Locker) round(ctx context.Context, key string, k keys, tm timing, q *queued, prefer int) (*Handle, roundResult, error) {
+	if q != nil {
+		// The round's requests read a copy: one that ends after the round
+		// stopped waiting for it must not read what the wait changes.
+		c := *q
+		q = &c
+	}
 	owner := lease.NewOwner()
-	r := roundResult{n: len(l.clients), quorum: l.quorum}
+	r := roundResult{n: len(l.clients), quorum: l.quorum, prefer: -1}
 	plan, err := l.vet.plan()
 	if err != nil {
 		return nil, r, err
 	}
 	sent := time.Now() // every node started its lease no earlier
-	grants, counts, err := l.grant(ctx, k, owner, tm, plan)
+	grants, counts, err := l.grant(ctx, k, owner, tm, plan, q, prefer)
 	if err != nil {
 		// Also a node that may evict, or two nodes that are one server.
-		l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, false)
+		l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, false, q, queueDrop)
 		return nil, r, err
 	}
-	granted, candidate := l.tally(&r, grants, counts)
+	if err := l.limitMismatch(grants); err != nil {
+		l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, false, q, queueDrop)
+		return nil, r, err
+	}
+	granted, others, candidate := l.tally(&r, grants, counts)
 	if r.granted < l.quorum {
-		return nil, r, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, false)
+		return nil, r, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, false, q, queueKeep)
 	}
 	if r.why, err = l.writeBack(ctx, k, owner, granted, candidate, tm); err != nil {
-		l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, true)
+		l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, true, q, queueDrop)
 		return nil, r, err
 	}
 	if left := time.Until(sent.Add(tm.ttl - tm.drift)); r.why == "" && left < tm.minValidity {
@@ -133,20 +168,26 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Han
 			left.Round(time.Millisecond), tm.ttl, time.Since(sent).Round(time.Millisecond), tm.drift, tm.minValidity)
 	}
 	if r.why != "" {
-		return nil, r, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, true)
+		return nil, r, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, true, q, queueKeep)
 	}
 	token, err := l.cfg.Token(candidate)
 	if err != nil {
 		// A counter beyond any value INCR and the write-back reach (written
 		// by hand): refuse rather than hand out a wrapped-around token.
-		return nil, r, errors.Join(err, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, true))
+		return nil, r, errors.Join(err, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, true, q, queueDrop))
+	}
+	if k.kind == permitLock {
+		k.lock = permitKey(k, grants.v[granted[0]].slot)
 	}
 	h := newHandle(l, key, k, owner, token, tm, sent)
 	if !l.register(h) {
-		l.cleanup(context.Background(), k, owner, l.all, tm.nodeTimeout, true)
+		l.cleanup(context.Background(), k, owner, l.all, tm.nodeTimeout, true, q, queueDrop)
 		return nil, r, locker.ErrClosed
 	}
 	h.start()
+	if k.kind != mutexLock && (q != nil || len(others) > 0) {
+		l.withdraw(k, owner, granted, q, tm)
+	}
 	return h, r, nil
 }
 
@@ -155,16 +196,16 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing) (*Han
 // request (see vet.go), and the vetting of the answers. counts says which
 // nodes' grants count. An error (the round's context or the Locker ended,
 // or a node is unsafe: see vet.go) leaves the clean-up to the caller.
-func (l *Locker) grant(ctx context.Context, k keys, owner string, tm timing, plan vetPlan) (outcome[grant], []bool, error) {
+func (l *Locker) grant(ctx context.Context, k keys, owner string, tm timing, plan vetPlan, q *queued, prefer int) (outcome[grant], []bool, error) {
 	// The requests read a copy: one that starts late (fanout has stopped
 	// waiting for it) must not read plan.ask while confirm writes it.
 	ask := slices.Clone(plan.ask)
 	grants, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
 		func(ctx context.Context, i int, c goredis.UniversalClient) (grant, error) {
 			if ask[i] {
-				return runAcquireVetted(ctx, c, k, owner, tm.ttl, !l.cfg.AllowEviction, l.idKey())
+				return runAcquireVetted(ctx, c, k, owner, tm.ttl, q, prefer, !l.cfg.AllowEviction, l.idKey())
 			}
-			return runAcquire(ctx, c, k, owner, tm.ttl)
+			return runAcquire(ctx, c, k, owner, tm.ttl, q, prefer)
 		},
 		func(i int, g grant, err error) {
 			// A grant that came too late: nobody counts it. A late error
@@ -208,9 +249,13 @@ func (l *Locker) grant(ctx context.Context, k keys, owner string, tm timing, pla
 
 // tally counts the grants into r (granted, denied, failed, and the other
 // holders seen) and returns the nodes that granted and count, and the
-// candidate token: the largest counter among them.
-func (l *Locker) tally(r *roundResult, grants outcome[grant], counts []bool) (granted []int, candidate int64) {
+// candidate token: the largest counter among them. On a semaphore, granted
+// are the nodes that granted the slot most of them granted (the lowest
+// such slot on a tie); others are those that granted another slot.
+func (l *Locker) tally(r *roundResult, grants outcome[grant], counts []bool) (granted, others []int, candidate int64) {
 	byHolder := map[string][]time.Duration{}
+	bySlot := map[int][]int{}
+	freeOn := map[int]int{}
 	for i := range l.clients {
 		switch {
 		case !grants.ok(i):
@@ -226,15 +271,51 @@ func (l *Locker) tally(r *roundResult, grants outcome[grant], counts []bool) (gr
 				r.firstErr = fmt.Errorf("%s: granted, but not counted: its server is not yet compared with the others' (it did not answer when they were asked together)", l.addrs[i])
 			}
 		case grants.v[i].ok:
-			granted = append(granted, i)
-			candidate = max(candidate, grants.v[i].token)
+			bySlot[grants.v[i].slot] = append(bySlot[grants.v[i].slot], i)
 		default:
 			r.denied++
 			g := grants.v[i]
+			if g.ticket > 0 {
+				r.queued++
+				r.ticket = max(r.ticket, g.ticket)
+			}
 			byHolder[g.holder] = append(byHolder[g.holder], g.pttl)
 		}
 	}
-	r.granted = len(granted)
+	for i := range l.clients {
+		if grants.ok(i) {
+			for _, s := range grants.v[i].free {
+				freeOn[s]++
+			}
+		}
+	}
+	best := -1
+	for s, nodes := range bySlot {
+		if best < 0 || len(nodes) > len(bySlot[best]) || len(nodes) == len(bySlot[best]) && s < best {
+			best = s
+		}
+	}
+	for s, nodes := range bySlot {
+		if s == best {
+			granted = nodes
+		} else {
+			others = append(others, nodes...)
+		}
+	}
+	for _, i := range granted {
+		candidate = max(candidate, grants.v[i].token)
+	}
+	r.granted, r.otherSlots = len(granted), len(others)
+	for s, c := range freeOn {
+		if r.prefer < 0 || c > freeOn[r.prefer] || c == freeOn[r.prefer] && s < r.prefer {
+			r.prefer = s
+		}
+	}
+	if r.otherSlots > 0 && r.granted < l.quorum && freeOn[r.prefer] < l.quorum {
+		// The nodes granted different slots, and no slot is free on a
+		// majority: every permit is held, as far as a majority can tell.
+		r.held = true
+	}
 	for _, pttls := range byHolder {
 		r.maxHolder = max(r.maxHolder, len(pttls))
 		if len(pttls) >= l.quorum {
@@ -242,7 +323,7 @@ func (l *Locker) tally(r *roundResult, grants outcome[grant], counts []bool) (gr
 			r.holderLeft = holderLeft(pttls, l.quorum)
 		}
 	}
-	return granted, candidate
+	return granted, others, candidate
 }
 
 // mayHold returns the nodes where a round's lock may be: those that
@@ -314,7 +395,15 @@ func holderLeft(pttls []time.Duration, quorum int) time.Duration {
 // It returns ctx's error if ctx ended, else nil.
 // A round that had a majority and failed later (write-back, validity)
 // announces it (announce), as a release would.
-func (l *Locker) cleanup(ctx context.Context, k keys, owner string, nodes []int, timeout time.Duration, announce bool) error {
+//
+// On a lock family, q is the round's waiter (nil for a TryAcquire): what
+// says whether the nodes put it back in the queue (queueKeep: the wait goes
+// on) or take it out (queueDrop: the round's error ends the wait; then
+// every node is told, also one that did not grant: see famReleaseScript).
+func (l *Locker) cleanup(ctx context.Context, k keys, owner string, nodes []int, timeout time.Duration, announce bool, q *queued, what string) error {
+	if q != nil && what == queueDrop {
+		nodes = l.all
+	}
 	if len(nodes) == 0 {
 		return nil
 	}
@@ -324,6 +413,9 @@ func (l *Locker) cleanup(ctx context.Context, k keys, owner string, nodes []int,
 	}
 	_, err := fanout(l, ctx, context.Background(), nil, nodes, timeout,
 		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
+			if q != nil {
+				return runFamRelease(ctx, c, k, owner, announce, q, what)
+			}
 			return del(ctx, c, k, owner)
 		}, nil, nil)
 	if err != nil && ctx.Err() != nil {

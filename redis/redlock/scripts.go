@@ -174,9 +174,19 @@ type grant struct {
 	pttl   time.Duration  // when !ok: the holder's remaining lease there; <0 unknown
 	holder string         // when !ok: the holder's owner token
 	vet    *guard.Vetting // the node's policy and identity, when the round asked (see vet.go)
+
+	// The lock families only (famAcquireScript).
+	slot     int   // when ok: the permit slot granted
+	free     []int // a semaphore's free slots on the node
+	mismatch int   // > 0: the node's holders and waiters have this limit instead
+	ticket   int64 // when !ok: the waiter's provisional ticket on the node (first rounds)
 }
 
-func runAcquire(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration) (grant, error) {
+func runAcquire(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration, q *queued, prefer int) (grant, error) {
+	if k.kind != mutexLock {
+		v, err := famAcquireScript.Run(ctx, c, k.famKeys(), famArgsAcquire(k, owner, ttl, q, prefer)...).Slice()
+		return famAcquireReply(k, v, err)
+	}
 	v, err := acquireScript.Run(ctx, c, k.acquireKeys(), owner, millis(ttl)).Slice()
 	return acquireReply(k, v, err)
 }
@@ -211,11 +221,19 @@ func acquireReply(k keys, v []any, err error) (grant, error) {
 }
 
 func runWriteback(ctx context.Context, c goredis.UniversalClient, k keys, owner string, token int64) (bool, error) {
+	if k.kind != mutexLock {
+		n, err := famWritebackScript.Run(ctx, c, []string{k.base}, k.famKind(), owner, famToken(token)).Int64()
+		return n == 1, err
+	}
 	n, err := writebackScript.Run(ctx, c, []string{k.lock, k.fence}, owner, strconv.FormatInt(token, 10)).Int64()
 	return n == 1, err
 }
 
 func runExtend(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration) (bool, error) {
+	if k.kind == readLock {
+		n, err := famExtendScript.Run(ctx, c, []string{k.base}, owner, millis(ttl)).Int64()
+		return n == 1, err
+	}
 	n, err := extendScript.Run(ctx, c, []string{k.lock}, owner, millis(ttl)).Int64()
 	return n == 1, err
 }
@@ -223,6 +241,9 @@ func runExtend(ctx context.Context, c goredis.UniversalClient, k keys, owner str
 // runRelease deletes our lock on one node, remembers the release, and
 // wakes the node's waiters.
 func runRelease(ctx context.Context, c goredis.UniversalClient, k keys, owner string) (bool, error) {
+	if k.kind != mutexLock {
+		return runFamRelease(ctx, c, k, owner, true, nil, "")
+	}
 	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.released}, owner, k.channel, "1", millis(releaseMemory)).Int64()
 	return n == 1, err
 }
@@ -231,6 +252,9 @@ func runRelease(ctx context.Context, c goredis.UniversalClient, k keys, owner st
 // a later acquire request of the same round from granting it again: for
 // the partial grants of a round that failed.
 func runDelete(ctx context.Context, c goredis.UniversalClient, k keys, owner string) (bool, error) {
+	if k.kind != mutexLock {
+		return runFamRelease(ctx, c, k, owner, false, nil, "")
+	}
 	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.released}, owner, k.channel, "0", millis(releaseMemory)).Int64()
 	return n == 1, err
 }

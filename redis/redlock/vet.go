@@ -236,17 +236,21 @@ func (l *Locker) idKey() string { return l.cfg.Prefix + "node-id" }
 // in the same pipeline (grant.vet; nil when they could not be read, and
 // then the error says why). The acquire script's NOSCRIPT (a node's first
 // EVALSHA) is retried with the script, as Script.Run would.
-func runAcquireVetted(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration, policy bool, idKey string) (grant, error) {
+func runAcquireVetted(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration, q *queued, prefer int, policy bool, idKey string) (grant, error) {
+	script, ks, args, reply := acquireScript, k.acquireKeys(), []any{owner, millis(ttl)}, acquireReply
+	if k.kind != mutexLock {
+		script, ks, args, reply = famAcquireScript, k.famKeys(), famArgsAcquire(k, owner, ttl, q, prefer), famAcquireReply
+	}
 	pipe := c.Pipeline()
 	pr := guard.AddProbe(ctx, pipe, policy)
-	ev := pipe.EvalSha(ctx, acquireScript.Hash(), k.acquireKeys(), owner, millis(ttl))
+	ev := pipe.EvalSha(ctx, script.Hash(), ks, args...)
 	_, _ = pipe.Exec(ctx)
 	vet, verr := pr.Result(ctx, c, idKey)
 	v, err := ev.Slice()
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		v, err = acquireScript.Run(ctx, c, k.acquireKeys(), owner, millis(ttl)).Slice()
+		v, err = script.Run(ctx, c, ks, args...).Slice()
 	}
-	g, err := acquireReply(k, v, err)
+	g, err := reply(k, v, err)
 	switch {
 	case verr == nil:
 		g.vet = &vet

@@ -41,7 +41,7 @@ const splitBackoff = 5 * time.Millisecond
 const maxUnreachableRounds = 3
 
 func (l *Locker) wait(ctx context.Context, key string, k keys, tm timing) (*Handle, error) {
-	h, r, err := l.round(ctx, key, k, tm)
+	h, r, err := l.round(ctx, key, k, tm, nil, -1)
 	if h != nil || err != nil {
 		return h, err
 	}
@@ -49,7 +49,7 @@ func (l *Locker) wait(ctx context.Context, key string, k keys, tm timing) (*Hand
 	if r.unreachable() {
 		unreachable++
 	}
-	w := l.subs.watch(k.channel)
+	w := l.subs.watch(k.channel, "")
 	defer w.leave()
 	if err := w.awaitSubscribed(ctx, l.quorum, tm.nodeTimeout); err != nil {
 		return nil, l.life.Why(ctx, err)
@@ -61,7 +61,7 @@ func (l *Locker) wait(ctx context.Context, key string, k keys, tm timing) (*Hand
 	pause := backoff.New(splitBackoff, l.cfg.RetryInterval)
 	for {
 		last := r
-		h, r, err = l.round(ctx, key, k, tm)
+		h, r, err = l.round(ctx, key, k, tm, nil, -1)
 		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil, l.waitEnded(ctx, last)
 		}

@@ -1,0 +1,486 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker/redis/internal/releases"
+)
+
+// The scripts of the lock families (see families.go), one node each, like
+// the mutex's. A family's names on a node all start with its base name B
+// (the key's hash tag followed by ":sem" or ":rw", which no mutex name
+// does), and the scripts derive them from B (the nodes are independent
+// servers, never a Cluster):
+//
+//	B:n        the semaphore's limit while it has holders or waiters
+//	B:s:<i>    permit slot i (0 ≤ i < n): the holder's owner token, as a
+//	           mutex's lock key, expiring with its lease
+//	B:w        the writer of a reader-writer lock, the same way
+//	B:r        its readers: a sorted set of owner tokens scored by the
+//	           time (the node's clock, ms) their leases end
+//	B:q        the queue: waiter ids scored by their tickets
+//	B:qx       the queue entries' leases: waiter ids scored by the time
+//	           they end unless the waiter refreshes them
+//	B:fence    the node's counter: tickets and tokens come from it
+//	B:recent-releases, as the mutex's (see releases)
+//
+// A waiter id starts with the mode it waits for ("r" or "w" on a
+// reader-writer lock, "p" on a semaphore), so that a reader can tell a
+// writer ahead of it.
+
+// luaFamily is the prelude of every family script: KEYS[1] is B.
+var luaFamily = luaOurs + releases.Lua + `
+if redis.replicate_commands then redis.replicate_commands() end
+local B = KEYS[1]
+local Q, QX, FENCE, R, W = B .. ':q', B .. ':qx', B .. ':fence', B .. ':r', B .. ':w'
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function slot_key(i) return B .. ':s:' .. i end
+local function counter() return tonumber(redis.call('GET', FENCE) or '0') end
+-- extend_to makes key live at least until at (ms, node clock).
+local function extend_to(key, at, now)
+  local p = redis.call('PTTL', key)
+  if p == -1 or (p >= 0 and now + p < at) then
+    redis.call('PEXPIRE', key, math.max(at - now, 1))
+  end
+end
+-- purge drops the queue entries and readers whose leases ended.
+local function purge(now)
+  local gone = redis.call('ZRANGEBYSCORE', QX, '-inf', now)
+  for _, m in ipairs(gone) do
+    redis.call('ZREM', QX, m)
+    redis.call('ZREM', Q, m)
+  end
+  redis.call('ZREMRANGEBYSCORE', R, '-inf', now)
+end
+-- limit is the semaphore's current limit (0 when none is recorded).
+local function limit() return tonumber(redis.call('GET', B .. ':n') or '0') end
+-- free_slots lists the free permit slots of a semaphore of n.
+local function free_slots(n)
+  local f = {}
+  for i = 0, n - 1 do
+    if redis.call('EXISTS', slot_key(i)) == 0 then f[#f + 1] = i end
+  end
+  return f
+end
+-- live tells whether a semaphore has holders or waiters.
+local function live()
+  if redis.call('ZCARD', Q) > 0 then return true end
+  for i = 0, limit() - 1 do
+    if redis.call('EXISTS', slot_key(i)) == 1 then return true end
+  end
+  return false
+end
+-- set_limit records n as the semaphore's limit, unless holders or waiters
+-- have another: then it returns that one.
+local function set_limit(n)
+  local cur = limit()
+  if cur == n then return nil end
+  if cur > 0 and live() then return cur end
+  redis.call('SET', B .. ':n', n)
+  return nil
+end
+-- wake publishes the ids of the waiters that the node would admit now:
+-- the first (free permits) of a semaphore's queue; on a reader-writer lock
+-- with no writer, the readers at the head of the queue, or the writer at
+-- its head when nobody holds.
+local function wake(kind, channel)
+  local ids = {}
+  if kind == 'p' then
+    local free = #free_slots(limit())
+    if free > 0 then ids = redis.call('ZRANGE', Q, 0, free - 1) end
+  elseif redis.call('EXISTS', W) == 0 then
+    local readers = redis.call('ZCARD', R)
+    for _, m in ipairs(redis.call('ZRANGE', Q, 0, 999)) do
+      if string.sub(m, 1, 1) == 'w' then
+        if #ids == 0 and readers == 0 then ids = {m} end
+        break
+      end
+      ids[#ids + 1] = m
+    end
+  end
+  if #ids > 0 then
+    redis.call('PUBLISH', channel, 'q ' .. table.concat(ids, ' '))
+  end
+end
+-- holds tells whether owner holds B on this node, and in which slot.
+local function holds(kind, owner, now)
+  if kind == 'p' then
+    for i = 0, limit() - 1 do
+      if ours(redis.call('GET', slot_key(i)), owner) then return true, i end
+    end
+    return false, -1
+  elseif kind == 'w' then
+    return ours(redis.call('GET', W), owner), 0
+  end
+  local s = redis.call('ZSCORE', R, owner)
+  return s ~= false and tonumber(s) > now, 0
+end
+`
+
+// famAcquireScript grants a permit, the read lock or the write lock of B
+// on one node when the node admits it, in the order of the queue.
+//
+//	KEYS[1] B, KEYS[2] recent releases
+//	ARGV[1] kind: "p" permit, "r" read, "w" write
+//	ARGV[2] owner token, ARGV[3] lease (ms), ARGV[4] limit n (permits)
+//	ARGV[5] waiter id, or "" for a TryAcquire (behind every waiter)
+//	ARGV[6] the waiter's ticket, 0 for an Acquire's first round (behind
+//	every waiter; a node that refuses it queues it: see below)
+//	ARGV[7] the waiter's entry's lease (ms)
+//	ARGV[8] the slot to prefer when free (permits; -1: the lowest)
+//	returns {1, counter after the grant, slot, free slots}
+//	     or {0, ms until a holder's lease ends here (-1 unknown), "*",
+//	        free slots, the waiter's provisional ticket here (0: none)}
+//	     or {0, -1, owner} (a late request of a round given up; see acquireScript)
+//	     or {-2, the limit of the semaphore's holders and waiters}
+//
+// A waiter's entry is (re)written with its ticket: the scores of the
+// waiters that have run a round are the same on every node, so the nodes
+// agree on the order of the queue (see "Lock families" in doc.go). An
+// Acquire's first round (ticket 0) joins the queue where it is refused,
+// with the node's next counter value as its provisional ticket (the
+// waiter's ticket is the largest of a majority's). A permit is admitted when fewer waiters are ahead of it than slots are
+// free, a reader when no writer holds or waits ahead of it, a writer when
+// nobody holds and nobody waits ahead of it. The grant takes the waiter
+// out of the queue; a round that fails puts it back (famReleaseScript).
+var famAcquireScript = goredis.NewScript(luaFamily + `
+local kind, owner, ttl, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local id, ticket, lease, prefer = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local now = now_ms()
+purge(now)
+local held, slot = holds(kind, owner, now)
+if held then
+  return {1, counter(), slot, {}}
+end
+if released_before(KEYS[2], owner) then
+  return {0, -1, owner}
+end
+if kind == 'p' then
+  local other = set_limit(n)
+  if other then return {-2, other} end
+end
+local rank, joined
+if id ~= '' and released_before(KEYS[2], id) then
+  return {0, -1, owner}
+end
+if id ~= '' and ticket > 0 then
+  redis.call('ZADD', Q, ticket, id)
+  if counter() < ticket then redis.call('SET', FENCE, ticket) end
+  redis.call('ZADD', QX, now + lease, id)
+  extend_to(Q, now + lease, now)
+  extend_to(QX, now + lease, now)
+  rank = redis.call('ZRANK', Q, id)
+elseif id ~= '' and redis.call('ZSCORE', Q, id) then
+  joined = tonumber(redis.call('ZSCORE', Q, id))
+  rank = redis.call('ZRANK', Q, id)
+else
+  rank = redis.call('ZCARD', Q)
+end
+local ok, wait, free = false, -1, {}
+slot = 0
+if kind == 'p' then
+  free = free_slots(n)
+  if rank < #free then
+    ok, slot = true, free[1]
+    for _, i in ipairs(free) do
+      if i == prefer then slot = i end
+    end
+  elseif #free == 0 then
+    for i = 0, n - 1 do
+      local p = redis.call('PTTL', slot_key(i))
+      if p >= 0 and (wait < 0 or p < wait) then wait = p end
+    end
+  end
+elseif kind == 'w' then
+  local wp = redis.call('PTTL', W)
+  local first = redis.call('ZRANGE', R, 0, 0, 'WITHSCORES')
+  ok = wp == -2 and #first == 0 and rank == 0
+  if wp >= 0 then
+    wait = wp
+  elseif #first > 0 then
+    local last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')
+    wait = math.max(tonumber(last[2]) - now, 0)
+  end
+else
+  local wp = redis.call('PTTL', W)
+  ok = wp == -2
+  if ok and rank > 0 then
+    for _, m in ipairs(redis.call('ZRANGE', Q, 0, rank - 1)) do
+      if string.sub(m, 1, 1) == 'w' then ok = false break end
+    end
+  end
+  if wp >= 0 then wait = wp end
+end
+if not ok then
+  if id ~= '' and ticket == 0 and not joined then
+    joined = redis.call('INCR', FENCE)
+    redis.call('ZADD', Q, joined, id)
+    redis.call('ZADD', QX, now + lease, id)
+    extend_to(Q, now + lease, now)
+    extend_to(QX, now + lease, now)
+  end
+  return {0, wait, '*', free, joined or 0}
+end
+local v = redis.call('INCR', FENCE)
+if id ~= '' then
+  redis.call('ZREM', Q, id)
+  redis.call('ZREM', QX, id)
+end
+if kind == 'p' then
+  redis.call('SET', slot_key(slot), owner, 'PX', ttl)
+elseif kind == 'w' then
+  redis.call('SET', W, owner, 'PX', ttl)
+else
+  redis.call('ZADD', R, now + ttl, owner)
+  extend_to(R, now + ttl, now)
+end
+return {1, v, slot, free}
+`)
+
+// famEnqueueScript puts a waiter in B's queue on one node, with the
+// node's next counter value as its provisional ticket (the waiter's ticket
+// is the largest of a majority's, written back by its first admission
+// round).
+//
+//	KEYS[1] B, KEYS[2] recent releases; ARGV[1] kind, ARGV[2] waiter id,
+//	ARGV[3] entry lease (ms), ARGV[4] limit n (permits)
+//	returns {1, ticket}, {-2, the limit of the holders and waiters}, or
+//	{0, 0} when the waiter has left the queue already (a late request)
+var famEnqueueScript = goredis.NewScript(luaFamily + `
+local kind, id, lease, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local now = now_ms()
+purge(now)
+if released_before(KEYS[2], id) then
+  return {0, 0}
+end
+if kind == 'p' then
+  local other = set_limit(n)
+  if other then return {-2, other} end
+end
+local t = redis.call('ZSCORE', Q, id)
+if not t then
+  t = redis.call('INCR', FENCE)
+  redis.call('ZADD', Q, t, id)
+end
+redis.call('ZADD', QX, now + lease, id)
+extend_to(Q, now + lease, now)
+extend_to(QX, now + lease, now)
+return {1, tonumber(t)}
+`)
+
+// famWritebackScript is the mutex's write-back (writebackScript) for a
+// family's grant: it raises the node's counter to the token, only while
+// the grant is still there.
+//
+//	KEYS[1] B; ARGV[1] kind, ARGV[2] owner token, ARGV[3] token
+//	returns 1 when the grant was there, 0 when not (nothing changed)
+var famWritebackScript = goredis.NewScript(luaFamily + `
+local kind, owner, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local now = now_ms()
+local held, slot = holds(kind, owner, now)
+if not held then return 0 end
+local cur = tonumber(redis.call('GET', FENCE) or '0')
+if cur == nil then
+  return redis.error_reply('fence counter ' .. FENCE .. ' does not hold a number')
+end
+if cur < token then redis.call('SET', FENCE, token) end
+local key = nil
+if kind == 'p' then key = slot_key(slot) elseif kind == 'w' then key = W end
+if key then
+  local pttl = redis.call('PTTL', key)
+  if pttl > 0 then redis.call('SET', key, owner .. ':' .. token, 'PX', pttl) end
+end
+return 1
+`)
+
+// famExtendScript renews a reader's lease on one node if it is still
+// there (a permit's and a writer's are renewed by extendScript, on their
+// own keys).
+//
+//	KEYS[1] B; ARGV[1] owner token, ARGV[2] lease (ms)
+//	returns 1 when renewed, 0 when the reader was not there
+var famExtendScript = goredis.NewScript(luaFamily + `
+local now = now_ms()
+local held = holds('r', ARGV[1], now)
+if not held then return 0 end
+redis.call('ZADD', R, 'XX', now + tonumber(ARGV[2]), ARGV[1])
+extend_to(R, now + tonumber(ARGV[2]), now)
+return 1
+`)
+
+// famReleaseScript gives a family's grant up on one node (owner-checked,
+// remembered as the mutex's releaseScript remembers), and says what
+// becomes of the caller's queue entry.
+//
+//	KEYS[1] B, KEYS[2] recent releases
+//	ARGV[1] kind, ARGV[2] owner token, ARGV[3] channel,
+//	ARGV[4] "1" to wake the waiters the release admits,
+//	ARGV[5] how long to remember the release (ms),
+//	ARGV[6] waiter id ("" none), ARGV[7] "keep": put the waiter back in
+//	the queue with ARGV[8] its ticket and ARGV[9] its entry's lease (ms)
+//	(a round that failed), "drop": take it out (a wait that ended)
+//	returns 1 when deleted (now, or by an earlier attempt), 0 when the
+//	grant was not there
+//
+// A waiter taken out of the queue wakes the waiters it held back (a
+// writer that gave up its wait lets the readers behind it in), whatever
+// ARGV[4] says.
+var famReleaseScript = goredis.NewScript(luaFamily + `
+local kind, owner, channel, announce, ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local id, what = ARGV[6], ARGV[7]
+local now = now_ms()
+purge(now)
+local held, slot = holds(kind, owner, now)
+if held then
+  if kind == 'p' then redis.call('DEL', slot_key(slot))
+  elseif kind == 'w' then redis.call('DEL', W)
+  else redis.call('ZREM', R, owner) end
+end
+local left = false
+if id ~= '' and what == 'keep' and not released_before(KEYS[2], id) then
+  local lease = tonumber(ARGV[9])
+  redis.call('ZADD', Q, 'NX', tonumber(ARGV[8]), id)
+  redis.call('ZADD', QX, now + lease, id)
+  extend_to(Q, now + lease, now)
+  extend_to(QX, now + lease, now)
+elseif id ~= '' and what == 'drop' then
+  left = redis.call('ZREM', Q, id) == 1
+  redis.call('ZREM', QX, id)
+  remember_release(KEYS[2], id, ms)
+end
+if kind == 'p' and not live() then
+  redis.call('DEL', B .. ':n')
+end
+if not held then
+  if left then wake(kind, channel) end
+  if released_before(KEYS[2], owner) then return 1 end
+  if announce ~= '1' then remember_release(KEYS[2], owner, ms) end
+  return 0
+end
+remember_release(KEYS[2], owner, ms)
+if announce == '1' or left then wake(kind, channel) end
+return 1
+`)
+
+// famKind is the kind argument of the family scripts.
+func (k keys) famKind() string {
+	switch k.kind {
+	case permitLock:
+		return "p"
+	case readLock:
+		return "r"
+	default:
+		return "w"
+	}
+}
+
+// famArgsAcquire are the acquire script's arguments.
+func famArgsAcquire(k keys, owner string, ttl time.Duration, q *queued, prefer int) []any {
+	id, ticket, lease := "", int64(0), int64(0)
+	if q != nil {
+		id, ticket, lease = q.id, q.ticket, millis(q.lease)
+	}
+	return []any{k.famKind(), owner, millis(ttl), k.n, id, ticket, lease, prefer}
+}
+
+func (k keys) famKeys() []string { return []string{k.base, k.released} }
+
+// famAcquireReply reads the family acquire script's reply.
+func famAcquireReply(k keys, v []any, err error) (grant, error) {
+	if err != nil {
+		return grant{}, err
+	}
+	if len(v) >= 2 {
+		if flag, _ := v[0].(int64); flag == -2 {
+			n, _ := v[1].(int64)
+			return grant{mismatch: int(n)}, nil
+		}
+	}
+	g, err := acquireReply(k, v, nil)
+	if err != nil {
+		return g, err
+	}
+	if len(v) >= 4 {
+		if g.ok {
+			s, _ := v[2].(int64)
+			g.slot = int(s)
+		}
+		if free, ok := v[3].([]any); ok {
+			for _, f := range free {
+				if i, ok := f.(int64); ok {
+					g.free = append(g.free, int(i))
+				}
+			}
+		}
+	}
+	if len(v) >= 5 && !g.ok {
+		g.ticket, _ = v[4].(int64)
+	}
+	return g, nil
+}
+
+// runEnqueue puts waiter q in k's queue on one node and returns its
+// provisional ticket there, or the other limit of a semaphore's holders
+// (mismatch > 0).
+func runEnqueue(ctx context.Context, c goredis.UniversalClient, k keys, q *queued) (ticket int64, mismatch int, err error) {
+	v, err := famEnqueueScript.Run(ctx, c, k.famKeys(), k.famKind(), q.id, millis(q.lease), k.n).Slice()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(v) < 2 {
+		return 0, 0, fmt.Errorf("enqueue script returned %d values, want 2", len(v))
+	}
+	flag, _ := v[0].(int64)
+	n, _ := v[1].(int64)
+	if flag == -2 {
+		return 0, int(n), nil
+	}
+	return n, 0, nil
+}
+
+// runFamRelease gives our grant up on one node; q, if not nil, is the
+// waiter to put back in the queue (keep) or take out of it (drop).
+func runFamRelease(ctx context.Context, c goredis.UniversalClient, k keys, owner string, announce bool, q *queued, what string) (bool, error) {
+	id, ticket, lease := "", int64(0), int64(0)
+	if q != nil {
+		id, ticket, lease = q.id, q.ticket, millis(q.lease)
+	}
+	if what == queueKeep && ticket == 0 {
+		what = "" // a first round: the waiter has no ticket to keep yet
+	}
+	a := "0"
+	if announce {
+		a = "1"
+	}
+	n, err := famReleaseScript.Run(ctx, c, k.famKeys(), k.famKind(), owner, k.channel, a, millis(releaseMemory),
+		id, what, ticket, lease).Int64()
+	return n == 1, err
+}
+
+// What the family release script does with the caller's queue entry.
+const (
+	queueKeep = "keep"
+	queueDrop = "drop"
+)
+
+// wakeTargets reads a family's wake message ("q id id ..."): the waiters
+// it names, or nil for a message that wakes every waiter (the mutex's).
+func wakeTargets(payload string) []string {
+	rest, ok := strings.CutPrefix(payload, "q ")
+	if !ok {
+		return nil
+	}
+	return strings.Fields(rest)
+}
+
+// famToken renders a token for the scripts.
+func famToken(t int64) string { return strconv.FormatInt(t, 10) }
