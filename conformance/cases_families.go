@@ -71,6 +71,7 @@ func (s *suite) semContended(t *testing.T, ctx context.Context) {
 	s.needSemaphores(t)
 	k := key(t, "")
 	var inside, most atomic.Int32
+	tokens := newTokenSet()
 	s.contend(t, ctx, 6, func(l locker.Locker) error {
 		// The default TTL, as Acquire/MutualExclusion: under contention
 		// on a loaded machine a short lease tests the machine, not the
@@ -79,6 +80,7 @@ func (s *suite) semContended(t *testing.T, ctx context.Context) {
 		if err != nil {
 			return err
 		}
+		tokens.add(h.Token())
 		n := inside.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
@@ -90,6 +92,39 @@ func (s *suite) semContended(t *testing.T, ctx context.Context) {
 		t.Errorf("a semaphore of %d had %d holders at once", semLimit, m)
 	} else {
 		t.Logf("at most %d holders at once (limit %d)", m, semLimit)
+	}
+	tokens.check(t, "permits")
+}
+
+// tokenSet records the tokens of a key's locks: each must be the lock's
+// own, even among permits or readers that hold at once.
+type tokenSet struct {
+	mu   sync.Mutex
+	seen map[int64]int
+}
+
+func newTokenSet() *tokenSet { return &tokenSet{seen: map[int64]int{}} }
+
+func (ts *tokenSet) add(token int64) {
+	ts.mu.Lock()
+	ts.seen[token]++
+	ts.mu.Unlock()
+}
+
+// check fails t for every token given to more than one of what.
+func (ts *tokenSet) check(t *testing.T, what string) {
+	t.Helper()
+	dups := 0
+	for tok, n := range ts.seen {
+		if n > 1 {
+			if dups < 5 {
+				t.Errorf("token %d was given to %d %s of one key: every lock needs a token of its own", tok, n, what)
+			}
+			dups++
+		}
+	}
+	if dups > 5 {
+		t.Errorf("… and %d more tokens given twice", dups-5)
 	}
 }
 
@@ -373,6 +408,7 @@ func (s *suite) rwContended(t *testing.T, ctx context.Context) {
 		sharedSeen, overlaps int
 		stale                []string
 		n                    atomic.Int32
+		tokens               = newTokenSet()
 	)
 	s.contend(t, ctx, 6, func(l locker.Locker) error {
 		write := n.Add(1)%4 == 0 // one in four is a writer
@@ -384,6 +420,7 @@ func (s *suite) rwContended(t *testing.T, ctx context.Context) {
 		if err != nil {
 			return err
 		}
+		tokens.add(h.Token())
 		mu.Lock()
 		tok := h.Token()
 		if write {
@@ -425,6 +462,7 @@ func (s *suite) rwContended(t *testing.T, ctx context.Context) {
 	for _, s := range stale[:min(len(stale), 5)] {
 		t.Errorf("tokens out of order: %s", s)
 	}
+	tokens.check(t, "readers and writers")
 	t.Logf("readers shared the key on %d acquisitions", sharedSeen)
 }
 

@@ -26,6 +26,7 @@ const (
 	semIgnoresMismatch                       // a second limit on a held key is obeyed silently (the first one wins)
 	writerAsReader                           // a write lock is a read lock: a writer is admitted beside readers
 	readerAsWriter                           // a read lock is a write lock: readers exclude each other
+	semSharedTokens                          // two permits of a key can carry one token (token rounded down to even)
 )
 
 var familyFlaws = []struct {
@@ -38,6 +39,7 @@ var familyFlaws = []struct {
 	{"SemIgnoresMismatch", semIgnoresMismatch, []string{"Semaphore/LimitMismatch"}},
 	{"WriterAsReader", writerAsReader, []string{"RW/ReadersShare", "RW/WriterExcludes", "RW/Contended"}},
 	{"ReaderAsWriter", readerAsWriter, []string{"RW/ReadersShare"}},
+	{"SemSharedTokens", semSharedTokens, []string{"Semaphore/Contended"}},
 }
 
 // familyMutant is a memlock Locker whose families have one flaw.
@@ -74,8 +76,18 @@ func (m *familyMutant) AcquireSemaphore(ctx context.Context, key string, n int, 
 	if m.flaw == semRacy && n >= 1 {
 		return m.racy(ctx, key, n, true, opts)
 	}
-	return m.Locker.AcquireSemaphore(ctx, key, m.limit(key, n), opts...)
+	h, err := m.Locker.AcquireSemaphore(ctx, key, m.limit(key, n), opts...)
+	if err == nil && m.flaw == semSharedTokens {
+		h = evenToken{h}
+	}
+	return h, err
 }
+
+// evenToken is a permit whose token is rounded down to an even number: two
+// permits granted one after the other share it.
+type evenToken struct{ locker.Handle }
+
+func (h evenToken) Token() int64 { return h.Handle.Token() &^ 1 }
 
 func (m *familyMutant) TryAcquireSemaphore(ctx context.Context, key string, n int, opts ...locker.Option) (locker.Handle, error) {
 	if m.flaw == semRacy && n >= 1 {

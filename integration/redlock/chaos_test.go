@@ -121,6 +121,39 @@ func TestChaos(t *testing.T) {
 	})
 }
 
+// TestChaosSemaphore and TestChaosReadWrite run the lock families under
+// the Minority faults (one node paused, or killed and restarted; one
+// worker's link to one node cut), besides the built-in holder pause, for
+// 15s each.
+func TestChaosSemaphore(t *testing.T) { chaosFamily(t, chaos.Semaphore(2)) }
+func TestChaosReadWrite(t *testing.T) { chaosFamily(t, chaos.ReadWrite()) }
+
+func chaosFamily(t *testing.T, f chaos.Family) {
+	c := newChaosBed(t)
+	h := c.harness()
+	h.Family, h.Duration = f, 15*time.Second
+	if c.nodes != nil {
+		h.Faults = append(h.Faults,
+			c.nodeFault("minority-node-pause", func(t *testing.T, s *testserver.Server) func() {
+				s.Pause(t)
+				return func() { s.Resume(t) }
+			}),
+			c.nodeFault("minority-node-restart", func(t *testing.T, s *testserver.Server) func() {
+				s.Kill(t)
+				return func() { s.Start(t) }
+			}),
+			c.linkFault("minority-link-partition", false, func(t *testing.T, px *testserver.Proxy) { px.Partition(t) }),
+		)
+	}
+	r := chaos.Run(t, h)
+	if r == nil {
+		return // a worker process
+	}
+	if r.Acquired == 0 || len(r.Faults) == 0 {
+		t.Errorf("the run exercised too little: %v", r)
+	}
+}
+
 // chaosBed is one run's nodes and proxies (in the test process; in a
 // worker process only its harness's NewLocker is used).
 type chaosBed struct {
