@@ -72,6 +72,8 @@ const (
 
 // grant is what the lock statement returned.
 type grant struct {
+	id    int64    // the advisory key the health checks look for (see handle.id)
+	fam   *famHold // a lock family's hold; nil for the mutex
 	token int64
 	pid   uint32    // the server backend that holds the lock
 	sent  time.Time // when the statement that granted the lock was sent
@@ -98,7 +100,7 @@ func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64, t te
 		conn.Release() // nothing was taken; the connection is clean
 		return grant{}, errNotAcquired
 	}
-	g := grant{token: *token, pid: uint32(pid), sent: sent, terms: t, old: old}
+	g := grant{id: id, token: *token, pid: uint32(pid), sent: sent, terms: t, old: old}
 	if err := l.verifySession(ctx, conn, id, g.pid); err != nil {
 		destroy(conn)
 		return grant{}, err
@@ -109,7 +111,7 @@ func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64, t te
 // lockWait runs pg_advisory_lock on conn, in slices of t.period (see
 // waitSlice), abandoning the wait when ctx ends (see runWait).
 func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64, t terms) (grant, error) {
-	g := grant{terms: t}
+	g := grant{id: id, terms: t}
 	out := l.runWait(ctx, conn.Conn().PgConn(), func(qctx context.Context) error {
 		for {
 			err := l.waitSlice(qctx, conn, id, &g)
