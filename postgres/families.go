@@ -176,7 +176,7 @@ func famDecide(code, value string) string {
 // $1 gate, $2 member, $3 family, $4 value, $5 wait, $6 sequence, $7 names,
 // $8 values.
 var sqlFamRegister = `SELECT d.admit, d.bad, d.target, r.ticket, pg_catalog.pg_backend_pid(), o.old,
-		(SELECT pg_catalog.count(pg_catalog.set_config(s.n, s.v, false)) FROM ROWS FROM (pg_catalog.unnest($7::text[]), pg_catalog.unnest($8::text[])) AS s(n, v) WHERE k.n IS NOT NULL)
+		(SELECT pg_catalog.count(pg_catalog.set_config(s.n, s.v, false)) FROM ROWS FROM (pg_catalog.unnest($7::text[]), pg_catalog.unnest($8::text[])) AS s(n, v) WHERE k.n > 0)
 	FROM (SELECT 1 FROM pg_catalog.pg_advisory_xact_lock($1::int8) OFFSET 0) AS g(one),
 		LATERAL (` + famDecide("$3::int4", "$4::int4") + `
 			FROM (` + famParticipants("$2::int8", "$3::int4") + `) AS p
@@ -491,4 +491,22 @@ func (l *Locker) famLeave(ctx context.Context, conn *pgxpool.Conn, t terms, old 
 		conn.Release()
 	}
 	return fmt.Errorf("waiting in the queue: %w", l.ctxErr(ctx))
+}
+
+// SemaphoreKey returns the bigint advisory key that every holder and every
+// waiter of the semaphore key (of the Locker prefix namespace) holds in
+// share mode, for as long as it holds or waits: the sessions that pg_locks
+// shows holding it are the semaphore's participants (see the package
+// documentation, "Lock families"). It is AdvisoryKey with the domain
+// "locker/v1/semaphore" in place of "locker/v1".
+func SemaphoreKey(namespace, key string) int64 {
+	m, _ := famKey(famSem, namespace, key)
+	return m
+}
+
+// ReadWriteKey is SemaphoreKey for the reader-writer lock key: the domain
+// is "locker/v1/rw".
+func ReadWriteKey(namespace, key string) int64 {
+	m, _ := famKey(famRW, namespace, key)
+	return m
 }
