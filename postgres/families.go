@@ -232,10 +232,25 @@ var sqlFamRelease = `SELECT u.ok, pg_catalog.pg_backend_pid()
 const sqlFamLeave = `SELECT r.n FROM (SELECT pg_catalog.count(pg_catalog.set_config(s.n, s.v, false)) FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS s(n, v) OFFSET 0) AS r(n),
 		LATERAL (SELECT pg_catalog.pg_advisory_unlock_all() WHERE r.n IS NOT NULL OFFSET 0) AS x`
 
+// sqlFamUnstrand gives back, on backend $2 only, what a participant holds
+// once admitted: its member ($1), identity ($3, $4) and attribute ($5,
+// $6) locks.
+const sqlFamUnstrand = `SELECT pg_catalog.pg_backend_pid(), CASE WHEN pg_catalog.pg_backend_pid() = $2::int4 THEN (
+		SELECT pg_catalog.bool_and(v.ok) FROM (VALUES (pg_catalog.pg_advisory_unlock_shared($1::int8)),
+			(pg_catalog.pg_advisory_unlock($3::int4, $4::int4)), (pg_catalog.pg_advisory_unlock_shared($5::int4, $6::int4))) AS v(ok)) END`
+
 // famHold is what a handle of a family lock needs to release it.
 type famHold struct {
+	member   int64
 	ik1, ik2 int32   // its identity lock
+	ak1, ak2 int32   // its attribute lock
 	channel  *string // a semaphore's notification channel; nil for a reader-writer lock
+}
+
+// unstrand gives back the participation on backend pid, where a pooler
+// left it (see unstrand in wait.go).
+func (f *famHold) unstrand(conn *pgxpool.Conn, pid uint32) bool {
+	return unstrandWith(conn, pid, sqlFamUnstrand, f.member, int32(pid), f.ik1, f.ik2, f.ak1, f.ak2)
 }
 
 // famSpec is one acquisition of a family lock.
@@ -314,24 +329,38 @@ func (l *Locker) lockFamily(ctx context.Context, conn *pgxpool.Conn, sp famSpec,
 		conn.Release() // nothing was taken
 		return grant{}, sp.notAcquired()
 	}
+	if *ticket >= 1<<62 {
+		destroy(conn) // ends the participation
+		return grant{}, fmt.Errorf("the token sequence %s handed out %d, beyond 2^62, which a lock family's ticket cannot encode", l.cfg.sequence, *ticket)
+	}
 	g := grant{id: sp.member, terms: t, old: old}
 	ik1, ik2 := identityKey(*ticket)
-	g.fam = &famHold{ik1: ik1, ik2: ik2}
+	g.fam = &famHold{member: sp.member, ik1: ik1, ik2: ik2, ak1: int32(uint32(markAttr) | uint32(sp.code)), ak2: sp.value}
 	if sp.code == famSem {
 		g.fam.channel = &sp.channel
 	}
-	st := famState{ticket: *ticket, target: target, admit: admit, token: *ticket, pid: uint32(pid), sent: sent}
+	// The session that joined the queue is the one that must wait and
+	// hold: a pooler that routes statements elsewhere is refused at once.
+	regPID := uint32(pid)
+	undo := func() bool { return g.fam.unstrand(conn, regPID) }
+	if err := l.verifySession(ctx, conn, sp.member, regPID, undo); err != nil {
+		destroy(conn)
+		return grant{}, err
+	}
+	st := famState{ticket: *ticket, target: target, admit: admit, token: *ticket, pid: regPID, sent: sent}
 	if !admit {
 		st, err = l.famWait(ctx, conn, sp, t, st, old)
 		if err != nil {
 			return grant{}, err
 		}
+		if st.pid != regPID {
+			if err := l.verifySession(ctx, conn, sp.member, st.pid, undo); err != nil {
+				destroy(conn)
+				return grant{}, err
+			}
+		}
 	}
 	g.token, g.pid, g.sent = st.token, st.pid, st.sent
-	if err := l.verifySession(ctx, conn, sp.member, g.pid); err != nil {
-		destroy(conn)
-		return grant{}, err
-	}
 	return g, nil
 }
 

@@ -170,7 +170,7 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 		h.gone.Do(h.conn.Release)
 		return nil
 	case err == nil && uint32(pid) != h.pid:
-		unstrand(h.conn, h.id, h.pid)
+		h.unstrand()
 		lost := fmt.Errorf("%w: %w: the unlock ran on server backend %d, not on %d that was granted the lock", locker.ErrLost, ErrPooler, pid, h.pid)
 		h.state.End(lost)
 		h.discard()
@@ -196,6 +196,15 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 		h.discard()
 		return backend.KeyError("release", h.key, lost)
 	}
+}
+
+// unstrand gives back what the handle holds on its server backend, when
+// a pooler routed a statement elsewhere (see unstrand).
+func (h *handle) unstrand() bool {
+	if h.fam != nil {
+		return h.fam.unstrand(h.conn, h.pid)
+	}
+	return unstrand(h.conn, h.id, h.pid)
 }
 
 // discard destroys the connection (once) and forgets the handle.

@@ -575,3 +575,76 @@ func TestFamilyCutHolder(t *testing.T) {
 		})
 	}
 }
+
+// Through a session-mode pooler, declared, the families work as directly:
+// a waiter (a semaphore's first waiter LISTENs through the pooler) gets the
+// permit a release frees, a cancelled writer leaves nothing; undeclared, the
+// Locker refuses, and through a transaction-mode pooler it refuses declared
+// or not, leaving nothing of the participation on the pooler's server
+// sessions.
+func TestFamiliesThroughPoolers(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.Postgres(t)
+	t.Run("Session", func(t *testing.T) {
+		dsn := startPgBouncer(t, srv.DSN(), "session")
+		undeclared := newLocker(t, newPool(t, dsn, 2))
+		if _, err := undeclared.TryAcquireSemaphore(ctx, testKey(t, ""), 2); !errors.Is(err, postgres.ErrPooler) {
+			t.Fatalf("TryAcquireSemaphore through an undeclared pooler: %v, want ErrPooler", err)
+		}
+		a := newLocker(t, newPool(t, dsn, 3), postgres.WithSessionPooler())
+		b := newLocker(t, newPool(t, dsn, 3), postgres.WithSessionPooler())
+		k := testKey(t, "")
+		h, err := a.TryAcquireSemaphore(ctx, k, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := goAcquire(ctx, func(ctx context.Context) (locker.Handle, error) { return b.AcquireSemaphore(ctx, k, 1) })
+		notYet(t, 2*testInterval, map[string]<-chan acquired{"a waiter for a held permit": w})
+		mustRelease(t, ctx, h)
+		g := mustGet(t, w, 2*time.Second, "the waiter after the release, through the pooler")
+		mustRelease(t, ctx, g.h)
+
+		r, err := a.TryAcquireRead(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = b.AcquireWrite(wctx, k)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("AcquireWrite with a short deadline through the pooler: %v", err)
+		}
+		r2, err := b.TryAcquireRead(ctx, k)
+		if err != nil {
+			t.Fatalf("TryAcquireRead after the writer gave up: %v (its place left in the queue?)", err)
+		}
+		mustRelease(t, ctx, r2)
+		mustRelease(t, ctx, r)
+	})
+	t.Run("Transaction", func(t *testing.T) {
+		dsn := startPgBouncer(t, srv.DSN(), "transaction")
+		warmServers(t, ctx, dsn, 3)
+		direct := sharedPool(t, 2)
+		for _, declared := range []bool{false, true} {
+			var opts []postgres.Option
+			if declared {
+				opts = append(opts, postgres.WithSessionPooler())
+			}
+			l := newLocker(t, newPool(t, dsn, 4), opts...)
+			k := testKey(t, "")
+			for i, f := range []func() error{
+				func() error { _, err := l.TryAcquireSemaphore(ctx, k, 2); return err },
+				func() error { _, err := l.AcquireWrite(ctx, k); return err },
+			} {
+				if err := f(); !errors.Is(err, postgres.ErrPooler) {
+					t.Fatalf("declared=%v call %d through a transaction-mode pooler: %v, want ErrPooler", declared, i, err)
+				}
+			}
+			for _, m := range []int64{postgres.SemaphoreKey("", k), postgres.ReadWriteKey("", k)} {
+				if n := participants(t, ctx, direct, m); n != 0 {
+					t.Errorf("declared=%v: %d participants left on the pooler's server sessions", declared, n)
+				}
+			}
+		}
+	})
+}
