@@ -1,5 +1,7 @@
 // Package postgres implements locker.Locker with PostgreSQL session-level
-// advisory locks (pg_advisory_lock), on a pgx v5 connection pool.
+// advisory locks (pg_advisory_lock), on a pgx v5 connection pool, and the
+// lock families locker.Semaphorer and locker.ReadWriter (see Lock
+// families).
 //
 // # What it promises
 //
@@ -268,7 +270,7 @@
 // which briefly holds every lock partition), and so does each wake-up; a
 // participant holds three advisory locks, four while a semaphore's waiter
 // waits (max_locks_per_transaction × max_connections bounds the server's
-// locks). A family's locks never take the mutex's uncontended fast path.
+// locks).
 //
 // # Pool sizing
 //
