@@ -648,3 +648,62 @@ func TestFamiliesThroughPoolers(t *testing.T) {
 		}
 	})
 }
+
+// Close ends the Locker's family waits — a semaphore's first waiter
+// (between notifications), the waiter behind it (in the lock manager), a
+// writer behind a reader — with ErrClosed, releases the family locks it
+// holds, and leaves no participant of its own in any queue.
+func TestFamilyCloseWakesWaiters(t *testing.T) {
+	ctx := testCtx(t)
+	admin := sharedPool(t, 4)
+	other := newLocker(t, admin)
+	l := postgres.New(sharedPool(t, 8), postgres.WithHealthCheckInterval(testInterval))
+	defer l.Close()
+	k := testKey(t, "")
+	sm, rm := postgres.SemaphoreKey("", k), postgres.ReadWriteKey("", k)
+	hs, err := other.TryAcquireSemaphore(ctx, k, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr, err := other.TryAcquireRead(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := l.TryAcquireRead(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := goAcquire(ctx, func(ctx context.Context) (locker.Handle, error) { return l.AcquireSemaphore(ctx, k, 1) })
+	waitParticipants(t, ctx, admin, sm, 2)
+	second := goAcquire(ctx, func(ctx context.Context) (locker.Handle, error) { return l.AcquireSemaphore(ctx, k, 1) })
+	waitParticipants(t, ctx, admin, sm, 3)
+	writer := goAcquire(ctx, func(ctx context.Context) (locker.Handle, error) { return l.AcquireWrite(ctx, k) })
+	waitParticipants(t, ctx, admin, rm, 3)
+
+	closed := time.Now()
+	if err := l.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	t.Logf("Close returned after %v", time.Since(closed))
+	for what, ch := range map[string]<-chan acquired{"the first waiter": first, "the second waiter": second, "the writer": writer} {
+		select {
+		case r := <-ch:
+			if !errors.Is(r.err, locker.ErrClosed) {
+				t.Errorf("%s after Close: %v, want ErrClosed", what, r.err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Errorf("%s had not returned 2s after Close", what)
+		}
+	}
+	if !errors.Is(own.Err(), locker.ErrReleasedByClose) {
+		t.Errorf("a read lock held at Close: %v, want ErrReleasedByClose", own.Err())
+	}
+	if n := participants(t, ctx, admin, sm); n != 1 {
+		t.Errorf("%d participants of the semaphore after Close, want the other Locker's holder alone", n)
+	}
+	if n := participants(t, ctx, admin, rm); n != 1 {
+		t.Errorf("%d participants of the reader-writer lock after Close, want the other Locker's reader alone", n)
+	}
+	mustRelease(t, ctx, hs)
+	mustRelease(t, ctx, hr)
+}
