@@ -144,7 +144,7 @@ func famParticipants(member, code string) string {
 //     wait for the participant just before them to be admitted or leave.
 //
 // It also yields the attribute of a semaphore participant whose n differs
-// (bad).
+// (bad), and how many came before (count).
 func famDecide(code, value string) string {
 	return `SELECT
 			CASE WHEN ` + code + ` = 2 THEN pg_catalog.count(*) < ` + value + `
@@ -153,7 +153,8 @@ func famDecide(code, value string) string {
 			pg_catalog.max(p.val) FILTER (WHERE ` + code + ` = 2 AND p.val <> ` + value + `),
 			CASE WHEN ` + code + ` = 2 THEN CASE WHEN pg_catalog.count(*) > ` + value + ` THEN pg_catalog.max(p.ticket) END
 				WHEN ` + value + ` = 1 THEN pg_catalog.max(p.ticket)
-				ELSE pg_catalog.max(p.ticket) FILTER (WHERE p.val = 1) END`
+				ELSE pg_catalog.max(p.ticket) FILTER (WHERE p.val = 1) END,
+			pg_catalog.count(*)`
 }
 
 // sqlFamRegister registers a participant, under the key's gate ($1, a
@@ -175,13 +176,13 @@ func famDecide(code, value string) string {
 //
 // $1 gate, $2 member, $3 family, $4 value, $5 wait, $6 sequence, $7 names,
 // $8 values.
-var sqlFamRegister = `SELECT d.admit, d.bad, d.target, r.ticket, pg_catalog.pg_backend_pid(), o.old,
+var sqlFamRegister = `SELECT d.admit, d.bad, d.target, d.count, r.ticket, pg_catalog.pg_backend_pid(), o.old,
 		(SELECT pg_catalog.count(pg_catalog.set_config(s.n, s.v, false)) FROM ROWS FROM (pg_catalog.unnest($7::text[]), pg_catalog.unnest($8::text[])) AS s(n, v) WHERE k.n > 0)
 	FROM (SELECT 1 FROM pg_catalog.pg_advisory_xact_lock($1::int8) OFFSET 0) AS g(one),
 		LATERAL (` + famDecide("$3::int4", "$4::int4") + `
 			FROM (` + famParticipants("$2::int8", "$3::int4") + `) AS p
 			WHERE p.ticket IS NOT NULL AND g.one = 1
-			OFFSET 0) AS d(admit, bad, target),
+			OFFSET 0) AS d(admit, bad, target, count),
 		LATERAL (SELECT CASE WHEN d.bad IS NULL AND (d.admit OR $5::bool) THEN pg_catalog.nextval($6::text::regclass) END OFFSET 0) AS r(ticket),
 		LATERAL (SELECT pg_catalog.count(*) FROM (VALUES
 				(pg_catalog.pg_advisory_lock_shared($2::int8)::text),
@@ -202,7 +203,7 @@ var sqlFamRegister = `SELECT d.admit, d.bad, d.target, r.ticket, pg_catalog.pg_b
 //
 // $1 slice, $2 target, $3 member, $4 family, $5 value, $6 own ticket,
 // $7 sequence.
-var sqlFamStep = `SELECT d.admit, d.target, t.token, pg_catalog.pg_backend_pid()
+var sqlFamStep = `SELECT d.admit, d.target, d.count, t.token, pg_catalog.pg_backend_pid()
 	FROM (SELECT 1 FROM pg_catalog.pg_advisory_xact_lock_shared(
 			CASE WHEN pg_catalog.set_config('lock_timeout', $1::text, true) IS NOT NULL THEN
 				CASE WHEN $4::int4 = 2 THEN ((($2::int8 >> 32) | ` + strconv.FormatInt(markWaiting, 10) + `::int8)::bit(32)::int4)
@@ -211,7 +212,7 @@ var sqlFamStep = `SELECT d.admit, d.target, t.token, pg_catalog.pg_backend_pid()
 		LATERAL (` + famDecide("$4::int4", "$5::int4") + `
 			FROM (` + famParticipants("$3::int8", "$4::int4") + `) AS p
 			WHERE p.ticket < $6::int8 AND w.one = 1
-			OFFSET 0) AS d(admit, bad, target),
+			OFFSET 0) AS d(admit, bad, target, count),
 		LATERAL (SELECT CASE WHEN d.admit THEN pg_catalog.nextval($7::text::regclass) END,
 				CASE WHEN d.admit AND $4::int4 = 2 THEN pg_catalog.pg_advisory_unlock(` + waitingKeySQL("$6::int8") + `) END
 			OFFSET 0) AS t(token, gaveup)`
@@ -293,6 +294,7 @@ func (l *Locker) acquireFamily(ctx context.Context, op, key string, code int32, 
 type famState struct {
 	ticket int64
 	target *int64 // whom it waits for; nil: a semaphore's first waiter
+	before int64  // how many participants came before it
 	admit  bool
 	token  int64
 	pid    uint32
@@ -306,6 +308,7 @@ type famState struct {
 func (l *Locker) lockFamily(ctx context.Context, conn *pgxpool.Conn, sp famSpec, t terms, wait bool) (grant, error) {
 	var (
 		admit       bool
+		before      int64
 		bad, target *int64
 		ticket      *int64
 		pid         int32
@@ -314,7 +317,7 @@ func (l *Locker) lockFamily(ctx context.Context, conn *pgxpool.Conn, sp famSpec,
 	)
 	sent := time.Now()
 	err := conn.QueryRow(ctx, sqlFamRegister, sp.gate, sp.member, sp.code, sp.value, wait, l.cfg.sequence, t.names, t.values).
-		Scan(&admit, &bad, &target, &ticket, &pid, &old, &set)
+		Scan(&admit, &bad, &target, &before, &ticket, &pid, &old, &set)
 	if err != nil {
 		// Whether it registered is unknown: closing the session ends
 		// whatever it took.
@@ -347,7 +350,7 @@ func (l *Locker) lockFamily(ctx context.Context, conn *pgxpool.Conn, sp famSpec,
 		destroy(conn)
 		return grant{}, err
 	}
-	st := famState{ticket: *ticket, target: target, admit: admit, token: *ticket, pid: regPID, sent: sent}
+	st := famState{ticket: *ticket, target: target, before: before, admit: admit, token: *ticket, pid: regPID, sent: sent}
 	if !admit {
 		st, err = l.famWait(ctx, conn, sp, t, st, old)
 		if err != nil {
@@ -383,33 +386,40 @@ func (sp famSpec) notAcquired() error {
 // its place with it).
 func (l *Locker) famWait(ctx context.Context, conn *pgxpool.Conn, sp famSpec, t terms, st famState, old []string) (famState, error) {
 	listening := false // LISTEN is in force on the session
-	looked := false    // the first waiter looked at the queue since it last waited
+	looked := false    // a step has looked at the queue since LISTEN
 	for {
-		if st.target == nil {
-			// The first waiter of a semaphore: it waits for a release's
-			// notification. It listens before it looks again, so that no
-			// release falls between its look and its wait.
-			if !listening {
-				if err := l.quickExec(conn, t.period, "LISTEN "+pgx.Identifier{sp.channel}.Sanitize()); err != nil {
-					destroy(conn)
-					return st, fmt.Errorf("listening for released permits: %w", err)
-				}
-				listening = true
-			} else if looked {
-				err := l.awaitNotification(ctx, conn, t.period)
-				switch {
-				case ctx.Err() != nil:
-					return st, l.famLeave(ctx, conn, t, old, listening)
-				case err != nil && !isTimeout(err):
-					destroy(conn)
-					return st, fmt.Errorf("waiting for a released permit: %w", err)
-				}
+		// A semaphore's first waiter waits for a release's notification;
+		// the second listens already, so that when the first is admitted
+		// (which wakes it) it goes on to wait at once, without a LISTEN
+		// and a look more in the way of the next admission. A waiter looks
+		// at the queue after it listens, so that no release falls between
+		// its look and its wait. No more than these two listen.
+		if sp.code == famSem && !listening && (st.target == nil || st.before == int64(sp.value)+1) {
+			if err := l.quickExec(conn, t.period, "LISTEN "+pgx.Identifier{sp.channel}.Sanitize()); err != nil {
+				destroy(conn)
+				return st, fmt.Errorf("listening for released permits: %w", err)
 			}
-			looked = true
+			listening, looked = true, false
+		}
+		unlisten := false
+		if st.target == nil && looked {
+			err := l.awaitNotification(ctx, conn, t.period)
+			switch {
+			case ctx.Err() != nil:
+				return st, l.famLeave(ctx, conn, t, old, listening)
+			case err != nil && !isTimeout(err):
+				destroy(conn)
+				return st, fmt.Errorf("waiting for a released permit: %w", err)
+			}
+			unlisten = err == nil // notified: most likely admitted now
 		}
 		out := l.runWait(ctx, conn.Conn().PgConn(), func(qctx context.Context) error {
-			return l.famStep(qctx, conn, sp, t, &st)
+			return l.famStep(qctx, conn, sp, t, &st, unlisten)
 		})
+		if out.err == nil && listening {
+			looked = true
+			listening = !unlisten
+		}
 		switch {
 		case !out.interrupted && errors.Is(out.err, errSilent):
 			destroy(conn)
@@ -445,7 +455,11 @@ func (l *Locker) famWait(ctx context.Context, conn *pgxpool.Conn, sp famSpec, t 
 
 // famStep runs one step of a wait (sqlFamStep), at most one slice, with
 // the same backstop as a slice of the mutex's wait (see waitSlice).
-func (l *Locker) famStep(ctx context.Context, conn *pgxpool.Conn, sp famSpec, t terms, st *famState) error {
+// With unlisten, it also ends the session's LISTEN, in the same round
+// trip: the first waiter does so when a notification woke it, which most
+// likely admits it, so that the permit it gets is not held up by an
+// UNLISTEN of its own.
+func (l *Locker) famStep(ctx context.Context, conn *pgxpool.Conn, sp famSpec, t terms, st *famState, unlisten bool) error {
 	slice := t.period
 	nc := conn.Conn().PgConn().Conn()
 	backstop := l.sliceBackstop(slice, func() { _ = nc.Close() })
@@ -455,8 +469,25 @@ func (l *Locker) famStep(ctx context.Context, conn *pgxpool.Conn, sp famSpec, t 
 		pid           int32
 	)
 	sent := time.Now()
-	err := conn.QueryRow(ctx, sqlFamStep, lockTimeout(slice), st.target, sp.member, sp.code, sp.value, st.ticket, l.cfg.sequence).
-		Scan(&admit, &target, &token, &pid)
+	args := []any{lockTimeout(slice), st.target, sp.member, sp.code, sp.value, st.ticket, l.cfg.sequence}
+	var err error
+	if unlisten {
+		// Sent together with the step, in one round trip: UNLISTEN takes
+		// effect only if the step went through.
+		b := &pgx.Batch{}
+		b.Queue(sqlFamStep, args...)
+		b.Queue("UNLISTEN *")
+		br := conn.SendBatch(ctx, b)
+		err = br.QueryRow().Scan(&admit, &target, &st.before, &token, &pid)
+		if err == nil {
+			_, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	} else {
+		err = conn.QueryRow(ctx, sqlFamStep, args...).Scan(&admit, &target, &st.before, &token, &pid)
+	}
 	if !backstop.Stop() {
 		return fmt.Errorf("%w: no answer within %v of a step of the wait with lock_timeout %v; the link seems dead, so the connection is closed, which ends the wait on the server (%v)",
 			errSilent, 2*slice, slice, err)
