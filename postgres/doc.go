@@ -212,8 +212,12 @@
 // just before it, which that one gives up when it is admitted. The first
 // waiter of a semaphore, which must wake when any of the n holders leaves,
 // LISTENs on the key's channel instead, and a Release of a permit NOTIFYs
-// it. Woken, a waiter lists the participants before it again and decides.
-// Every wake-up is meant for the one woken: no herd.
+// it (the second waiter listens already, to take over without a round
+// trip more; no other does). Woken, a waiter lists the participants
+// before it again and decides. No release wakes a herd: a participant's
+// leaving wakes only those that wait on it — the readers behind a writer
+// (all admitted together), or one writer, or the one semaphore waiter
+// behind it — and a permit's release the first waiter.
 //
 // Why not PostgreSQL's own queue (pg_advisory_lock_shared for readers, n
 // advisory slots for a semaphore): that queue is first come, first served

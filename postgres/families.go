@@ -526,9 +526,10 @@ func (l *Locker) awaitNotification(ctx context.Context, conn *pgxpool.Conn, d ti
 }
 
 // quickExec runs a statement that takes a round trip, with a deadline of
-// a slice and a grace.
+// a slice and a grace, or until Close stops waiting for the calls in
+// flight.
 func (l *Locker) quickExec(conn *pgxpool.Conn, slice time.Duration, sql string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), slice+cancelGrace)
+	ctx, cancel := context.WithTimeout(l.life.Abandoned(), slice+cancelGrace)
 	defer cancel()
 	_, err := conn.Exec(ctx, sql)
 	return err
@@ -538,7 +539,7 @@ func (l *Locker) quickExec(conn *pgxpool.Conn, slice time.Duration, sql string) 
 // connection back, or destroys it when that fails; it returns the error
 // of the abandoned wait.
 func (l *Locker) famLeave(ctx context.Context, conn *pgxpool.Conn, t terms, old []string, listening bool) error {
-	lctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+	lctx, cancel := context.WithTimeout(l.life.Abandoned(), cancelGrace)
 	defer cancel()
 	var n int64
 	err := conn.QueryRow(lctx, sqlFamLeave, t.names, old).Scan(&n)
