@@ -208,16 +208,17 @@
 // waits in the server's lock manager for one lock of one participant
 // before it: a writer for the identity of the last one, a reader for the
 // identity of the last writer (readers waiting for the same writer are
-// woken together), a semaphore's waiter for the waiting lock of the one
-// just before it, which that one gives up when it is admitted. The first
-// waiter of a semaphore, which must wake when any of the n holders leaves,
-// LISTENs on the key's channel instead, and a Release of a permit NOTIFYs
-// it (the second waiter listens already, to take over without a round
-// trip more; no other does). Woken, a waiter lists the participants
-// before it again and decides. No release wakes a herd: a participant's
-// leaving wakes only those that wait on it — the readers behind a writer
-// (all admitted together), or one writer, or the one semaphore waiter
-// behind it — and a permit's release the first waiter.
+// woken together), a semaphore's waiter for the waiting lock of the
+// waiter two ahead of it (the second waiter: of the first), which that one
+// gives up when it is admitted. The first waiter of a semaphore, which
+// must wake when any of the n holders leaves, LISTENs on the key's channel
+// instead, and a Release of a permit NOTIFYs it; the second listens
+// already, so that it takes over without a round trip more, and no other
+// does. Woken, a waiter lists the participants before it again and
+// decides. No release wakes a herd: a participant's leaving wakes only
+// those that wait on it — the readers behind a writer (all admitted
+// together), or one writer, or two semaphore waiters (the new first and
+// the new second) — and a permit's release the first waiter.
 //
 // Why not PostgreSQL's own queue (pg_advisory_lock_shared for readers, n
 // advisory slots for a semaphore): that queue is first come, first served

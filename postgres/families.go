@@ -140,8 +140,12 @@ func famParticipants(member, code string) string {
 //     last such writer to leave;
 //   - a semaphore's participant is admitted when fewer than n came before
 //     it. The first one not admitted (exactly n before it) waits for a
-//     notification that a permit was released (target NULL); the others
-//     wait for the participant just before them to be admitted or leave.
+//     notification that a permit was released (target NULL); the second
+//     for the first to be admitted or leave, and the others for the one two
+//     ahead of them. So an admission wakes the second waiter, now first,
+//     and the third, now second, which starts to listen for releases
+//     while the first waits for one: the new first waiter is listening
+//     already, and no more than two waiters are woken.
 //
 // It also yields the attribute of a semaphore participant whose n differs
 // (bad), and how many came before (count).
@@ -151,7 +155,8 @@ func famDecide(code, value string) string {
 				WHEN ` + value + ` = 1 THEN pg_catalog.count(*) = 0
 				ELSE pg_catalog.max(p.ticket) FILTER (WHERE p.val = 1) IS NULL END,
 			pg_catalog.max(p.val) FILTER (WHERE ` + code + ` = 2 AND p.val <> ` + value + `),
-			CASE WHEN ` + code + ` = 2 THEN CASE WHEN pg_catalog.count(*) > ` + value + ` THEN pg_catalog.max(p.ticket) END
+			CASE WHEN ` + code + ` = 2 THEN CASE WHEN pg_catalog.count(*) = ` + value + ` + 1 THEN pg_catalog.max(p.ticket)
+					WHEN pg_catalog.count(*) > ` + value + ` + 1 THEN (pg_catalog.array_agg(p.ticket ORDER BY p.ticket DESC))[2] END
 				WHEN ` + value + ` = 1 THEN pg_catalog.max(p.ticket)
 				ELSE pg_catalog.max(p.ticket) FILTER (WHERE p.val = 1) END,
 			pg_catalog.count(*)`
@@ -391,9 +396,10 @@ func (l *Locker) famWait(ctx context.Context, conn *pgxpool.Conn, sp famSpec, t 
 		// A semaphore's first waiter waits for a release's notification;
 		// the second listens already, so that when the first is admitted
 		// (which wakes it) it goes on to wait at once, without a LISTEN
-		// and a look more in the way of the next admission. A waiter looks
-		// at the queue after it listens, so that no release falls between
-		// its look and its wait. No more than these two listen.
+		// and a look more in the way of the next admission (see famDecide).
+		// A waiter looks at the queue after it listens, so that no release
+		// falls between its look and its wait. No more than these two
+		// listen.
 		if sp.code == famSem && !listening && (st.target == nil || st.before == int64(sp.value)+1) {
 			if err := l.quickExec(conn, t.period, "LISTEN "+pgx.Identifier{sp.channel}.Sanitize()); err != nil {
 				destroy(conn)
