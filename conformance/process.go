@@ -85,8 +85,11 @@ func runChild(t *testing.T, h Harness) {
 func watchPause(hd locker.Handle, ttl time.Duration) {
 	started := make(chan struct{})
 	go func() {
-		close(started)
+		// The clock is read before the parent hears "watching": read
+		// after, it could fall after the pause (this goroutine descheduled
+		// between the two on a loaded machine), and no gap would be seen.
 		last := time.Now()
+		close(started)
 		for {
 			now := time.Now()
 			if gap := now.Sub(last); gap > ttl/2 {

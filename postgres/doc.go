@@ -1,5 +1,7 @@
 // Package postgres implements locker.Locker with PostgreSQL session-level
-// advisory locks (pg_advisory_lock), on a pgx v5 connection pool.
+// advisory locks (pg_advisory_lock), on a pgx v5 connection pool, and the
+// lock families locker.Semaphorer and locker.ReadWriter (see Lock
+// families).
 //
 // # What it promises
 //
@@ -67,10 +69,17 @@
 // # Keys and namespaces
 //
 // Keys are hashed with the prefix (WithPrefix) into the 64-bit advisory
-// key space. Distinct keys collide only by a 64-bit hash collision; a
-// collision makes two keys exclude each other (false contention), never
-// grants one lock twice. Advisory locks taken directly with small integers,
-// by other software on the same database, share the key space too.
+// key space, each lock family in a keyspace of its own: the mutex "k", the
+// reader-writer lock "k" and the semaphore "k" are three locks, hashed
+// under three domains (AdvisoryKey, ReadWriteKey, SemaphoreKey). Distinct
+// (family, prefix, key) collide only by a 64-bit hash collision; a
+// collision makes two keys exclude each other or queue together (false
+// contention; for two semaphores of different limits, a false
+// ErrLimitMismatch), never grants one lock twice. Advisory locks taken
+// directly with small integers, by other software on the same database,
+// share the key space too; the families also use the two-int4 form of
+// advisory keys with the top bits of the first int4 set (see Lock
+// families), which such software should leave alone.
 //
 // # Failure modes
 //
@@ -173,9 +182,105 @@
 // A failed Release leaves nothing held: the connection is closed (behind a
 // session pooler, the pooler's reset query must then unlock; see Poolers).
 //
+// # Lock families
+//
+// The Locker has semaphores (locker.Semaphorer: AcquireSemaphore,
+// TryAcquireSemaphore) and reader-writer locks (locker.ReadWriter:
+// AcquireRead, AcquireWrite and their Try forms); locker.Semaphore,
+// locker.ReadLock and locker.WriteLock make them Lockers. Every permit,
+// read lock and write lock is a Handle like a lock's: it pins a
+// connection, keeps its lease on its session (see Failure modes) with the
+// same health checks, reports its loss by Done and Err, and has a fencing
+// token from the same sequence.
+//
+// Algorithm. Each key of a family has a queue, kept in PostgreSQL's lock
+// table by session advisory locks. A participant — a holder, or a waiter —
+// holds the key's member lock (SemaphoreKey, ReadWriteKey) in share mode,
+// an identity lock that encodes its ticket, a value of the token sequence
+// drawn as it joined, and an attribute lock saying reader or writer, or
+// the semaphore's n. It joins in one statement under the key's gate (a
+// transaction lock on the member key's domain with "/gate" added): the
+// statement lists the participants from one pg_locks snapshot, decides,
+// draws the ticket and takes the locks, so a key's tickets follow the
+// order of arrival. A participant is admitted when those before it allow:
+// a writer when nobody is before it, a reader when no writer is, a
+// semaphore's participant when fewer than n are. One that is not admitted
+// waits in the server's lock manager for one lock of one participant
+// before it: a writer for the identity of the last one, a reader for the
+// identity of the last writer (readers waiting for the same writer are
+// woken together), a semaphore's waiter for the waiting lock of the
+// waiter two ahead of it (the second waiter: of the first), which that one
+// gives up when it is admitted. The first waiter of a semaphore, which
+// must wake when any of the n holders leaves, LISTENs on the key's channel
+// instead, and a Release of a permit NOTIFYs it; the second listens
+// already, so that it takes over without a round trip more, and no other
+// does. Woken, a waiter lists the participants before it again and
+// decides. No release wakes a herd: a participant's leaving wakes only
+// those that wait on it — the readers behind a writer (all admitted
+// together), or one writer, or two semaphore waiters (the new first and
+// the new second) — and a permit's release the first waiter.
+//
+// Why not PostgreSQL's own queue (pg_advisory_lock_shared for readers, n
+// advisory slots for a semaphore): that queue is first come, first served
+// — a shared request waits behind a waiting exclusive one, and
+// pg_try_advisory_lock_shared fails then — but only for a waiter that
+// stays in it, and waits here go in slices (see Failure modes). A waiter
+// whose slice ends leaves the server's queue, which lets in the readers
+// queued behind it (measured: a reader queued behind a writer was granted
+// the instant the writer's lock_timeout fired), and joins again at the
+// back: a writer behind readers that overlap for longer than a slice would
+// never get its turn. Here a waiter keeps its place across slices: its
+// ticket orders it, not the server's queue.
+//
+// Fairness: first come, first served per key, readers and writers alike
+// (so a stream of readers never starves a writer), and readers that queue
+// together are admitted together; a semaphore's permits go to waiters in
+// the order they came. A TryAcquire fails when anyone waits first: a
+// reader's when a writer waits, a permit's when others wait for one. A
+// waiter that gives up leaves the queue, which wakes those behind it (the
+// readers behind a writer that gave up are admitted at once).
+//
+// Tokens. A participant admitted as it joins takes its ticket as its
+// token; one admitted after waiting draws a token in the statement that
+// admits it. Since admission follows the queue, a writer's token is above
+// the tokens of every reader and writer granted before it, a reader's
+// above those of every writer before it, and permits' tokens increase in
+// the order of their grants — across readers, writers and permits of all
+// keys, the sequence being one.
+//
+// Limits. A semaphore's n is checked as a participant joins, under the
+// gate, against the attribute of every participant, holders and waiters:
+// another n fails at once with an error wrapping locker.ErrLimitMismatch
+// (from Acquire too), and nothing is registered. Once a key has no
+// participant, any n goes.
+//
+// Failure modes are those of the mutex, with the lease set on the session
+// as it joins the queue: a waiter that goes silent leaves it within its
+// TTL (the server ends the idle session), and a holder keeps its lease as
+// a lock does. A participant whose session ends — released, lost, killed,
+// terminated by an operator, or silent past its lease — loses all its
+// locks at once, which wakes whoever waits on one of them; a permit freed
+// that way, not by a Release, sends no notification, and the semaphore's
+// first waiter finds it when its slice ends: within one health-check
+// interval (or a third of the TTL) after the server freed it. So a
+// killed holder's permit comes back within a slice, a silent one's within
+// its TTL and a slice. A waiter whose ctx ends leaves the queue on its
+// session (or closes it, when a cancel request may still be under way);
+// one whose link stops answering for two slices closes its connection and
+// fails, as the mutex's waiter does. A wait does not end at a slice's end
+// on the server, nor at the session's statement_timeout or lock_timeout:
+// it goes on, in its place.
+//
+// Cost: joining reads pg_locks once (a scan of the server's lock table,
+// which briefly holds every lock partition), and so does each wake-up; a
+// participant holds three advisory locks, four while a semaphore's waiter
+// waits (max_locks_per_transaction × max_connections bounds the server's
+// locks).
+//
 // # Pool sizing
 //
-// Each held lock pins one connection, and a waiting Acquire pins one too.
+// Each held lock pins one connection, and a waiting Acquire pins one too;
+// so do each permit, read lock and write lock, and each of their waiters.
 // Size pool_max_conns (pgxpool default: max(4, number of CPUs)) for the
 // largest number of locks held or awaited at once, plus what the rest of the
 // program uses, and the server's max_connections for all pools together.

@@ -127,3 +127,75 @@ func ExampleLocker_LockTx() {
 		log.Fatal(err)
 	}
 }
+
+// A render farm of any number of workers renders at most three frames at
+// once: each frame holds one of the 3 permits of the semaphore "render-farm"
+// while it renders. Permits go to the waiting workers in the order they
+// came; a worker that dies gives its permit back when its session ends.
+func ExampleLocker_AcquireSemaphore() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://app@db.internal:5432/app?pool_max_conns=20")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	l := postgres.New(pool)
+	defer l.Close()
+
+	render := func(frame int) error {
+		// locker.Semaphore(l, 3) is a Locker whose Acquire takes a permit:
+		// Do holds it for the function and releases it after.
+		return locker.Do(ctx, locker.Semaphore(l, 3), "render-farm", func(ctx context.Context, h locker.Handle) error {
+			log.Printf("rendering frame %d with permit %d", frame, h.Token())
+			return nil // ctx ends if the permit is lost
+		})
+	}
+	for frame := range 10 {
+		go func() {
+			if err := render(frame); err != nil {
+				log.Print(err)
+			}
+		}()
+	}
+}
+
+// A configuration read by many and written by one: readers share the read
+// lock, a writer waits for the readers before it and keeps out those that
+// come after it (first come, first served: readers never starve a writer).
+// The writer's token fences its UPDATE: a writer that lost its lock, and
+// whose token is older than the last one the row saw, writes nothing.
+func ExampleLocker_AcquireWrite() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://app@db.internal:5432/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	l := postgres.New(pool)
+	defer l.Close()
+
+	read := func() (string, error) {
+		var body string
+		err := locker.Do(ctx, locker.ReadLock(l), "config", func(ctx context.Context, _ locker.Handle) error {
+			return pool.QueryRow(ctx, `SELECT body FROM config WHERE name = 'app'`).Scan(&body)
+		})
+		return body, err
+	}
+	write := func(body string) error {
+		h, err := l.AcquireWrite(ctx, "config")
+		if err != nil {
+			return err
+		}
+		defer h.Release(context.Background())
+		_, err = pool.Exec(ctx, `UPDATE config SET body = $1, fence = $2 WHERE name = 'app' AND fence < $2`, body, h.Token())
+		return err
+	}
+	if err := write("v2"); err != nil {
+		log.Fatal(err)
+	}
+	body, err := read()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(body)
+}

@@ -24,11 +24,14 @@ var errNotAcquired = fmt.Errorf("%w: another session holds it", locker.ErrNotAcq
 // while the lock is held, then Release once the monitor has exited. It is
 // given back to the pool or destroyed exactly once (gone).
 type handle struct {
-	l     *Locker
-	conn  *pgxpool.Conn
-	pgc   *pgconn.PgConn
-	key   string
+	l    *Locker
+	conn *pgxpool.Conn
+	pgc  *pgconn.PgConn
+	key  string
+	// id is the advisory key the health checks look for in pg_locks: the
+	// lock itself, or for a lock family the key's member lock (families.go).
 	id    int64
+	fam   *famHold // a lock family's hold; nil for the mutex
 	token int64
 	pid   uint32
 	// terms are the lease and how it is kept (ttl.go); old holds the
@@ -57,13 +60,14 @@ type handle struct {
 
 var _ locker.Handle = (*handle)(nil)
 
-func newHandle(l *Locker, conn *pgxpool.Conn, key string, id int64, g grant) *handle {
+func newHandle(l *Locker, conn *pgxpool.Conn, key string, g grant) *handle {
 	return &handle{
 		l:       l,
 		conn:    conn,
 		pgc:     conn.Conn().PgConn(),
 		key:     key,
-		id:      id,
+		id:      g.id,
+		fam:     g.fam,
 		token:   g.token,
 		pid:     g.pid,
 		terms:   g.terms,
@@ -143,7 +147,12 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 	var pid int32
 	// The session's settings that kept the lease go back to what they
 	// were (ttl.go), in the statement that unlocks.
-	err := h.conn.QueryRow(ctx, sqlUnlockRestore, h.id, h.terms.names, h.old).Scan(&ok, &pid)
+	var err error
+	if h.fam != nil {
+		err = h.conn.QueryRow(ctx, sqlFamRelease, h.fam.ik1, h.fam.ik2, h.terms.names, h.old, h.fam.channel).Scan(&ok, &pid)
+	} else {
+		err = h.conn.QueryRow(ctx, sqlUnlockRestore, h.id, h.terms.names, h.old).Scan(&ok, &pid)
+	}
 	// The socket was closed at the bound, perhaps just after the answer
 	// came: then the connection must not go back to the pool.
 	closed := !backstop.Stop()
@@ -161,7 +170,7 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 		h.gone.Do(h.conn.Release)
 		return nil
 	case err == nil && uint32(pid) != h.pid:
-		unstrand(h.conn, h.id, h.pid)
+		h.unstrand()
 		lost := fmt.Errorf("%w: %w: the unlock ran on server backend %d, not on %d that was granted the lock", locker.ErrLost, ErrPooler, pid, h.pid)
 		h.state.End(lost)
 		h.discard()
@@ -187,6 +196,15 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 		h.discard()
 		return backend.KeyError("release", h.key, lost)
 	}
+}
+
+// unstrand gives back what the handle holds on its server backend, when
+// a pooler routed a statement elsewhere (see unstrand).
+func (h *handle) unstrand() bool {
+	if h.fam != nil {
+		return h.fam.unstrand(h.conn, h.pid)
+	}
+	return unstrand(h.conn, h.id, h.pid)
 }
 
 // discard destroys the connection (once) and forgets the handle.

@@ -78,7 +78,7 @@ func (h *handle) monitor() {
 		}
 		if err := h.check(); err != nil {
 			if errors.Is(err, ErrPooler) {
-				unstrand(h.conn, h.id, h.pid)
+				h.unstrand()
 			}
 			h.lose(err)
 			return

@@ -291,11 +291,17 @@ func newConfig(opts []Option) config {
 //	SELECT ('x' || left(encode(sha256('locker/v1'::bytea || '\x00'::bytea
 //	        || int8send(octet_length(convert_to(ns, 'UTF8')))
 //	        || convert_to(ns, 'UTF8') || convert_to(key, 'UTF8')), 'hex'), 16))::bit(64)::bigint
-func AdvisoryKey(namespace, key string) int64 {
+func AdvisoryKey(namespace, key string) int64 { return advisoryKey("locker/v1", namespace, key) }
+
+// advisoryKey is AdvisoryKey with another domain in place of "locker/v1"
+// (see famKey): distinct domains, which contain no NUL, hash distinct
+// inputs.
+func advisoryKey(domain, namespace, key string) int64 {
 	h := sha256.New()
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], uint64(len(namespace)))
-	h.Write([]byte("locker/v1\x00"))
+	h.Write([]byte(domain))
+	h.Write([]byte{0})
 	h.Write(n[:])
 	h.Write([]byte(namespace))
 	h.Write([]byte(key))
@@ -331,7 +337,25 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Opti
 	return l.acquire(ctx, "try-acquire", key, false, opts)
 }
 
-func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (_ locker.Handle, err error) {
+func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (locker.Handle, error) {
+	return l.acquireWith(ctx, op, key, opts, func(ctx context.Context, conn *pgxpool.Conn, t terms) (grant, error) {
+		id := AdvisoryKey(l.cfg.Prefix, key)
+		if wait {
+			return l.lockWait(ctx, conn, id, t)
+		}
+		return l.lockTry(ctx, conn, id, t)
+	})
+}
+
+// lockFunc takes a lock on conn, a connection of the pool pinned for it,
+// with the lease t: on success conn stays pinned to the lock; on every
+// other outcome it has been given back to the pool or destroyed.
+type lockFunc func(ctx context.Context, conn *pgxpool.Conn, t terms) (grant, error)
+
+// acquireWith is what every acquisition of every lock family does around
+// lock: the options, the Locker's life, the lease, the token sequence, a
+// pinned connection, the token base, the handle and its health monitor.
+func (l *Locker) acquireWith(ctx context.Context, op, key string, opts []locker.Option, lock lockFunc) (_ locker.Handle, err error) {
 	o, err := backend.ApplyOptions(opts...)
 	if err != nil {
 		return nil, backend.KeyError(op, key, err)
@@ -365,13 +389,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 			return nil, backend.KeyError(op, key, err)
 		}
 	}
-	id := AdvisoryKey(l.cfg.Prefix, key)
-	var g grant
-	if wait {
-		g, err = l.lockWait(ctx, conn, id, t)
-	} else {
-		g, err = l.lockTry(ctx, conn, id, t)
-	}
+	g, err := lock(ctx, conn, t)
 	if err != nil {
 		return nil, backend.KeyError(op, key, err)
 	}
@@ -379,7 +397,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []
 		destroy(conn) // frees the lock; a sequence beyond 2^62 (see doc.go)
 		return nil, backend.KeyError(op, key, err)
 	}
-	h := newHandle(l, conn, key, id, g)
+	h := newHandle(l, conn, key, g)
 	// The monitor is scheduled before the handle is held, so that a Close
 	// that releases it at once finds a monitor to stop.
 	h.scheduleMonitor()

@@ -72,6 +72,8 @@ const (
 
 // grant is what the lock statement returned.
 type grant struct {
+	id    int64    // the advisory key the health checks look for (see handle.id)
+	fam   *famHold // a lock family's hold; nil for the mutex
 	token int64
 	pid   uint32    // the server backend that holds the lock
 	sent  time.Time // when the statement that granted the lock was sent
@@ -98,8 +100,8 @@ func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64, t te
 		conn.Release() // nothing was taken; the connection is clean
 		return grant{}, errNotAcquired
 	}
-	g := grant{token: *token, pid: uint32(pid), sent: sent, terms: t, old: old}
-	if err := l.verifySession(ctx, conn, id, g.pid); err != nil {
+	g := grant{id: id, token: *token, pid: uint32(pid), sent: sent, terms: t, old: old}
+	if err := l.verifySession(ctx, conn, id, g.pid, func() bool { return unstrand(conn, id, g.pid) }); err != nil {
 		destroy(conn)
 		return grant{}, err
 	}
@@ -109,7 +111,7 @@ func (l *Locker) lockTry(ctx context.Context, conn *pgxpool.Conn, id int64, t te
 // lockWait runs pg_advisory_lock on conn, in slices of t.period (see
 // waitSlice), abandoning the wait when ctx ends (see runWait).
 func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64, t terms) (grant, error) {
-	g := grant{terms: t}
+	g := grant{id: id, terms: t}
 	out := l.runWait(ctx, conn.Conn().PgConn(), func(qctx context.Context) error {
 		for {
 			err := l.waitSlice(qctx, conn, id, &g)
@@ -146,7 +148,7 @@ func (l *Locker) lockWait(ctx context.Context, conn *pgxpool.Conn, id int64, t t
 		destroy(conn)
 		return grant{}, fmt.Errorf("waiting for the lock: %w", out.err)
 	case !out.interrupted:
-		if err := l.verifySession(ctx, conn, id, g.pid); err != nil {
+		if err := l.verifySession(ctx, conn, id, g.pid, func() bool { return unstrand(conn, id, g.pid) }); err != nil {
 			destroy(conn)
 			return grant{}, err
 		}
@@ -235,14 +237,15 @@ func lockTimeout(d time.Duration) string {
 // session pooler the lock is refused: a transaction-mode pooler can send the
 // next statement to the same backend by chance, so no test can tell the
 // modes apart for sure. For a declared one, a second statement must land on
-// the same backend and see the lock.
-func (l *Locker) verifySession(ctx context.Context, conn *pgxpool.Conn, id int64, pid uint32) error {
+// the same backend and see the lock. undo gives back what the lock
+// statement left on backend pid (see unstrand), reporting whether it did.
+func (l *Locker) verifySession(ctx context.Context, conn *pgxpool.Conn, id int64, pid uint32, undo func() bool) error {
 	announced := conn.Conn().PgConn().PID()
 	if pid == announced {
 		return nil
 	}
 	if !l.cfg.sessionOK {
-		unstrand(conn, id, pid)
+		undo()
 		return fmt.Errorf("%w: the lock was granted by server backend %d, but the connection announced backend %d at connect time, so a pooler or proxy sits in between; if it keeps one server session per connection (PgBouncer pool_mode=session) declare it with WithSessionPooler (URL: lock_session_pooler=true); in transaction mode use LockTx",
 			ErrPooler, pid, announced)
 	}
@@ -254,7 +257,7 @@ func (l *Locker) verifySession(ctx context.Context, conn *pgxpool.Conn, id int64
 	}
 	if uint32(pid2) != pid || !held {
 		stranded := ""
-		if !unstrand(conn, id, pid) {
+		if !undo() {
 			stranded = "; the lock may stay on that server connection until the pooler closes it"
 		}
 		return fmt.Errorf("%w: the lock was granted by server backend %d, but the next statement ran on backend %d; session advisory locks need session pooling or a direct connection (LockTx works in transaction mode)%s",
@@ -290,12 +293,18 @@ func checkSessionClean(ctx context.Context, conn *pgxpool.Conn) error {
 // reports whether it did. Only that backend's own hold is touched: the
 // unlock runs nowhere else.
 func unstrand(conn *pgxpool.Conn, id int64, pid uint32) bool {
+	return unstrandWith(conn, pid, sqlUnstrand, id, int32(pid))
+}
+
+// unstrandWith is unstrand with a statement of its own, which returns the
+// backend's pid and, where that is pid, whether it unlocked.
+func unstrandWith(conn *pgxpool.Conn, pid uint32, sql string, args ...any) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
 	defer cancel()
 	for range 16 {
 		var got int32
 		var unlocked *bool
-		err := conn.QueryRow(ctx, sqlUnstrand, id, int32(pid)).Scan(&got, &unlocked)
+		err := conn.QueryRow(ctx, sql, args...).Scan(&got, &unlocked)
 		if err != nil {
 			return false
 		}
