@@ -295,7 +295,7 @@ func (l *Locker) famEnqueue(ctx context.Context, key string, r famReq, owner str
 	var woken []string
 	err = l.famTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		q, woken = famQueued{}, nil
-		v, err := l.famLock(ctx, tx, r.family, key)
+		v, err := l.famLock(ctx, tx, r.family, key, ttl)
 		if err != nil {
 			return err
 		}
@@ -346,7 +346,7 @@ func (l *Locker) famPoll(ctx context.Context, key string, r famReq, owner string
 	var woken []string
 	err = l.famTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		q, woken = famQueued{seq: seq}, nil
-		v, err := l.famLock(ctx, tx, r.family, key)
+		v, err := l.famLock(ctx, tx, r.family, key, ttl)
 		if err != nil {
 			return err
 		}
@@ -390,9 +390,12 @@ func (l *Locker) famPoll(ctx context.Context, key string, r famReq, owner string
 }
 
 // famLock takes the key's head lock and the next value of its counter.
-func (l *Locker) famLock(ctx context.Context, tx *sql.Tx, family int, key string) (v int64, err error) {
+func (l *Locker) famLock(ctx context.Context, tx *sql.Tx, family int, key string, ttl time.Duration) (v int64, err error) {
 	head := tx.StmtContext(ctx, l.fps.head)
 	args := l.fst.head.args(family, key)
+	if l.dialect == PostgreSQL {
+		args = append(args, strconv.FormatInt(ttl.Milliseconds(), 10))
+	}
 	if l.dialect == MySQL {
 		res, err := head.ExecContext(ctx, args...)
 		if err != nil {

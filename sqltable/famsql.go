@@ -88,8 +88,9 @@ type famStatements struct {
 	// max(last + 1, the database's now in microseconds). Every row is
 	// queued, and every grant made, under it, so the seqs of a key follow
 	// the order in which its rows were queued, and its tokens the order of
-	// its grants. Args: family, key. PostgreSQL, SQLite: returns the value;
-	// MySQL: the last insert ID.
+	// its grants. Args: family, key (PostgreSQL: and the longest the
+	// transaction may then sit idle, in milliseconds). PostgreSQL, SQLite:
+	// returns the value; MySQL: the last insert ID.
 	head fstmt
 	// gc deletes the key's rows whose lease has run out, under the head's
 	// lock: a row that an admission counts as gone is gone, and a late
@@ -155,7 +156,12 @@ func newFamStatements(d Dialect, t tableName) famStatements {
 		s.head = famStmt(d, fmt.Sprintf(`INSERT INTO %[1]s %[3]s VALUES ($1, $2, 0, '', 0, 0, LAST_INSERT_ID(%[2]s), %[2]s)
 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(GREATEST(token + 1, VALUES(token))), expires_us = VALUES(expires_us)`, tbl, now, cols))
 	case PostgreSQL:
-		s.head = famStmt(d, fmt.Sprintf(`INSERT INTO %[1]s AS h %[3]s VALUES ($1, $2, 0, '', 0, 0, %[2]s, %[2]s)
+		// set_config(..., true) is SET LOCAL: a client that goes silent
+		// in the transaction (a partition) holds the head lock no longer
+		// than $3 milliseconds (the lease asked), after which the server
+		// ends its session and the lock with it.
+		s.head = famStmt(d, fmt.Sprintf(`WITH c AS (SELECT set_config('idle_in_transaction_session_timeout', $3, true))
+INSERT INTO %[1]s AS h %[3]s SELECT $1, $2, 0, '', 0, 0, %[2]s, %[2]s FROM c
 ON CONFLICT (family, lock_key, seq) DO UPDATE SET token = GREATEST(h.token + 1, excluded.token), expires_us = excluded.expires_us
 RETURNING h.token`, tbl, now, cols))
 	case SQLite:
