@@ -122,7 +122,9 @@ func (l *Locker) famTry(ctx context.Context, key string, r famReq, ttl, drift ti
 	sent := time.Now()
 	q, err := l.famEnqueue(ctx, key, r, owner, ttl, false)
 	if err != nil {
-		l.famCleanup(r.family, key, owner, ttl)
+		if !errors.Is(err, locker.ErrLimitMismatch) { // else rolled back: no row
+			l.famCleanup(r.family, key, owner, ttl)
+		}
 		return nil, err
 	}
 	if q.token == 0 {
@@ -149,7 +151,7 @@ func (l *Locker) famAwait(ctx context.Context, key string, r famReq, ttl, drift 
 	w := procHub.watchOwner(l.hubKey, famID(r.family, key), owner)
 	defer procHub.leave(w, false)
 	defer func() {
-		if h == nil {
+		if h == nil && !errors.Is(err, locker.ErrLimitMismatch) { // a refused limit queued nothing
 			l.famCleanup(r.family, key, owner, ttl)
 		}
 	}()

@@ -1,13 +1,17 @@
 package sqltable_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/integration/testserver"
@@ -283,5 +287,151 @@ func TestFamiliesAddedToOldTables(t *testing.T) {
 			t.Fatalf("a read lock WithoutDDL once the families table exists: %v", err)
 		}
 		mustRelease(t, ctx, r)
+	})
+}
+
+// famChildEnv makes the test binary a holder of TestFamiliesAcrossProcesses:
+// it names the URL; famKeyEnv the key.
+const (
+	famChildEnv = "LOCKER_TEST_SQLTABLE_FAM_CHILD"
+	famKeyEnv   = "LOCKER_TEST_SQLTABLE_FAM_KEY"
+)
+
+// famChild, in a child process, takes the write lock of the key, says
+// "held", and on a line from its standard input releases it and says
+// "released <unix ns>".
+func famChild() (code int, isChild bool) {
+	u := os.Getenv(famChildEnv)
+	if u == "" {
+		return 0, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l, err := sqltable.Open(ctx, u)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "families child:", err)
+		return 1, true
+	}
+	defer l.Close()
+	h, err := l.TryAcquireWrite(ctx, os.Getenv(famKeyEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "families child:", err)
+		return 1, true
+	}
+	fmt.Println("held")
+	bufio.NewScanner(os.Stdin).Scan()
+	at := time.Now().UnixNano()
+	if err := h.Release(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "families child: Release:", err)
+		return 1, true
+	}
+	fmt.Printf("released %d\n", at)
+	return 0, true
+}
+
+// TestFamiliesAcrossProcesses: a writer in another process releases the key
+// that readers of this process wait for. On PostgreSQL (LISTEN/NOTIFY) and
+// SQLite (the signal file) the release wakes them: they get the key well
+// within their retry interval (5s here); on MariaDB (no bell for the
+// families yet) within their back-off, at most the retry interval.
+func TestFamiliesAcrossProcesses(t *testing.T) {
+	forEach(t, func(t *testing.T, d dialect) {
+		ctx := testCtx(t)
+		key := testKey(t, "")
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), famChildEnv+"="+d.url(t, "", nil), famKeyEnv+"="+key)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Wait()
+		defer stdin.Close()
+		out := bufio.NewScanner(stdout)
+		if !out.Scan() || out.Text() != "held" {
+			t.Fatalf("child: %q, want held", out.Text())
+		}
+		const retry = 5 * time.Second
+		l := open(t, d.url(t, "", url.Values{"retry_interval": {retry.String()}}))
+		readers := []<-chan famResult{
+			goFam(func() (locker.Handle, error) { return l.AcquireRead(ctx, key) }),
+			goFam(func() (locker.Handle, error) { return l.AcquireRead(ctx, key) }),
+		}
+		queued(t, ctx, d, key, 3)
+		time.Sleep(100 * time.Millisecond) // the readers sleep now
+		fmt.Fprintln(stdin, "R")
+		if !out.Scan() {
+			t.Fatal("child: no release")
+		}
+		var at int64
+		if _, err := fmt.Sscanf(out.Text(), "released %d", &at); err != nil {
+			t.Fatalf("child: %q: %v", out.Text(), err)
+		}
+		for i, c := range readers {
+			select {
+			case r := <-c:
+				if r.err != nil {
+					t.Fatalf("reader %d: %v", i, r.err)
+				}
+				took := r.at.Sub(time.Unix(0, at))
+				t.Logf("reader %d got the key %v after the other process's release", i, took)
+				if bound := retry / 2; d.name != "MariaDB" && took > bound {
+					t.Errorf("reader %d got the key %v after the release: more than %v, as if nothing woke it", i, took, bound)
+				}
+				defer r.h.Release(ctx)
+			case <-time.After(retry + 3*time.Second):
+				t.Fatalf("reader %d did not get the key within %v of the release", i, retry+3*time.Second)
+			}
+		}
+	})
+}
+
+// TestFamiliesLongKeys: every valid key up to locker.MaxKeyLen bytes works
+// in every family, as in the mutex: a key of 1024 bytes with multibyte
+// characters, and keys that differ only in their last byte, are locks of
+// their own; the three families of one key are three locks.
+func TestFamiliesLongKeys(t *testing.T) {
+	forEach(t, func(t *testing.T, d dialect) {
+		ctx := testCtx(t)
+		l := open(t, d.url(t, "", nil))
+		base := testKey(t, "/") + strings.Repeat("é", 512)
+		base = base[:locker.MaxKeyLen-1]
+		for !utf8.ValidString(base) {
+			base = base[:len(base)-1]
+		}
+		base += strings.Repeat("x", locker.MaxKeyLen-1-len(base))
+		k1, k2 := base+"a", base+"b"
+		var held []locker.Handle
+		for _, k := range []string{k1, k2} {
+			if len(k) != locker.MaxKeyLen {
+				t.Fatalf("key of %d bytes", len(k))
+			}
+			w, err := l.TryAcquireWrite(ctx, k)
+			if err != nil {
+				t.Fatalf("TryAcquireWrite of a %d-byte key: %v", len(k), err)
+			}
+			s, err := l.TryAcquireSemaphore(ctx, k, 1)
+			if err != nil {
+				t.Fatalf("TryAcquireSemaphore of a %d-byte key: %v", len(k), err)
+			}
+			m, err := l.TryAcquire(ctx, k)
+			if err != nil {
+				t.Fatalf("TryAcquire of a %d-byte key: %v", len(k), err)
+			}
+			held = append(held, w, s, m)
+		}
+		if _, err := l.TryAcquireRead(ctx, k1); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Errorf("a reader of a written long key: %v, want ErrNotAcquired", err)
+		}
+		for _, h := range held {
+			mustRelease(t, ctx, h)
+		}
 	})
 }
