@@ -215,7 +215,8 @@ func (l *Locker) famAwait(ctx context.Context, key string, r famReq, ttl, drift 
 
 // famLook extends the wait of owner's row seq and reads its place, without
 // the head lock: ok when the rows ahead of it whose lease has not run out
-// admit it, gone when the row is gone (its wait lapsed).
+// admit it, or when rows of its key have run out (famPoll deletes them);
+// gone when the row is gone (its wait lapsed).
 func (l *Locker) famLook(ctx context.Context, key string, r famReq, owner string, seq int64, ttl time.Duration) (ok bool, q famQueued, err error) {
 	q.seq = seq
 	n, err := l.affected(ctx, func(ctx context.Context) (sql.Result, error) {
@@ -240,7 +241,10 @@ func (l *Locker) famLook(ctx context.Context, key string, r famReq, owner string
 		return false, q, err
 	}
 	q.until = time.Duration(untilUS) * time.Microsecond
-	return live < lim, q, nil
+	// Admitted once the rows that ran out are gone; and rows that ran out
+	// are for a locked poll to delete (and to wake whom they held back),
+	// not to be looked at again and again.
+	return live < lim || dead > 0, q, nil
 }
 
 // famID is the hub ID of key in family: no valid key has a NUL byte, so it

@@ -107,8 +107,8 @@ type famStatements struct {
 	insert fstmt
 	// state reads a waiting row: its token, how many rows ahead of it
 	// conflict with it (all of them; and those whose lease has not run
-	// out), its lim, how long until the first row ahead runs out, and how
-	// many rows of the key have run out (for gc). No row when it is gone.
+	// out), its lim, how long until the first row ahead that has not run
+	// out runs out, and how many rows of the key have run out (for gc). No row when it is gone.
 	// Args: family, key, seq, owner.
 	state fstmt
 	// extend extends the wait of a waiting row whose wait has not run out,
@@ -187,7 +187,7 @@ FROM %[1]s WHERE family = $1 AND lock_key = $2 AND seq > 0`, tbl, now, kindRead,
 		return q
 	}
 	s.state = famStmt(d, fmt.Sprintf(`SELECT a.token, (%[3]s), (%[4]s), a.lim,
-	COALESCE((SELECT MIN(b.expires_us) FROM %[1]s b WHERE b.family = a.family AND b.lock_key = a.lock_key AND b.seq > 0 AND b.seq < a.seq), %[2]s) - %[2]s,
+	COALESCE((SELECT MIN(b.expires_us) FROM %[1]s b WHERE b.family = a.family AND b.lock_key = a.lock_key AND b.seq > 0 AND b.seq < a.seq AND b.expires_us > %[2]s), %[2]s) - %[2]s,
 	(SELECT COUNT(*) FROM %[1]s b WHERE b.family = a.family AND b.lock_key = a.lock_key AND b.seq > 0 AND b.expires_us <= %[2]s)
 FROM %[1]s a WHERE a.family = $1 AND a.lock_key = $2 AND a.seq = $3 AND a.owner = $4`, tbl, now, ahead(false), ahead(true)))
 	s.extend = famStmt(d, fmt.Sprintf(`UPDATE %[1]s SET expires_us = %[2]s + $5
