@@ -217,10 +217,21 @@
 //     an admitted row of another process writes it, and the head waiter of
 //     each key in the other processes wakes, finds the admitted rows and
 //     wakes them by name;
-//   - otherwise (MySQL and MariaDB across processes: the bell is the
-//     mutex's only, so far; WithNotify(false)): by its look at its place
-//     every retry interval, with the back-off (2ms doubling up to it) where
-//     nothing wakes it.
+//   - on MySQL and MariaDB across processes, by bells, as the mutex's
+//     waiters are (see Waiting): each holder of a family rings the bell of
+//     its own row (named by the family, the key and the row's seq) once it
+//     has held it for 5ms; a waiter whose row waits for a row held in
+//     another process (the nearest conflicting row ahead for a reader or a
+//     writer, the oldest for a permit) waits in GET_LOCK for that row's
+//     bell, which its holder gives back at its release, then looks at its
+//     place; a wake by name cuts the wait short. The bell waits take one
+//     connection each, at most four per *sql.DB as for the mutex. A
+//     semaphore's waiter wakes by the bell of the oldest permit only: a
+//     younger permit's release in another process reaches it at its next
+//     look;
+//   - otherwise (WithNotify(false), a bell that nobody rings, no room for
+//     a bell wait): by its look at its place every retry interval, with the
+//     back-off (2ms doubling up to it) where nothing wakes it.
 //
 // In every case it looks no later than the first row ahead of it runs out
 // (a crashed holder's permit is taken as soon as its lease ends on the

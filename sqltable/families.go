@@ -161,6 +161,7 @@ func (l *Locker) famAwait(ctx context.Context, key string, r famReq, ttl, drift 
 	defer timer.Stop()
 	var q famQueued
 	queued, admitted := false, false
+	bellNext := l.bell != nil // wait on the bell next (MySQL), not sleep
 	for {
 		sent := time.Now()
 		switch {
@@ -191,13 +192,40 @@ func (l *Locker) famAwait(ctx context.Context, key string, r famReq, ttl, drift 
 		if q.gone {
 			continue // the row's wait lapsed (or it was deleted): queue again
 		}
+		limit := min(ttl/3, max(q.until, 0)+time.Millisecond)
+		admitted = false
+		if bellNext && q.watch != 0 && !procHub.holds(l.hubKey, famBellKey(r.family, key, q.watch)) {
+			// MySQL: wait for the bell of the row ahead, which its holder
+			// (in another process) gives back at its release, as the
+			// mutex's waiters do; a wake by name cuts it short.
+			rang, ok, woken := l.famBell(ctx, w, famBellKey(r.family, key, q.watch), min(l.cfg.RetryInterval, limit))
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			switch {
+			case woken:
+				admitted = true
+				continue
+			case ok:
+				// After a ring, one short back-off round before the next
+				// bell (the row ahead may have been granted to another);
+				// after a bell that did not come, the bell again.
+				bellNext = !rang
+				if rang {
+					back.Reset()
+				}
+				continue
+			}
+			// The bell came at once (nobody rings it: a holder of less
+			// than 5ms, or a waiting row) or could not be waited for:
+			// sleep the back-off.
+		}
+		bellNext = l.bell != nil
 		d := l.cfg.RetryInterval
 		if !notified && !l.wake.up() {
 			d = back.Next()
 		}
-		d = min(d, ttl/3, max(q.until, 0)+time.Millisecond)
-		timer.Reset(d)
-		admitted = false
+		timer.Reset(min(d, limit))
 		select {
 		case <-w.oc:
 			admitted = true
@@ -211,6 +239,28 @@ func (l *Locker) famAwait(ctx context.Context, key string, r famReq, ttl, drift 
 		}
 		notified = l.wake.up()
 	}
+}
+
+// famBell waits for the bell of a family row (bellKey) until limit, as
+// bell.await does, and is cut short by a wake of w by name (woken).
+func (l *Locker) famBell(ctx context.Context, w *waiter, bellKey string, limit time.Duration) (rang, ok, woken bool) {
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := make(chan struct{})
+	done := make(chan bool, 1)
+	go func() {
+		select {
+		case <-w.oc:
+			cancel()
+			done <- true
+		case <-stop:
+			done <- false
+		}
+	}()
+	rang, ok = l.bell.await(bctx, bellKey, limit)
+	close(stop)
+	woken = <-done
+	return rang, ok, woken
 }
 
 // famLook extends the wait of owner's row seq and reads its place, without
@@ -231,7 +281,7 @@ func (l *Locker) famLook(ctx context.Context, key string, r famReq, owner string
 	}
 	var token, conflicts, live, lim, untilUS, dead int64
 	err = l.retry(ctx, func(ctx context.Context) error {
-		return l.fps.state.QueryRowContext(ctx, l.fst.state.args(r.family, key, seq, owner)...).Scan(&token, &conflicts, &live, &lim, &untilUS, &dead)
+		return l.fps.state.QueryRowContext(ctx, l.fst.state.args(r.family, key, seq, owner)...).Scan(&token, &conflicts, &live, &lim, &untilUS, &dead, &q.watch)
 	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -276,6 +326,7 @@ func (l *Locker) famHandle(ctx context.Context, key string, r famReq, owner stri
 		return nil, locker.ErrClosed
 	}
 	h.start(sent, drift)
+	l.bell.schedule(h)
 	return h, nil
 }
 
@@ -285,6 +336,13 @@ type famQueued struct {
 	token int64         // the grant's token; 0 while it waits (or was not queued)
 	until time.Duration // until the first row ahead of it runs out
 	gone  bool          // poll: the row is gone (its wait lapsed)
+	watch int64         // look: the seq of the row ahead to wait for (its bell), 0 if none
+}
+
+// famBellKey names the bell of a family's row (MySQL, bell.go): rung by
+// its holder, waited for by the rows behind it.
+func famBellKey(family int, key string, seq int64) string {
+	return famID(family, key) + "\x00" + strconv.FormatInt(seq, 10)
 }
 
 // errLimit is a semaphore asked with another limit than its rows'.
@@ -356,9 +414,9 @@ func (l *Locker) famPoll(ctx context.Context, key string, r famReq, owner string
 		if err != nil {
 			return err
 		}
-		var token, conflicts, live, lim, untilUS, dead, gone int64
+		var token, conflicts, live, lim, untilUS, dead, gone, watch int64
 		state := func() error {
-			return tx.StmtContext(ctx, l.fps.state).QueryRowContext(ctx, l.fst.state.args(r.family, key, seq, owner)...).Scan(&token, &conflicts, &live, &lim, &untilUS, &dead)
+			return tx.StmtContext(ctx, l.fps.state).QueryRowContext(ctx, l.fst.state.args(r.family, key, seq, owner)...).Scan(&token, &conflicts, &live, &lim, &untilUS, &dead, &watch)
 		}
 		err = state()
 		if err == nil && dead > 0 {

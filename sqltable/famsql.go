@@ -108,8 +108,10 @@ type famStatements struct {
 	// state reads a waiting row: its token, how many rows ahead of it
 	// conflict with it (all of them; and those whose lease has not run
 	// out), its lim, how long until the first row ahead that has not run
-	// out runs out, and how many rows of the key have run out (for gc). No row when it is gone.
-	// Args: family, key, seq, owner.
+	// out runs out, how many rows of the key have run out (for gc), and the
+	// row to wait for (its seq; 0 if none): the nearest conflicting row
+	// ahead for a reader or a writer, the oldest for a permit. No row when
+	// it is gone. Args: family, key, seq, owner.
 	state fstmt
 	// extend extends the wait of a waiting row whose wait has not run out,
 	// without the head lock. Args: family, key, seq, owner, lease in
@@ -188,8 +190,11 @@ FROM %[1]s WHERE family = $1 AND lock_key = $2 AND seq > 0`, tbl, now, kindRead,
 	}
 	s.state = famStmt(d, fmt.Sprintf(`SELECT a.token, (%[3]s), (%[4]s), a.lim,
 	COALESCE((SELECT MIN(b.expires_us) FROM %[1]s b WHERE b.family = a.family AND b.lock_key = a.lock_key AND b.seq > 0 AND b.seq < a.seq AND b.expires_us > %[2]s), %[2]s) - %[2]s,
-	(SELECT COUNT(*) FROM %[1]s b WHERE b.family = a.family AND b.lock_key = a.lock_key AND b.seq > 0 AND b.expires_us <= %[2]s)
-FROM %[1]s a WHERE a.family = $1 AND a.lock_key = $2 AND a.seq = $3 AND a.owner = $4`, tbl, now, ahead(false), ahead(true)))
+	(SELECT COUNT(*) FROM %[1]s b WHERE b.family = a.family AND b.lock_key = a.lock_key AND b.seq > 0 AND b.expires_us <= %[2]s),
+	COALESCE((SELECT CASE WHEN a.kind = %[5]d THEN MIN(b.seq) ELSE MAX(b.seq) END FROM %[1]s b
+		WHERE b.family = a.family AND b.lock_key = a.lock_key AND b.seq > 0 AND b.seq < a.seq AND b.expires_us > %[2]s
+		AND (a.kind <> %[6]d OR b.kind = %[7]d)), 0)
+FROM %[1]s a WHERE a.family = $1 AND a.lock_key = $2 AND a.seq = $3 AND a.owner = $4`, tbl, now, ahead(false), ahead(true), kindPermit, kindRead, kindWrite))
 	s.extend = famStmt(d, fmt.Sprintf(`UPDATE %[1]s SET expires_us = %[2]s + $5
 WHERE family = $1 AND lock_key = $2 AND seq = $3 AND owner = $4 AND token = 0 AND expires_us > %[2]s`, tbl, now))
 	s.set = famStmt(d, fmt.Sprintf(`UPDATE %[1]s SET token = $5, expires_us = %[2]s + $6

@@ -36,6 +36,15 @@ type Handle struct {
 	bellEntry *timerq.Entry // rings the bell; guarded by bell.stateMu
 }
 
+// bellKey names the lock's bell (MySQL, bell.go): the key of a mutex; a
+// family's row, for its waiters to wait on (famBellKey).
+func (h *Handle) bellKey() string {
+	if h.fam != 0 {
+		return famBellKey(h.fam, h.key, h.seq)
+	}
+	return h.key
+}
+
 // Key returns the key as the caller gave it.
 func (h *Handle) Key() string { return h.c.Key }
 

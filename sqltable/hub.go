@@ -227,6 +227,14 @@ func (h *hub) unhold(table, key string) {
 	h.mu.Unlock()
 }
 
+// holds reports whether a lock of this process, with a bell, holds key
+// (see hold).
+func (h *hub) holds(table, key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held[hubID(table, key)] > 0
+}
+
 // needsBell reports whether w is the longest waiting waiter of its key in
 // this process (the one a release wakes) and nobody in this process holds
 // the key (so that only another process's release can wake it, by its
