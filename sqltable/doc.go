@@ -182,7 +182,10 @@
 // a queued row's seq, and a grant's token, are counter values. A semaphore
 // limit other than the key's rows' is refused (locker.ErrLimitMismatch,
 // also to a waiting Acquire) in the same transaction, so a key has one
-// limit while it has holders or waiters. Renewal, Release and the end of a
+// limit while it has holders or waiters. (On PostgreSQL the families'
+// statements read the clock when they run, clock_timestamp(), not the
+// transaction's start, now(): a grant made after a wait for the head lock
+// gets its whole lease on the database.) Renewal, Release and the end of a
 // wait are one statement each on the holder's own row, guarded by its
 // owner (and, for Renewal and Release, its token and unexpired lease), and
 // need no head lock; a Release or a given-up wait then reads which waiting
