@@ -206,10 +206,12 @@
 // when others wait first. A waiter that gives up deletes its row, and the
 // rows it held back (the readers behind a writer that gave up) are woken.
 //
-// Waiting. A waiter's row has a lease of its own (the lock's TTL), which
+// Waiting. A waiter's row has a lease of its own, three retry intervals
+// (at least locker.MinTTL, at most the lock's TTL: 3s by default), which
 // the waiter extends whenever it looks at its place; a waiter whose process
-// stops or is cut off for longer loses its place (its row lapses and the
-// rows behind it move up) and, if it comes back, queues again at the back.
+// dies, stops or is cut off for longer loses its place (its row lapses and
+// the rows behind it move up: a dead waiter holds them back for that long
+// at most) and, if it comes back, queues again at the back.
 // It takes the head lock only to queue and to take its grant. It is woken:
 //
 //   - by name, when a release (or an expiry swept up, or a waiter giving
@@ -238,7 +240,7 @@
 //
 // In every case it looks no later than the first row ahead of it runs out
 // (a crashed holder's permit is taken as soon as its lease ends on the
-// database) and at least every TTL/3, to keep its own row.
+// database) and at least three times per lease of its own row, to keep it.
 //
 // Failure modes of the families, beyond the mutex's:
 //

@@ -143,7 +143,7 @@ func (l *Locker) famTry(ctx context.Context, key string, r famReq, ttl, drift ti
 // reaches it as its key's head waiter (the SQLite signal file, a
 // listener's reconnect), and otherwise every retry interval (or its
 // back-off when nothing wakes it), no later than the first row ahead of it
-// runs out, and often enough to keep its own row's wait (TTL/3). A wait
+// runs out, and often enough to keep its own row (waitLease/3). A wait
 // that ends without the lock deletes its row (in the background, repeated
 // until it is sure).
 func (l *Locker) famAwait(ctx context.Context, key string, r famReq, ttl, drift time.Duration) (h *Handle, err error) {
@@ -192,7 +192,7 @@ func (l *Locker) famAwait(ctx context.Context, key string, r famReq, ttl, drift 
 		if q.gone {
 			continue // the row's wait lapsed (or it was deleted): queue again
 		}
-		limit := min(ttl/3, max(q.until, 0)+time.Millisecond)
+		limit := min(l.waitLease(ttl)/3, max(q.until, 0)+time.Millisecond)
 		admitted = false
 		if bellNext && q.watch != 0 && !procHub.holds(l.hubKey, famBellKey(r.family, key, q.watch)) {
 			// MySQL: wait for the bell of the row ahead, which its holder
@@ -270,7 +270,7 @@ func (l *Locker) famBell(ctx context.Context, w *waiter, bellKey string, limit t
 func (l *Locker) famLook(ctx context.Context, key string, r famReq, owner string, seq int64, ttl time.Duration) (ok bool, q famQueued, err error) {
 	q.seq = seq
 	n, err := l.affected(ctx, func(ctx context.Context) (sql.Result, error) {
-		return l.fps.extend.ExecContext(ctx, l.fst.extend.args(r.family, key, seq, owner, ttl.Microseconds())...)
+		return l.fps.extend.ExecContext(ctx, l.fst.extend.args(r.family, key, seq, owner, l.waitLease(ttl).Microseconds())...)
 	})
 	if err != nil {
 		return false, q, err
@@ -339,6 +339,16 @@ type famQueued struct {
 	watch int64         // look: the seq of the row ahead to wait for (its bell), 0 if none
 }
 
+// waitLease is the lease of a waiting row of a lock of ttl: the waiter
+// extends it at every look, at least three times per lease; a waiter that
+// dies or is cut off holds the rows behind it back for at most as long.
+// Three retry intervals (at least locker.MinTTL), so that the waiter's
+// looks, which come every retry interval at the latest, keep it; never more
+// than the lock's own TTL.
+func (l *Locker) waitLease(ttl time.Duration) time.Duration {
+	return min(ttl, max(3*l.cfg.RetryInterval, locker.MinTTL))
+}
+
 // famBellKey names the bell of a family's row (MySQL, bell.go): rung by
 // its holder, waited for by the rows behind it.
 func famBellKey(family int, key string, seq int64) string {
@@ -388,7 +398,11 @@ func (l *Locker) famEnqueue(ctx context.Context, key string, r famReq, owner str
 			if admitted {
 				q.token = v
 			}
-			if _, err := tx.StmtContext(ctx, l.fps.insert).ExecContext(ctx, l.fst.insert.args(r.family, key, q.seq, owner, r.kind, r.lim, q.token, ttl.Microseconds())...); err != nil {
+			lease := ttl
+			if !admitted {
+				lease = l.waitLease(ttl)
+			}
+			if _, err := tx.StmtContext(ctx, l.fps.insert).ExecContext(ctx, l.fst.insert.args(r.family, key, q.seq, owner, r.kind, r.lim, q.token, lease.Microseconds())...); err != nil {
 				return err
 			}
 		}
@@ -435,10 +449,11 @@ func (l *Locker) famPoll(ctx context.Context, key string, r famReq, owner string
 			return fmt.Errorf("sqltable: the waiting row of %q was granted behind its waiter's back", key)
 		default:
 			q.until = time.Duration(untilUS) * time.Microsecond
+			lease := l.waitLease(ttl)
 			if conflicts < lim {
-				q.token = v
+				q.token, lease = v, ttl
 			}
-			if _, err := tx.StmtContext(ctx, l.fps.set).ExecContext(ctx, l.fst.set.args(r.family, key, seq, owner, q.token, ttl.Microseconds())...); err != nil {
+			if _, err := tx.StmtContext(ctx, l.fps.set).ExecContext(ctx, l.fst.set.args(r.family, key, seq, owner, q.token, lease.Microseconds())...); err != nil {
 				return err
 			}
 		}
