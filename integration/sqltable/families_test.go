@@ -131,8 +131,9 @@ func TestFamiliesCutHolder(t *testing.T) {
 // TestFamiliesWaiterLapses: a writer waiting behind a reader is cut off
 // from the database, and a second writer waits behind it. Once the reader
 // leaves, the second writer must not wait for the cut one for ever: the
-// cut writer's row lapses a TTL after its last look, and the second gets
-// the key. The cut writer, healed, queues again and gets the key after it.
+// cut writer's row lapses a wait lease (here the TTL) after its last look,
+// and the second gets the key. The cut writer, healed, queues again and
+// gets the key after it.
 func TestFamiliesWaiterLapses(t *testing.T) {
 	forEach(t, func(t *testing.T, d dialect) {
 		ctx := testCtx(t)
