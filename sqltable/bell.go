@@ -137,7 +137,7 @@ func (b *bell) schedule(h *Handle) {
 	if h.bellState != bellIdle {
 		return // ended already (a loss or a Close that came first)
 	}
-	procHub.hold(b.l.hubKey, h.key)
+	procHub.hold(b.l.hubKey, h.bellKey())
 	h.bellState = bellScheduled
 	h.bellEntry = b.rings.Add(func() {
 		b.l.life.Go(func() { b.ring(h) })
@@ -152,7 +152,7 @@ func (b *bell) ring(h *Handle) {
 		b.setUnrung(h) // a pool too small for a bell connection now
 		return
 	}
-	name := b.name(h.key)
+	name := b.name(h.bellKey())
 	for try := 1; ; try++ {
 		if got, _ := b.ringOnce(h, name); got {
 			return
@@ -229,7 +229,7 @@ func (b *bell) unring(h *Handle) {
 		h.bellEntry.Stop()
 	}
 	if was != bellIdle && was != bellDone {
-		procHub.unhold(b.l.hubKey, h.key)
+		procHub.unhold(b.l.hubKey, h.bellKey())
 	}
 	b.stateMu.Unlock()
 	if was != bellRung {
@@ -241,7 +241,7 @@ func (b *bell) unring(h *Handle) {
 		defer b.connMu.Unlock()
 		ctx, cancel := context.WithTimeout(b.l.endCtx, time.Second)
 		defer cancel()
-		b.giveBackLocked(ctx, b.name(h.key))
+		b.giveBackLocked(ctx, b.name(h.bellKey()))
 	})
 }
 
@@ -355,6 +355,15 @@ func (b *bell) wait(ctx context.Context, w *waiter, key string, limit time.Durat
 	}
 	if !procHub.needsBell(w) {
 		return false, false // a release in this process wakes w
+	}
+	return b.await(ctx, key, limit)
+}
+
+// await waits for the bell of key (a mutex key, or a family row's
+// bellKey), as wait does, whoever else waits in this process.
+func (b *bell) await(ctx context.Context, key string, limit time.Duration) (rang, ok bool) {
+	if b == nil || limit < bellDelay || !b.fractional && limit < time.Second {
+		return false, false // a short wait: sleep it
 	}
 	// The wait ends a little after limit whatever happens (a pool with no
 	// free connection, a dead link, a server that waits longer than asked:

@@ -328,8 +328,8 @@ WHERE lock_key = ?1 AND owner = ?2 AND token = ?3 AND expires_us > %[2]s`, tbl, 
 	return s
 }
 
-// DDL returns the statements that create the lock table and its meta table
-// for dialect d (PostgreSQL, MySQL or SQLite) under the given table name, as
+// DDL returns the statements that create the lock table, its meta table
+// and the families table (semaphores and reader-writer locks) for dialect d (PostgreSQL, MySQL or SQLite) under the given table name, as
 // the Locker runs them unless WithoutDDL is given: for users who manage
 // schemas themselves.
 func DDL(d Dialect, table string) ([]string, error) {
@@ -340,5 +340,5 @@ func DDL(d Dialect, table string) ([]string, error) {
 	if d != PostgreSQL && d != MySQL && d != SQLite {
 		return nil, errors.New("sqltable: DDL needs a dialect: PostgreSQL, MySQL or SQLite")
 	}
-	return newStatements(d, t).ddl, nil
+	return append(newStatements(d, t).ddl, newFamStatements(d, t).ddl...), nil
 }

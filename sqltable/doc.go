@@ -67,13 +67,15 @@
 //
 // # The table
 //
-// One table, "locker_locks" unless WithTable names another (validated as an
+// The mutexes live in one table, "locker_locks" unless WithTable names another (validated as an
 // identifier, optionally schema-qualified, and quoted), and a meta table of
 // the same name with "_meta" appended whose schema_version row is the
 // version marker a later release migrates from. The key column holds the
 // whole key (no hashing, no truncation): a 1024-byte key fits on every
 // dialect. A Locker creates both tables if they are missing, unless
-// WithoutDDL; the DDL is (see also DDL):
+// WithoutDDL, with the families table of semaphores and reader-writer locks
+// (see "Semaphores and reader-writer locks"); the DDL of the first two is
+// (see also DDL):
 //
 //	-- PostgreSQL
 //	CREATE TABLE IF NOT EXISTS "locker_locks" (
@@ -124,6 +126,148 @@
 // (and USAGE on the schema) is enough: PostgreSQL 15 and later and MySQL
 // check the CREATE privilege for CREATE TABLE IF NOT EXISTS even when the
 // table exists.
+//
+// # Semaphores and reader-writer locks
+//
+// A Locker has every lock family: counting semaphores (locker.Semaphorer:
+// AcquireSemaphore, TryAcquireSemaphore) and reader-writer locks
+// (locker.ReadWriter: AcquireRead, TryAcquireRead, AcquireWrite,
+// TryAcquireWrite), which locker.Semaphore, locker.ReadLock and
+// locker.WriteLock make Lockers of. Their locks are Handles like the
+// mutex's: a fencing token, a lease renewed every TTL/3, loss reported
+// before anyone else can be admitted, guarded Release, Close. Each family
+// has a keyspace of its own: the mutex "k", the reader-writer lock "k" and
+// the semaphore "k" are three locks that never wait for each other.
+//
+// They live in a third table, the lock table's name with "_fam" appended
+// (Inspect and Prune are the mutex's; the families table keeps one small
+// head row per key ever used, and a crashed holder's row until the key's
+// next use):
+//
+//	-- PostgreSQL (MySQL: INT, VARBINARY(1024), BIGINT, VARBINARY(64), InnoDB; SQLite: INTEGER, TEXT, WITHOUT ROWID)
+//	CREATE TABLE IF NOT EXISTS "locker_locks_fam" (
+//		family     integer NOT NULL,       -- 1 reader-writer lock, 2 semaphore
+//		lock_key   text COLLATE "C" NOT NULL,
+//		seq        bigint NOT NULL,        -- 0: the key's head row; else the row's place in the key's queue
+//		owner      text NOT NULL,
+//		kind       integer NOT NULL,       -- 1 reader, 2 writer, 3 permit
+//		lim        integer NOT NULL,       -- a semaphore's n; 1 for readers and writers
+//		token      bigint NOT NULL,        -- head: the key's counter; a holder: its token; a waiter: 0
+//		expires_us bigint NOT NULL,        -- the lease of a holder, or the wait of a waiter
+//		PRIMARY KEY (family, lock_key, seq)
+//	);
+//	INSERT INTO "locker_locks_meta" (name, value) VALUES ('families_version', '1') ON CONFLICT (name) DO NOTHING;
+//
+// DDL returns these statements too. The lock table's layout, and its
+// schema_version, are unchanged, so releases without lock families keep
+// sharing the tables with this one. A Locker finds the families table by
+// its families_version row at its first family call; on tables made by an
+// earlier release it creates the table then (CREATE TABLE IF NOT EXISTS,
+// which needs the CREATE privilege), and with WithoutDDL it fails every
+// family call with an error that gives the statements to run (its mutexes
+// work). A families_version other than 1 is refused, naming it.
+//
+// The algorithm. Each key of a family is a queue of rows in seq order: a
+// row per holder and per waiter, behind the key's head row. A row is
+// admitted (holds) when fewer than lim of the rows ahead of it conflict
+// with it: for a permit every row ahead conflicts (so the n oldest rows of
+// a semaphore hold its n permits), for a writer too (lim 1: nobody ahead),
+// for a reader only the writers (the readers ahead of the first writer
+// hold together). Every row is queued, and every grant made, in a
+// transaction (READ COMMITTED on PostgreSQL and MySQL) that first locks the
+// key's head row, takes the next value of the key's counter, max(last + 1,
+// the database's now in microseconds), deletes the key's rows whose lease
+// has run out (only when it sees one), and counts the rows ahead. So seqs
+// follow the order rows were queued in, and tokens the order of grants:
+// a queued row's seq, and a grant's token, are counter values. A semaphore
+// limit other than the key's rows' is refused (locker.ErrLimitMismatch,
+// also to a waiting Acquire) in the same transaction, so a key has one
+// limit while it has holders or waiters. (On PostgreSQL the families'
+// statements read the clock when they run, clock_timestamp(), not the
+// transaction's start, now(): a grant made after a wait for the head lock
+// gets its whole lease on the database.) Renewal, Release and the end of a
+// wait are one statement each on the holder's own row, guarded by its
+// owner (and, for Renewal and Release, its token and unexpired lease), and
+// need no head lock; a Release or a given-up wait then reads which waiting
+// rows the key admits now and wakes exactly those.
+//
+// Fencing tokens: one sequence per key and family, readers and writers
+// alike: a writer's token is above every earlier reader's and writer's, a
+// reader's above every earlier writer's, and every permit's above every
+// earlier permit's. Like the mutex's they are about the database's clock in
+// microseconds (WithTokenBase applies); they are not comparable with the
+// mutex's tokens of the same key, which is another lock.
+//
+// Fairness: first come, first served across readers and writers (the
+// writer is not starved: a reader that comes after a waiting writer waits
+// behind it, and TryAcquireRead fails while a writer waits), and among a
+// semaphore's waiters; TryAcquire of any family fails with
+// locker.ErrNotAcquired when the key does not admit it at once, including
+// when others wait first. A waiter that gives up deletes its row, and the
+// rows it held back (the readers behind a writer that gave up) are woken.
+//
+// Waiting. A waiter's row has a lease of its own, three retry intervals
+// (at least locker.MinTTL, at most the lock's TTL: 3s by default), which
+// the waiter extends whenever it looks at its place; a waiter whose process
+// dies, stops or is cut off for longer loses its place (its row lapses and
+// the rows behind it move up: a dead waiter holds them back for that long
+// at most) and, if it comes back, queues again at the back.
+// It takes the head lock only to queue and to take its grant. It is woken:
+//
+//   - by name, when a release (or an expiry swept up, or a waiter giving
+//     up) admits its row: at once in this process; on PostgreSQL, in every
+//     process, through the listener (the statement that finds the admitted
+//     rows notifies "!owner" on the table's channel);
+//   - on SQLite across processes, by the signal file: a process that finds
+//     an admitted row of another process writes it, and the head waiter of
+//     each key in the other processes wakes, finds the admitted rows and
+//     wakes them by name;
+//   - on MySQL and MariaDB across processes, by bells, as the mutex's
+//     waiters are (see Waiting): each holder of a family rings the bell of
+//     its own row (named by the family, the key and the row's seq) once it
+//     has held it for 5ms; a waiter whose row waits for a row held in
+//     another process (the nearest conflicting row ahead for a reader or a
+//     writer, the oldest for a permit) waits in GET_LOCK for that row's
+//     bell, which its holder gives back at its release, then looks at its
+//     place; a wake by name cuts the wait short. The bell waits take one
+//     connection each, at most four per *sql.DB as for the mutex. A
+//     semaphore's waiter wakes by the bell of the oldest permit only: a
+//     younger permit's release in another process reaches it at its next
+//     look;
+//   - otherwise (WithNotify(false), a bell that nobody rings, no room for
+//     a bell wait): by its look at its place every retry interval, with the
+//     back-off (2ms doubling up to it) where nothing wakes it.
+//
+// In every case it looks no later than the first row ahead of it runs out
+// (a crashed holder's permit is taken as soon as its lease ends on the
+// database) and at least three times per lease of its own row, to keep it.
+//
+// Failure modes of the families, beyond the mutex's:
+//
+//   - A holder that crashes or is cut off: its row frees when its lease
+//     ends on the database (a cut holder reports the loss by its own clock
+//     first); the next rows are admitted then.
+//   - A client that goes silent inside a families transaction holds the
+//     key's head lock, and so every acquisition of that key, until the
+//     database ends its transaction: on PostgreSQL at most its lease (the
+//     head statement sets idle_in_transaction_session_timeout locally); on
+//     MySQL and MariaDB when the server drops the session (wait_timeout,
+//     MariaDB's idle_transaction_timeout, or TCP keepalive: set one of them
+//     if partitions between the clients and the server are a concern;
+//     waiters time out in innodb_lock_wait_timeout and try again); on
+//     SQLite a process stopped inside one (SIGSTOP, a debugger) holds the
+//     database's write lock, and with it every lock of the file, until it
+//     runs again. The transactions are a few statements long.
+//   - A row changed or deleted from outside: the holder learns at its next
+//     renewal (locker.ErrLost), as for the mutex.
+//   - An acquisition whose transaction failed or was cancelled after it may
+//     have committed deletes its row in the background (guarded by its
+//     owner), as the mutex's clean-up does.
+//
+// Cost: an uncontended acquisition is a transaction of five round trips
+// (BEGIN, the head row, the count, the insert, COMMIT; MySQL also sets the
+// isolation level first) against the mutex's one statement; a release is
+// two statements (the delete, the read of the admitted rows).
 //
 // # Unsafe configurations
 //

@@ -61,7 +61,8 @@ func ExampleOpen() {
 }
 
 // DDL gives the statements for users who create the tables themselves and
-// then run Lockers with WithoutDDL.
+// then run Lockers with WithoutDDL: the lock table, the meta table and the
+// families table (semaphores and reader-writer locks), with their versions.
 func ExampleDDL() {
 	stmts, err := sqltable.DDL(sqltable.MySQL, "locks")
 	if err != nil {
@@ -69,5 +70,5 @@ func ExampleDDL() {
 	}
 	fmt.Println(len(stmts), "statements; the first creates", "`locks`:", stmts[0][:35])
 	// Output:
-	// 3 statements; the first creates `locks`: CREATE TABLE IF NOT EXISTS `locks`
+	// 5 statements; the first creates `locks`: CREATE TABLE IF NOT EXISTS `locks`
 }

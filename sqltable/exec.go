@@ -162,6 +162,9 @@ func (l *Locker) remaining(ctx context.Context, key string) (time.Duration, erro
 // went, and the first error stands.
 func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 	run := func() (bool, error) {
+		if h.fam != 0 {
+			return l.famRelease(ctx, h)
+		}
 		// On PostgreSQL the statement is a SELECT of pg_notify over the
 		// updated row: its rows affected ("SELECT 1" or "SELECT 0") tell
 		// whether the row was freed. Exec, not Query: database/sql starts a
@@ -186,7 +189,7 @@ func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 			try = maxGoneRetries
 		}
 	}
-	if err == nil && ok {
+	if err == nil && ok && h.fam == 0 {
 		l.released(h.key, h.owner)
 	}
 	return ok, err

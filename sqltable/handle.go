@@ -2,6 +2,7 @@ package sqltable
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -24,10 +25,24 @@ type Handle struct {
 	fence int64 // token plus the Locker's token base: Token
 	ttl   time.Duration
 	st    *backend.State
-	c     lease.Handle // state, lease and the verdicts (internal/lease)
+	// A lock family's row (families.go): its family (0 for a mutex, whose
+	// row is the key's row of the lock table) and its place in the key's
+	// queue.
+	fam int
+	seq int64
+	c   lease.Handle // state, lease and the verdicts (internal/lease)
 
 	bellState int           // see bell; guarded by the Locker's bell.stateMu
 	bellEntry *timerq.Entry // rings the bell; guarded by bell.stateMu
+}
+
+// bellKey names the lock's bell (MySQL, bell.go): the key of a mutex; a
+// family's row, for its waiters to wait on (famBellKey).
+func (h *Handle) bellKey() string {
+	if h.fam != 0 {
+		return famBellKey(h.fam, h.key, h.seq)
+	}
+	return h.key
 }
 
 // Key returns the key as the caller gave it.
@@ -76,7 +91,13 @@ func (h *Handle) renew(ctx context.Context) (bool, error) {
 	defer cancel()
 	var n int64
 	err := h.l.retry(cctx, func(ctx context.Context) error {
-		res, err := h.l.ps.renew.ExecContext(ctx, h.ttl.Microseconds(), h.key, h.owner, h.token)
+		var res sql.Result
+		var err error
+		if h.fam != 0 {
+			res, err = h.l.fps.renew.ExecContext(ctx, h.l.fst.renew.args(h.ttl.Microseconds(), h.fam, h.key, h.seq, h.owner, h.token)...)
+		} else {
+			res, err = h.l.ps.renew.ExecContext(ctx, h.ttl.Microseconds(), h.key, h.owner, h.token)
+		}
 		if err != nil {
 			return err
 		}
@@ -114,7 +135,12 @@ func (h *Handle) enter() (bool, func()) {
 
 // cleanup frees the row in the background if it still carries the owner
 // (lease.Proto.Cleanup).
-func (h *Handle) cleanup() bool { return h.l.cleanup(h.key, h.owner, h.ttl) }
+func (h *Handle) cleanup() bool {
+	if h.fam != 0 {
+		return h.l.famCleanup(h.fam, h.key, h.owner, h.ttl)
+	}
+	return h.l.cleanup(h.key, h.owner, h.ttl)
+}
 
 // forget drops the Handle from the Locker and its bell (lease.Proto.Forget).
 func (h *Handle) forget() {

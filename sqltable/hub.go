@@ -87,20 +87,32 @@ func (noWaker) wait(context.Context, *waiter, string, time.Duration) (bool, bool
 // release heard twice by the waiters of one table and key (from this
 // process's own release, then from one or more listeners) wakes one
 // waiter, not one per report.
-var procHub = &hub{keys: map[string][]*waiter{}, tables: map[string]map[string]struct{}{}, seen: recentReleases{at: map[string]time.Time{}}, held: map[string]int{}}
+//
+// The waiters of the lock families (families.go) are in the same queues,
+// under IDs of their own (famID), so that a table's wake (wakeTable) reaches
+// them too; and each is also found by its row's owner (wakeOwner): a
+// release names the waiting rows it admits, and wakes exactly those.
+var procHub = &hub{keys: map[string][]*waiter{}, tables: map[string]map[string]struct{}{}, seen: recentReleases{at: map[string]time.Time{}}, held: map[string]int{},
+	owners: map[string]*waiter{}, signaled: recentReleases{at: map[string]time.Time{}}}
 
 type hub struct {
-	mu     sync.Mutex
-	keys   map[string][]*waiter           // in arrival order
-	tables map[string]map[string]struct{} // table → the IDs in keys of its keys
-	seen   recentReleases                 // release IDs heard recently
-	held   map[string]int                 // MySQL: locks held by this process's Lockers with a bell, by hubID
+	mu       sync.Mutex
+	keys     map[string][]*waiter           // in arrival order
+	tables   map[string]map[string]struct{} // table → the IDs in keys of its keys
+	seen     recentReleases                 // release IDs heard recently
+	held     map[string]int                 // MySQL: locks held by this process's Lockers with a bell, by hubID
+	owners   map[string]*waiter             // the family waiters, by their row's owner
+	signaled recentReleases                 // SQLite: family owners recently signalled to other processes
 }
 
 type waiter struct {
 	table string
 	id    string
 	c     chan struct{} // buffered: a wake-up never blocks the waker
+	// A family waiter's row owner, and the wake-ups addressed to it (its
+	// row is admitted); buffered.
+	owner string
+	oc    chan struct{}
 	// pending: the waiter took a wake-up from c and has not yet acted on
 	// it (tried and found the key held). Used by the waiter's goroutine
 	// only.
@@ -132,12 +144,52 @@ func (h *hub) watch(table, key string) *waiter {
 	return w
 }
 
+// watchOwner registers a family waiter of key (famID) whose row carries
+// owner: the table's wakes reach it as the head of its key, and wakeOwner
+// reaches it by its owner.
+func (h *hub) watchOwner(table, key, owner string) *waiter {
+	w := h.watch(table, key)
+	w.owner, w.oc = owner, make(chan struct{}, 1)
+	h.mu.Lock()
+	h.owners[owner] = w
+	h.mu.Unlock()
+	return w
+}
+
+// wakeOwner wakes the family waiter whose row carries owner, and reports
+// whether it waits in this process.
+func (h *hub) wakeOwner(owner string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := h.owners[owner]
+	if w == nil {
+		return false
+	}
+	select {
+	case w.oc <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// signal reports whether the admission of owner's row, waiting in another
+// process, is to be signalled (SQLite's signal file): once, not by every
+// waiter that finds it admitted before it takes its grant.
+func (h *hub) signal(owner string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.signaled.heard(owner, time.Now())
+}
+
 // leave removes w. unacted says w leaves without the lock (its context
 // ended, or a statement failed): a wake-up it took or holds and did not
 // act on goes to the next waiter, so that a release is never lost.
 func (h *hub) leave(w *waiter, unacted bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if w.owner != "" && h.owners[w.owner] == w {
+		delete(h.owners, w.owner)
+	}
 	q := h.keys[w.id]
 	if i := slices.Index(q, w); i >= 0 {
 		q = slices.Delete(q, i, i+1)
@@ -173,6 +225,14 @@ func (h *hub) unhold(table, key string) {
 		delete(h.held, id)
 	}
 	h.mu.Unlock()
+}
+
+// holds reports whether a lock of this process, with a bell, holds key
+// (see hold).
+func (h *hub) holds(table, key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held[hubID(table, key)] > 0
 }
 
 // needsBell reports whether w is the longest waiting waiter of its key in

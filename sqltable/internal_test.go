@@ -172,3 +172,43 @@ func TestHeardMarkPerWaiters(t *testing.T) {
 		t.Fatal("a report that reached no waiter marked the release heard")
 	}
 }
+
+// TestFamStmtParams: the families' statements are written with $n
+// parameters; SQLite gets ?n, MySQL positional ? with the arguments put in
+// the order of their use (a parameter used twice is passed twice).
+func TestFamStmtParams(t *testing.T) {
+	q := "SELECT $2, $1 WHERE x = $2"
+	if got := famStmt(PostgreSQL, q); got.text != q || got.order != nil {
+		t.Errorf("PostgreSQL: %+v", got)
+	}
+	if got := famStmt(SQLite, q); got.text != "SELECT ?2, ?1 WHERE x = ?2" {
+		t.Errorf("SQLite: %q", got.text)
+	}
+	got := famStmt(MySQL, q)
+	if got.text != "SELECT ?, ? WHERE x = ?" {
+		t.Errorf("MySQL: %q", got.text)
+	}
+	if args := fmt.Sprint(got.args("a", "b")); args != "[b a b]" {
+		t.Errorf("MySQL args: %s, want [b a b]", args)
+	}
+	// Every statement of every dialect takes as many arguments as its
+	// callers pass: none is left out or out of range.
+	for _, d := range []Dialect{PostgreSQL, MySQL, SQLite} {
+		s := newFamStatements(d, tableName{name: "t"})
+		for i, st := range s.all() {
+			for _, j := range st.order {
+				if j < 0 || j > 7 {
+					t.Errorf("%v statement %d: argument %d", d, i, j+1)
+				}
+			}
+		}
+	}
+}
+
+// TestFamID: a family's hub ID never equals a mutex key's (valid keys have
+// no NUL byte), nor another family's.
+func TestFamID(t *testing.T) {
+	if famID(famRW, "k") == famID(famSem, "k") || famID(famRW, "k") == "k" {
+		t.Error("family IDs collide")
+	}
+}

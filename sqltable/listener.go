@@ -153,6 +153,12 @@ func (ls *listener) listenOnce(ctx context.Context) (listened bool) {
 			procHub.wakeTable(ls.l.hubKey)
 		}
 		notify := func(payload string) {
+			// "!owner": a lock family's waiting row admitted (see
+			// families.go).
+			if owner, ok := strings.CutPrefix(payload, "!"); ok {
+				procHub.wakeOwner(owner)
+				return
+			}
 			// The payload is "owner:key" (owners have no ':').
 			if owner, key, ok := strings.Cut(payload, ":"); ok {
 				procHub.wake(ls.l.hubKey, key, owner)

@@ -47,6 +47,10 @@ type Locker struct {
 	initSem chan struct{} // one schema check at a time
 	inited  bool          // guarded by initSem
 	ps      prepared      // set by init
+
+	famInited bool          // guarded by initSem
+	fst       famStatements // set by famInit
+	fps       famPrepared   // set by famInit
 }
 
 // New returns a Locker that keeps its locks in a table of db. The dialect

@@ -39,7 +39,9 @@ func (l *Locker) init(ctx context.Context) error {
 		return err
 	}
 	if !l.cfg.NoDDL && !exist {
-		if err := l.runDDL(ctx, l.st.ddl); err != nil {
+		// A new table: with the families table (famInit adds it to the
+		// tables of an earlier release).
+		if err := l.runDDL(ctx, append(l.st.ddl, newFamStatements(l.dialect, l.table).ddl...)); err != nil {
 			return err
 		}
 	}

@@ -99,7 +99,20 @@ type faultConn struct {
 
 func (c *faultConn) Prepare(q string) (driver.Stmt, error) { return c.inner.Prepare(q) }
 func (c *faultConn) Close() error                          { return c.inner.Close() }
-func (c *faultConn) Begin() (driver.Tx, error)             { return nil, errors.New("faultdb: no transactions") }
+func (c *faultConn) Begin() (driver.Tx, error) {
+	return nil, errors.New("faultdb: Begin without a context")
+}
+
+// BeginTx begins a transaction behind the gate; its statements pass the
+// gate too (a cut holds them), its Commit and Rollback do not: a client cut
+// within a transaction hangs at its next statement, and its context's end
+// rolls the transaction back.
+func (c *faultConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if err := c.f.gate(ctx); err != nil {
+		return nil, err
+	}
+	return c.inner.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
 
 func (c *faultConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
 	if err := c.f.gate(ctx); err != nil {

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if code, ok := handoffChild(); ok {
 		os.Exit(code)
 	}
+	if code, ok := famChild(); ok {
+		os.Exit(code)
+	}
 	testserver.Main(m)
 }
 
