@@ -35,7 +35,8 @@ func chaosLocker(t *testing.T, w chaos.Worker) locker.Locker {
 func TestChaos(t *testing.T) { runChaos(t, chaos.Family{}) }
 
 // TestChaosSemaphore and TestChaosReadWrite are TestChaos for the lock
-// families, with the same faults, for half as long.
+// families, with the same faults, for 20s (room for at least one fault before the
+// last 4 TTL, which are fault-free).
 func TestChaosSemaphore(t *testing.T) { runChaos(t, chaos.Semaphore(2)) }
 func TestChaosReadWrite(t *testing.T) { runChaos(t, chaos.ReadWrite()) }
 
@@ -47,7 +48,7 @@ func runChaos(t *testing.T, f chaos.Family) {
 	faults := testserver.ServerFaults(func() *testserver.Server { return srv }, nil)
 	duration := time.Duration(0) // the suite's default
 	if f != (chaos.Family{}) {
-		duration = 15 * time.Second
+		duration = 20 * time.Second
 	}
 	r := chaos.Run(t, chaos.Harness{
 		Family:   f,

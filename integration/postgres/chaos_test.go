@@ -128,10 +128,24 @@ func makeDurable(t *testing.T, srv *testserver.Server) {
 //
 // LOCKER_CHAOS_DURATION lengthens the run for a soak; LOCKER_CHAOS_SEED
 // replays a failed run's faults.
-func TestChaos(t *testing.T) {
+func TestChaos(t *testing.T) { runChaos(t, chaos.Family{}) }
+
+// TestChaosSemaphore and TestChaosReadWrite are TestChaos for the lock
+// families, with the same faults, for 20s (room for at least one fault before the
+// last 4 TTL, which are fault-free).
+func TestChaosSemaphore(t *testing.T) { runChaos(t, chaos.Semaphore(2)) }
+func TestChaosReadWrite(t *testing.T) { runChaos(t, chaos.ReadWrite()) }
+
+func runChaos(t *testing.T, f chaos.Family) {
 	bed := &chaosBed{}
+	duration := time.Duration(0) // the suite's default
+	if f != (chaos.Family{}) {
+		duration = 20 * time.Second
+	}
 	r := chaos.Run(t, chaos.Harness{
-		TTL: 2 * chaosInterval,
+		Family:   f,
+		Duration: duration,
+		TTL:      2 * chaosInterval,
 		WorkerEnv: func(t *testing.T, w int) []string {
 			srv := bed.server(t)
 			pxAddr := bed.links.Add(t, w, srv.Addr())[0]

@@ -31,7 +31,8 @@ const envChaosAddr = "LOCKER_CHAOS_REDIS_ADDR"
 func TestChaos(t *testing.T) { runChaos(t, chaos.Family{}) }
 
 // TestChaosSemaphore and TestChaosReadWrite are TestChaos for the lock
-// families, with the same faults, for half as long.
+// families, with the same faults, for 20s (room for at least one fault before the
+// last 4 TTL, which are fault-free).
 func TestChaosSemaphore(t *testing.T) { runChaos(t, chaos.Semaphore(2)) }
 func TestChaosReadWrite(t *testing.T) { runChaos(t, chaos.ReadWrite()) }
 
@@ -42,7 +43,7 @@ func runChaos(t *testing.T, f chaos.Family) {
 	}
 	h := chaosHarness(srv)
 	if f != (chaos.Family{}) {
-		h.Family, h.Duration = f, 15*time.Second
+		h.Family, h.Duration = f, 20*time.Second
 	}
 	if srv != nil && srv.CanControl() {
 		h.Faults = append(h.Faults, testserver.ServerFaults(func() *testserver.Server { return srv }, nil)...)

@@ -124,14 +124,14 @@ func TestChaos(t *testing.T) {
 // TestChaosSemaphore and TestChaosReadWrite run the lock families under
 // the Minority faults (one node paused, or killed and restarted; one
 // worker's link to one node cut), besides the built-in holder pause, for
-// 15s each.
+// 20s each.
 func TestChaosSemaphore(t *testing.T) { chaosFamily(t, chaos.Semaphore(2)) }
 func TestChaosReadWrite(t *testing.T) { chaosFamily(t, chaos.ReadWrite()) }
 
 func chaosFamily(t *testing.T, f chaos.Family) {
 	c := newChaosBed(t)
 	h := c.harness()
-	h.Family, h.Duration = f, 15*time.Second
+	h.Family, h.Duration = f, 20*time.Second
 	if c.nodes != nil {
 		h.Faults = append(h.Faults,
 			c.nodeFault("minority-node-pause", func(t *testing.T, s *testserver.Server) func() {

@@ -173,12 +173,26 @@ func (b *chaosBed) current() *testserver.Server {
 //
 // LOCKER_CHAOS_DURATION lengthens the runs for a soak; LOCKER_CHAOS_SEED
 // replays a failed run's faults.
-func TestChaos(t *testing.T) {
+func TestChaos(t *testing.T) { runChaos(t, chaos.Family{}) }
+
+// TestChaosSemaphore and TestChaosReadWrite are TestChaos for the lock
+// families, with the same faults, for 20s (room for at least one fault before the
+// last 4 TTL, which are fault-free).
+func TestChaosSemaphore(t *testing.T) { runChaos(t, chaos.Semaphore(2)) }
+func TestChaosReadWrite(t *testing.T) { runChaos(t, chaos.ReadWrite()) }
+
+func runChaos(t *testing.T, f chaos.Family) {
+	duration := time.Duration(0) // the suite's default
+	if f != (chaos.Family{}) {
+		duration = 20 * time.Second
+	}
 	for _, d := range chaosDialects {
 		t.Run(d.name, func(t *testing.T) {
 			bed := &chaosBed{d: d}
 			r := chaos.Run(t, chaos.Harness{
-				TTL: chaosTTL,
+				Family:   f,
+				Duration: duration,
+				TTL:      chaosTTL,
 				WorkerEnv: func(t *testing.T, w int) []string {
 					srv := bed.server(t)
 					pxAddr := bed.links.Add(t, w, srv.Addr())[0]
