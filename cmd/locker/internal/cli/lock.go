@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,7 +82,35 @@ type lockOpts struct {
 	conflictCode int
 	quiet        bool
 	verbose      bool
+	shared       bool      // the read lock of the key's reader-writer lock
+	exclusive    bool      // the write lock of the key's reader-writer lock
+	limit        limitFlag // a permit of the key's semaphore of limit.n
 }
+
+// limitFlag is --limit N: set says it was given (--limit 0 is an error,
+// not "no limit").
+type limitFlag struct {
+	n   int
+	set bool
+}
+
+func (l *limitFlag) String() string {
+	if !l.set {
+		return ""
+	}
+	return strconv.Itoa(l.n)
+}
+
+func (l *limitFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a whole number", s)
+	}
+	l.n, l.set = n, true
+	return nil
+}
+
+func (l *limitFlag) Type() string { return "N" }
 
 func (o *lockOpts) flags(f *pflag.FlagSet) {
 	o.wait = waitFlag{forever: true}
@@ -91,6 +120,9 @@ func (o *lockOpts) flags(f *pflag.FlagSet) {
 	f.IntVarP(&o.conflictCode, "conflict-exit-code", "E", 1, "exit status when the lock stays held elsewhere for --wait (like flock -E)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "say nothing when the lock is held elsewhere (the exit status tells)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "say on stderr when locker starts waiting for the lock, and how long it took")
+	f.BoolVarP(&o.shared, "shared", "s", false, "take the read lock of the key's reader-writer lock: any number of --shared holders at once (like flock -s)")
+	f.BoolVarP(&o.exclusive, "exclusive", "x", false, "take the write lock of the key's reader-writer lock: no --shared or other --exclusive holder (like flock -x)")
+	f.Var(&o.limit, "limit", "take one of the N permits of the key's semaphore: at most N holders at once, all with the same N (like consul lock -n)")
 }
 
 func (o lockOpts) check() error {
@@ -99,8 +131,36 @@ func (o lockOpts) check() error {
 		return fail(exitFailure, "--conflict-exit-code %d is not an exit status (0-255)", o.conflictCode)
 	case o.ttl < 0:
 		return fail(exitFailure, "--ttl %v is negative", o.ttl)
+	case o.limit.set && o.limit.n < 1:
+		return fail(exitFailure, "--limit %d: a semaphore needs at least 1 permit", o.limit.n)
+	case btoi(o.shared)+btoi(o.exclusive)+btoi(o.limit.set) > 1:
+		return fail(exitFailure, "--shared, --exclusive and --limit are three kinds of lock: give one at most")
 	}
 	return o.backendOpts.check()
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// family is the Locker whose Acquire and TryAcquire take the kind of lock
+// the flags ask for: l itself (the mutex, which programs take with
+// locker.Do), the read or write lock of the key's reader-writer lock, or a
+// permit of its semaphore. These are four different locks of one key: a
+// run without --shared or --exclusive does not wait for --shared runs.
+func (o lockOpts) family(l locker.Locker) locker.Locker {
+	switch {
+	case o.shared:
+		return locker.ReadLock(l)
+	case o.exclusive:
+		return locker.WriteLock(l)
+	case o.limit.set:
+		return locker.Semaphore(l, o.limit.n)
+	}
+	return l
 }
 
 func (o lockOpts) options() []locker.Option {
@@ -178,12 +238,18 @@ func redactedPassword(raw string) bool {
 // errTimeout is the cause of a call cut short by --timeout.
 var errTimeout = errors.New("--timeout reached")
 
-// conn is an open Locker with the URL it was opened from, as shown.
+// conn is an open Locker with the URL it was opened from, as shown. Its
+// Acquire and TryAcquire may be a lock family's (lockOpts.family); Close
+// closes the Locker opened.
 type conn struct {
 	locker.Locker
-	shown   string // the URL with its password hidden
+	opened  locker.Locker // what locker.Open returned
+	shown   string        // the URL with its password hidden
 	timeout time.Duration
 }
+
+// Close closes the Locker opened (a family's view closes nothing).
+func (b *conn) Close() error { return b.opened.Close() }
 
 // openBackend opens the backend, bounded by --timeout.
 func openBackend(ctx context.Context, o backendOpts) (*conn, error) {
@@ -204,7 +270,7 @@ func openBackend(ctx context.Context, o backendOpts) (*conn, error) {
 	if err != nil {
 		return nil, b.failure(ctx, octx, "connecting", err)
 	}
-	b.Locker = l
+	b.Locker, b.opened = l, l
 	return b, nil
 }
 

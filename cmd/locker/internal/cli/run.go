@@ -176,6 +176,7 @@ func takeLock(ctx context.Context, o lockOpts, key string, extra []os.Signal) (l
 		if err != nil {
 			return nil, nil, err
 		}
+		b.Locker = o.family(b.opened)
 		if o.verbose {
 			fmt.Fprintf(os.Stderr, "locker: acquiring the lock on %q (wait: %v)\n", key, &o.wait)
 		}
