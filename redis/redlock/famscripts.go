@@ -320,7 +320,7 @@ end
 local C = B .. ':claims'
 local mine = tonumber(redis.call('ZSCORE', C, owner) or '0')
 if mine ~= token then
-  local free = mine < token and #redis.call('ZRANGEBYSCORE', C, token, token, 'LIMIT', 0, 1) == 0
+  local free = mine < token and #redis.call('ZRANGEBYSCORE', C, ARGV[3], ARGV[3], 'LIMIT', 0, 1) == 0
   if free and redis.call('ZCARD', C) >= ` + strconv.Itoa(maxClaims) + ` then
     local low = redis.call('ZRANGE', C, 0, 0, 'WITHSCORES')
     free = token > tonumber(low[2])
@@ -328,7 +328,7 @@ if mine ~= token then
   if not free then
     return {-1, redis.call('INCR', FENCE)}
   end
-  redis.call('ZADD', C, token, owner)
+  redis.call('ZADD', C, ARGV[3], owner)
   redis.call('ZREMRANGEBYRANK', C, 0, -` + strconv.Itoa(maxClaims+1) + `)
 end
 local left = 1
