@@ -340,8 +340,9 @@ func (l *Locker) withdraw(k keys, owner string, granted []int, q *queued, tm tim
 // the readers (a sorted set of owner tokens scored by the time, on the
 // node's clock in milliseconds, at which their leases end). Both have ":q"
 // (the queue: waiter ids scored by ticket), ":qx" (the entries' leases),
-// ":fence" (the counter of tickets and tokens: never delete or lower it)
-// and ":wake" (the Pub/Sub channel on which waiters are woken).
+// ":fence" (the counter of tickets and tokens: never delete or lower it),
+// ":claims" (the tokens claimed: owner tokens scored by token; never
+// delete it while the lock has holders) and ":wake" (the Pub/Sub channel on which waiters are woken).
 func (l *Locker) FamilyNames(key string) (semaphore, readWrite string) {
 	return l.famKeysFor(key, permitLock, 1).base, l.famKeysFor(key, readLock, 0).base
 }

@@ -28,6 +28,8 @@ import (
 //	B:qx       the queue entries' leases: waiter ids scored by the time
 //	           they end unless the waiter refreshes them
 //	B:fence    the node's counter: tickets and tokens come from it
+//	B:claims   the tokens claimed on the node: owner tokens scored by
+//	           the token each claimed (see famClaimScript)
 //	B:recent-releases, as the mutex's (see releases)
 //
 // A waiter id starts with the mode it waits for ("r" or "w" on a
@@ -277,30 +279,113 @@ extend_to(QX, now + lease, now)
 return {1, tonumber(t)}
 `)
 
-// famWritebackScript is the mutex's write-back (writebackScript) for a
-// family's grant: it raises the node's counter to the token, only while
-// the grant is still there.
+// famClaimScript is a family's write-back: it claims the token for the
+// grant's owner on one node, while the grant is still there, unless
+// another owner claimed the same token on the node (see "Fencing tokens"
+// in doc.go: two holders that hold at once, readers or permits, may take
+// the same largest value of a majority's counters; a value two majorities
+// accepted would have been accepted twice on a node they share).
 //
 //	KEYS[1] B; ARGV[1] kind, ARGV[2] owner token, ARGV[3] token
-//	returns 1 when the grant was there, 0 when not (nothing changed)
-var famWritebackScript = goredis.NewScript(luaFamily + `
+//	returns {1} when claimed (now, or by an earlier copy of this request:
+//	the counter is then at least the token),
+//	{0} when the grant was not there (nothing changed),
+//	{-1, a fresh counter value} when the token is another owner's here
+//
+// B:claims holds the claims, one per owner (its latest token), scored by
+// token. A claim replaces the owner's own claim of a lower token (a round
+// that retried with a larger one); a claim of a lower token than the
+// owner's own is a late copy of an earlier request, and refused. The set
+// keeps the latest maxClaims claims: once it holds that many, a token
+// below all of them is refused as if claimed (its claim may have been
+// trimmed). It lives as long as the longest lease of the lock's holders
+// on the node when a claim was made: only a holder granted before a claim
+// can claim the same token later (a later grant increments the counter,
+// which every claim raised to its token, so its token is greater), and it
+// can claim only while it holds.
+//
+// A refusal increments the counter and returns it, as a grant does: the
+// retry takes the largest of the values the refusing nodes returned, so
+// that owners refused together pick different tokens, as often as grants
+// do.
+var famClaimScript = goredis.NewScript(luaFamily + `
 local kind, owner, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = now_ms()
 local held, slot = holds(kind, owner, now)
-if not held then return 0 end
+if not held then return {0} end
 local cur = tonumber(redis.call('GET', FENCE) or '0')
 if cur == nil then
   return redis.error_reply('fence counter ' .. FENCE .. ' does not hold a number')
 end
-if cur < token then redis.call('SET', FENCE, token) end
+local C = B .. ':claims'
+local mine = tonumber(redis.call('ZSCORE', C, owner) or '0')
+if mine ~= token then
+  local free = mine < token and #redis.call('ZRANGEBYSCORE', C, ARGV[3], ARGV[3], 'LIMIT', 0, 1) == 0
+  if free and redis.call('ZCARD', C) >= ` + strconv.Itoa(maxClaims) + ` then
+    local low = redis.call('ZRANGE', C, 0, 0, 'WITHSCORES')
+    free = token > tonumber(low[2])
+  end
+  if not free then
+    return {-1, redis.call('INCR', FENCE)}
+  end
+  redis.call('ZADD', C, ARGV[3], owner)
+  redis.call('ZREMRANGEBYRANK', C, 0, -` + strconv.Itoa(maxClaims+1) + `)
+end
+local left = 1
+if kind == 'p' then
+  for i = 0, limit() - 1 do
+    left = math.max(left, redis.call('PTTL', slot_key(i)))
+  end
+else
+  left = math.max(left, redis.call('PTTL', W))
+  local last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')
+  if #last > 0 then left = math.max(left, tonumber(last[2]) - now) end
+end
+extend_to(C, now + left, now)
+if cur < token then redis.call('SET', FENCE, ARGV[3]) end
 local key = nil
 if kind == 'p' then key = slot_key(slot) elseif kind == 'w' then key = W end
 if key then
   local pttl = redis.call('PTTL', key)
-  if pttl > 0 then redis.call('SET', key, owner .. ':' .. token, 'PX', pttl) end
+  if pttl > 0 then redis.call('SET', key, owner .. ':' .. ARGV[3], 'PX', pttl) end
 end
-return 1
+return {1}
 `)
+
+// maxClaims is how many claims of tokens a node keeps per family lock
+// (see famClaimScript): far more than the holders that acquire at once.
+const maxClaims = 1024
+
+// A node's answer to a claim (famClaimScript).
+const (
+	claimGone     = 0  // the grant was not there
+	claimAccepted = 1  // the token is ours on the node
+	claimTaken    = -1 // another owner claimed it; counter is a fresh value
+)
+
+// runClaim claims token for owner on one node: claimAccepted,
+// claimGone, or claimTaken with a fresh counter value of the node.
+func runClaim(ctx context.Context, c goredis.UniversalClient, k keys, owner string, token int64) (state int, counter int64, err error) {
+	v, err := famClaimScript.Run(ctx, c, []string{k.base}, k.famKind(), owner, famToken(token)).Slice()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(v) < 1 {
+		return 0, 0, fmt.Errorf("claim script returned no value")
+	}
+	flag, _ := v[0].(int64)
+	switch flag {
+	case claimAccepted, claimGone:
+		return int(flag), 0, nil
+	case claimTaken:
+		if len(v) >= 2 {
+			if n, ok := v[1].(int64); ok && n > 0 {
+				return claimTaken, n, nil
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("claim script returned %v", v)
+}
 
 // famExtendScript renews a reader's lease on one node if it is still
 // there (a permit's and a writer's are renewed by extendScript, on their

@@ -38,8 +38,9 @@ func newHandle(l *Locker, key string, k keys, owner string, token int64, tm timi
 func (h *Handle) Key() string { return h.c.Key }
 
 // Token returns the fencing token: the largest of the granting nodes'
-// counters, written back to a majority of them before Acquire returned,
-// plus the Locker's token base (WithTokenBase).
+// counters, written back to a majority of them before Acquire returned
+// (a lock family's, claimed there: greater when another holder had
+// claimed that value), plus the Locker's token base (WithTokenBase).
 // See "Fencing tokens" in the package documentation for why it is larger
 // than every earlier holder's.
 func (h *Handle) Token() int64 { return h.c.Token }

@@ -66,6 +66,10 @@ type roundResult struct {
 	// the waiter, and the largest of their provisional tickets.
 	queued int
 	ticket int64
+
+	// A family's round whose claims of a token kept colliding with
+	// other holders' (see claim): a retry after a pause may win.
+	collided bool
 }
 
 // unreachable reports whether too few nodes answered for any round to
@@ -78,6 +82,9 @@ func (r roundResult) unreachable() bool { return r.n-r.failed < r.quorum }
 // the nodes that did not answer, may hold a majority: retrying cannot win
 // until the failed nodes answer again.
 func (r roundResult) split() bool {
+	if r.collided {
+		return true
+	}
 	return !r.held && r.why == "" && (r.denied > 0 || r.otherSlots > 0) && r.n-r.failed >= r.quorum &&
 		r.maxHolder+r.failed < r.quorum
 }
@@ -159,7 +166,12 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing, q *qu
 	if r.granted < l.quorum {
 		return nil, r, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, false, q, queueKeep)
 	}
-	if r.why, err = l.writeBack(ctx, k, owner, granted, candidate, tm); err != nil {
+	if k.kind == mutexLock {
+		r.why, err = l.writeBack(ctx, k, owner, granted, candidate, tm)
+	} else {
+		candidate, err = l.claim(ctx, &r, k, owner, granted, candidate, tm, sent)
+	}
+	if err != nil {
 		l.cleanup(ctx, k, owner, l.all, tm.nodeTimeout, true, q, queueDrop)
 		return nil, r, err
 	}
@@ -372,6 +384,83 @@ func (l *Locker) writeBack(ctx context.Context, k keys, owner string, granted []
 		why += ": " + wbErr.Error()
 	}
 	return why + ")", nil
+}
+
+// maxClaimRounds bounds the claims of a family's round (see claim).
+const maxClaimRounds = 8
+
+// claim is a family round's write-back (see "Fencing tokens" in doc.go):
+// it claims candidate for owner on the granting nodes, and succeeds when a
+// majority accepted it. A node refuses a token that another owner claimed
+// there (two holders of a semaphore or two readers that hold at once may
+// take the same largest value of a majority's counters), and answers a
+// fresh value of its counter; when a majority may still accept, claim
+// tries again with a token above the candidate and every value the
+// refusing nodes answered, on the nodes that still hold the grant. Two
+// owners cannot both have a token accepted by a majority: the majorities
+// share a node, which accepted it once.
+//
+// It returns the token claimed, or sets r.why when the claims confirmed
+// the lock on less than a majority (and r.collided when other owners'
+// claims kept taking the tokens tried).
+func (l *Locker) claim(ctx context.Context, r *roundResult, k keys, owner string, granted []int, candidate int64, tm timing, sent time.Time) (int64, error) {
+	type answer struct {
+		state   int
+		counter int64
+	}
+	nodes := granted
+	for attempt := 1; ; attempt++ {
+		t := candidate
+		res, err := fanout(l, ctx, ctx, l.closing, nodes, tm.nodeTimeout,
+			func(ctx context.Context, _ int, c goredis.UniversalClient) (answer, error) {
+				s, n, err := runClaim(ctx, c, k, owner, t)
+				return answer{s, n}, err
+			}, nil, nil)
+		if err != nil {
+			return 0, err
+		}
+		confirmed, gone, taken := 0, 0, 0
+		next := candidate + 1
+		var still []int // the nodes that may still accept
+		var firstErr error
+		for _, i := range nodes {
+			switch {
+			case !res.ok(i):
+				still = append(still, i)
+				if firstErr == nil {
+					firstErr = fmt.Errorf("%s: %w", l.addrs[i], res.err[i])
+				}
+			case res.v[i].state == claimAccepted:
+				confirmed++
+				still = append(still, i)
+			case res.v[i].state == claimTaken:
+				taken++
+				still = append(still, i)
+				next = max(next, res.v[i].counter)
+			default:
+				gone++
+			}
+		}
+		if confirmed >= l.quorum {
+			return candidate, nil
+		}
+		left := time.Until(sent.Add(tm.ttl - tm.drift))
+		if taken > 0 && len(still) >= l.quorum && attempt < maxClaimRounds && left >= tm.minValidity {
+			candidate, nodes = next, still
+			continue
+		}
+		r.why = fmt.Sprintf("the fencing write-back confirmed the lock on only %d of %d granting nodes (%d no longer held it, %d had given token %d to another holder, %d failed or did not answer",
+			confirmed, len(nodes), gone, taken, candidate, len(nodes)-confirmed-gone-taken)
+		if firstErr != nil {
+			r.why += ": " + firstErr.Error()
+		}
+		r.why += ")"
+		if taken > 0 && len(still) >= l.quorum {
+			r.why += fmt.Sprintf(" after %d claims", attempt)
+			r.collided = true
+		}
+		return 0, nil
+	}
 }
 
 // holderLeft estimates when a holder seen on len(pttls) ≥ quorum nodes

@@ -221,10 +221,6 @@ func acquireReply(k keys, v []any, err error) (grant, error) {
 }
 
 func runWriteback(ctx context.Context, c goredis.UniversalClient, k keys, owner string, token int64) (bool, error) {
-	if k.kind != mutexLock {
-		n, err := famWritebackScript.Run(ctx, c, []string{k.base}, k.famKind(), owner, famToken(token)).Int64()
-		return n == 1, err
-	}
 	n, err := writebackScript.Run(ctx, c, []string{k.lock, k.fence}, owner, strconv.FormatInt(token, 10)).Int64()
 	return n == 1, err
 }
