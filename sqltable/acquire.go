@@ -145,6 +145,27 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) 
 	owner := lease.NewOwner()
 	sent := time.Now() // the lease starts no earlier than the statement leaves
 	token, ok, err := l.runAcquire(ctx, key, owner, ttl)
+	for tries, limit := 0, 0; err != nil && l.connGone(err) && ctx.Err() == nil; tries++ {
+		// The statement's connection was found gone (a pooled one that
+		// died while idle): whether it took the key is unknown. Give back
+		// what it may have taken (guarded by its owner, which nobody else
+		// has; and again in the background, in case the statement is
+		// still running on the server), then run it again on another
+		// connection under a new owner, so that a TryAcquire does not
+		// report its own row as another holder's.
+		if tries == 0 {
+			limit = l.goneTries()
+		}
+		if tries >= limit {
+			break
+		}
+		if _, derr := l.dropOnce(ctx, key, owner); derr != nil {
+			break
+		}
+		l.cleanup(key, owner, ttl)
+		owner, sent = lease.NewOwner(), time.Now()
+		token, ok, err = l.runAcquire(ctx, key, owner, ttl)
+	}
 	if err != nil {
 		// The statement may have taken the key before the call was cut
 		// short (ctx ended, the connection broke after sending it): give

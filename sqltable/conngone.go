@@ -1,6 +1,8 @@
 package sqltable
 
 import (
+	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"io"
@@ -14,14 +16,61 @@ import (
 // retries on another one only when the driver knew before sending. Whether
 // the statement took effect is unknown. The driver package adds its
 // driver's own such errors (go-sql-driver/mysql's ErrInvalidConn, a
-// PostgreSQL FATAL error: the server ended the session).
+// PostgreSQL FATAL error: the server ended the session). A connection that
+// could not be made (a refused or timed-out dial) is not one that was gone:
+// the server is unreachable, and running the statement again would not
+// help.
 func (l *Locker) connGone(err error) bool {
+	var ne *net.OpError
+	if errors.As(err, &ne) && ne.Op == "dial" {
+		return false
+	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, driver.ErrBadConn) {
 		return true
 	}
 	if l.drv.ConnGone != nil && l.drv.ConnGone(err) {
 		return true
 	}
-	var ne *net.OpError
 	return errors.As(err, &ne)
+}
+
+// goneTries bounds the runs of a statement after its connection was found
+// gone: every idle connection of the pool may have died with it (a proxy
+// that dropped them, a failover, a server restart) and each costs the
+// statement that finds it dead, which drops it from the pool; then one more
+// on a new connection.
+func (l *Locker) goneTries() int { return l.db.Stats().Idle + 2 }
+
+// retryIdem is retry for a statement that has the same effect run twice as
+// once (a read, a renewal, the guarded drop of an abandoned row, a
+// rolled-back transaction): it runs it again also after its connection was
+// found gone, at most goneTries times. database/sql does so only when the
+// driver knew the connection was dead before sending; pgx learns that a
+// pooled connection died while idle from the reply it does not get.
+func (l *Locker) retryIdem(ctx context.Context, f func(context.Context) error) error {
+	err := l.retry(ctx, f)
+	for tries, limit := 0, 0; err != nil && l.connGone(err) && ctx.Err() == nil; tries++ {
+		if tries == 0 {
+			limit = l.goneTries()
+		}
+		if tries >= limit {
+			break
+		}
+		err = l.retry(ctx, f)
+	}
+	return err
+}
+
+// affectedIdem is affected (exec.go) under retryIdem.
+func (l *Locker) affectedIdem(ctx context.Context, exec func(context.Context) (sql.Result, error)) (int64, error) {
+	var n int64
+	err := l.retryIdem(ctx, func(ctx context.Context) error {
+		res, err := exec(ctx)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
 }

@@ -69,7 +69,7 @@ func (p *prepared) prepare(ctx context.Context, l *Locker) error {
 		if *s.dst != nil {
 			continue
 		}
-		err := l.retry(ctx, func(ctx context.Context) error {
+		err := l.retryIdem(ctx, func(ctx context.Context) error {
 			st, err := l.db.PrepareContext(ctx, s.text)
 			*s.dst = st
 			return err
@@ -138,7 +138,7 @@ func (l *Locker) runAcquire(ctx context.Context, key, owner string, ttl time.Dur
 // clock; 0 when the row is gone.
 func (l *Locker) remaining(ctx context.Context, key string) (time.Duration, error) {
 	var us int64
-	err := l.retry(ctx, func(ctx context.Context) error {
+	err := l.retryIdem(ctx, func(ctx context.Context) error {
 		err := l.ps.remaining.QueryRowContext(ctx, key).Scan(&us)
 		if errors.Is(err, sql.ErrNoRows) {
 			us = 0
@@ -154,8 +154,7 @@ func (l *Locker) remaining(ctx context.Context, key string) (time.Duration, erro
 // short that Close no longer releases itself.
 //
 // A release whose connection was found gone (see connGone) runs again on
-// another (at most maxGoneRetries times, while connections are found
-// gone): the guarded statement frees the row only if it is still
+// another (at most goneTries times, while connections are found gone): the guarded statement frees the row only if it is still
 // this holder's, so a second run never touches another holder's lock. If
 // that run frees the row, the first did not, and the release succeeded;
 // if it finds nothing, the first may have freed it before its connection
@@ -176,7 +175,11 @@ func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 		return n == 1, err
 	}
 	ok, err := run()
-	for try := 0; try < maxGoneRetries && err != nil && l.connGone(err) && ctx.Err() == nil; try++ {
+	limit := 0
+	if err != nil && l.connGone(err) {
+		limit = l.goneTries()
+	}
+	for try := 0; try < limit && err != nil && l.connGone(err) && ctx.Err() == nil; try++ {
 		// Each dead connection found is dropped from the pool; the next
 		// run gets another, or a new one.
 		var err2 error
@@ -184,9 +187,9 @@ func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 		case err2 == nil && ok:
 			err = nil
 		case err2 == nil:
-			try = maxGoneRetries // nothing freed: the first error stands
+			try = limit // nothing freed: the first error stands
 		case !l.connGone(err2):
-			try = maxGoneRetries
+			try = limit
 		}
 	}
 	if err == nil && ok && h.fam == 0 {
@@ -218,10 +221,6 @@ func (l *Locker) affected(ctx context.Context, exec func(context.Context) (sql.R
 	})
 	return n, err
 }
-
-// maxGoneRetries bounds the runs of a release after its connection was
-// found gone: a pool's idle connections may all have died.
-const maxGoneRetries = 4
 
 // cleanupTimeout bounds the background frees of rows nobody holds any more
 // (with the lease, whichever is shorter).
@@ -259,7 +258,7 @@ func (l *Locker) cleanup(key, owner string, ttl time.Duration) bool {
 // dropOnce runs the guarded drop of key's row for owner and wakes a waiter
 // of the key when it freed the row.
 func (l *Locker) dropOnce(ctx context.Context, key, owner string) (int64, error) {
-	n, err := l.affected(ctx, func(ctx context.Context) (sql.Result, error) {
+	n, err := l.affectedIdem(ctx, func(ctx context.Context) (sql.Result, error) {
 		return l.ps.drop.ExecContext(ctx, key, owner)
 	})
 	if n > 0 {

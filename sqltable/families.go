@@ -269,7 +269,7 @@ func (l *Locker) famBell(ctx context.Context, w *waiter, bellKey string, limit t
 // gone when the row is gone (its wait lapsed).
 func (l *Locker) famLook(ctx context.Context, key string, r famReq, owner string, seq int64, ttl time.Duration) (ok bool, q famQueued, err error) {
 	q.seq = seq
-	n, err := l.affected(ctx, func(ctx context.Context) (sql.Result, error) {
+	n, err := l.affectedIdem(ctx, func(ctx context.Context) (sql.Result, error) {
 		return l.fps.extend.ExecContext(ctx, l.fst.extend.args(r.family, key, seq, owner, l.waitLease(ttl).Microseconds())...)
 	})
 	if err != nil {
@@ -280,7 +280,7 @@ func (l *Locker) famLook(ctx context.Context, key string, r famReq, owner string
 		return false, q, nil
 	}
 	var token, conflicts, live, lim, untilUS, dead int64
-	err = l.retry(ctx, func(ctx context.Context) error {
+	err = l.retryIdem(ctx, func(ctx context.Context) error {
 		return l.fps.state.QueryRowContext(ctx, l.fst.state.args(r.family, key, seq, owner)...).Scan(&token, &conflicts, &live, &lim, &untilUS, &dead, &q.watch)
 	})
 	switch {
@@ -549,15 +549,20 @@ func (l *Locker) famWake(owners []string) {
 }
 
 // famTx runs f in a transaction, again after a transient failure (a busy
-// database, a deadlock). PostgreSQL and MySQL run it at READ COMMITTED,
-// whatever the server's default: each statement sees what was committed
-// before it, so the reads after the head lock see every row queued before.
+// database, a deadlock), and after its connection was found gone before
+// the commit (the server rolled it back; see retryIdem). A connection
+// found gone at the commit leaves the outcome unknown: that error is the
+// caller's. PostgreSQL and MySQL run it at READ COMMITTED, whatever the
+// server's default: each statement sees what was committed before it, so
+// the reads after the head lock see every row queued before.
 func (l *Locker) famTx(ctx context.Context, f func(context.Context, *sql.Tx) error) error {
 	var opts *sql.TxOptions
 	if l.dialect != SQLite {
 		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
-	return l.retry(ctx, func(ctx context.Context) error {
+	atCommit := false // the last run's error came from the commit
+	run := func(ctx context.Context) error {
+		atCommit = false
 		tx, err := l.db.BeginTx(ctx, opts)
 		if err != nil {
 			return err
@@ -566,8 +571,21 @@ func (l *Locker) famTx(ctx context.Context, f func(context.Context, *sql.Tx) err
 			_ = tx.Rollback()
 			return err
 		}
-		return tx.Commit()
-	})
+		err = tx.Commit()
+		atCommit = err != nil
+		return err
+	}
+	err := l.retry(ctx, run)
+	for tries, limit := 0, 0; err != nil && !atCommit && l.connGone(err) && ctx.Err() == nil; tries++ {
+		if tries == 0 {
+			limit = l.goneTries()
+		}
+		if tries >= limit {
+			break
+		}
+		err = l.retry(ctx, run)
+	}
+	return err
 }
 
 // famRelease runs the guarded release of a family Handle: its row deleted
@@ -586,7 +604,7 @@ func (l *Locker) famRelease(ctx context.Context, h *Handle) (bool, error) {
 // costs their waiters their retry interval at most.
 func (l *Locker) famReleased(ctx context.Context, family int, key string) {
 	var owners []string
-	err := l.retry(ctx, func(ctx context.Context) error {
+	err := l.retryIdem(ctx, func(ctx context.Context) error {
 		var err error
 		owners, err = l.famAdmitted(ctx, nil, family, key)
 		return err
@@ -599,7 +617,7 @@ func (l *Locker) famReleased(ctx context.Context, family int, key string) {
 // famDropOnce deletes owner's row of key, holder or waiter, and wakes the
 // rows it admits.
 func (l *Locker) famDropOnce(ctx context.Context, family int, key, owner string) (int64, error) {
-	n, err := l.affected(ctx, func(ctx context.Context) (sql.Result, error) {
+	n, err := l.affectedIdem(ctx, func(ctx context.Context) (sql.Result, error) {
 		return l.fps.drop.ExecContext(ctx, l.fst.drop.args(family, key, owner)...)
 	})
 	if n > 0 {
@@ -668,7 +686,7 @@ func (l *Locker) famInit(ctx context.Context) error {
 	fs := newFamStatements(l.dialect, l.table)
 	var v string
 	read := func() error {
-		return l.retry(ctx, func(ctx context.Context) error {
+		return l.retryIdem(ctx, func(ctx context.Context) error {
 			return l.db.QueryRowContext(ctx, fs.version).Scan(&v)
 		})
 	}
@@ -695,7 +713,7 @@ func (l *Locker) famInit(ctx context.Context) error {
 		if *dst != nil {
 			continue
 		}
-		err := l.retry(ctx, func(ctx context.Context) error {
+		err := l.retryIdem(ctx, func(ctx context.Context) error {
 			p, err := l.db.PrepareContext(ctx, st.text)
 			*dst = p
 			return err

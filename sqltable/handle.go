@@ -90,7 +90,7 @@ func (h *Handle) renew(ctx context.Context) (bool, error) {
 	cctx, cancel := h.l.callCtx(ctx)
 	defer cancel()
 	var n int64
-	err := h.l.retry(cctx, func(ctx context.Context) error {
+	err := h.l.retryIdem(cctx, func(ctx context.Context) error {
 		var res sql.Result
 		var err error
 		if h.fam != 0 {

@@ -30,7 +30,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 		return info, backend.KeyError("inspect", key, l.life.Why(cctx, err))
 	}
 	var token, us int64
-	err = l.retry(cctx, func(ctx context.Context) error {
+	err = l.retryIdem(cctx, func(ctx context.Context) error {
 		return l.db.QueryRowContext(ctx, l.st.inspect, key).Scan(&token, &us)
 	})
 	switch {

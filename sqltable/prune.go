@@ -64,7 +64,7 @@ func (l *Locker) Prune(ctx context.Context, olderThan time.Duration) (int64, err
 		var n, found int64
 		var err error
 		if l.dialect == MySQL {
-			err = l.retry(cctx, func(ctx context.Context) error {
+			err = l.retryIdem(cctx, func(ctx context.Context) error {
 				var err error
 				var last []byte
 				n, found, last, err = l.pruneMySQL(ctx, age, after, batch)

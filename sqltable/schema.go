@@ -47,7 +47,7 @@ func (l *Locker) init(ctx context.Context) error {
 	}
 	var v string
 	readVersion := func() error {
-		return l.retry(ctx, func(ctx context.Context) error {
+		return l.retryIdem(ctx, func(ctx context.Context) error {
 			return l.db.QueryRowContext(ctx, l.st.version).Scan(&v)
 		})
 	}
@@ -80,7 +80,7 @@ func (l *Locker) init(ctx context.Context) error {
 	}
 	if l.bell != nil {
 		var v string
-		if err := l.retry(ctx, func(ctx context.Context) error {
+		if err := l.retryIdem(ctx, func(ctx context.Context) error {
 			return l.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v)
 		}); err != nil {
 			return fmt.Errorf("sqltable: read the server's version: %w", err)
@@ -124,7 +124,7 @@ func (l *Locker) resolveTable(ctx context.Context) error {
 		// An attached database of its own per connection (in memory, or
 		// a temporary file) is no more shared than temp is.
 		var file sql.NullString
-		err := l.retry(ctx, func(ctx context.Context) error {
+		err := l.retryIdem(ctx, func(ctx context.Context) error {
 			return l.db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = ?1 COLLATE NOCASE", t.schema).Scan(&file)
 		})
 		if err == nil && file.String == "" {
@@ -148,7 +148,7 @@ func (l *Locker) resolveTable(ctx context.Context) error {
 	coalesce((SELECT c.relpersistence = 't' FROM pg_class c WHERE c.oid = to_regclass($1)), false)`
 		args = []any{t.quoted(PostgreSQL, "")}
 	}
-	err := l.retry(ctx, func(ctx context.Context) error {
+	err := l.retryIdem(ctx, func(ctx context.Context) error {
 		if l.dialect == PostgreSQL {
 			return l.db.QueryRowContext(ctx, q, args...).Scan(&schema, &temp)
 		}
@@ -202,7 +202,7 @@ func (l *Locker) tablesExist(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	var ok bool
-	err := l.retry(ctx, func(ctx context.Context) error {
+	err := l.retryIdem(ctx, func(ctx context.Context) error {
 		return l.db.QueryRowContext(ctx, q, args...).Scan(&ok)
 	})
 	if err != nil {
@@ -214,7 +214,7 @@ func (l *Locker) tablesExist(ctx context.Context) (bool, error) {
 // runDDL runs statements of the DDL.
 func (l *Locker) runDDL(ctx context.Context, stmts []string) error {
 	for _, stmt := range stmts {
-		err := l.retry(ctx, func(ctx context.Context) error {
+		err := l.retryIdem(ctx, func(ctx context.Context) error {
 			_, err := l.db.ExecContext(ctx, stmt)
 			return err
 		})
@@ -252,7 +252,7 @@ func (l *Locker) dbIdentity(ctx context.Context) (string, error) {
 		}
 	}
 	var id sql.NullString
-	err := l.retry(ctx, func(ctx context.Context) error {
+	err := l.retryIdem(ctx, func(ctx context.Context) error {
 		return l.db.QueryRowContext(ctx, q).Scan(&id)
 	})
 	return id.String, err
@@ -262,7 +262,7 @@ func (l *Locker) dbIdentity(ctx context.Context) (string, error) {
 // which readers and the one writer do not block each other.
 func (l *Locker) walMode(ctx context.Context) error {
 	var mode string
-	err := l.retry(ctx, func(ctx context.Context) error {
+	err := l.retryIdem(ctx, func(ctx context.Context) error {
 		return l.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
 	})
 	if err != nil {
@@ -271,7 +271,7 @@ func (l *Locker) walMode(ctx context.Context) error {
 	if mode == "wal" {
 		return nil
 	}
-	err = l.retry(ctx, func(ctx context.Context) error {
+	err = l.retryIdem(ctx, func(ctx context.Context) error {
 		return l.db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode)
 	})
 	if err != nil {
@@ -308,7 +308,7 @@ const sqliteDSN = "%s?_pragma=busy_timeout(50)&_pragma=journal_mode(WAL)&_pragma
 // documentation).
 func (l *Locker) checkSynchronous(ctx context.Context) error {
 	var sync int
-	err := l.retry(ctx, func(ctx context.Context) error {
+	err := l.retryIdem(ctx, func(ctx context.Context) error {
 		return l.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync)
 	})
 	if err != nil {
@@ -318,7 +318,7 @@ func (l *Locker) checkSynchronous(ctx context.Context) error {
 		return nil
 	}
 	var file sql.NullString
-	_ = l.retry(ctx, func(ctx context.Context) error {
+	_ = l.retryIdem(ctx, func(ctx context.Context) error {
 		return l.db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file)
 	})
 	path := file.String

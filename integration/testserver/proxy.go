@@ -89,9 +89,44 @@ func (t *idleToxic) Pipe(stub *toxics.ToxicStub) {
 
 const idleToxicType = "locker_idle"
 
+// dropNextToxic closes a connection, instead of passing them on, at the
+// first bytes the client sends on it, if the connection existed when the
+// toxic was added; connections made later pass untouched (see
+// Proxy.DropOnNextRequest). sealed is set once the toxic has been added to
+// every existing connection: a connection whose state is made afterwards is
+// a new one.
+type dropNextToxic struct {
+	sealed atomic.Bool
+}
+
+type dropNextState struct{ armed bool }
+
+func (t *dropNextToxic) NewState() interface{} { return &dropNextState{armed: !t.sealed.Load()} }
+
+func (t *dropNextToxic) Pipe(stub *toxics.ToxicStub) {
+	st := stub.State.(*dropNextState)
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil || st.armed {
+				stub.Close()
+				return
+			}
+			if stub.WriteOutput(c, time.Second) != nil {
+				return
+			}
+		}
+	}
+}
+
+const dropNextToxicType = "locker_drop_next"
+
 func init() {
 	toxics.Register(holdToxicType, new(holdToxic))
 	toxics.Register(idleToxicType, new(idleToxic))
+	toxics.Register(dropNextToxicType, new(dropNextToxic))
 }
 
 // swallowToxic drops everything, the end of the stream included: the far
@@ -323,6 +358,30 @@ func (p *Proxy) DropIdle(t testing.TB, d time.Duration) {
 	if p.p.Toxics.GetToxic("idle_upstream") == nil {
 		p.addToxic(t, "idle_upstream", idleToxicType, "upstream", fmt.Sprintf(`{"idle":%d}`, d.Milliseconds()))
 	}
+}
+
+// DropOnNextRequest makes every connection through the proxy now die at
+// the next request its client sends: the proxy closes it instead of passing
+// the request on. Connections made later pass. It stands for connections
+// that died while idle in a pool (a load balancer or NAT dropped them, the
+// server restarted) whose client learns of it only from the reply it does
+// not get to the request it sent, too late to know whether the request
+// took effect; unlike ResetAll, the client cannot see the close before it
+// sends. Heal removes it.
+func (p *Proxy) DropOnNextRequest(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	const name = "drop_next_upstream"
+	if p.p.Toxics.GetToxic(name) != nil {
+		if err := p.p.Toxics.RemoveToxic(context.Background(), name); err != nil {
+			t.Fatalf("testserver: proxy %s: %v", p.addr, err)
+		}
+	}
+	p.addToxic(t, name, dropNextToxicType, "upstream", `{}`)
+	// The toxic is on every current connection (AddToxicJson returns once
+	// it is): from now on, a new connection's state is made unarmed.
+	p.p.Toxics.GetToxic(name).Toxic.(*dropNextToxic).sealed.Store(true)
 }
 
 // ResetAll closes every current connection through the proxy at once; clients see an

@@ -65,6 +65,9 @@ func transient(err error) bool {
 // connGone reports a FATAL error: the server ended the session
 // (idle_session_timeout, shutdown).
 func connGone(err error) bool {
+	if errors.Is(err, pgconn.ErrConnClosed) {
+		return true // a statement on a connection pgx had closed: not sent
+	}
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Severity == "FATAL"
 }
