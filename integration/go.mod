@@ -19,6 +19,8 @@ require (
 	github.com/sanketplus/go-mysql-lock v0.0.6
 	github.com/testcontainers/testcontainers-go v0.45.0
 	go.etcd.io/etcd/client/v3 v3.7.3
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.uber.org/zap v1.27.1
 	modernc.org/sqlite v1.62.0
 )

@@ -1,0 +1,43 @@
+package observe
+
+import (
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/conformance/benchmark"
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/observe"
+	"github.com/go-locker/locker/redis"
+)
+
+// BenchmarkOverhead measures what observe.Wrap costs on an uncontended
+// Acquire+Release on Redis: the shared Uncontended case
+// (conformance/benchmark), one cycle of each side in turn per iteration,
+// which side goes first rotating, so that both see the same machine load.
+// The sides: "observed", a Redis Locker wrapped, recording through the
+// OpenTelemetry SDK (every metric, every span sampled and handed to a
+// no-op exporter); "observed-noop", wrapped over the API's no-op providers
+// (the globals before a program installs an SDK); "bare", the Redis Locker
+// alone. Each has a client of its own. The figures to read are
+// observed/bare and observed-noop/bare: the p50 of a cycle over the bare
+// one's.
+//
+//	cd integration && go test -run '^$' -bench '^BenchmarkOverhead$' -benchtime 20000x ./observe
+func BenchmarkOverhead(b *testing.B) {
+	addr := testserver.Redis(b).Addr()
+	side := func(name string, wrap func(locker.Locker) locker.Locker) benchmark.Side {
+		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		b.Cleanup(func() { _ = c.Close() })
+		return benchmark.LockerSide(name, 1, func(testing.TB) locker.Locker { return wrap(redis.New(c)) })
+	}
+	benchmark.Run(b, benchmark.Harness{
+		Waiters: []int{}, Clients: -1, // Uncontended only
+		Sides: []benchmark.Side{
+			side("observed", func(l locker.Locker) locker.Locker { return observe.Wrap(l, sdk()...) }),
+			side("observed-noop", func(l locker.Locker) locker.Locker { return observe.Wrap(l) }),
+			side("bare", func(l locker.Locker) locker.Locker { return l }),
+		},
+	})
+}
