@@ -1,9 +1,13 @@
 package observe
 
 import (
+	"context"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance/benchmark"
@@ -17,8 +21,8 @@ import (
 // (conformance/benchmark), one cycle of each side in turn per iteration,
 // which side goes first rotating, so that both see the same machine load.
 // The sides: "observed", a Redis Locker wrapped, recording through the
-// OpenTelemetry SDK (every metric, every span sampled and handed to a
-// no-op exporter); "observed-noop", wrapped over the API's no-op providers
+// OpenTelemetry SDK as a service would (every metric; every span sampled
+// and exported by the SDK's batching processor, to a no-op exporter); "observed-noop", wrapped over the API's no-op providers
 // (the globals before a program installs an SDK); "bare", the Redis Locker
 // alone. Each has a client of its own. The figures to read are
 // observed/bare and observed-noop/bare: the p50 of a cycle over the bare
@@ -35,9 +39,20 @@ func BenchmarkOverhead(b *testing.B) {
 	benchmark.Run(b, benchmark.Harness{
 		Waiters: []int{}, Clients: -1, // Uncontended only
 		Sides: []benchmark.Side{
-			side("observed", func(l locker.Locker) locker.Locker { return observe.Wrap(l, sdk()...) }),
+			side("observed", func(l locker.Locker) locker.Locker { return observe.Wrap(l, batched(b)...) }),
 			side("observed-noop", func(l locker.Locker) locker.Locker { return observe.Wrap(l) }),
 			side("bare", func(l locker.Locker) locker.Locker { return l }),
 		},
 	})
+}
+
+// batched returns the options that record through an SDK meter provider (a
+// ManualReader) and tracer provider that samples every span and exports
+// them in batches (the SDK's batching span processor), to a no-op
+// exporter.
+func batched(b *testing.B) []observe.Option {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return []observe.Option{observe.WithMeterProvider(mp), observe.WithTracerProvider(tp), observe.WithKeys(observe.KeyHash)}
 }
