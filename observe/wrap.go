@@ -23,6 +23,7 @@ func Wrap(l locker.Locker, opts ...Option) locker.Locker {
 		inner:   l,
 		rec:     newRecorder(newConfig(l, opts)),
 		local:   map[localKey]*localCount{},
+		pending: map[*handle]struct{}{},
 		closing: make(chan struct{}),
 	}
 	in, isIn := l.(locker.Inspector)
@@ -84,6 +85,10 @@ type wrapped struct {
 	mu     sync.Mutex
 	local  map[localKey]*localCount // the locks held through this Locker, by key
 	closed bool                     // Close has returned from the inner Close
+	// pending are the locks held with no watcher yet (see watchAfter);
+	// sweeping, whether the sweeper runs.
+	pending  map[*handle]struct{}
+	sweeping bool
 
 	closing   chan struct{} // closed once the inner Close has returned
 	closeOnce sync.Once
@@ -168,9 +173,12 @@ func (w *wrapped) acquire(ctx context.Context, f family, op int, key string, n i
 
 // watchAfter is how long a lock is held before a goroutine starts to
 // watch it for its end: most locks are released sooner, and their Release
-// records their end without any goroutine (a goroutine per lock costs
-// several percent of an uncontended Redis cycle on a loaded machine). A
-// loss within watchAfter is recorded when the watch begins.
+// records their end in the caller's goroutine. One sweeper goroutine per
+// wrapped Locker, running only while locks are held, starts the watchers
+// every watchAfter; a goroutine or a timer per lock cost 6-10% of an
+// uncontended Redis cycle on a loaded two-core machine (a new timer wakes
+// the network poller). A loss within watchAfter is recorded when its watch
+// begins, at most 2 × watchAfter late.
 const watchAfter = 10 * time.Millisecond
 
 // hold wraps h, just acquired at start, counts it held and arranges for
@@ -186,8 +194,14 @@ func (w *wrapped) hold(h locker.Handle, f family, lk localKey, start time.Time) 
 	}
 	c.add(f, 1)
 	closed := w.closed
+	startSweeper := false
 	if !closed {
-		w.watchers.Add(1)
+		w.watchers.Add(1) // done when its end is recorded, or its watcher returns
+		w.pending[wh] = struct{}{}
+		if !w.sweeping {
+			w.sweeping, startSweeper = true, true
+			w.watchers.Add(1)
+		}
 	}
 	w.mu.Unlock()
 	if closed {
@@ -195,8 +209,40 @@ func (w *wrapped) hold(h locker.Handle, f family, lk localKey, start time.Time) 
 		w.ended(wh)
 		return wh
 	}
-	wh.watch = time.AfterFunc(watchAfter, func() { w.watch(wh) })
+	if startSweeper {
+		go w.sweep()
+	}
 	return wh
+}
+
+// sweep starts a watcher for each lock held longer than watchAfter, every
+// watchAfter, and for every lock once w is closed; it returns when no lock
+// is pending.
+func (w *wrapped) sweep() {
+	defer w.watchers.Done()
+	t := time.NewTimer(watchAfter)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-w.closing:
+		}
+		w.mu.Lock()
+		now := time.Now()
+		for h := range w.pending {
+			if w.closed || now.Sub(h.start) >= watchAfter {
+				delete(w.pending, h)
+				go w.watch(h)
+			}
+		}
+		if len(w.pending) == 0 {
+			w.sweeping = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		t.Reset(watchAfter)
+	}
 }
 
 // watch records h's end once its lock ends, or once w is closed (the
@@ -208,6 +254,21 @@ func (w *wrapped) watch(h *handle) {
 	case <-w.closing:
 	}
 	w.ended(h)
+}
+
+// released records the end of h's lock, which its Release ended, unless
+// a watcher did already.
+func (w *wrapped) released(h *handle) {
+	w.mu.Lock()
+	_, pending := w.pending[h]
+	if pending {
+		delete(w.pending, h)
+	}
+	w.mu.Unlock()
+	w.ended(h)
+	if pending {
+		w.watchers.Done()
+	}
 }
 
 // ended records the end of h's lock, the first time only.
@@ -292,7 +353,6 @@ type handle struct {
 	f     family
 	lk    localKey
 	start time.Time
-	watch *time.Timer // starts the watcher (see watchAfter)
 	// recorded is set by whoever records the lock's end: Release, in the
 	// caller's goroutine (so that Release waits for no other goroutine),
 	// or the watcher.
@@ -322,10 +382,7 @@ func (h *handle) Release(ctx context.Context) error {
 	err := h.inner.Release(ctx)
 	select {
 	case <-h.inner.Done(): // as Release promises
-		if h.watch.Stop() { // no watcher will run
-			h.w.watchers.Done()
-		}
-		h.w.ended(h)
+		h.w.released(h)
 	default: // a backend that broke its promise: the watcher records the end
 	}
 	out := releaseOutcomeOf(ctx, err)
