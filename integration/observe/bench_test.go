@@ -8,6 +8,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance/benchmark"
@@ -24,7 +25,8 @@ import (
 // a Redis Locker wrapped and recording through the OpenTelemetry SDK as a
 // service would (every metric; every span sampled and exported by the
 // SDK's batching processor, to a no-op exporter), against "bare", the
-// Redis Locker alone; BenchmarkOverhead/noop, "observed" wrapped over the
+// Redis Locker alone; BenchmarkOverhead/sdk-metrics, the SDK's metrics
+// and no spans (a no-op tracer provider); BenchmarkOverhead/noop, "observed" wrapped over the
 // API's no-op providers (the globals before a program installs an SDK).
 // Each side has a client of its own. The figure to read is observed/bare:
 // the p50 of a cycle over the bare one's.
@@ -42,6 +44,10 @@ func BenchmarkOverhead(b *testing.B) {
 		opts func(b *testing.B) []observe.Option
 	}{
 		{"sdk", batched},
+		{"sdk-metrics", func(*testing.B) []observe.Option {
+			return []observe.Option{observe.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
+				observe.WithTracerProvider(tracenoop.NewTracerProvider())}
+		}},
 		{"noop", func(*testing.B) []observe.Option { return nil }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
