@@ -21,6 +21,12 @@
 // are wrapped too (their Release is recorded); their Done and Err are the
 // wrapped handle's own. Unwrap returns the wrapped Locker or Handle.
 //
+// A lock's end is recorded by its Release, in the caller's goroutine; a
+// lock that ends otherwise (lost, or released by Close) is recorded by a
+// watcher goroutine, which one sweeper per wrapped Locker starts for each
+// lock held longer than 10ms, so a loss in the first 10ms of a hold is
+// recorded up to 20ms late. Close returns once every end is recorded.
+//
 // # Metrics
 //
 // Every instrument is named locker.*, has a unit, and carries the attribute
