@@ -65,7 +65,7 @@ func labels(s attribute.Set) string {
 	var b strings.Builder
 	for _, kv := range s.ToSlice() {
 		if kv.Key != "locker.backend" && kv.Key != "locker.family" {
-			fmt.Fprintf(&b, " %s=%s", strings.TrimPrefix(string(kv.Key), "locker."), kv.Value.Emit())
+			fmt.Fprintf(&b, " %s=%s", strings.TrimPrefix(string(kv.Key), "locker."), kv.Value.String())
 		}
 	}
 	return b.String()

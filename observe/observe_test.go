@@ -60,7 +60,6 @@ func TestConformance(t *testing.T) {
 // TestInterfaces: the wrapped Locker has exactly the optional interfaces
 // of the Locker it wraps, for each combination, and memlock's.
 func TestInterfaces(t *testing.T) {
-	type has struct{ in, sem, rw bool }
 	check := func(t *testing.T, l locker.Locker) {
 		t.Helper()
 		want := ifaces(l)
@@ -196,9 +195,9 @@ func points(t *testing.T, r *sdkmetric.ManualReader) (map[string]float64, map[st
 		var kv []string
 		for _, a := range s.ToSlice() {
 			if a.Key != "locker.backend" && a.Key != "locker.family" {
-				kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+				kv = append(kv, string(a.Key)+"="+a.Value.String())
 			} else if a.Key == "locker.backend" && a.Value.AsString() != "memlock" || a.Key == "locker.family" && a.Value.AsString() != "mutex" {
-				t.Errorf("%s: attribute %s=%s, want memlock and mutex", m.Name, a.Key, a.Value.Emit())
+				t.Errorf("%s: attribute %s=%s, want memlock and mutex", m.Name, a.Key, a.Value.String())
 			}
 		}
 		return m.Name + "{" + strings.Join(kv, ",") + "}"
