@@ -28,6 +28,12 @@ var forbidden = []string{
 	"jackc/pgx", "modernc.org", "fsnotify",
 }
 
+// otelAPI are the OpenTelemetry modules that observe imports.
+var otelAPI = []string{"go.opentelemetry.io/otel", "go.opentelemetry.io/otel/metric", "go.opentelemetry.io/otel/trace"}
+
+// otelTested are the packages that observe and its tests import.
+var otelTested = append(slices.Clone(otelAPI), "go.opentelemetry.io/otel/sdk/metric", "go.opentelemetry.io/otel/sdk/trace")
+
 func TestConsumerGoSum(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: runs go mod tidy in temporary modules")
@@ -53,6 +59,13 @@ func TestConsumerGoSum(t *testing.T) {
 		{"SQLTablePgx", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/sqltable/pgx"}, []string{"github.com/jackc/pgx/v5/stdlib"}},
 		{"SQLTableMySQL", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/sqltable/mysql"}, []string{"github.com/go-sql-driver/mysql"}},
 		{"SQLTableSQLite", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/sqltable/sqlite"}, []string{"modernc.org/sqlite", "github.com/fsnotify/fsnotify"}},
+		// observe brings OpenTelemetry, and only to a program that imports
+		// it: the API, which it links, and the SDK's metric and trace
+		// packages, which its tests and examples use (go mod tidy keeps
+		// the checksums of the tests of the packages a program imports;
+		// the program does not link them).
+		{"Observe", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/observe"}, otelTested},
+		{"RedisObserve", []string{"github.com/go-locker/locker", "github.com/go-locker/locker/redis", "github.com/go-locker/locker/observe"}, append([]string{"github.com/redis/go-redis/v9"}, otelTested...)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mods, lines := tidy(t, c.imports)
@@ -60,6 +73,26 @@ func TestConsumerGoSum(t *testing.T) {
 			var base map[string]bool
 			if len(c.client) > 0 {
 				base, _ = tidy(t, c.client)
+			}
+			// OpenTelemetry reaches a consumer's go.sum through the root
+			// module only when it imports observe (a backend's client may
+			// bring it of its own: etcd's gRPC does). The client's own
+			// modules are those of a program that imports the client
+			// alone, not the root package, which base imports too.
+			var own map[string]bool
+			if len(c.client) > 0 {
+				own, _ = tidyKeep(t, c.client, false)
+			}
+			observed := slices.Contains(c.imports, "github.com/go-locker/locker/observe")
+			for _, m := range otelAPI {
+				if observed && !mods[m] {
+					t.Errorf("go.sum of a consumer importing %v lacks %s", c.imports, m)
+				}
+			}
+			for m := range mods {
+				if strings.HasPrefix(m, "go.opentelemetry.io/") && !observed && !own[m] {
+					t.Errorf("go.sum of a consumer importing %v, not observe, lists %s", c.imports, m)
+				}
 			}
 			for m := range mods {
 				for _, bad := range forbidden {
@@ -80,13 +113,19 @@ func TestConsumerGoSum(t *testing.T) {
 // lists and the number of lines.
 func tidy(t *testing.T, imports []string) (map[string]bool, int) {
 	t.Helper()
+	return tidyKeep(t, imports, !slices.Contains(imports, "github.com/go-locker/locker"))
+}
+
+// tidyKeep is tidy, the root package imported as well when keepRoot.
+func tidyKeep(t *testing.T, imports []string, keepRoot bool) (map[string]bool, int) {
+	t.Helper()
 	var src strings.Builder
 	src.WriteString("package main\n\nimport (\n")
 	for _, imp := range imports {
 		src.WriteString("\t_ \"" + imp + "\"\n")
 	}
 	src.WriteString(")\n\nfunc main() {}\n")
-	dir := consumer(t, src.String(), !slices.Contains(imports, "github.com/go-locker/locker"))
+	dir := consumer(t, src.String(), keepRoot)
 	sum, err := os.ReadFile(filepath.Join(dir, "go.sum"))
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
