@@ -27,10 +27,15 @@ all: lint test
 ## tests, then the integration module's against real servers. A failed chaos run
 ## leaves its history and porcupine's visualisation under .artifacts/.
 ARTIFACTS := -artifacts -outputdir $(CURDIR)/.artifacts
+## INTEGRATION_P: integration packages run at once. Each starts servers of its own
+## and spends most of its time waiting on them (leases running out, faults), so
+## three at a time fit 2 cores; the longest package (sqltable: three databases)
+## takes about 10 minutes on its own.
+INTEGRATION_P ?= 3
 test: vet readme-check
 	mkdir -p .artifacts
 	$(call in_root,$(GO) test -race -count=1 $(ARTIFACTS) $(PKGS))
-	$(call in_integration,$(WITH_SERVERS) $(GO) test -race -count=1 -timeout 20m $(ARTIFACTS) $(PKGS))
+	$(call in_integration,$(WITH_SERVERS) $(GO) test -race -count=1 -p $(INTEGRATION_P) -timeout 25m $(ARTIFACTS) $(PKGS))
 
 ## chaos: only the chaos suite (conformance/chaos) on every backend, each run
 ## CHAOS_DURATION long: a soak (make test runs it for 30s a backend). The full
