@@ -63,14 +63,5 @@ func (l *Locker) retryIdem(ctx context.Context, f func(context.Context) error) e
 
 // affectedIdem is affected (exec.go) under retryIdem.
 func (l *Locker) affectedIdem(ctx context.Context, exec func(context.Context) (sql.Result, error)) (int64, error) {
-	var n int64
-	err := l.retryIdem(ctx, func(ctx context.Context) error {
-		res, err := exec(ctx)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	return n, err
+	return l.rowsAffected(ctx, l.retryIdem, exec)
 }

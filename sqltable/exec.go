@@ -210,8 +210,14 @@ func (l *Locker) released(key, owner string) {
 // affected runs exec (an UPDATE or a DELETE) under retry and returns the
 // rows it affected.
 func (l *Locker) affected(ctx context.Context, exec func(context.Context) (sql.Result, error)) (int64, error) {
+	return l.rowsAffected(ctx, l.retry, exec)
+}
+
+// rowsAffected runs exec under retry (retry or retryIdem) and returns the
+// rows it affected.
+func (l *Locker) rowsAffected(ctx context.Context, retry func(context.Context, func(context.Context) error) error, exec func(context.Context) (sql.Result, error)) (int64, error) {
 	var n int64
-	err := l.retry(ctx, func(ctx context.Context) error {
+	err := retry(ctx, func(ctx context.Context) error {
 		res, err := exec(ctx)
 		if err != nil {
 			return err
