@@ -42,6 +42,9 @@ func LockerClient(open func(tb testing.TB) locker.Locker, opts ...locker.Option)
 type Usage struct {
 	CPU      time.Duration // the server process's CPU time, user and system
 	Commands int64         // commands run, those a script runs included
+	// Scripts is the time the server spent running scripts (Redis: INFO
+	// commandstats' usec of EVAL and EVALSHA), part of CPU; 0 if unknown.
+	Scripts time.Duration
 }
 
 // Scale is what RunScale needs: the sides, the shape of the load and how
@@ -110,7 +113,8 @@ type scaleSide struct {
 // the fairness (share: the fewest acquisitions of a contender over the
 // most), requests per acquisition (reqs/acq, if the side counts them)
 // and, with Usage, the server's CPU and commands per acquisition
-// (srv-cpu-µs/acq, srv-cmds/acq, over every acquisition made in the side's
+// (srv-cpu-µs/acq, srv-cmds/acq, and srv-script-µs/acq when the server
+// tells its time in scripts; over every acquisition made in the side's
 // phases, including those that end a phase uncounted). Then the ratios of
 // the first side's throughput and server CPU to each other side's.
 func RunScale(b *testing.B, s Scale) {
@@ -187,6 +191,9 @@ func RunScale(b *testing.B, s Scale) {
 			cpu[i] = benchstats.Micros(sd.usage.CPU) / n
 			b.ReportMetric(cpu[i], name+"srv-cpu-µs/acq")
 			b.ReportMetric(float64(sd.usage.Commands)/n, name+"srv-cmds/acq")
+			if sd.usage.Scripts > 0 {
+				b.ReportMetric(benchstats.Micros(sd.usage.Scripts)/n, name+"srv-script-µs/acq")
+			}
 		}
 	}
 	for i, sd := range s.Sides[1:] {
@@ -226,6 +233,7 @@ func (sd *scaleSide) phase(ctx context.Context, s Scale, side ScaleSide, n int) 
 		}
 		sd.usage.CPU += after.CPU - before.CPU
 		sd.usage.Commands += after.Commands - before.Commands
+		sd.usage.Scripts += after.Scripts - before.Scripts
 	}
 	return nil
 }

@@ -33,7 +33,9 @@ import (
 // The server's CPU per acquisition (srv-cpu-µs/acq) is INFO CPU's
 // used_cpu_user + used_cpu_sys over each side's phases divided by the
 // acquisitions made in them; srv-cmds/acq is INFO commandstats' calls
-// (the commands scripts run inside EVALSHA included) likewise.
+// (the commands scripts run inside EVALSHA included) likewise, and
+// srv-script-µs/acq the usec of EVALSHA and EVAL there: the part of the
+// server's CPU spent in scripts.
 //
 //	cd integration && go test -run '^$' -bench 'BenchmarkScale/keys=1,' -benchtime 8000x ./redis
 //	cd integration && go test -run '^$' -bench 'BenchmarkScale/keys=1000,' -benchtime 60000x ./redis
@@ -114,6 +116,10 @@ func serverUsage(ctx context.Context, admin *goredis.Client) (benchmark.Usage, e
 				if v, ok := strings.CutPrefix(f, "calls="); ok {
 					n, _ := strconv.ParseInt(v, 10, 64)
 					u.Commands += n
+				}
+				if v, ok := strings.CutPrefix(f, "usec="); ok && (name == "cmdstat_evalsha" || name == "cmdstat_eval") {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					u.Scripts += time.Duration(n) * time.Microsecond
 				}
 			}
 		}
