@@ -126,7 +126,7 @@ end
 // of a free lock, that waiter is told (the release told the dead one).
 //
 // The script does no more than each case needs (issue 32: it used to run
-// about 13 commands to queue a waiter and 10 to let the head in). While
+// about 14 commands to queue a waiter and 10 to let the head in). While
 // nobody is queued (the queue's keys vanish with their last entry), and
 // for every "try", it runs what it did before the queue: GET, then INCR
 // and SET, or PTTL; plus one ZRANGE in "wait" mode, which finds the queue
@@ -273,8 +273,8 @@ return {0, -1, place}
 // read again only when some did. The clock is read once, for the record
 // (remember_release_at: ZADD, ZREMRANGEBYRANK, PEXPIRE) and the pruning.
 // A release costs GET, ZRANGE, DEL, TIME and the record's three, and with
-// waiters ZRANGEBYSCORE and PUBLISH (issue 32: it used to run 12 under
-// contention).
+// waiters ZRANGEBYSCORE and PUBLISH: 9 (issue 32: it used to run 11 with
+// waiters).
 //
 // SPUBLISH runs under pcall: on a server without it (Redis < 7) the release
 // must still succeed, since the DEL cannot be rolled back; waiters then wake
