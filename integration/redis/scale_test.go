@@ -37,8 +37,9 @@ import (
 // srv-script-µs/acq the usec of EVALSHA and EVAL there: the part of the
 // server's CPU spent in scripts.
 //
-//	cd integration && go test -run '^$' -bench 'BenchmarkScale/keys=1,' -benchtime 8000x ./redis
-//	cd integration && go test -run '^$' -bench 'BenchmarkScale/keys=1000,' -benchtime 60000x ./redis
+//	cd integration && go test -run '^$' -bench 'BenchmarkScale' -benchtime 4000x ./redis
+//
+// (about 20s for both shapes; BENCHMARKS.md, "Scale").
 func BenchmarkScale(b *testing.B) {
 	addr := testserver.Redis(b).Addr()
 	admin := goredis.NewClient(&goredis.Options{Addr: addr})
