@@ -112,7 +112,8 @@
 // at most that plus the next waiter's recheck interval (about 13s with the
 // default 30s TTL; under a second with a 2s TTL). An Acquire that ends
 // without the lock (its context, Close, an error) leaves the queue at once,
-// and passes its turn on if it had come. The queue's keys expire when their
+// and passes its turn on if it had come. The queue's keys expire at most
+// two entry lifetimes (two thirds of the longest TTL queued) after their
 // last entry does.
 //
 // Lockers of versions before the queue (issue 10) still exclude Lockers of

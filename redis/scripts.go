@@ -115,17 +115,32 @@ end
 //	ARGV[7] how long the entry lives without a refresh, in ms,
 //	ARGV[8] "1" to publish on a shard channel (Cluster)
 //	returns {1, fencing token}, or {0, PTTL of the current holder (-1
-//	when the lock is free but the queue's head has its turn), the waiter's
-//	place in the queue (0 is the head; -1 for "try")}
+//	when the lock is free but the queue's head has its turn, or when the
+//	waiter is not the head), the waiter's place in the queue (0 is the
+//	head; -1 for "try")}
 //
 // A free lock goes to a "try" whatever the queue holds (TryAcquire fails
 // only when another client holds the key), and to a "wait" only when the
 // queue is empty or the waiter is at its head: Acquires are served in the
 // order they came. When dropping dead entries makes another waiter the head
 // of a free lock, that waiter is told (the release told the dead one).
-// While nobody is queued (the queue's keys vanish with their last entry),
-// and for every "try", the script does no more than before the queue: GET,
-// INCR, SET, or PTTL, plus one EXISTS.
+//
+// The script does no more than each case needs (issue 32: it used to run
+// about 14 commands to queue a waiter and 10 to let the head in). While
+// nobody is queued (the queue's keys vanish with their last entry), and
+// for every "try", it runs what it did before the queue: GET, then INCR
+// and SET, or PTTL; plus one ZRANGE in "wait" mode, which finds the queue
+// empty. The head of the queue that was told its turn came takes the lock
+// with GET, ZRANGE (it is the head: nobody dead is ahead of it, so nothing
+// to drop and no clock to read), INCR, SET and its two ZREMs. A waiter
+// that finds the key held joins the queue with GET, TIME, ZRANGEBYSCORE
+// (dropping the dead), ZADD NX (its place is kept when it is queued
+// already: no ZSCORE to ask first, its arrival scored by the server clock
+// in µs, so no ZRANGE for the last score), ZADD of its deadline, PTTL of
+// the queue, ZRANK, and the holder's PTTL only when it is the head (the
+// only waiter that uses it). The queue's keys are given twice the entry's
+// lease whenever less than one lease is left, so that most refreshes need
+// no PEXPIRE.
 //
 // The counter is advanced before the SET so that a failing INCR (a foreign
 // value under our prefix) leaves no lock behind: Redis does not roll a
@@ -146,10 +161,14 @@ end
 // and the counter still holds our token, since only a successful acquire
 // advances it.
 //
-// The queue's two keys expire once the last deadline in them has passed
-// (each refresh makes their expiry at least the entry's lease), so a queue
-// whose waiters all died leaves nothing behind.
+// The queue's two keys expire at most two entry leases after the last
+// deadline in them has passed (each refresh leaves them at least the
+// entry's lease), so a queue whose waiters all died leaves nothing behind.
+// The arrival score is the server clock in µs (a clock stepped back only
+// puts a later arrival ahead); Lockers of earlier versions score an entry
+// the last score plus one, which keeps the order when both queue on a key.
 var acquireScript = goredis.NewScript(luaQueue + luaFence + `
+if redis.replicate_commands then redis.replicate_commands() end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
@@ -162,55 +181,59 @@ local function take()
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, token}
 end
--- Nobody queued (the queue's keys vanish with their last entry): the
--- uncontended case, and a try, need no more than the lock.
-if redis.call('EXISTS', KEYS[3]) == 0 or ARGV[5] == 'try' then
+if ARGV[5] == 'try' then
   if not holder then
     return take()
   end
-  if ARGV[5] == 'try' then
-    return {0, redis.call('PTTL', KEYS[1]), -1}
-  end
+  return {0, redis.call('PTTL', KEYS[1]), -1}
 end
-if redis.replicate_commands then redis.replicate_commands() end
-local now = now_ms()
 local me = ARGV[6] .. ':' .. ARGV[1]
+-- The head's turn: the lock and the queue entry go in one step.
+local function take_turn()
+  local res = take()
+  if res[1] == 1 then
+    redis.call('ZREM', KEYS[3], me)
+    redis.call('ZREM', KEYS[4], me)
+  end
+  return res
+end
 local before = nil
 if not holder then
   before = head_of(KEYS[3])
-end
-prune(KEYS[3], KEYS[4], now)
-if not holder then
-  local head = head_of(KEYS[3])
-  if not head or head == me then
-    local res = take()
-    if head == me and res[1] == 1 then
-      redis.call('ZREM', KEYS[3], me)
-      redis.call('ZREM', KEYS[4], me)
-    end
-    return res
+  if not before then
+    return take() -- nobody queued: the uncontended case
+  end
+  if before == me then
+    return take_turn()
   end
 end
-if not redis.call('ZSCORE', KEYS[3], me) then
-  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  local seq = 1
-  if last[2] then
-    seq = tonumber(last[2]) + 1
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local head = before
+if prune(KEYS[3], KEYS[4], now) > 0 and not holder then
+  head = head_of(KEYS[3])
+  if not head then
+    return take()
   end
-  redis.call('ZADD', KEYS[3], seq, me)
+  if head == me then
+    return take_turn()
+  end
 end
 local lease = tonumber(ARGV[7])
+redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), me)
 redis.call('ZADD', KEYS[4], now + lease, me)
-for i = 3, 4 do
-  if redis.call('PTTL', KEYS[i]) < lease then
-    redis.call('PEXPIRE', KEYS[i], lease)
-  end
+if redis.call('PTTL', KEYS[3]) < lease then
+  redis.call('PEXPIRE', KEYS[3], 2 * lease)
+  redis.call('PEXPIRE', KEYS[4], 2 * lease)
 end
 local place = redis.call('ZRANK', KEYS[3], me)
 if holder then
-  return {0, redis.call('PTTL', KEYS[1]), place}
+  if place == 0 then
+    return {0, redis.call('PTTL', KEYS[1]), 0}
+  end
+  return {0, -1, place}
 end
-if head_of(KEYS[3]) ~= before then
+if head ~= before then
   wake(KEYS[3], ARGV[8])
 end
 return {0, -1, place}
@@ -245,6 +268,14 @@ return {0, -1, place}
 // BENCHMARKS.md), and has nothing to catch here. Dropping dead queue
 // entries (ZREM) frees memory too.
 //
+// The queue's head is read once: nobody queued (no head) costs no
+// pruning; otherwise the dead entries go (ZRANGEBYSCORE), and the head is
+// read again only when some did. The clock is read once, for the record
+// (remember_release_at: ZADD, ZREMRANGEBYRANK, PEXPIRE) and the pruning.
+// A release costs GET, ZRANGE, DEL, TIME and the record's three, and with
+// waiters ZRANGEBYSCORE and PUBLISH: 9 (issue 32: it used to run 11 with
+// waiters).
+//
 // SPUBLISH runs under pcall: on a server without it (Redis < 7) the release
 // must still succeed, since the DEL cannot be rolled back; waiters then wake
 // by their timers.
@@ -255,13 +286,19 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   end
   return 0
 end
-local queued = redis.call('EXISTS', KEYS[3]) == 1
-if queued and redis.replicate_commands then redis.replicate_commands() end
+local head = head_of(KEYS[3])
+if redis.replicate_commands then redis.replicate_commands() end
 redis.call('DEL', KEYS[1])
-remember_release(KEYS[2], ARGV[1], ARGV[3])
-if queued then
-  prune(KEYS[3], KEYS[4], now_ms())
-  wake(KEYS[3], ARGV[2])
+local t = redis.call('TIME')
+remember_release_at(KEYS[2], ARGV[1], ARGV[3], t)
+if head then
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if prune(KEYS[3], KEYS[4], now) > 0 then
+    head = head_of(KEYS[3])
+  end
+  if head then
+    notify(string.sub(KEYS[1], 1, -5) .. 'wake:', head, ARGV[2])
+  end
 end
 return 1
 `)

@@ -121,3 +121,16 @@ func TestGroupErrors(t *testing.T) {
 		t.Fatalf("Phase where nobody takes the lock: %v, want a stall", err)
 	}
 }
+
+// BenchmarkScale is the Scale case on memlock, beside a sync.Mutex per
+// key.
+func BenchmarkScale(b *testing.B) {
+	st := memlock.NewStore()
+	mutex := mutexSide()
+	benchmark.RunScale(b, benchmark.Scale{Keys: 100, Clients: 8, PerClient: 2, Hold: 10 * time.Microsecond, Sides: []benchmark.ScaleSide{
+		{Name: "locker", Client: benchmark.LockerClient(func(testing.TB) locker.Locker { return st.NewLocker() })},
+		{Name: "mutex", Client: func(tb testing.TB, i int) benchmark.Client {
+			return func(key string) benchmark.Lock { return mutex.New(tb, key, i) }
+		}},
+	}})
+}

@@ -37,6 +37,16 @@ const Records = 32
 //	released_before(set, owner)
 //	  tells whether owner is among the releases remembered under set
 //
+//	remember_release_at(set, owner, ms, t)
+//	  the same, for a script that has read the server clock already (t
+//	  is TIME's reply): the record is scored by the clock in µs, not by
+//	  the last score plus one, which saves the ZRANGE that reads it.
+//	  Records of both functions order together: a score the one gives is
+//	  above the other's earlier ones (the clock in µs is far above a
+//	  count of releases, and a count goes on from the last score). A
+//	  script that calls TIME must replicate its effects
+//	  (redis.replicate_commands on Redis 5 and 6, before its first write).
+//
 // remember_release writes; a script that must succeed on a full server
 // (maxmemory with noeviction) calls it after a write that frees memory, as
 // Redis refuses a write that may grow memory only as a script's first.
@@ -46,6 +56,11 @@ var Lua = `
 local function remember_release(set, owner, ms)
   local last = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
   redis.call('ZADD', set, (tonumber(last[2]) or 0) + 1, owner)
+  redis.call('ZREMRANGEBYRANK', set, 0, -` + strconv.Itoa(Records+1) + `)
+  redis.call('PEXPIRE', set, ms)
+end
+local function remember_release_at(set, owner, ms, t)
+  redis.call('ZADD', set, tonumber(t[1]) * 1000000 + tonumber(t[2]), owner)
   redis.call('ZREMRANGEBYRANK', set, 0, -` + strconv.Itoa(Records+1) + `)
   redis.call('PEXPIRE', set, ms)
 end
