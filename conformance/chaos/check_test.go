@@ -122,12 +122,39 @@ func TestCheckRegister(t *testing.T) {
 }
 
 func TestCheckLiveness(t *testing.T) {
+	// A worker asked for "other" in the fault-free time and never got it.
+	waited := event{W: 2, Op: opAcquire, Seq: 0, Key: "other", Inv: 1 * ms, Done: 40 * ms, Err: "stopped: context canceled"}
 	r := &Report{Faults: map[string]int{}}
-	check(r, history{events: handover(), ttl: time.Second, keys: []string{"k", "other"}, settleStart: 0, settle: time.Second})
+	check(r, history{events: append(handover(), waited), ttl: time.Second, keys: []string{"k", "other"}, settleStart: 0, settle: time.Second})
 	wantViolation(t, r, `key "other": not acquired again`)
+	// Nobody asked for "other" then (the workers pick keys at random: a
+	// redlock run of 4 workers on 2 keys had all four waiting for the
+	// other key for the last 8s): nothing to say of it.
 	r = &Report{Faults: map[string]int{}}
-	check(r, history{events: handover(), ttl: time.Second, keys: []string{"k"}, settleStart: 25 * ms, settle: time.Second})
+	check(r, history{events: handover(), ttl: time.Second, keys: []string{"k", "other"}, settleStart: 0, settle: time.Second})
+	wantNoViolation(t, r, `not acquired again`)
+	// An attempt that ended before the fault-free time does not count.
+	early := waited
+	early.Done = 1 * ms
+	r = &Report{Faults: map[string]int{}}
+	check(r, history{events: append(handover(), early), ttl: time.Second, keys: []string{"k", "other"}, settleStart: 2 * ms, settle: time.Second})
+	wantNoViolation(t, r, `key "other"`)
+	// "k" was asked for (its acquisitions end after 25ms are none): a
+	// violation.
+	evs := append(handover(), event{W: 1, Op: opAcquire, Seq: 9, Key: "k", Inv: 26 * ms, Done: 40 * ms, Err: "stopped: context canceled"})
+	r = &Report{Faults: map[string]int{}}
+	check(r, history{events: evs, ttl: time.Second, keys: []string{"k"}, settleStart: 25 * ms, settle: time.Second})
 	wantViolation(t, r, `key "k": not acquired again`)
+}
+
+// wantNoViolation fails t when one of r's violations contains sub.
+func wantNoViolation(t *testing.T, r *Report, sub string) {
+	t.Helper()
+	for _, v := range r.Violations {
+		if strings.Contains(v, sub) {
+			t.Errorf("violation %q, want none containing %q", v, sub)
+		}
+	}
 }
 
 // TestCheckLateReturn: a grant whose Acquire's return was recorded late
