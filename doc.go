@@ -32,6 +32,9 @@
 //     silent, on every backend; every TTL in [MinTTL, MaxTTL] works
 //     everywhere, DefaultTTL is the default everywhere, and Handle.TTL
 //     reports the lease the backend gave (see MinTTL for the rule).
+//   - Who holds a key: WithOwner(s) describes the holder ("host=web-3
+//     pid=4182"), every backend stores it with the lock, and an Inspector
+//     reports it in LockInfo.Owner; for operators, not an identity check.
 //
 // # Why fencing tokens
 //

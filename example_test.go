@@ -215,3 +215,25 @@ func ExampleLead() {
 	// leading, term token > 0: true
 	// true
 }
+
+// A holder describes itself with WithOwner, and Inspect tells an operator
+// who holds the key.
+func ExampleWithOwner() {
+	ctx := context.Background()
+	l := memlock.NewStore().NewLocker()
+	defer l.Close()
+	h, err := l.Acquire(ctx, "nightly-report", locker.WithOwner("host=web-3 pid=4182 cmd=report.sh"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer h.Release(ctx)
+
+	info, err := l.Inspect(ctx, "nightly-report")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(info.Held, info.Owner)
+	// Output: true host=web-3 pid=4182 cmd=report.sh
+}

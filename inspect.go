@@ -45,4 +45,9 @@ type LockInfo struct {
 	// when the key is not held or the backend cannot tell (each backend's
 	// Inspect says which).
 	Lease time.Duration
+	// Owner is the holder's description given with WithOwner when it
+	// acquired the lock, or "" when the key is not held, the holder gave
+	// none, or the backend cannot store it (each backend's Inspect says).
+	// It is what the holder said of itself, not a verified identity.
+	Owner string
 }

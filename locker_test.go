@@ -372,3 +372,27 @@ func TestErrorFormatting(t *testing.T) {
 		t.Fatalf("errors.As/Is through a wrapped KeyError: %#v", e)
 	}
 }
+
+func TestWithOwner(t *testing.T) {
+	ok := []string{"", "host=web-3 pid=4182 cmd=backup.sh --full", "ünïcode ✓", strings.Repeat("x", locker.MaxOwnerLen)}
+	for _, s := range ok {
+		o, err := backend.ApplyOptions(locker.WithOwner(s))
+		if err != nil || o.Owner != s {
+			t.Errorf("WithOwner(%q) = %+v, %v; want Owner %q", s, o, err, s)
+		}
+	}
+	bad := map[string]string{
+		strings.Repeat("x", locker.MaxOwnerLen+1): "257 bytes long",
+		"a\nb":     "control character",
+		"a\tb":     "control character",
+		"\x00":     "control character",
+		"a\u0085b": "control character", // NEL, a C1 control
+		"\xff":     "not valid UTF-8",
+	}
+	for s, want := range bad {
+		_, err := backend.ApplyOptions(locker.WithTTL(time.Second), locker.WithOwner(s))
+		if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), want) {
+			t.Errorf("WithOwner(%q) = %v; want ErrInvalidOption saying %q", s, err, want)
+		}
+	}
+}

@@ -29,3 +29,15 @@ func ApplyOptions(opts ...locker.Option) (locker.Options, error) {
 	}
 	return o, nil
 }
+
+// Owner returns the holder's description that opts give with
+// locker.WithOwner, or "" when they give none or are invalid (ApplyOptions
+// reports that). A backend stores it with the lock where it can and
+// returns it from Inspect in locker.LockInfo.Owner.
+func Owner(opts []locker.Option) string {
+	o, err := ApplyOptions(opts...)
+	if err != nil {
+		return ""
+	}
+	return o.Owner
+}

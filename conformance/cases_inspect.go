@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,4 +105,86 @@ func (s *suite) inspectBadKey(t *testing.T, ctx context.Context) {
 	if _, err := in.Inspect(ctx, ""); !errors.Is(err, locker.ErrInvalidKey) {
 		t.Errorf("Inspect(\"\") = %v, want an error wrapping ErrInvalidKey", err)
 	}
+}
+
+// ownerText is the owner description the Inspect/Owner case gives: the form
+// the locker command uses, printable ASCII, shorter than every backend's
+// limit for it (PostgreSQL's application_name: 63 bytes).
+func ownerText(what string) string {
+	return "host=conformance pid=4182 cmd=" + what
+}
+
+// inspectOwner: a lock taken with locker.WithOwner shows its holder's
+// description in Inspect, taken by TryAcquire or by an Acquire that waited;
+// a holder that gave none shows none (no earlier holder's description
+// lingers); a bad description is refused with ErrInvalidOption and takes
+// nothing.
+func (s *suite) inspectOwner(t *testing.T, ctx context.Context) {
+	a, b := s.newLocker(t), s.newLocker(t)
+	in := s.inspector(t, b)
+	if s.h.NoOwner != "" {
+		t.Skipf("conformance: Harness.NoOwner: %s", s.h.NoOwner)
+	}
+	k := key(t, "")
+
+	first := ownerText("first")
+	h := mustTry(t, ctx, a, k, ttl(s), locker.WithOwner(first))
+	if info := mustInspect(t, ctx, in, k); !info.Held || info.Owner != first {
+		t.Errorf("Inspect of a lock taken by TryAcquire with WithOwner(%q): held %v, Owner %q; want held, that Owner", first, info.Held, info.Owner)
+	}
+
+	// A waiter given an owner: it shows once the key is handed to it.
+	second := ownerText("second")
+	ch := goAcquire(ctx, b, k, ttl(s), locker.WithOwner(second))
+	stillWaiting(t, ch, "Acquire with WithOwner of a held key")
+	mustRelease(t, ctx, h)
+	r := await(t, ch, s.h.HandoffBound+prompt, "Acquire with WithOwner after the holder released")
+	if r.err != nil {
+		t.Fatalf("Acquire with WithOwner after the holder released: %v", r.err)
+	}
+	h2 := r.h
+	if info := mustInspect(t, ctx, in, k); !info.Held || info.Token != h2.Token() || info.Owner != second {
+		t.Errorf("Inspect of a lock taken by a waiting Acquire with WithOwner(%q) (token %d): held %v, token %d, Owner %q; want held, that token and Owner",
+			second, h2.Token(), info.Held, info.Token, info.Owner)
+	}
+	mustRelease(t, ctx, h2)
+	if info := mustInspect(t, ctx, in, k); info.Held || info.Owner != "" {
+		t.Errorf("Inspect after Release: held %v, Owner %q; want not held, no Owner", info.Held, info.Owner)
+	}
+
+	// No owner given: none shown, not the last holder's.
+	h3 := mustTry(t, ctx, a, k, ttl(s))
+	if info := mustInspect(t, ctx, in, k); !info.Held || info.Owner != "" {
+		t.Errorf("Inspect of a lock taken without WithOwner after holders that gave one: held %v, Owner %q; want held, no Owner", info.Held, info.Owner)
+	}
+	mustRelease(t, ctx, h3)
+
+	// Bad descriptions are refused before anything is taken.
+	bad := map[string]string{
+		"too long":      strings.Repeat("x", locker.MaxOwnerLen+1),
+		"newline":       "host=a\ncmd=b",
+		"NUL":           "host=a\x00",
+		"escape":        "\x1b[31mred",
+		"invalid UTF-8": "host=\xff",
+	}
+	for what, o := range bad {
+		for _, call := range []struct {
+			name string
+			fn   func(context.Context, string, ...locker.Option) (locker.Handle, error)
+		}{{"TryAcquire", a.TryAcquire}, {"Acquire", a.Acquire}} {
+			hb, err := call.fn(ctx, k, ttl(s), locker.WithOwner(o))
+			if err == nil {
+				_ = hb.Release(ctx)
+				t.Errorf("%s with WithOwner(%s) succeeded; want an error wrapping ErrInvalidOption", call.name, what)
+				continue
+			}
+			if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "owner") {
+				t.Errorf("%s with WithOwner(%s) = %v; want an error wrapping ErrInvalidOption that names the owner", call.name, what, err)
+			}
+		}
+	}
+	if info := mustInspect(t, ctx, in, k); info.Held {
+		t.Errorf("Inspect after refused acquisitions: %+v, want not held", info)
+	}
+	mustRelease(t, ctx, mustTry(t, ctx, b, k, ttl(s)))
 }

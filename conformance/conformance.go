@@ -156,6 +156,7 @@ func (s *suite) cases() []testCase {
 		{"Inspect/Lifecycle", s.inspectLifecycle},
 		{"Inspect/AfterCrash", s.inspectAfterCrash},
 		{"Inspect/BadKey", s.inspectBadKey},
+		{"Inspect/Owner", s.inspectOwner},
 		{"Semaphore/AdmitsN", s.semAdmitsN},
 		{"Semaphore/Contended", s.semContended},
 		{"Semaphore/LimitMismatch", s.semLimitMismatch},

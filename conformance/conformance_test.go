@@ -97,6 +97,7 @@ var flaws = []struct {
 	{"OwnDefaultTTL", ownDefaultTTL, []string{"TTL/Default"}},
 	{"OutlivesLease", outlivesLease, []string{"TTL/SilentHolder"}},
 	{"InspectNoLease", inspectNoLease, []string{"TTL/Range", "TTL/Default"}},
+	{"OwnerLingers", ownerLingers, []string{"Inspect/Owner"}},
 	{"IgnoresBadTTL", ignoresBadTTL, []string{"Options/InvalidTTL", "Options/HugeTTL"}},
 	{"IgnoresTokenBase", ignoresTokenBase, []string{"Fencing/TokenBase"}},
 	{"FloorsTokenBase", floorsTokenBase, []string{"Fencing/TokenBase"}},

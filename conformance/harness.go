@@ -120,6 +120,11 @@ type Harness struct {
 	// equal the holder's Handle.TTL.
 	NoInspectLease string
 
+	// NoOwner says why the backend's Inspect cannot report the holder's
+	// description given with locker.WithOwner (LockInfo.Owner), when it
+	// cannot: Inspect/Owner then skips. Empty: Inspect must report it.
+	NoOwner string
+
 	// ExpirySlack is how long, beyond the lease its Handle reported, the
 	// lock of a holder that went silent (Cut, else Crash) may still keep
 	// another client from acquiring the key: the server's expiry

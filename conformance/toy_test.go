@@ -54,6 +54,7 @@ const (
 	ownDefaultTTL                // a lock taken without WithTTL gets 10s, not locker.DefaultTTL
 	outlivesLease                // the store keeps a silent holder's lock 3× the lease reported
 	inspectNoLease               // Inspect reports the remaining lease but not the full one
+	ownerLingers                 // a holder that gave no owner shows the previous holder's
 	closeCutClaimsRelease        // Close while cut off says its locks were released, and returns nil
 	ignoresBadTTL                // a refused WithTTL is ignored: the call goes on with the default
 	ignoresTokenBase             // the token base is accepted and never added
@@ -74,14 +75,15 @@ type toyStore struct {
 	mu      sync.Mutex
 	held    map[string]*toyHandle
 	fence   map[string]int64
-	wake    chan struct{}   // closed and replaced on every change
-	waiters []chan struct{} // for lostWakeup: one is woken per change
-	oneWake bool            // lostWakeup
-	faults  int             // for faultGrantsWaiter: crashes and cuts so far
+	wake    chan struct{}     // closed and replaced on every change
+	waiters []chan struct{}   // for lostWakeup: one is woken per change
+	oneWake bool              // lostWakeup
+	faults  int               // for faultGrantsWaiter: crashes and cuts so far
+	owners  map[string]string // for ownerLingers: the last owner given per key
 }
 
 func newToyStore() *toyStore {
-	return &toyStore{held: map[string]*toyHandle{}, fence: map[string]int64{}, wake: make(chan struct{})}
+	return &toyStore{held: map[string]*toyHandle{}, fence: map[string]int64{}, wake: make(chan struct{}), owners: map[string]string{}}
 }
 
 // changedLocked wakes every waiter (or, with lostWakeup, the first in line);
@@ -151,6 +153,7 @@ type toyHandle struct {
 	sk      string // the key in the store
 	token   int64
 	ttl     time.Duration
+	owner   string    // locker.WithOwner's
 	expires time.Time // guarded by s.mu
 	st      *backend.State
 	relMu   sync.Mutex // serialises Release
@@ -218,7 +221,7 @@ func (l *toyLocker) storeKey(key string) string {
 
 // try makes one attempt; on failure it returns the channel that signals the
 // next change and when the current lease runs out.
-func (l *toyLocker) try(ctx context.Context, key string, ttl time.Duration, force bool) (*toyHandle, <-chan struct{}, time.Time, error) {
+func (l *toyLocker) try(ctx context.Context, key string, ttl time.Duration, owner string, force bool) (*toyHandle, <-chan struct{}, time.Time, error) {
 	if l.flaw == outageNotAcquired && l.reachable() != nil && l.isCut() {
 		return nil, nil, time.Time{}, locker.ErrNotAcquired
 	}
@@ -250,7 +253,14 @@ func (l *toyLocker) try(ctx context.Context, key string, ttl time.Duration, forc
 		}
 	}
 	s.fence[sk]++
-	h := &toyHandle{l: l, key: key, sk: sk, token: s.fence[sk], ttl: ttl, expires: now.Add(l.storeLease(ttl)), st: backend.NewState()}
+	if l.flaw == ownerLingers {
+		// Like a companion field that only a holder with an owner writes.
+		if owner == "" {
+			owner = s.owners[sk]
+		}
+		s.owners[sk] = owner
+	}
+	h := &toyHandle{l: l, key: key, sk: sk, token: s.fence[sk], ttl: ttl, owner: owner, expires: now.Add(l.storeLease(ttl)), st: backend.NewState()}
 	l.mu.Lock()
 	if l.closed { // Close ran since reachable(): take nothing
 		l.mu.Unlock()
@@ -305,7 +315,7 @@ func (l *toyLocker) acquire(ctx context.Context, key string, wait bool, opts []l
 	cuts := l.cuts // strandsCutWaiter
 	l.mu.Unlock()
 	for {
-		h, wake, expires, err := l.try(ctx, key, o.TTL, force)
+		h, wake, expires, err := l.try(ctx, key, o.TTL, o.Owner, force)
 		if err != nil {
 			return nil, backend.KeyError(op, key, err)
 		}
@@ -486,6 +496,7 @@ func (l *toyLocker) Inspect(ctx context.Context, key string) (locker.LockInfo, e
 		if l.flaw == inspectNoLease {
 			info.Lease = 0
 		}
+		info.Owner = cur.owner
 	}
 	return info, nil
 }

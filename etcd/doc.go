@@ -173,7 +173,10 @@
 // tell, is reported as a loss (an error wrapping locker.ErrLost).
 //
 // Inspect (locker.Inspector) reads the directory's oldest key and its
-// lease's remaining time (TimeToLive): two reads, no writes.
+// lease's remaining time (TimeToLive): two reads, no writes. A mutex
+// contender's key holds its locker.WithOwner description as its value
+// (written by the create itself, so it costs no request), which Inspect
+// reports in LockInfo.Owner; the families' keys hold none.
 //
 // # Lock families
 //

@@ -132,6 +132,10 @@ type turn struct {
 	// semaphore's contender waits while n keys of dir are older.
 	block string
 	limit int // a semaphore's n; 0 for the other families
+	// desc is the value of the contender's key: the holder's
+	// locker.WithOwner description, which Inspect reports (the mutex
+	// only; the families' keys have none).
+	desc string
 }
 
 // turnOf returns the turn of a contender of kind k for key under prefix.

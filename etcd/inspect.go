@@ -17,8 +17,9 @@ var _ locker.Inspector = (*Locker)(nil)
 // is the key of smallest create revision in the lock directory (whether or
 // not its contender has seen the watch event yet); Token is that create
 // revision, the holder's fencing token; TTL is what remains of the
-// holder's lease as the server counts it (whole seconds), and Lease the
-// TTL the server granted that lease (the holder's Handle.TTL). It reads twice
+// holder's lease as the server counts it (whole seconds), Lease the TTL the
+// server granted that lease (the holder's Handle.TTL), and Owner the
+// holder's locker.WithOwner description, the value of its key. It reads twice
 // (the directory, then the lease) and writes nothing.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
 	const op = "inspect"
@@ -50,7 +51,7 @@ func (l *Locker) inspect(ctx context.Context, key string) (locker.LockInfo, erro
 		if err != nil {
 			return locker.LockInfo{}, err
 		}
-		info.Held, info.Token = true, token
+		info.Held, info.Token, info.Owner = true, token, string(kv.Value)
 		if kv.Lease == 0 {
 			return info, nil // not a key of ours: no lease to report
 		}

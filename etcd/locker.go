@@ -147,10 +147,14 @@ func (l *Locker) acquire(ctx context.Context, op, key string, k lockKind, wait b
 		return backend.KeyError(op, key, err)
 	}
 
+	t := turnOf(l.cfg.Prefix, key, k)
+	if k.family == mutexFamily {
+		t.desc = o.Owner
+	}
 	gone := 0
 	unknown := retryBackoff()
 	for {
-		h, err := l.attempt(actx, key, turnOf(l.cfg.Prefix, key, k), ttl, wait)
+		h, err := l.attempt(actx, key, t, ttl, wait)
 		if err == nil {
 			return h, nil
 		}
@@ -189,7 +193,7 @@ func (l *Locker) attempt(ctx context.Context, key string, t turn, ttl time.Durat
 	}
 	name := l.newName(ls, t.sub)
 	me := name.key
-	put := clientv3.OpPut(me, "", clientv3.WithLease(ls.id))
+	put := clientv3.OpPut(me, t.desc, clientv3.WithLease(ls.id))
 	// Each create is bounded by attemptWait: a member that stops
 	// answering must not hold the Acquire for as long as ctx lasts.
 	tctx, tcancel := context.WithTimeout(ctx, attemptWait(ls.ttl))

@@ -48,7 +48,8 @@
 //     [locker.MinTTL, locker.MaxTTL], as on every backend: outside it the
 //     call fails with an error wrapping locker.ErrInvalidOption. The lease
 //     is exactly the TTL, reported by Handle.TTL and by Inspect
-//     (LockInfo.Lease). Each Locker has one watchdog
+//     (LockInfo.Lease). Inspect also reports the holder's
+//     locker.WithOwner description (LockInfo.Owner), kept with the grant. Each Locker has one watchdog
 //     goroutine that renews each of its leases every TTL/3 while it is held.
 //     A lease that is not renewed runs out after its TTL, and a timer (not a
 //     poll) then hands the key on.

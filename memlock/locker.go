@@ -127,7 +127,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, m mode, wait bool,
 		return nil, err
 	}
 	defer done()
-	ttl, err := l.ttl(opts)
+	ttl, owner, err := l.options(opts)
 	if err != nil {
 		return nil, backend.KeyError(op, key, err)
 	}
@@ -137,7 +137,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, m mode, wait bool,
 		l.mu.Unlock()
 		return nil, backend.KeyError(op, key, errUnreachable)
 	}
-	g, w, err := l.store.acquire(key, m, ttl, wait)
+	g, w, err := l.store.acquire(key, m, ttl, owner, wait)
 	if err != nil {
 		l.mu.Unlock()
 		return nil, backend.KeyError(op, key, err)
@@ -187,16 +187,16 @@ func (l *Locker) await(ctx context.Context, w *waiter) (*handle, error) {
 	return l.holdLocked(r.g)
 }
 
-// ttl returns the lease a call asks for.
-func (l *Locker) ttl(opts []locker.Option) (time.Duration, error) {
+// options returns the lease and the owner description a call asks for.
+func (l *Locker) options(opts []locker.Option) (time.Duration, string, error) {
 	o, err := backend.ApplyOptions(opts...)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if o.TTL == 0 {
-		return l.cfg.TTL, nil
+		return l.cfg.TTL, o.Owner, nil
 	}
-	return o.TTL, nil // locker.WithTTL checked it
+	return o.TTL, o.Owner, nil // locker.WithTTL checked it
 }
 
 // Close releases every lock the Locker holds, so that waiters elsewhere get

@@ -131,6 +131,7 @@ type grant struct {
 	kind  kind
 	token int64
 	ttl   time.Duration
+	owner string    // the holder's description (locker.WithOwner), for Inspect
 	start time.Time // when the key was granted; the first renewal is due at start+ttl/3
 
 	// state is ended (closing the handle's Done) by the store, under
@@ -147,10 +148,11 @@ type grant struct {
 
 // waiter is one blocked Acquire queued on a held key.
 type waiter struct {
-	key  string
-	skey string
-	mode mode
-	ttl  time.Duration
+	key   string
+	skey  string
+	mode  mode
+	ttl   time.Duration
+	owner string
 
 	// ready receives exactly one reply: a grant, or the error that ended the
 	// wait. It is buffered so that the store never blocks sending it.
@@ -175,7 +177,7 @@ func NewStore() *Store {
 // queues and returns a waiter whose ready channel will receive the grant once
 // the key is handed to it. A semaphore permit whose limit differs from the
 // key's fails with ErrLimitMismatch.
-func (s *Store) acquire(key string, m mode, ttl time.Duration, wait bool) (*grant, *waiter, error) {
+func (s *Store) acquire(key string, m mode, ttl time.Duration, owner string, wait bool) (*grant, *waiter, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	skey := storeKey(m, key)
@@ -188,19 +190,19 @@ func (s *Store) acquire(key string, m mode, ttl time.Duration, wait bool) (*gran
 		return nil, nil, fmt.Errorf("%w: the key is a semaphore of %d, asked for %d", locker.ErrLimitMismatch, e.limit, m.limit)
 	}
 	if e.waiters.Len() == 0 && e.admits(m) {
-		return s.grantLocked(e, key, skey, m.kind, ttl), nil, nil
+		return s.grantLocked(e, key, skey, m.kind, ttl, owner), nil, nil
 	}
 	if !wait {
 		return nil, nil, locker.ErrNotAcquired
 	}
-	w := &waiter{key: key, skey: skey, mode: m, ttl: ttl, ready: make(chan reply, 1)}
+	w := &waiter{key: key, skey: skey, mode: m, ttl: ttl, owner: owner, ready: make(chan reply, 1)}
 	w.elem = e.waiters.PushBack(w)
 	return nil, w, nil
 }
 
 // grantLocked makes a new holder of e, which admits it, with the next
 // fencing token and a lease that runs out after ttl unless renewed.
-func (s *Store) grantLocked(e *entry, key, skey string, k kind, ttl time.Duration) *grant {
+func (s *Store) grantLocked(e *entry, key, skey string, k kind, ttl time.Duration, owner string) *grant {
 	s.lastToken++
 	now := time.Now()
 	g := &grant{
@@ -209,6 +211,7 @@ func (s *Store) grantLocked(e *entry, key, skey string, k kind, ttl time.Duratio
 		kind:     k,
 		token:    s.lastToken,
 		ttl:      ttl,
+		owner:    owner,
 		start:    now,
 		state:    backend.NewState(),
 		deadline: now.Add(ttl),
@@ -343,7 +346,7 @@ func (s *Store) admitLocked(e *entry, skey string) {
 		}
 		e.waiters.Remove(front)
 		w.elem = nil
-		w.ready <- reply{g: s.grantLocked(e, w.key, skey, w.mode.kind, w.ttl)}
+		w.ready <- reply{g: s.grantLocked(e, w.key, skey, w.mode.kind, w.ttl, w.owner)}
 	}
 	if len(e.holders) == 0 && e.waiters.Len() == 0 {
 		delete(s.keys, skey)
@@ -359,6 +362,7 @@ func (s *Store) inspect(key string) locker.LockInfo {
 		info.Token = g.token
 		info.TTL = max(time.Until(g.deadline), 0)
 		info.Lease = g.ttl
+		info.Owner = g.owner
 	}
 	return info
 }

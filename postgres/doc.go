@@ -277,6 +277,21 @@
 // waits (max_locks_per_transaction × max_connections bounds the server's
 // locks).
 //
+// # Inspect
+//
+// Locker implements locker.Inspector for the mutex: Inspect finds the
+// session that holds the key's advisory lock in pg_locks, and reads the
+// holder's token and locker.WithOwner description from that session's
+// application_name in pg_stat_activity. The statement that grants a mutex
+// sets application_name on the holding session, with the lease's
+// settings, to "locker <token> <description>" (the description %-escaped
+// to printable ASCII), and the unlock sets it back: while a connection
+// holds a lock, pg_stat_activity names it, and operators can find it there
+// too. pg_stat_activity shows 63 bytes of it, so a description longer than
+// about 50 bytes is cut. TTL and Lease are 0: the lease is the session's
+// idle_session_timeout, which other sessions cannot read. A lock held by
+// other software or by LockTx shows as held, with Token 0 and no Owner.
+//
 // # Pool sizing
 //
 // Each held lock pins one connection, and a waiting Acquire pins one too;

@@ -338,8 +338,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...locker.Opti
 }
 
 func (l *Locker) acquire(ctx context.Context, op, key string, wait bool, opts []locker.Option) (locker.Handle, error) {
+	desc := backend.Owner(opts)
 	return l.acquireWith(ctx, op, key, opts, func(ctx context.Context, conn *pgxpool.Conn, t terms) (grant, error) {
 		id := AdvisoryKey(l.cfg.Prefix, key)
+		t = t.withOwner(desc)
 		if wait {
 			return l.lockWait(ctx, conn, id, t)
 		}

@@ -38,14 +38,28 @@ import (
 // subquery refers to the grant, so that it runs for a granted row only. A
 // statement that fails is rolled back with its set_config calls, so a
 // session that was not granted the lock keeps its settings.
+//
+// The mutex's statements also name application_name among the settings
+// (see ownerSetting): its value there is the holder's escaped description,
+// which sqlSettingValue prefixes with "locker" and the token just drawn, so
+// that Inspect, from another session, finds the holder's token and
+// description in pg_stat_activity. sqlLockWait draws the token in FROM for
+// that (a LATERAL subquery on the grant, so it runs after it, and only
+// for a granted row), where the target list can read it.
 const (
-	sqlLockWait = `SELECT pg_catalog.nextval($2::text::regclass), pg_catalog.pg_backend_pid(), o.old,
-			(SELECT pg_catalog.count(pg_catalog.set_config(s.n, s.v, false)) FROM ROWS FROM (pg_catalog.unnest($4::text[]), pg_catalog.unnest($5::text[])) AS s(n, v) WHERE g.v IS NOT NULL)
+	// sqlSettingValue is the value set_config gives setting s.n: s.v, but
+	// for application_name "locker <token> <s.v>" (concat_ws skips an
+	// empty s.v, made NULL).
+	sqlSettingValue = `CASE WHEN s.n = 'application_name' THEN pg_catalog.concat_ws(' ', 'locker', t.token, NULLIF(s.v, '')) ELSE s.v END`
+
+	sqlLockWait = `SELECT t.token, pg_catalog.pg_backend_pid(), o.old,
+			(SELECT pg_catalog.count(pg_catalog.set_config(s.n, ` + sqlSettingValue + `, false)) FROM ROWS FROM (pg_catalog.unnest($4::text[]), pg_catalog.unnest($5::text[])) AS s(n, v) WHERE g.v IS NOT NULL)
 		FROM pg_catalog.pg_advisory_lock(CASE WHEN pg_catalog.set_config('lock_timeout', $3, true) IS NOT NULL THEN $1::bigint END) AS g(v),
+			LATERAL (SELECT pg_catalog.nextval($2::text::regclass) WHERE g.v IS NOT NULL OFFSET 0) AS t(token),
 			(SELECT pg_catalog.array_agg(pg_catalog.current_setting(s.n) ORDER BY s.i) FROM pg_catalog.unnest($4::text[]) WITH ORDINALITY AS s(n, i) OFFSET 0) AS o(old)
 		WHERE g.v IS NOT NULL`
 	sqlLockTry = `SELECT t.token, pg_catalog.pg_backend_pid(), o.old,
-			(SELECT pg_catalog.count(pg_catalog.set_config(s.n, s.v, false)) FROM ROWS FROM (pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::text[])) AS s(n, v) WHERE t.token IS NOT NULL)
+			(SELECT pg_catalog.count(pg_catalog.set_config(s.n, ` + sqlSettingValue + `, false)) FROM ROWS FROM (pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::text[])) AS s(n, v) WHERE t.token IS NOT NULL)
 		FROM (SELECT CASE WHEN pg_catalog.pg_try_advisory_lock($1) THEN pg_catalog.nextval($2::text::regclass) END OFFSET 0) AS t(token),
 			(SELECT pg_catalog.array_agg(pg_catalog.current_setting(s.n) ORDER BY s.i) FROM pg_catalog.unnest($3::text[]) WITH ORDINALITY AS s(n, i) OFFSET 0) AS o(old)`
 	sqlUnlock = `SELECT pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_backend_pid()`

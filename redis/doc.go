@@ -29,7 +29,10 @@
 // (30s), or the Locker's WithTTL. The lease is the TTL rounded down to a
 // whole millisecond (PX's unit), which Handle.TTL reports. Inspect reports
 // the remaining lease (PTTL) but not the full one (LockInfo.Lease is 0):
-// the lock key keeps only its expiry.
+// the lock key keeps only its expiry. It also reports the holder's
+// locker.WithOwner description (LockInfo.Owner), which the lock key's
+// value carries after the owner token and a space, set by the same SET
+// that takes the lock (the lock families' holders have none).
 //
 // Every call returns when its context ends, with an error wrapping
 // ctx.Err(), also for a plain cancel() while a request is in flight, and
@@ -53,7 +56,7 @@
 // A key k is stored under these names, which share one Cluster hash tag, so
 // that the scripts, which touch several of them, run on one slot:
 //
-//	<prefix>{base64url(k)}:lock             owner token, expires with the lease
+//	<prefix>{base64url(k)}:lock             owner token [+ " " + WithOwner's description], expires with the lease
 //	<prefix>{base64url(k)}:fence            fencing counter, never expires (but see WithFenceExpiry)
 //	<prefix>{base64url(k)}:recent-releases  sorted set: owner tokens of the latest 32 releases, for 15s
 //	<prefix>{base64url(k)}:queue            sorted set: the waiters, by arrival

@@ -41,9 +41,11 @@ func (h *Handle) Key() string { return h.c.Key }
 // (WithTokenBase).
 func (h *Handle) Token() int64 { return h.c.Token }
 
-// Owner returns the random owner token that this holder's lock carries in
-// Redis: the value of the lock key (see Locker.KeyNames) while the lock is
-// held, and what Release and renewal compare before they act. (For a
+// Owner returns the owner token that this holder's lock carries in Redis:
+// the value of the lock key (see Locker.KeyNames) while the lock is held,
+// and what Release and renewal compare before they act. It is random,
+// followed by a space and the locker.WithOwner description when the lock
+// was taken with one. (For a
 // permit, read lock or write lock: its field in the key's holders hash and
 // its member in the leases set, starting with 'p', 'r' or 'w'; see "Lock
 // families" in the package documentation.) It is for

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -19,15 +20,38 @@ var _ locker.Inspector = (*Locker)(nil)
 // its holder's token (nobody else can have drawn one since).
 //
 //	KEYS[1] lock key, KEYS[2] fence counter
-//	returns {held 0/1, pttl ms, fence or false}
+//	returns {held 0/1, pttl ms, fence or false, the lock's value or false}
 var inspectScript = goredis.NewScript(`
-local held = redis.call('EXISTS', KEYS[1])
-return {held, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+local v = redis.call('GET', KEYS[1])
+local held = 0
+if v then held = 1 end
+return {held, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), v}
 `)
 
-// Inspect reports whether key is held, the holder's fencing token and the
-// lease the server has left for it. It reads three keys in one script and
-// changes nothing.
+// withDescription is the value of a lock whose holder described itself
+// with locker.WithOwner: its random owner token (base64url, so without a
+// space), a space and the description; or the owner token alone. The whole
+// value is the owner token that Release and renewal compare, so the
+// description costs no command of its own, and the owner token stays
+// unique since its random part is.
+func withDescription(owner, desc string) string {
+	if desc == "" {
+		return owner
+	}
+	return owner + " " + desc
+}
+
+// description is the holder's description in a lock's value (see
+// withDescription), or "".
+func description(value string) string {
+	_, desc, _ := strings.Cut(value, " ")
+	return desc
+}
+
+// Inspect reports whether key is held, the holder's fencing token, the
+// lease the server has left for it and the holder's locker.WithOwner
+// description (kept in the lock's value, after its owner token). It reads
+// two keys in one script and changes nothing.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
 	ctx, done, err := l.life.Enter(ctx, "inspect", key)
 	if err != nil {
@@ -45,13 +69,16 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 		return locker.LockInfo{}, backend.KeyError("inspect", key, err)
 	}
 	info := locker.LockInfo{Key: key}
-	if len(res) != 3 {
+	if len(res) != 4 {
 		return info, backend.KeyError("inspect", key, fmt.Errorf("redis: unexpected reply %v", res))
 	}
 	if held, _ := res[0].(int64); held != 1 {
 		return info, nil
 	}
 	info.Held = true
+	if v, ok := res[3].(string); ok {
+		info.Owner = description(v)
+	}
 	if pttl, _ := res[1].(int64); pttl > 0 {
 		info.TTL = time.Duration(pttl) * time.Millisecond
 	}

@@ -221,6 +221,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, spec famSpec, opts
 	owner := lease.NewOwner()
 	if spec.fam == famMutex {
 		k = l.keysFor(key)
+		owner = withDescription(owner, backend.Owner(opts))
 	} else {
 		k = l.famKeysFor(spec.fam, key)
 		owner = string(spec.kind) + owner

@@ -46,9 +46,10 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	if err := l.init(cctx); err != nil {
 		return nil, backend.KeyError(op, key, l.life.Why(cctx, err))
 	}
-	h, err := l.try(cctx, key, ttl, drift)
+	desc := backend.Owner(opts)
+	h, err := l.try(cctx, key, ttl, drift, desc)
 	for n := 1; lease.IsLate(err) && !wait && n < lease.LateTries; n++ {
-		h, err = l.try(cctx, key, ttl, drift)
+		h, err = l.try(cctx, key, ttl, drift, desc)
 	}
 	switch {
 	case (err != nil && !(wait && lease.IsLate(err))) || h != nil:
@@ -56,7 +57,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 	case !wait:
 		return nil, backend.KeyError(op, key, locker.ErrNotAcquired)
 	default:
-		h, err = l.await(cctx, key, ttl, drift)
+		h, err = l.await(cctx, key, ttl, drift, desc)
 	}
 	return l.keep(cctx, op, key, h, err)
 }
@@ -65,7 +66,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 // waker or a release in this process wakes the caller, else after a
 // back-off (see "Waiting" in the package documentation). It returns the
 // Handle, or the error that ended the wait.
-func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration) (h *Handle, err error) {
+func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration, desc string) (h *Handle, err error) {
 	// Register for wake-ups, then try again before sleeping: a release
 	// between the first try and the registration would go unheard.
 	w := procHub.watch(l.hubKey, key)
@@ -76,7 +77,7 @@ func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration
 	defer timer.Stop()
 	waitNext := true // wait on the waker next (the bell), not sleep
 	for {
-		h, err = l.try(ctx, key, ttl, drift)
+		h, err = l.try(ctx, key, ttl, drift, desc)
 		if lease.IsLate(err) {
 			continue // given back; the next try may be quicker
 		}
@@ -141,8 +142,8 @@ func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration
 
 // try makes one attempt. It returns the Handle, or nil when another holder
 // has key.
-func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration) (*Handle, error) {
-	owner := lease.NewOwner()
+func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration, desc string) (*Handle, error) {
+	owner := l.ownerValue(lease.NewOwner(), desc)
 	sent := time.Now() // the lease starts no earlier than the statement leaves
 	token, ok, err := l.runAcquire(ctx, key, owner, ttl)
 	for tries, limit := 0, 0; err != nil && l.connGone(err) && ctx.Err() == nil; tries++ {

@@ -234,7 +234,7 @@ SELECT pg_notify('%[3]s', $2 || ':' || lock_key) FROM r`, tbl, now, t.channel())
 		s.drop = fmt.Sprintf(`WITH r AS (UPDATE %[1]s SET owner = '', expires_us = %[3]s WHERE lock_key = $1 AND owner = $2 RETURNING lock_key)
 SELECT pg_notify('%[2]s', $2 || ':' || lock_key) FROM r`, tbl, t.channel(), now)
 		s.remaining = fmt.Sprintf(`SELECT CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = $1`, tbl, now)
-		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = $1`, tbl, now)
+		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END, owner FROM %[1]s WHERE lock_key = $1`, tbl, now)
 		// The rows are locked as they are chosen, and rows that another
 		// statement has locked (an acquire of that key) are skipped; the
 		// outer condition is checked again on the locked row.
@@ -275,7 +275,7 @@ WHERE lock_key = ? AND owner = ? AND token = ? AND expires_us > %[2]s`, tbl, now
 WHERE lock_key = ? AND owner = ? AND token = ? AND expires_us > %[2]s`, tbl, now)
 		s.drop = fmt.Sprintf("UPDATE %[1]s SET owner = '', expires_us = %[2]s WHERE lock_key = ? AND owner = ?", tbl, now)
 		s.remaining = fmt.Sprintf(`SELECT CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?`, tbl, now)
-		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?`, tbl, now)
+		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END, owner FROM %[1]s WHERE lock_key = ?`, tbl, now)
 		// Two statements: the columns of the condition have no index, and
 		// under REPEATABLE READ a DELETE locks every row it scans, so one
 		// DELETE ... LIMIT would lock most of the table while few rows
@@ -289,7 +289,7 @@ WHERE lock_key = ? AND owner = ? AND token = ? AND expires_us > %[2]s`, tbl, now
 		s.ddl = []string{
 			fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (\n"+
 				"\tlock_key   VARBINARY(1024) NOT NULL PRIMARY KEY,\n"+
-				"\towner      VARBINARY(64) NOT NULL,\n"+
+				"\towner      VARBINARY(255) NOT NULL,\n"+
 				"\ttoken      BIGINT NOT NULL,\n"+
 				"\texpires_us BIGINT NOT NULL\n"+
 				") ENGINE=InnoDB ROW_FORMAT=DYNAMIC", tbl),
@@ -309,7 +309,7 @@ WHERE lock_key = ?2 AND owner = ?3 AND token = ?4 AND expires_us > %[2]s`, tbl, 
 WHERE lock_key = ?1 AND owner = ?2 AND token = ?3 AND expires_us > %[2]s`, tbl, now)
 		s.drop = fmt.Sprintf(`UPDATE %[1]s SET owner = '', expires_us = %[2]s WHERE lock_key = ?1 AND owner = ?2`, tbl, now)
 		s.remaining = fmt.Sprintf(`SELECT CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?1`, tbl, now)
-		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END FROM %[1]s WHERE lock_key = ?1`, tbl, now)
+		s.inspect = fmt.Sprintf(`SELECT token, CASE WHEN owner = '' THEN 0 ELSE expires_us - %[2]s END, owner FROM %[1]s WHERE lock_key = ?1`, tbl, now)
 		s.prune = fmt.Sprintf(`DELETE FROM %[1]s WHERE lock_key IN (
 	SELECT lock_key FROM %[1]s WHERE expires_us < %[2]s - ?1 AND token < %[2]s - ?1
 	ORDER BY lock_key LIMIT ?2)`, tbl, now)

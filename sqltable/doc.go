@@ -90,7 +90,7 @@
 //	-- MySQL, MariaDB (binary columns: keys compare byte by byte)
 //	CREATE TABLE IF NOT EXISTS `locker_locks` (
 //		lock_key   VARBINARY(1024) NOT NULL PRIMARY KEY,
-//		owner      VARBINARY(64) NOT NULL,
+//		owner      VARBINARY(255) NOT NULL,
 //		token      BIGINT NOT NULL,
 //		expires_us BIGINT NOT NULL
 //	) ENGINE=InnoDB ROW_FORMAT=DYNAMIC;
@@ -121,7 +121,27 @@
 // must share a table whatever their connections' settings name it with
 // its schema.
 //
-// A Locker whose tables exist runs no DDL (with or without WithoutDDL), so
+// # Holders' descriptions
+//
+// A holder's locker.WithOwner description is kept in the owner column,
+// after the holder's random owner token and a space, written by the
+// statement that takes the lock; Inspect reports it in LockInfo.Owner. No
+// column was added for it, so tables of earlier releases need no change on
+// PostgreSQL and SQLite. On MySQL/MariaDB, earlier releases made the owner
+// column VARBINARY(64): a Locker widens it to VARBINARY(255) at its first
+// call (in place: the column keeps its one length byte), unless
+// WithoutDDL; with WithoutDDL, or a role that may not ALTER the table, it
+// cuts descriptions to what the column holds (41 bytes in VARBINARY(64)),
+// and locks work as before. To have whole descriptions there, widen it
+// once yourself:
+//
+//	ALTER TABLE `locker_locks` MODIFY owner VARBINARY(255) NOT NULL;
+//
+// The families' rows carry no description.
+//
+// A Locker whose tables exist runs no DDL (with or without WithoutDDL;
+// but for the widening of an earlier MySQL owner column above, which it
+// skips when refused), so
 // a role with only SELECT, INSERT, UPDATE and DELETE on the two tables
 // (and USAGE on the schema) is enough: PostgreSQL 15 and later and MySQL
 // check the CREATE privilege for CREATE TABLE IF NOT EXISTS even when the

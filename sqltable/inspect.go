@@ -17,8 +17,10 @@ var _ locker.Inspector = (*Locker)(nil)
 // remaining lease, while the row's
 // lease has not run out; not held (token 0, TTL 0) when the key has no row,
 // was released, or its lease ran out (a crashed holder's key shows as free
-// from that moment, as it is to Acquire). It reads one row and changes
-// nothing.
+// from that moment, as it is to Acquire). Owner is the holder's
+// locker.WithOwner description, kept in the row's owner column (see
+// "Holders' descriptions" in the package documentation). It reads one row
+// and changes nothing.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
 	info := locker.LockInfo{Key: key}
 	cctx, done, err := l.life.Enter(ctx, "inspect", key)
@@ -30,8 +32,9 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 		return info, backend.KeyError("inspect", key, l.life.Why(cctx, err))
 	}
 	var token, us int64
+	var owner string
 	err = l.retryIdem(cctx, func(ctx context.Context) error {
-		return l.db.QueryRowContext(ctx, l.st.inspect, key).Scan(&token, &us)
+		return l.db.QueryRowContext(ctx, l.st.inspect, key).Scan(&token, &us, &owner)
 	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -44,6 +47,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 			return info, backend.KeyError("inspect", key, err)
 		}
 		info.Held, info.Token, info.TTL = true, token, time.Duration(us)*time.Microsecond
+		info.Owner = ownerDescription(owner)
 	}
 	return info, nil
 }

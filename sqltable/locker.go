@@ -47,6 +47,9 @@ type Locker struct {
 	initSem chan struct{} // one schema check at a time
 	inited  bool          // guarded by initSem
 	ps      prepared      // set by init
+	// ownerRoom is how many bytes of a holder's description the owner
+	// column holds, -1 for any (set by init; see checkOwnerRoom).
+	ownerRoom int
 
 	famInited bool          // guarded by initSem
 	fst       famStatements // set by famInit

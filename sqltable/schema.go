@@ -75,6 +75,9 @@ func (l *Locker) init(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := l.checkOwnerRoom(ctx); err != nil {
+		return err
+	}
 	if err := l.ps.prepare(ctx, l); err != nil {
 		return err
 	}

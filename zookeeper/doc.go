@@ -343,6 +343,10 @@
 // node's czxid as the token, and a TTL and a Lease of 0: the lock lasts as
 // long as its holder's session, and a node's stat names the session, not
 // its timeout (a crashed holder shows until the server expires it).
+// LockInfo.Owner is the holder's locker.WithOwner description: a mutex's
+// node is created with it as its data (no request of its own); the
+// families' nodes carry none. An ACL that denies Inspect READ on the node
+// leaves Owner empty.
 //
 // # ACLs
 //

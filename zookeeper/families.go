@@ -25,6 +25,17 @@ var (
 type ask struct {
 	kind  nodeKind
 	limit int // kindPermit only
+	// desc is the node's data: the holder's locker.WithOwner description,
+	// which Inspect reports (a mutex's only; the families' nodes have none).
+	desc string
+}
+
+// data is what a's node is created with.
+func (a ask) data() []byte {
+	if a.desc == "" {
+		return nil
+	}
+	return []byte(a.desc)
 }
 
 var (

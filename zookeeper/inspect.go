@@ -18,8 +18,11 @@ var _ locker.Inspector = (*Locker)(nil)
 // czxid (plus the Locker's token base) is the token. TTL is always 0: a ZooKeeper lock has no lease of
 // its own, it lasts as long as its holder's session (see the package
 // documentation). A holder that crashed shows as holding until the server
-// expires its session. Inspect creates, watches and changes nothing; it
-// lists the directory and reads the stat of the lowest node.
+// expires its session. Owner is the holder's locker.WithOwner description,
+// the lowest node's data, written by the create itself (empty where an ACL
+// lets Inspect list the directory but not read the node). Inspect creates,
+// watches and changes nothing; it lists the directory and reads the
+// lowest node.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
 	const op = "inspect"
 	cctx, done, err := l.life.Enter(ctx, op, key)
@@ -54,23 +57,32 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 			return locker.LockInfo{Key: key}, nil
 		}
 		var (
-			exists bool
-			st     *zk.Stat
+			data []byte
+			st   *zk.Stat
 		)
 		err = l.call(cctx, func() error {
 			var err error
-			exists, st, err = conn.Exists(dir + "/" + nodes[0].name)
+			data, st, err = conn.Get(dir + "/" + nodes[0].name)
+			if errors.Is(err, zk.ErrNoAuth) {
+				// An ACL that lets us list but not read: the holder is
+				// known, its description not.
+				var exists bool
+				exists, st, err = conn.Exists(dir + "/" + nodes[0].name)
+				if err == nil && !exists {
+					err = zk.ErrNoNode
+				}
+			}
 			return err
 		}, nil)
-		if err != nil {
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return fail(err)
 		}
-		if exists {
+		if err == nil {
 			token, err := l.cfg.Token(st.Czxid)
 			if err != nil {
 				return fail(err)
 			}
-			return locker.LockInfo{Key: key, Held: true, Token: token}, nil
+			return locker.LockInfo{Key: key, Held: true, Token: token, Owner: string(data)}, nil
 		}
 		// The lowest node went between the two requests: look again.
 		if tries >= 10 {

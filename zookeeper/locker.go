@@ -176,6 +176,9 @@ func (l *Locker) acquire(ctx context.Context, op, key string, a ask, wait bool, 
 	if o.TTL == 0 {
 		o.TTL = l.defaultTTL()
 	}
+	if a.kind == kindLock {
+		a.desc = o.Owner
+	}
 	cwait := cctx
 	if !wait {
 		// One attempt waits for New's check as it would for a session.

@@ -49,12 +49,12 @@ func (s *session) createNode(ctx context.Context, dir, guid string, a ask) (crea
 		sid := s.conn.SessionID()
 		err := s.l.call(ctx, func() error {
 			if !multi {
-				p, err := s.conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, s.l.cfg.acl)
+				p, err := s.conn.Create(prefix, a.data(), zk.FlagEphemeral|zk.FlagSequence, s.l.cfg.acl)
 				c.node = p
 				return err
 			}
 			r, err := s.conn.Multi(
-				&zk.CreateRequest{Path: prefix, Flags: zk.FlagEphemeral | zk.FlagSequence, Acl: s.l.cfg.acl},
+				&zk.CreateRequest{Path: prefix, Data: a.data(), Flags: zk.FlagEphemeral | zk.FlagSequence, Acl: s.l.cfg.acl},
 				&zk.SetDataRequest{Path: dir, Version: -1})
 			if err == nil && len(r) == 2 && r[1].Stat != nil {
 				c = createdNode{node: r[0].String, dir: r[1].Stat, sid: sid}

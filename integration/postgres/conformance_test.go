@@ -126,9 +126,9 @@ func TestConformance(t *testing.T) {
 		URL:       srv.DSN(),
 		// The TTL bounds how long the server keeps a silent holder's
 		// session (idle_session_timeout, TCP keepalive): the lease given is
-		// the TTL asked, to the millisecond (no LeaseGrain). The package
-		// is no locker.Inspector, so LockInfo.Lease is not checked.
-		TTL: 2 * time.Second,
+		// the TTL asked, to the millisecond (no LeaseGrain).
+		TTL:            2 * time.Second,
+		NoInspectLease: "the lease is the holding session's idle_session_timeout, which another session cannot read",
 		// Crash frees the key at once; Cut within two health-check
 		// intervals (a missed idle period, then a check that times out),
 		// for a holder and for a waiter alike. A cut that also loses the

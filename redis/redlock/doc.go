@@ -349,8 +349,11 @@
 //
 // Locker implements locker.Inspector: it reads the lock on every node and
 // reports the key held when one owner has it on a majority, with the token
-// its write-back recorded in the lock's value ("<owner>:<token>") and the
-// time until it stops holding a majority unless renewed.
+// its write-back recorded in the lock's value ("<owner>:<token>"), the
+// time until it stops holding a majority unless renewed, and the holder's
+// locker.WithOwner description: the owner token is "<random> <description,
+// query-escaped>" when the holder gave one, set by the same SET that takes
+// the lock on each node (the lock families' holders have none).
 //
 // # URL
 //

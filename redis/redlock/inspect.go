@@ -62,6 +62,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 			pttls = append(pttls, st.pttl)
 		}
 		info.TTL = holderLeft(pttls, l.quorum)
+		info.Owner = description(sts[0].owner)
 		if info.Token > 0 {
 			if info.Token, err = l.cfg.Token(info.Token); err != nil {
 				return locker.LockInfo{Key: key}, backend.KeyError("inspect", key, err)

@@ -157,6 +157,7 @@ type timing struct {
 	drift       time.Duration
 	nodeTimeout time.Duration
 	minValidity time.Duration // an acquisition must leave at least this
+	desc        string        // the holder's locker.WithOwner description (a mutex's only)
 }
 
 // timing derives the drift, node timeout and minimum validity for ttl, or
@@ -182,5 +183,7 @@ func (c *config) lockTiming(opts []locker.Option) (timing, error) {
 	if err != nil {
 		return timing{}, err
 	}
-	return c.timing(ttl)
+	tm, err := c.timing(ttl)
+	tm.desc = backend.Owner(opts)
+	return tm, err
 }

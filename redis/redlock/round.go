@@ -146,6 +146,9 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing, q *qu
 		q = &c
 	}
 	owner := lease.NewOwner()
+	if k.kind == mutexLock {
+		owner = withDescription(owner, tm.desc)
+	}
 	r := roundResult{n: len(l.clients), quorum: l.quorum, prefer: -1}
 	plan, err := l.vet.plan()
 	if err != nil {

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +16,8 @@ import (
 
 // The scripts run atomically on one node each; no script touches two
 // nodes. The lock key holds the holder's owner token (random, fresh for
-// every acquisition round, without ':'), followed after the write-back by
+// every acquisition round, without ':'; see withDescription for the
+// holder's description it may carry), followed after the write-back by
 // ':' and the fencing token (for Inspect), and expires with the lease; the
 // fence key is the node's own counter for the key, which never expires and
 // only grows (INCR on a grant, max on a write-back).
@@ -259,6 +261,33 @@ func runDelete(ctx context.Context, c goredis.UniversalClient, k keys, owner str
 var inspectScript = goredis.NewScript(`
 return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 `)
+
+// withDescription is the owner token of a lock whose holder described
+// itself with locker.WithOwner: the random owner token (base64url), a
+// space and the description query-escaped, so that the whole stays without
+// ':' (see luaOurs) and without a second space; or the random owner token
+// alone. Release, renewal and the write-back compare the whole, so the
+// description costs no command of its own.
+func withDescription(owner, desc string) string {
+	if desc == "" {
+		return owner
+	}
+	return owner + " " + url.QueryEscape(desc)
+}
+
+// description is the holder's description in an owner token (see
+// withDescription), or "".
+func description(owner string) string {
+	_, esc, ok := strings.Cut(owner, " ")
+	if !ok {
+		return ""
+	}
+	desc, err := url.QueryUnescape(esc)
+	if err != nil {
+		return ""
+	}
+	return desc
+}
 
 // lockState is one node's view of a lock.
 type lockState struct {

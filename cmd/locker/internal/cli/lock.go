@@ -85,6 +85,7 @@ type lockOpts struct {
 	shared       bool      // the read lock of the key's reader-writer lock
 	exclusive    bool      // the write lock of the key's reader-writer lock
 	limit        limitFlag // a permit of the key's semaphore of limit.n
+	owner        string    // the holder's description (ownerDescription), for status
 }
 
 // limitFlag is --limit N: set says it was given (--limit 0 is an error,
@@ -164,10 +165,14 @@ func (o lockOpts) family(l locker.Locker) locker.Locker {
 }
 
 func (o lockOpts) options() []locker.Option {
+	var opts []locker.Option
 	if o.ttl > 0 {
-		return []locker.Option{locker.WithTTL(o.ttl)}
+		opts = append(opts, locker.WithTTL(o.ttl))
 	}
-	return nil
+	if o.owner != "" {
+		opts = append(opts, locker.WithOwner(o.owner))
+	}
+	return opts
 }
 
 // defaultURLHelp describes the default lock database for --help.

@@ -121,6 +121,11 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	cmdline := argv
+	if o.shell != "" {
+		cmdline = []string{"sh", "-c", o.shell}
+	}
+	o.owner = ownerDescription(cmdline)
 	h, b, sigs, err := takeLock(ctx, o.lockOpts, key, jobSignals)
 	if err != nil {
 		return err
