@@ -339,3 +339,30 @@ func TestStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusOwnerFlag: status shows who holds a key: by default the host,
+// pid and command line of the locker run holding it; --owner records
+// something else instead (a command line can carry what others who read
+// the backend should not see); a description WithOwner refuses is a usage
+// error.
+func TestStatusOwnerFlag(t *testing.T) {
+	e := newEnv(t)
+	e.holding("default-owner")
+	e.holding("given-owner", "--owner", "nightly batch 7")
+	r := e.run("status", "-o", "json", "default-owner", "given-owner")
+	r.want(t, 0, "status")
+	for _, want := range []string{`"owner": "host=`, `cmd=sh -c`, `"owner": "nightly batch 7"`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status output lacks %s: %s", want, r.stdout)
+		}
+	}
+	_, given, _ := strings.Cut(r.stdout, `"key": "given-owner"`)
+	if strings.Contains(given, "while :") {
+		t.Errorf("the command line of the --owner holder was recorded: %s", given)
+	}
+	r = e.run("run", "--owner", "two\nlines", "k", "--", "true")
+	r.want(t, 125, "run --owner with a newline")
+	if !strings.Contains(r.stderr, "--owner") || !strings.Contains(r.stderr, "control character") {
+		t.Errorf("run --owner with a newline: stderr %q, want it to name --owner and the control character", r.stderr)
+	}
+}

@@ -61,7 +61,7 @@ func hold(ctx context.Context, o lockOpts, key string) (err error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	o.owner = ownerDescription([]string{"locker", "hold", key})
+	o.owner = o.description([]string{"locker", "hold", key})
 	h, b, sigs, err := takeLock(ctx, o, key, nil)
 	if err != nil {
 		return err

@@ -86,6 +86,7 @@ type lockOpts struct {
 	exclusive    bool      // the write lock of the key's reader-writer lock
 	limit        limitFlag // a permit of the key's semaphore of limit.n
 	owner        string    // the holder's description (ownerDescription), for status
+	ownerFlag    ownerFlag // --owner, which replaces it
 }
 
 // limitFlag is --limit N: set says it was given (--limit 0 is an error,
@@ -124,6 +125,7 @@ func (o *lockOpts) flags(f *pflag.FlagSet) {
 	f.BoolVarP(&o.shared, "shared", "s", false, "take the read lock of the key's reader-writer lock: any number of --shared holders at once (like flock -s)")
 	f.BoolVarP(&o.exclusive, "exclusive", "x", false, "take the write lock of the key's reader-writer lock: no --shared or other --exclusive holder (like flock -x)")
 	f.Var(&o.limit, "limit", "take one of the N permits of the key's semaphore: at most N holders at once, all with the same N (like consul lock -n)")
+	f.Var(&o.ownerFlag, "owner", `describe the holder for "locker status" instead of host, pid, start time and command line (which anyone who can read the backend sees); "" records none`)
 }
 
 func (o lockOpts) check() error {
@@ -134,6 +136,8 @@ func (o lockOpts) check() error {
 		return fail(exitFailure, "--ttl %v is negative", o.ttl)
 	case o.limit.set && o.limit.n < 1:
 		return fail(exitFailure, "--limit %d: a semaphore needs at least 1 permit", o.limit.n)
+	case o.ownerFlag.err != nil:
+		return fail(exitFailure, "--owner: %v", o.ownerFlag.err)
 	case btoi(o.shared)+btoi(o.exclusive)+btoi(o.limit.set) > 1:
 		return fail(exitFailure, "--shared, --exclusive and --limit are three kinds of lock: give one at most")
 	}

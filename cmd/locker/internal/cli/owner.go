@@ -24,6 +24,31 @@ import (
 // started is when this locker process started (near enough: package init).
 var started = time.Now()
 
+// ownerFlag is --owner: a description given by hand, checked as
+// locker.WithOwner checks it.
+type ownerFlag struct {
+	s   string
+	set bool
+	err error
+}
+
+func (f *ownerFlag) String() string { return f.s }
+func (f *ownerFlag) Type() string   { return "TEXT" }
+func (f *ownerFlag) Set(s string) error {
+	var o locker.Options
+	f.s, f.set, f.err = s, true, locker.WithOwner(s)(&o)
+	return nil // check() reports err with the others, as a usage error
+}
+
+// description is the holder's description for a lock taken for the
+// command line cmd: --owner's if given, else ownerDescription's.
+func (o lockOpts) description(cmd []string) string {
+	if o.ownerFlag.set {
+		return o.ownerFlag.s
+	}
+	return ownerDescription(cmd)
+}
+
 // ownerDescription is the description of this process holding a lock for
 // the command line cmd.
 func ownerDescription(cmd []string) string {

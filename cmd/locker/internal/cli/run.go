@@ -125,7 +125,7 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 	if o.shell != "" {
 		cmdline = []string{"sh", "-c", o.shell}
 	}
-	o.owner = ownerDescription(cmdline)
+	o.owner = o.description(cmdline)
 	h, b, sigs, err := takeLock(ctx, o.lockOpts, key, jobSignals)
 	if err != nil {
 		return err
