@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/go-locker/locker"
@@ -183,4 +184,12 @@ func (c *config) lockTiming(opts []locker.Option) (timing, error) {
 		return timing{}, err
 	}
 	return c.timing(ttl)
+}
+
+// WithLogger sets where the Locker logs its events (no URL form): a
+// renewal that failed and is retried, a lock at risk and cleared, a lock
+// lost and why. Nil, the default, logs nothing. Keys
+// are shown as errors show them; passwords never.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error { return c.Set(backend.SetLogger(l)) }
 }
