@@ -46,6 +46,7 @@ type handle struct {
 	granted time.Time
 	renewed atomic.Int64
 	state   *backend.State
+	risk    backend.Risk // a health check is slow to answer (health.go)
 
 	relMu sync.Mutex // one Release at a time
 	gone  sync.Once
@@ -58,7 +59,10 @@ type handle struct {
 	startTimer *timerq.Entry // starts the monitor after monitorDelay
 }
 
-var _ locker.Handle = (*handle)(nil)
+var (
+	_ locker.Handle   = (*handle)(nil)
+	_ locker.AtRisker = (*handle)(nil)
+)
 
 func newHandle(l *Locker, conn *pgxpool.Conn, key string, g grant) *handle {
 	return &handle{

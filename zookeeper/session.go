@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -150,6 +151,11 @@ func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
 			}
 		}
 		same := id == s.sessID
+		if s.risk.Set(false) {
+			s.log().Info("locker: zookeeper reconnected: locks no longer at risk", slog.Bool("same_session", same), slog.Int64("session", id))
+		} else if !same {
+			s.log().Info("locker: zookeeper session established", slog.Int64("session", id))
+		}
 		s.sessID, s.connected, s.deadline, s.lostSess = id, true, time.Time{}, 0
 		if s.link != nil {
 			if g := time.Duration(s.link.granted.Load()); g > 0 {
@@ -182,6 +188,8 @@ func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
 		}
 		s.sweepLocked(id)
 	case zk.StateExpired:
+		s.risk.Set(false)
+		s.log().Warn("locker: zookeeper session expired", slog.Int64("session", s.sessID))
 		s.loseSessionLocked(s.sessID, "the session expired: the server deleted the lock nodes")
 		s.connected, s.deadline = false, time.Time{}
 		timer.Stop()
@@ -206,9 +214,15 @@ func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
 		}
 		s.deadline = heard.Add(s.timeout - s.l.cfg.driftMargin(s.timeout))
 		timer.Reset(max(s.deadline.Sub(now), 0))
+		s.risk.Set(true)
+		s.log().Warn("locker: zookeeper disconnected: the session's locks are at risk", slog.String("state", state.String()),
+			slog.Int64("session", s.sessID), slog.Duration("lost_in", max(s.deadline.Sub(now), 0)))
 		s.broadcastLocked()
 	}
 }
+
+// log is the Locker's logger (WithLogger) for the Locker's own events.
+func (s *session) log() backend.Log { return backend.Log{L: s.l.cfg.Logger} }
 
 // loseSessionLocked ends every held lock of session sid with ErrLost. Their
 // nodes, should the session come back after all, are deleted then.
@@ -222,8 +236,9 @@ func (s *session) loseSessionLocked(sid int64, why string) {
 			continue
 		}
 		s.l.life.Drop(h)
-		if h.state.End(h.lostErr(why)) {
+		if err := h.lostErr(why); h.state.End(err) {
 			s.orphans[h.node] = sid
+			s.log().Warn("locker: lock lost", backend.LogKey(h.key), backend.Err(err))
 		}
 	}
 }
