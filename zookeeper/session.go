@@ -406,10 +406,18 @@ func (s *session) leaseEnd(h time.Time) time.Time {
 // timeout when nothing was answered yet.
 func (s *session) nextLeaseCheckLocked(now time.Time) time.Duration {
 	if h := s.link.heard(); !h.IsZero() {
-		return max(s.leaseEnd(h).Sub(now), 0)
+		return max(min(s.leaseEnd(h).Sub(now), s.quietEnd(h).Sub(now)), 0)
 	}
 	return s.timeout / 3
 }
+
+// quietEnd is when a connected session that last heard from the server at
+// h is at risk: half a session timeout later. go-zookeeper pings every
+// third of the timeout, so by then a ping has gone unanswered: a
+// partition, or a stalled server. go-zookeeper itself declares the
+// connection down only at two thirds of the timeout, which leaves a
+// holder little time to act, and a healed link little time to return.
+func (s *session) quietEnd(h time.Time) time.Time { return h.Add(s.timeout / 2) }
 
 // checkLease gives the locks of the session up when, while connected, no
 // request has been answered for a session timeout less the drift margin:
@@ -436,8 +444,21 @@ func (s *session) checkLease(t *time.Timer) {
 		return
 	}
 	now := time.Now()
+	quiet := !now.Before(s.quietEnd(h))
+	switch {
+	case quiet && s.risk.Set(true):
+		s.log().Warn("locker: zookeeper silent: the session's locks are at risk", slog.Int64("session", s.sessID),
+			slog.Duration("silent_for", now.Sub(h).Round(time.Millisecond)))
+	case !quiet && s.risk.Set(false):
+		s.log().Info("locker: zookeeper answering again: locks no longer at risk", slog.Int64("session", s.sessID))
+	}
 	if end := s.leaseEnd(h); now.Before(end) {
 		next = end.Sub(now)
+		if quiet {
+			next = min(next, s.timeout/10) // to see the answers resume
+		} else {
+			next = min(next, s.quietEnd(h).Sub(now))
+		}
 		return
 	}
 	why := fmt.Sprintf("no answer from ZooKeeper to any request sent in the last %v, though connected; the server may expire the session (timeout %v) any moment now",
