@@ -47,6 +47,11 @@ type handle struct {
 	renewed atomic.Int64
 	state   *backend.State
 	risk    backend.Risk // a health check is slow to answer (health.go)
+	// riskMu orders a check's slow report with its answer: checking
+	// counts the checks begun and ended, so that a report running late,
+	// after its check answered, does nothing.
+	riskMu   sync.Mutex
+	checking uint64
 
 	relMu sync.Mutex // one Release at a time
 	gone  sync.Once

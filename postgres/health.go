@@ -151,10 +151,23 @@ func (h *handle) check() error {
 	defer cancel()
 	// A check that has not answered half way to its end (a partition, a
 	// stalled server) puts the lock at risk: it is lost at the end.
+	h.riskMu.Lock()
+	h.checking++
+	seq := h.checking
+	h.riskMu.Unlock()
 	slow := time.AfterFunc(end.Sub(sent)/2, func() {
-		h.atRisk(fmt.Errorf("health check has not answered in %v", time.Since(sent).Round(time.Millisecond)))
+		h.riskMu.Lock()
+		defer h.riskMu.Unlock()
+		if h.checking == seq { // this check is still at work
+			h.atRisk(fmt.Errorf("health check has not answered in %v", time.Since(sent).Round(time.Millisecond)))
+		}
 	})
-	defer slow.Stop()
+	defer func() {
+		slow.Stop()
+		h.riskMu.Lock()
+		h.checking++ // a slow report of this check, running late, is void
+		h.riskMu.Unlock()
+	}()
 	backstop := time.AfterFunc(time.Until(closeAt), func() { _ = h.pgc.Conn().Close() })
 	defer backstop.Stop()
 	hi, lo := keyHalves(h.id)
@@ -173,8 +186,10 @@ func (h *handle) check() error {
 		return errors.New("the session no longer holds the lock (pg_advisory_unlock_all, DISCARD ALL or an unlock on the session?)")
 	}
 	h.renewed.Store(int64(sent.Sub(h.granted)))
-	slow.Stop()
+	h.riskMu.Lock()
+	h.checking++ // a slow report of this check, running late, is void
 	h.cleared()
+	h.riskMu.Unlock()
 	return nil
 }
 
