@@ -87,6 +87,8 @@ type Renewal struct {
 	inflight context.CancelFunc // cancels the renewal in flight, if any
 	sentAt   time.Time          // when the renewal in flight was sent
 	slow     bool               // the renewal in flight was reported slow (Failed)
+	gen      uint64             // counts the renewals sent
+	cbMu     sync.Mutex         // orders the calls of Failed and Renewed
 	due      time.Time          // when the next renewal is due (the renew timer's)
 	lastErr  error              // the last failed renewal, for the loss message
 	stopped  bool
@@ -184,8 +186,8 @@ func (l *Renewal) Extended(sent time.Time) {
 	stopped := l.stopped
 	l.extend(sent)
 	l.mu.Unlock()
-	if !stopped && l.cfg.Renewed != nil {
-		l.cfg.Renewed()
+	if !stopped {
+		l.renewed()
 	}
 }
 
@@ -291,10 +293,19 @@ func (l *Renewal) renewOnce() {
 		if report {
 			l.slow = true
 		}
-		since := now.Sub(l.sentAt)
+		since, gen := now.Sub(l.sentAt), l.gen
 		l.mu.Unlock()
 		if report && l.cfg.Failed != nil {
-			l.cfg.Failed(fmt.Errorf("%w in %v", ErrSlow, since.Round(time.Millisecond)))
+			// Unless the renewal answered meanwhile: its Renewed must
+			// come after, not before, this report.
+			l.cbMu.Lock()
+			l.mu.Lock()
+			still := l.inflight != nil && l.gen == gen && !l.stopped
+			l.mu.Unlock()
+			if still {
+				l.cfg.Failed(fmt.Errorf("%w in %v", ErrSlow, since.Round(time.Millisecond)))
+			}
+			l.cbMu.Unlock()
 		}
 		return
 	}
@@ -305,6 +316,7 @@ func (l *Renewal) renewOnce() {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), l.deadline)
 	l.inflight, l.sentAt, l.slow = cancel, now, false
+	l.gen++
 	l.renew.Reset(l.retry)
 	l.mu.Unlock()
 
@@ -324,9 +336,7 @@ func (l *Renewal) renewOnce() {
 		l.due = sent.Add(l.interval)
 		l.renew.Reset(max(time.Until(l.due), 0))
 		l.mu.Unlock()
-		if l.cfg.Renewed != nil {
-			l.cfg.Renewed()
-		}
+		l.renewed()
 		return
 	case err == nil:
 		l.mu.Unlock()
@@ -340,8 +350,19 @@ func (l *Renewal) renewOnce() {
 		l.renew.Reset(l.retry)
 		l.mu.Unlock()
 		if l.cfg.Failed != nil {
+			l.cbMu.Lock()
 			l.cfg.Failed(err)
+			l.cbMu.Unlock()
 		}
+	}
+}
+
+// renewed calls Renewed, in order with Failed.
+func (l *Renewal) renewed() {
+	if l.cfg.Renewed != nil {
+		l.cbMu.Lock()
+		l.cfg.Renewed()
+		l.cbMu.Unlock()
 	}
 }
 
