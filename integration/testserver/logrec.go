@@ -18,6 +18,8 @@ type LogRecorder struct {
 	mu    sync.Mutex
 	recs  []string
 	attrs []slog.Attr
+	added chan struct{} // closed at the next record
+	root  *LogRecorder  // where a WithAttrs handler records; nil: r itself
 }
 
 // Logger returns a logger that records into r, at every level.
@@ -35,16 +37,28 @@ func (r *LogRecorder) Handle(_ context.Context, rec slog.Record) error {
 		fmt.Fprintf(&b, " %s=%q", a.Key, a.Value.String())
 		return true
 	})
-	r.mu.Lock()
-	r.recs = append(r.recs, b.String())
-	r.mu.Unlock()
+	root := r
+	if r.root != nil {
+		root = r.root
+	}
+	root.mu.Lock()
+	root.recs = append(root.recs, b.String())
+	if root.added != nil {
+		close(root.added)
+		root.added = nil
+	}
+	root.mu.Unlock()
 	return nil
 }
 
 func (r *LogRecorder) WithAttrs(attrs []slog.Attr) slog.Handler {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return &LogRecorder{attrs: append(append([]slog.Attr(nil), r.attrs...), attrs...)}
+	root := r
+	if r.root != nil {
+		root = r.root
+	}
+	return &LogRecorder{attrs: append(append([]slog.Attr(nil), r.attrs...), attrs...), root: root}
 }
 
 func (r *LogRecorder) WithGroup(string) slog.Handler { return r }
@@ -56,10 +70,32 @@ func (r *LogRecorder) Records() []string {
 	return append([]string(nil), r.recs...)
 }
 
-// Want fails t unless a record so far contains every one of parts.
-func (r *LogRecorder) Want(t testing.TB, parts ...string) {
+// WaitFor waits until a record contains every one of parts, failing t
+// after within.
+func (r *LogRecorder) WaitFor(t testing.TB, within time.Duration, parts ...string) {
 	t.Helper()
-	recs := r.Records()
+	timeout := time.NewTimer(within)
+	defer timeout.Stop()
+	for {
+		r.mu.Lock()
+		if r.added == nil {
+			r.added = make(chan struct{})
+		}
+		added := r.added
+		recs := append([]string(nil), r.recs...)
+		r.mu.Unlock()
+		if has(recs, parts) {
+			return
+		}
+		select {
+		case <-added:
+		case <-timeout.C:
+			t.Fatalf("no log record with %q within %v among:\n  %s", parts, within, strings.Join(recs, "\n  "))
+		}
+	}
+}
+
+func has(recs, parts []string) bool {
 next:
 	for _, rec := range recs {
 		for _, p := range parts {
@@ -67,6 +103,16 @@ next:
 				continue next
 			}
 		}
+		return true
+	}
+	return false
+}
+
+// Want fails t unless a record so far contains every one of parts.
+func (r *LogRecorder) Want(t testing.TB, parts ...string) {
+	t.Helper()
+	recs := r.Records()
+	if has(recs, parts) {
 		return
 	}
 	t.Errorf("no log record with %q among:\n  %s", parts, strings.Join(recs, "\n  "))
