@@ -77,6 +77,10 @@ func TestAtRiskOnHangingRenewal(t *testing.T) {
 	h := riskHandle(t, &mode)
 	mode.Store(2)
 	waitRisk(t, h, true)
+	// Well before the loss, not as the hung request ends at the deadline.
+	if left := time.Until(h.Lease().Deadline()); left < 300*time.Millisecond {
+		t.Errorf("at risk only %v before the lease's deadline; want it Retry (50ms) after the hung renewal was sent", left)
+	}
 	<-h.State.Done()
 	if err := h.State.Err(); !errors.Is(err, locker.ErrLost) {
 		t.Fatalf("Err %v, want ErrLost", err)
