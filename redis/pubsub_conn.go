@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/backoff"
 	"github.com/go-locker/locker/redis/internal/guard"
 )
@@ -29,7 +27,6 @@ type node struct {
 	sharded   bool
 	reload    func() // has the client reload its Cluster slot map
 	newPubSub func() *goredis.PubSub
-	log       backend.Log   // WithLogger: connection replacements, moved slots
 	kick      chan struct{} // wakes the writer
 	stop      chan struct{}
 
@@ -289,7 +286,7 @@ func (n *node) receive() {
 					continue
 				}
 			}
-			n.replace(ps, errors.New("a PING went unanswered"))
+			n.replace(ps)
 			pinged = false
 		case guard.IsServerReply(err):
 			// An error reply to one of our commands; the connection itself
@@ -301,7 +298,7 @@ func (n *node) receive() {
 				n.refused(slot)
 			}
 		default:
-			n.replace(ps, err)
+			n.replace(ps)
 			pinged = false
 			if !backoff.Sleep(ctx, retry.Next(), n.stop) {
 				return
@@ -322,13 +319,12 @@ func (n *node) stopped() bool {
 // replace swaps a failed connection for a new one and has every channel
 // that has waiters subscribed again. Releases announced meanwhile were
 // missed, so every waiter looks once.
-func (n *node) replace(old *goredis.PubSub, why error) {
+func (n *node) replace(old *goredis.PubSub) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.ps != old || n.stopped() {
 		return
 	}
-	n.log.Warn("locker: redis Pub/Sub connection replaced; its waiters look again", slog.String("addr", n.addr), backend.Err(why))
 	_ = old.Close()
 	n.ps = n.newPubSub()
 	for ch, cs := range n.chans {
@@ -430,7 +426,6 @@ func (n *node) unsubscribed(ch string) {
 // are another master's, so their waiters must watch again (hub.rewatch),
 // and the slot map is stale.
 func (n *node) refused(slot int) {
-	n.log.Info("locker: redis Cluster slot moved; its waiters subscribe again", slog.Int("slot", slot), slog.String("addr", n.addr))
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for ch, cs := range n.chans {
