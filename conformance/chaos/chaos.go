@@ -75,6 +75,11 @@ type Harness struct {
 	// the same order with the same durations (the interleaving of the
 	// workers is up to the machine).
 	Seed uint64
+
+	// stopWithin bounds how long the workers may take to finish their holds
+	// and stop at the end of the run; zero: 4 × TTL + 30s. The package's
+	// own tests shorten it.
+	stopWithin time.Duration
 }
 
 // Worker identifies a worker to Harness.NewLocker.

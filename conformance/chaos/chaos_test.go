@@ -137,6 +137,49 @@ func TestCatchesHiddenLoss(t *testing.T) {
 	})
 }
 
+// hangRelease is a deliberately broken backend whose Release never
+// returns, whatever its context says.
+type hangRelease struct{ locker.Locker }
+
+func (l hangRelease) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := l.Locker.Acquire(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return hungHandle{h}, nil
+}
+
+type hungHandle struct{ locker.Handle }
+
+func (h hungHandle) Release(ctx context.Context) error { return releaseThatHangs() }
+
+//go:noinline
+func releaseThatHangs() error { select {} }
+
+// TestCatchesHang: a worker process whose call never returns is reported,
+// with its goroutines, so that the hang can be found afterwards.
+func TestCatchesHang(t *testing.T) {
+	h := sqliteHarness(t, func(l locker.Locker) locker.Locker { return hangRelease{l} })
+	h.Duration, h.NoHolderPause, h.stopWithin = 3*time.Second, true, 2*time.Second
+	r := exercise(t, h)
+	if r == nil {
+		return // a worker process
+	}
+	var hung string
+	for _, v := range r.Violations {
+		if strings.Contains(v, "did not finish its hold") {
+			hung = v
+			break
+		}
+	}
+	if hung == "" {
+		t.Fatalf("a worker whose Release never returns was not reported: %v\n%s", r, strings.Join(r.Violations, "\n"))
+	}
+	if !strings.Contains(hung, "releaseThatHangs") {
+		t.Errorf("the report of a hung worker does not show where it hangs:\n%s", hung)
+	}
+}
+
 func hasViolation(r *Report, s string) bool {
 	for _, v := range r.Violations {
 		if strings.Contains(v, s) {

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,14 +130,18 @@ func run(t *testing.T, h Harness) *Report {
 		end = e
 	}
 	time.Sleep(time.Until(end))
-	stopBy := time.Now().Add(4*h.TTL + 30*time.Second)
+	stopWithin := 4*h.TTL + 30*time.Second
+	if h.stopWithin > 0 {
+		stopWithin = h.stopWithin
+	}
+	stopBy := time.Now().Add(stopWithin)
 	var hung []string
 	for _, w := range ws {
 		w.stop()
 	}
 	for i, w := range ws {
 		if !w.wait(time.Until(stopBy)) {
-			hung = append(hung, fmt.Sprintf("worker %d did not finish its hold and stop within %v of being asked to (a call that does not return: see its goroutines above)", i, 4*h.TTL+30*time.Second))
+			hung = append(hung, fmt.Sprintf("worker %d did not finish its hold and stop within %v of being asked to (a call that does not return); %s", i, stopWithin, w.dumpGoroutines(t)))
 			w.kill()
 		}
 	}
@@ -277,6 +283,7 @@ type workerProc struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+	stderr *tailBuffer // a worker process's stderr, also copied to the test's
 
 	// startErr says why a worker process ended before it was ready; set
 	// before ready is closed.
@@ -299,6 +306,52 @@ func (w *workerProc) wait(d time.Duration) bool {
 	case <-time.After(max(d, 0)):
 		return false
 	}
+}
+
+// dumpGoroutines says where a hung worker is stuck: a worker process gets
+// SIGQUIT (the Go runtime prints every goroutine to its stderr and exits),
+// and the end of its stderr is returned; for goroutine workers, the test
+// process's goroutines.
+func (w *workerProc) dumpGoroutines(t *testing.T) string {
+	if w.cmd != nil && w.cmd.Process != nil {
+		_ = w.cmd.Process.Signal(syscall.SIGCONT)
+		_ = w.cmd.Process.Signal(syscall.SIGQUIT)
+		if !w.wait(10 * time.Second) {
+			return "it did not end on SIGQUIT within 10s either"
+		}
+		return "its goroutines at SIGQUIT (the end of its stderr):\n" + w.stderr.String()
+	}
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) || len(buf) >= 64<<20 {
+			return "the test process's goroutines:\n" + string(buf[:n])
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b = append(b.b, p...)
+	if over := len(b.b) - b.max; over > 0 {
+		b.b = append(b.b[:0], b.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.b)
 }
 
 // kill ends the worker: a process is let go on (if stopped) and killed; a
@@ -375,7 +428,8 @@ func startProcess(t *testing.T, c workConfig, env []string, regPath string, rec 
 		envSeed+"="+strconv.FormatUint(c.seed, 10),
 		envFamily+"="+c.family.String(),
 	)
-	cmd.Stderr = os.Stderr
+	stderr := &tailBuffer{max: 256 << 10}
+	cmd.Stderr = io.MultiWriter(os.Stderr, stderr)
 	killWithParent(cmd) // a stopped worker cannot see its stdin close
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -388,7 +442,7 @@ func startProcess(t *testing.T, c workConfig, env []string, regPath string, rec 
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("chaos: start worker %d: %v", c.index, err)
 	}
-	w := &workerProc{index: c.index, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	w := &workerProc{index: c.index, cmd: cmd, stdin: stdin, done: make(chan struct{}), stderr: stderr}
 	ready := make(chan struct{})
 	go func() {
 		defer close(w.done)
