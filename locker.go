@@ -160,3 +160,38 @@ type Handle interface {
 	// about ends with its lease or session. So a caller need not retry.
 	Release(ctx context.Context) error
 }
+
+// AtRisker is implemented by the Handles of backends that can tell that a
+// held lock may be lost soon, before it is: a renewal failed (a lease
+// backend: redis, redis/redlock, sqltable), etcd's keep-alive is failing,
+// a ZooKeeper client is disconnected from its server (the session may
+// still be alive), PostgreSQL's health check of the lock's connection is
+// failing. It is Curator's SUSPENDED and RECONNECTED: a holder can pause
+// its writes while its lock is at risk and resume once it has cleared,
+// rather than learn of the loss only when Done closes. Find it by type
+// assertion, as Inspector:
+//
+//	if r, ok := h.(locker.AtRisker); ok {
+//		for {
+//			risk, changed := r.AtRisk()
+//			pauseWrites(risk)
+//			select {
+//			case <-changed:
+//			case <-h.Done():
+//				return
+//			}
+//		}
+//	}
+//
+// A backend that cannot lose a lock to a fault it could see coming
+// (memlock) does not implement it.
+type AtRisker interface {
+	// AtRisk reports whether the lock is at risk now, and a channel that
+	// is closed at the next change of that answer: at risk when the
+	// backend's last word on the lock was a failure (it keeps retrying;
+	// the lock is lost if none succeeds before its lease runs out),
+	// cleared when a renewal or reconnection succeeded again. A lock is
+	// not at risk when acquired. Once the lock has ended (Done is
+	// closed) the answer no longer changes: watch Done as well.
+	AtRisk() (atRisk bool, changed <-chan struct{})
+}

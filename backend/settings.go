@@ -28,7 +28,7 @@ import (
 //	WithoutDDL()          ddl=false          create no tables, sequences or other schema objects
 //	WithoutWatchdog()     watchdog=false     no automatic renewal: a lock ends after its TTL
 //	WithTokenBase(n)      token_base=n       every token is n + the backend's own token (see locker.MaxTokenBase)
-//	WithLogger(l)         (none)             where the backend's client library logs
+//	WithLogger(l)         (none)             where the backend logs its events (nil: nowhere)
 //
 // A backend offers the Go options it can honour. Its URL opener accepts
 // every shared parameter: one that cannot change anything there (ddl=false
@@ -45,7 +45,7 @@ type Settings struct {
 	NoDDL         bool          // WithoutDDL, ddl=false
 	NoWatchdog    bool          // WithoutWatchdog, watchdog=false
 	TokenBase     int64         // WithTokenBase, token_base: added to every token (Token)
-	Logger        *slog.Logger  // WithLogger; nil: the backend's default (usually none)
+	Logger        *slog.Logger  // WithLogger: renewal failures, at risk and cleared, reconnects, losses; nil: none
 }
 
 // A Setting sets one field of Settings, or reports an invalid value as an
@@ -137,7 +137,10 @@ func SetNoWatchdog() Setting {
 	}
 }
 
-// SetLogger is WithLogger. A nil logger means the backend's default.
+// SetLogger is WithLogger: where the backend logs its events (a renewal
+// failed, a lock at risk and cleared, a connection replaced, a lock lost
+// and why; backend.Log). A nil logger, the default, logs nothing. It has
+// no URL parameter: a logger is not text.
 func SetLogger(l *slog.Logger) Setting {
 	return func(s *Settings) error {
 		s.Logger = l

@@ -133,6 +133,7 @@ func (s *suite) cases() []testCase {
 		{"Loss/DoneOnCut", s.doneOnCut},
 		{"Loss/RenewalKeepsLock", s.renewalKeepsLock},
 		{"Loss/ShortCutKeepsLock", s.shortCutKeepsLock},
+		{"Loss/AtRiskThenCleared", s.atRiskThenCleared},
 		{"Loss/ConnectionsReset", s.connectionsReset},
 		{"Waiters/WaiterCancelled", s.waiterCancelled},
 		{"Waiters/WaiterCut", s.waiterCut},

@@ -377,4 +377,12 @@
 // context ends). The one exception is a URL with a user and password: the
 // etcd client logs in when it is made, so Open then fails, after
 // dial_timeout, when no server answers or the credentials are wrong.
+//
+// # At risk and logging
+//
+// A Handle is a locker.AtRisker: at risk while the keep-alive of its lease
+// fails or has not answered within its retry interval, until one succeeds
+// (the locks of one lease share its risk). WithLogger logs the keep-alive
+// failures, the lease at risk and cleared, and each loss and why; nothing
+// without it (the etcd client's own logs stay off).
 package etcd

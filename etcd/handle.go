@@ -34,7 +34,10 @@ type Handle struct {
 	swept     bool        // Release after a loss has sent its guarded delete (under mu)
 }
 
-var _ locker.Handle = (*Handle)(nil)
+var (
+	_ locker.Handle   = (*Handle)(nil)
+	_ locker.AtRisker = (*Handle)(nil)
+)
 
 func newHandle(l *Locker, ls *lease, key string, name *waiterName, rev, token int64) *Handle {
 	return &Handle{l: l, ls: ls, key: key, name: name, ekey: name.key, rev: rev, token: token, state: backend.NewState()}
@@ -84,8 +87,16 @@ func (h *Handle) lostErr(why string) error {
 // lose ends h with ErrLost for why.
 func (h *Handle) lose(why string) {
 	h.l.forget(h)
-	h.state.End(h.lostErr(why))
+	if err := h.lostErr(why); h.state.End(err) {
+		backend.Log{L: h.l.cfg.Logger}.Warn("locker: lock lost", backend.LogKey(h.key), backend.Err(err))
+	}
 }
+
+// AtRisk is locker.AtRisker's: at risk while the keep-alive of the
+// lock's lease is failing (a request failed, or has not answered in
+// time), until one succeeds; the lock is lost if none does before the
+// lease runs out. Locks of the same TTL share a lease, and so its risk.
+func (h *Handle) AtRisk() (bool, <-chan struct{}) { return h.ls.risk.AtRisk() }
 
 // forget takes h from the Locker's held set and its lease, and stops the
 // timer that would start watching its key.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/backoff"
 	leases "github.com/go-locker/locker/internal/lease"
 )
@@ -29,6 +31,7 @@ type lease struct {
 	granted time.Duration   // the TTL the server granted
 	marker  string          // the lease's release record (see releaseRecord)
 	keeper  *leases.Renewal // renews it and times its loss; set before ready closes
+	risk    backend.Risk    // its keep-alive failed and none has succeeded since
 
 	lostCtx    context.Context    // ends once the lease is given up
 	lostCancel context.CancelFunc // ends lostCtx
@@ -172,6 +175,8 @@ func (ls *lease) grant(ctx context.Context) {
 		Retry:    min(interval, 200*time.Millisecond),
 		Renew:    ls.renew,
 		Lost:     ls.expired,
+		Failed:   ls.renewFailed,
+		Renewed:  ls.renewed,
 		Go:       l.life.Run,
 	})
 	close(ls.ready)
@@ -240,6 +245,24 @@ func (ls *lease) renew(ctx context.Context) (bool, error) {
 		return false, nil // expired or revoked on the server
 	}
 	return false, err
+}
+
+// renewFailed is the keeper's report of a keep-alive that failed (or has
+// not answered in time): every lock on the lease is at risk.
+func (ls *lease) renewFailed(err error) {
+	log := backend.Log{L: ls.l.cfg.Logger}
+	if ls.risk.Set(true) {
+		log.Warn("locker: etcd lease at risk: keep-alive failed, retrying", slog.Int64("lease", int64(ls.id)), backend.Err(err), slog.Duration("ttl", ls.granted))
+		return
+	}
+	log.Debug("locker: etcd keep-alive failed again, retrying", slog.Int64("lease", int64(ls.id)), backend.Err(err))
+}
+
+// renewed is the keeper's report of a keep-alive that succeeded.
+func (ls *lease) renewed() {
+	if ls.risk.Set(false) {
+		backend.Log{L: ls.l.cfg.Logger}.Info("locker: etcd lease no longer at risk: keep-alive succeeded", slog.Int64("lease", int64(ls.id)))
+	}
 }
 
 // expired is the keeper's report that the lease is lost (the keeper has

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -129,4 +130,12 @@ func WithDriftMargin(d time.Duration) Option {
 		c.DriftMargin = d
 		return nil
 	}
+}
+
+// WithLogger sets where the Locker logs its events (no URL form): a
+// keep-alive that failed and is retried, a lease at risk and cleared, a
+// lock lost and why. Nil, the default, logs nothing (the etcd client's own
+// logs stay off). Keys are shown as errors show them; passwords never.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error { return backend.SetLogger(l)(&c.Settings) }
 }

@@ -111,4 +111,13 @@
 // and by cutting its connection with a fault proxy, as the integration module's
 // harnesses do (integration/redis, integration/postgres). memlock is built on the
 // public package backend only, so a backend author can copy it.
+//
+// # At risk and logging
+//
+// A Handle is a locker.AtRisker, never at risk in a program: its renewals
+// reach the Store in the same process. Only while cut off from its Store by
+// the test hook (the conformance suite's partition) is a lock at risk, until
+// a renewal succeeds again, so that code and tests written against memlock
+// meet the interface as on the network backends. WithLogger logs those
+// events and losses found at renewal.
 package memlock

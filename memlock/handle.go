@@ -10,11 +10,15 @@ import (
 	"github.com/go-locker/locker/backend"
 )
 
+var _ locker.AtRisker = (*handle)(nil)
+
 // handle is a Locker's grip on one key: the client side of a grant.
 type handle struct {
 	l     *Locker
 	g     *grant
 	token int64 // the Locker's token base plus the grant's token
+
+	risk backend.Risk // a renewal failed (the Locker is cut off: a test hook)
 
 	// Guarded by l.mu.
 	next  time.Time // when the watchdog renews the lease next
@@ -25,6 +29,14 @@ func (h *handle) Key() string           { return h.g.key }
 func (h *handle) Token() int64          { return h.token }
 func (h *handle) Done() <-chan struct{} { return h.g.state.Done() }
 func (h *handle) Err() error            { return h.g.state.Err() }
+
+// AtRisk is locker.AtRisker's: at risk from a renewal that failed until
+// one succeeds. A Locker's renewals reach its Store in the same process
+// and do not fail: they fail only while the Locker is cut off from its
+// Store by the test hook that the conformance suite uses as a partition.
+// memlock implements AtRisker all the same, so that code and tests
+// written against it meet the interface as on the network backends.
+func (h *handle) AtRisk() (bool, <-chan struct{}) { return h.risk.AtRisk() }
 
 // TTL is the lease of the lock: exactly the TTL asked (memlock counts in
 // nanoseconds, like time.Duration).
@@ -138,10 +150,20 @@ func (l *Locker) renewDueLocked(now time.Time) {
 		switch {
 		case h.g.state.Ended():
 			// Lost: the store expired the lease and ended the handle.
+			l.log().Warn("locker: lock lost", backend.LogKey(h.g.key), backend.Err(h.g.state.Err()))
 			heap.Pop(&l.held)
-		case l.isCut || l.store.renew(h.g):
-			// Renewed; or unreachable, so try again next period: if the
-			// lease runs out first, the store ends the handle with ErrLost.
+		case l.isCut:
+			// Unreachable: at risk; try again soon. If the lease runs out
+			// first, the store ends the handle with ErrLost.
+			if h.risk.Set(true) {
+				l.log().Warn("locker: lock at risk: renewal failed, retrying", backend.LogKey(h.g.key), backend.Err(errUnreachable))
+			}
+			h.next = now.Add(h.g.ttl / 20)
+			heap.Fix(&l.held, 0)
+		case l.store.renew(h.g):
+			if h.risk.Set(false) {
+				l.log().Info("locker: lock no longer at risk: renewal succeeded", backend.LogKey(h.g.key))
+			}
 			h.next = now.Add(h.g.ttl / 3)
 			heap.Fix(&l.held, 0)
 		default:
@@ -149,6 +171,7 @@ func (l *Locker) renewDueLocked(now time.Time) {
 			// or the key was taken away from this holder, which hears of it
 			// now (End keeps the first error when renew already ended it).
 			h.g.state.End(backend.KeyError("renew", h.g.key, errTakenAway))
+			l.log().Warn("locker: lock lost", backend.LogKey(h.g.key), backend.Err(h.g.state.Err()))
 			heap.Pop(&l.held)
 		}
 	}

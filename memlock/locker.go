@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -55,6 +56,17 @@ func WithTokenBase(n int64) Option {
 		return nil
 	}
 }
+
+// WithLogger sets where the Locker logs its events (no URL form): a
+// renewal that failed (only while cut off by a test hook), the lock at
+// risk and cleared, a loss found at renewal. Nil, the default, logs
+// nothing.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error { return backend.SetLogger(l)(&c.Settings) }
+}
+
+// log is the Locker's logger (WithLogger).
+func (l *Locker) log() backend.Log { return backend.Log{L: l.cfg.Logger} }
 
 func checkTTL(ttl time.Duration) error { return backend.CheckTTL("memlock", ttl) }
 

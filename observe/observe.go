@@ -199,6 +199,7 @@ type recorder struct {
 	releases   metric.Int64Counter
 	held       metric.Int64UpDownCounter
 	waiting    metric.Int64UpDownCounter
+	atRisk     metric.Int64UpDownCounter
 
 	base      [nFamilies][]attribute.KeyValue // backend and family: the spans' first attributes
 	acquire   [nFamilies][nOps][nAcquireOutcomes][]metric.RecordOption
@@ -233,6 +234,8 @@ func newRecorder(c config) *recorder {
 		metric.WithDescription("Locks held now."))
 	r.waiting, _ = meter.Int64UpDownCounter("locker.waiting", metric.WithUnit("{call}"),
 		metric.WithDescription("Callers in a blocking Acquire now."))
+	r.atRisk, _ = meter.Int64UpDownCounter("locker.at_risk", metric.WithUnit("{lock}"),
+		metric.WithDescription("Locks held now that their backend reports at risk (locker.AtRisker): a renewal failing, a connection down."))
 
 	backend := attrBackend.String(c.backend)
 	spanNames := [nFamilies][nOps]string{

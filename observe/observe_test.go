@@ -541,3 +541,60 @@ func TestBackendName(t *testing.T) {
 		}
 	}
 }
+
+// TestAtRiskPassThrough: a wrapped Handle is a locker.AtRisker exactly
+// when the wrapped one is, and reports what it reports.
+func TestAtRiskPassThrough(t *testing.T) {
+	ctx := context.Background()
+	inner := memlock.NewStore().NewLocker()
+	for _, tc := range []struct {
+		name string
+		l    locker.Locker
+		want bool
+	}{
+		{"memlock", observe.Wrap(inner), true},
+		{"without", observe.Wrap(hideRisk{inner}), false},
+	} {
+		h, err := tc.l.Acquire(ctx, "risk-"+tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ok := h.(locker.AtRisker)
+		if ok != tc.want {
+			t.Errorf("%s: wrapped handle is an AtRisker: %t, want %t", tc.name, ok, tc.want)
+		}
+		if ok {
+			in := h.(interface{ Unwrap() locker.Handle }).Unwrap().(locker.AtRisker)
+			at, ch := r.AtRisk()
+			inAt, inCh := in.AtRisk()
+			if at || at != inAt || ch != inCh {
+				t.Errorf("%s: AtRisk %t, %v; the wrapped handle's %t, %v", tc.name, at, ch, inAt, inCh)
+			}
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = inner.Close()
+}
+
+// hideRisk is a Locker whose Handles have only locker.Handle's methods.
+type hideRisk struct{ l locker.Locker }
+
+func (x hideRisk) Acquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := x.l.Acquire(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ locker.Handle }{h}, nil
+}
+
+func (x hideRisk) TryAcquire(ctx context.Context, key string, opts ...locker.Option) (locker.Handle, error) {
+	h, err := x.l.TryAcquire(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ locker.Handle }{h}, nil
+}
+
+func (x hideRisk) Close() error { return nil }

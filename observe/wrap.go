@@ -168,7 +168,7 @@ func (w *wrapped) acquire(ctx context.Context, f family, op int, key string, n i
 	if err != nil {
 		return nil, err
 	}
-	return w.hold(h, f, lk, now), nil
+	return w.hold(h, f, lk, now).public(), nil
 }
 
 // watchAfter is how long a lock is held before a goroutine starts to
@@ -247,12 +247,39 @@ func (w *wrapped) sweep() {
 
 // watch records h's end once its lock ends, or once w is closed (the
 // wrapped Close has ended every lock it could).
+//
+// While it watches, it follows the lock's locker.AtRisker, if it has one,
+// in the locker.at_risk count.
 func (w *wrapped) watch(h *handle) {
 	defer w.watchers.Done()
-	select {
-	case <-h.inner.Done():
-	case <-w.closing:
+	r, _ := h.inner.(locker.AtRisker)
+	risky := false
+	count := func(at bool) {
+		if at != risky {
+			risky = at
+			d := int64(-1)
+			if at {
+				d = 1
+			}
+			w.rec.atRisk.Add(context.Background(), d, w.rec.family[h.f]...)
+		}
 	}
+	for {
+		var changed <-chan struct{}
+		if r != nil {
+			var at bool
+			at, changed = r.AtRisk()
+			count(at)
+		}
+		select {
+		case <-h.inner.Done():
+		case <-w.closing:
+		case <-changed:
+			continue
+		}
+		break
+	}
+	count(false)
 	w.ended(h)
 }
 
@@ -367,6 +394,23 @@ func (h *handle) TTL() time.Duration    { return h.inner.TTL() }
 
 // Unwrap returns the wrapped Handle.
 func (h *handle) Unwrap() locker.Handle { return h.inner }
+
+// public is h as the caller gets it: with the wrapped Handle's
+// locker.AtRisker when it has one, else without.
+func (h *handle) public() locker.Handle {
+	if _, ok := h.inner.(locker.AtRisker); ok {
+		return atRiskHandle{h} // one pointer: no allocation
+	}
+	return h
+}
+
+// atRiskHandle is a handle whose wrapped Handle is a locker.AtRisker.
+type atRiskHandle struct{ *handle }
+
+// AtRisk is the wrapped Handle's.
+func (h atRiskHandle) AtRisk() (bool, <-chan struct{}) {
+	return h.inner.(locker.AtRisker).AtRisk()
+}
 
 // Release releases the wrapped Handle and records the Release and, before
 // it returns, the lock's end.

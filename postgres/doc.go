@@ -393,4 +393,12 @@
 // server refuses fails the first Acquire or TryAcquire. Errors never show
 // the password. A Locker opened from a URL owns its pool and closes it in
 // Close; one built with New leaves the caller's pool open.
+//
+// # At risk and logging
+//
+// A Handle is a locker.AtRisker: at risk while a health check of its
+// connection has not answered in half the time it is given (a partition, a
+// stalled server), until one answers; a check that fails or runs out of time
+// loses the lock. WithLogger logs the lock at risk and cleared and its loss
+// and why; nothing without it.
 package postgres

@@ -46,6 +46,12 @@ type handle struct {
 	granted time.Time
 	renewed atomic.Int64
 	state   *backend.State
+	risk    backend.Risk // a health check is slow to answer (health.go)
+	// riskMu orders a check's slow report with its answer: checking
+	// counts the checks begun and ended, so that a report running late,
+	// after its check answered, does nothing.
+	riskMu   sync.Mutex
+	checking uint64
 
 	relMu sync.Mutex // one Release at a time
 	gone  sync.Once
@@ -58,7 +64,10 @@ type handle struct {
 	startTimer *timerq.Entry // starts the monitor after monitorDelay
 }
 
-var _ locker.Handle = (*handle)(nil)
+var (
+	_ locker.Handle   = (*handle)(nil)
+	_ locker.AtRisker = (*handle)(nil)
+)
 
 func newHandle(l *Locker, conn *pgxpool.Conn, key string, g grant) *handle {
 	return &handle{

@@ -149,6 +149,25 @@ func (h *handle) check() error {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
+	// A check that has not answered half way to its end (a partition, a
+	// stalled server) puts the lock at risk: it is lost at the end.
+	h.riskMu.Lock()
+	h.checking++
+	seq := h.checking
+	h.riskMu.Unlock()
+	slow := time.AfterFunc(end.Sub(sent)/2, func() {
+		h.riskMu.Lock()
+		defer h.riskMu.Unlock()
+		if h.checking == seq { // this check is still at work
+			h.atRisk(fmt.Errorf("health check has not answered in %v", time.Since(sent).Round(time.Millisecond)))
+		}
+	})
+	defer func() {
+		slow.Stop()
+		h.riskMu.Lock()
+		h.checking++ // a slow report of this check, running late, is void
+		h.riskMu.Unlock()
+	}()
 	backstop := time.AfterFunc(time.Until(closeAt), func() { _ = h.pgc.Conn().Close() })
 	defer backstop.Stop()
 	hi, lo := keyHalves(h.id)
@@ -167,13 +186,40 @@ func (h *handle) check() error {
 		return errors.New("the session no longer holds the lock (pg_advisory_unlock_all, DISCARD ALL or an unlock on the session?)")
 	}
 	h.renewed.Store(int64(sent.Sub(h.granted)))
+	h.riskMu.Lock()
+	h.checking++ // a slow report of this check, running late, is void
+	h.cleared()
+	h.riskMu.Unlock()
 	return nil
 }
+
+// atRisk records that the lock is at risk for the reason err.
+func (h *handle) atRisk(err error) {
+	if !h.state.Ended() && h.risk.Set(true) {
+		backend.Log{L: h.l.cfg.Logger}.Warn("locker: lock at risk", backend.LogKey(h.key), backend.Err(err))
+	}
+}
+
+// cleared records that a health check answered: the lock is no longer at
+// risk.
+func (h *handle) cleared() {
+	if !h.state.Ended() && h.risk.Set(false) {
+		backend.Log{L: h.l.cfg.Logger}.Info("locker: lock no longer at risk: health check answered", backend.LogKey(h.key))
+	}
+}
+
+// AtRisk is locker.AtRisker's: at risk while a health check of the
+// lock's connection has not answered for half of the time it is given (a
+// partition, a stalled server), until one answers; the lock is lost when
+// the check fails or runs out of time.
+func (h *handle) AtRisk() (bool, <-chan struct{}) { return h.risk.AtRisk() }
 
 // lose ends the handle with ErrLost and closes its connection. Only the first
 // ending counts: a Release that already ended the handle keeps its result.
 func (h *handle) lose(cause error) {
-	h.state.End(lostErr(h.key, cause))
+	if err := lostErr(h.key, cause); h.state.End(err) {
+		backend.Log{L: h.l.cfg.Logger}.Warn("locker: lock lost", backend.LogKey(h.key), backend.Err(err))
+	}
 	h.discard()
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"sync"
@@ -149,6 +150,14 @@ func WithDefaultTTL(ttl time.Duration) Option {
 // of every lock.
 func WithDriftMargin(d time.Duration) Option {
 	return func(c *config) error { return c.set(backend.SetDriftMargin(d)) }
+}
+
+// WithLogger sets where the Locker logs its events (no URL form): a lock
+// at risk (a health check slow to answer) and cleared, a lock lost and
+// why. Nil, the default, logs nothing. Keys are shown as errors show them;
+// passwords never.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error { return c.set(backend.SetLogger(l)) }
 }
 
 // WithHealthCheckInterval sets how often each held lock's connection is

@@ -400,4 +400,12 @@
 //
 // *goredis.Ring is not supported: it moves keys to another shard when one
 // fails, which would let two clients hold one lock.
+//
+// # At risk and logging
+//
+// A Handle is a locker.AtRisker: at risk from a renewal that failed, or has
+// not answered within its retry interval (a twentieth of the TTL: a
+// partition holds the request), until one succeeds. WithLogger logs the
+// renewal failures, the lock at risk and cleared, its loss and why, a
+// Pub/Sub connection replaced and a Cluster slot moved; nothing without it.
 package redis

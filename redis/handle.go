@@ -10,6 +10,8 @@ import (
 	"github.com/go-locker/locker/internal/lease"
 )
 
+var _ locker.AtRisker = (*Handle)(nil)
+
 var _ locker.Handle = (*Handle)(nil)
 
 // Handle is one held lock. It is safe for concurrent use.
@@ -27,7 +29,7 @@ func newHandle(l *Locker, key string, k keys, owner string, token int64, ttl, dr
 	h := &Handle{l: l, k: k, key: key, owner: owner, drift: drift, sent: sent}
 	h.c.Init(key, owner, token, ttl, backend.NewState(), lease.Proto{
 		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: lease.Counted(l.enter, l.exit),
-		Server: "the server", Gone: "it was deleted on the server",
+		Server: "the server", Gone: "it was deleted on the server", Log: backend.Log{L: l.cfg.Logger},
 	})
 	return h
 }
@@ -60,6 +62,11 @@ func (h *Handle) Done() <-chan struct{} { return h.c.Done() }
 // Err is nil while the lock is held, then locker.ErrReleased or an error
 // wrapping locker.ErrLost.
 func (h *Handle) Err() error { return h.c.Err() }
+
+// AtRisk is locker.AtRisker's: at risk from a renewal that failed (it is
+// retried) until one succeeds; the lock is lost if none does before its
+// lease runs out.
+func (h *Handle) AtRisk() (bool, <-chan struct{}) { return h.c.AtRisk() }
 
 // TTL returns the lease of the lock.
 func (h *Handle) TTL() time.Duration { return h.c.TTL }

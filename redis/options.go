@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/go-locker/locker"
@@ -193,4 +194,12 @@ var limits = lease.Limits{Backend: "redis"}
 // when the configured margin leaves too little of the lease.
 func (c *config) driftFor(ttl time.Duration) (time.Duration, error) {
 	return c.DriftFor(ttl)
+}
+
+// WithLogger sets where the Locker logs its events (no URL form): a
+// renewal that failed and is retried, a lock at risk and cleared, a lock
+// lost and why, a Pub/Sub connection replaced. Nil, the default, logs nothing. Keys
+// are shown as errors show them; passwords never.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error { return c.Set(backend.SetLogger(l)) }
 }

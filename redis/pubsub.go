@@ -6,6 +6,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker/backend"
 )
 
 // Waiters sleep until they are told on their Locker's wake-up channel of the
@@ -213,6 +215,7 @@ func (h *hub) find(ctx context.Context, channel string, create bool) *node {
 			}
 		},
 		newPubSub: newPubSub,
+		log:       backend.Log{L: h.l.cfg.Logger},
 		ps:        newPubSub(),
 		chans:     map[string]*chanState{},
 		dirty:     map[string]struct{}{},

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/backoff"
 	"github.com/go-locker/locker/redis/internal/guard"
 )
@@ -27,6 +29,7 @@ type node struct {
 	sharded   bool
 	reload    func() // has the client reload its Cluster slot map
 	newPubSub func() *goredis.PubSub
+	log       backend.Log   // WithLogger: connection replacements, moved slots
 	kick      chan struct{} // wakes the writer
 	stop      chan struct{}
 
@@ -286,7 +289,7 @@ func (n *node) receive() {
 					continue
 				}
 			}
-			n.replace(ps)
+			n.replace(ps, errors.New("a PING went unanswered"))
 			pinged = false
 		case guard.IsServerReply(err):
 			// An error reply to one of our commands; the connection itself
@@ -298,7 +301,7 @@ func (n *node) receive() {
 				n.refused(slot)
 			}
 		default:
-			n.replace(ps)
+			n.replace(ps, err)
 			pinged = false
 			if !backoff.Sleep(ctx, retry.Next(), n.stop) {
 				return
@@ -319,12 +322,13 @@ func (n *node) stopped() bool {
 // replace swaps a failed connection for a new one and has every channel
 // that has waiters subscribed again. Releases announced meanwhile were
 // missed, so every waiter looks once.
-func (n *node) replace(old *goredis.PubSub) {
+func (n *node) replace(old *goredis.PubSub, why error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.ps != old || n.stopped() {
 		return
 	}
+	n.log.Warn("locker: redis Pub/Sub connection replaced; its waiters look again", slog.String("addr", n.addr), backend.Err(why))
 	_ = old.Close()
 	n.ps = n.newPubSub()
 	for ch, cs := range n.chans {
@@ -426,6 +430,7 @@ func (n *node) unsubscribed(ch string) {
 // are another master's, so their waiters must watch again (hub.rewatch),
 // and the slot map is stale.
 func (n *node) refused(slot int) {
+	n.log.Info("locker: redis Cluster slot moved; its waiters subscribe again", slog.Int("slot", slot), slog.String("addr", n.addr))
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for ch, cs := range n.chans {

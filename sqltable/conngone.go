@@ -7,6 +7,8 @@ import (
 	"errors"
 	"io"
 	"net"
+
+	"github.com/go-locker/locker/backend"
 )
 
 // connGone reports an error that says the statement's connection was gone
@@ -56,6 +58,7 @@ func (l *Locker) retryIdem(ctx context.Context, f func(context.Context) error) e
 		if tries >= limit {
 			break
 		}
+		backend.Log{L: l.cfg.Logger}.Debug("locker: sqltable statement found its pooled connection gone; running it again on another", backend.Err(err))
 		err = l.retry(ctx, f)
 	}
 	return err

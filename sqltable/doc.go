@@ -665,4 +665,13 @@
 // driver package; on PostgreSQL it then acquires through database/sql and
 // its waiters poll, as it cannot reach pgx below the wrapper. The locker
 // command imports all three.
+//
+// # At risk and logging
+//
+// A Handle is a locker.AtRisker: at risk from a renewal that failed, or has
+// not answered within its retry interval (a twentieth of the TTL), until one
+// succeeds. WithLogger logs the renewal failures, the lock at risk and
+// cleared, its loss and why, the LISTEN connection replaced, and (at Debug)
+// a statement run again after its pooled connection was found gone; nothing
+// without it.
 package sqltable

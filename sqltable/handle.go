@@ -12,6 +12,8 @@ import (
 	"github.com/go-locker/locker/internal/timerq"
 )
 
+var _ locker.AtRisker = (*Handle)(nil)
+
 var _ locker.Handle = (*Handle)(nil)
 
 // Handle is one held lock. It is safe for concurrent use.
@@ -68,6 +70,11 @@ func (h *Handle) Done() <-chan struct{} { return h.c.Done() }
 // wrapping locker.ErrLost.
 func (h *Handle) Err() error { return h.c.Err() }
 
+// AtRisk is locker.AtRisker's: at risk from a renewal that failed (it is
+// retried) until one succeeds; the lock is lost if none does before its
+// lease runs out.
+func (h *Handle) AtRisk() (bool, <-chan struct{}) { return h.c.AtRisk() }
+
 // start begins the lease: renewals every TTL/3 (unless the watchdog is off)
 // and the loss timer at sent + TTL − drift on the local monotonic clock.
 // Until then the Handle is not handed out: only Close (claim, stop, and
@@ -75,7 +82,7 @@ func (h *Handle) Err() error { return h.c.Err() }
 func (h *Handle) start(sent time.Time, drift time.Duration) {
 	h.c.Init(h.key, h.owner, h.fence, h.ttl, h.st, lease.Proto{
 		Release: h.release, Cleanup: h.cleanup, Forget: h.forget, Enter: h.enter,
-		Server: "the database", Gone: "the row was changed or deleted outside this Locker",
+		Server: "the database", Gone: "the row was changed or deleted outside this Locker", Log: backend.Log{L: h.l.cfg.Logger},
 	})
 	cfg := lease.RenewConfig{Drift: drift, Go: h.l.run}
 	if !h.l.cfg.NoWatchdog {

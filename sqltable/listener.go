@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-locker/locker/backend"
 	"github.com/go-locker/locker/internal/backoff"
 	"github.com/go-locker/locker/sqltable/internal/drivers"
 )
@@ -116,6 +117,9 @@ func (ls *listener) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if ls.listenOnce(ctx) {
 			back.Reset()
+			if ctx.Err() == nil {
+				backend.Log{L: ls.l.cfg.Logger}.Warn("locker: sqltable LISTEN connection ended; listening again on another")
+			}
 		}
 		ls.setListening(false)
 		back.Wait(ctx)

@@ -2,6 +2,7 @@ package sqltable
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/go-locker/locker"
@@ -189,4 +190,12 @@ func (c *config) driftFor(ttl time.Duration) (time.Duration, error) {
 func (c *config) lockTTL(opts []locker.Option) (time.Duration, error) {
 	ttl, err := limits.TTL(c.TTL, opts)
 	return ttl.Truncate(time.Microsecond), err
+}
+
+// WithLogger sets where the Locker logs its events (no URL form): a
+// renewal that failed and is retried, a lock at risk and cleared, a lock
+// lost and why. Nil, the default, logs nothing. Keys
+// are shown as errors show them; passwords never.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error { return c.set(backend.SetLogger(l)) }
 }

@@ -386,4 +386,14 @@
 // repeated or malformed parameters are errors wrapping
 // locker.ErrInvalidURL, and no error shows the password. The Locker owns
 // its connection.
+//
+// # At risk and logging
+//
+// A Handle is a locker.AtRisker: at risk while the connection is down (the
+// session, and the lock, may live on until the server expires it), or while
+// a connection the Locker dialed has heard nothing for half the session
+// timeout; cleared once back in the same session, or once answers resume.
+// The locks of one session share its risk. WithLogger logs the session
+// established, disconnected, reconnected and expired, each loss and why, and
+// go-zookeeper's own messages; nothing without it.
 package zookeeper

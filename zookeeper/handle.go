@@ -14,6 +14,16 @@ import (
 	"github.com/go-locker/locker/backend"
 )
 
+var _ locker.AtRisker = (*Handle)(nil)
+
+// AtRisk is locker.AtRisker's: at risk while the Locker's connection to
+// ZooKeeper is down (the session may still be alive: its locks stand
+// until the server expires it), or, on a connection the Locker dialed,
+// has had no answer for half the session timeout (a ping went
+// unanswered); cleared once it is back in the same session, or answers
+// again. The locks of one session share its risk.
+func (h *Handle) AtRisk() (bool, <-chan struct{}) { return h.s.risk.AtRisk() }
+
 // Handle is a held lock: the contender's node is the lowest of its lock
 // directory. It is safe for concurrent use.
 type Handle struct {

@@ -199,10 +199,13 @@ func WithTokenBase(n int64) Option {
 	}
 }
 
-// WithLogger sets the logger of the connections the Locker dials and of the
-// Locker's own notes (default: none; go-zookeeper otherwise logs every
-// reconnect through the log package). Its messages are logged at level
-// Info. A nil logger means none.
+// WithLogger sets where the Locker logs its events (no URL form): session
+// established, disconnected (its locks at risk), reconnected (cleared),
+// expired, a lock lost and why; and the logger of the connections the
+// Locker dials (go-zookeeper's own messages, at level Info; go-zookeeper
+// otherwise logs every reconnect through the log package). Nil, the
+// default, logs nothing. Keys are shown as errors show them; passwords
+// never.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error { return backend.SetLogger(l)(&c.Settings) }
 }

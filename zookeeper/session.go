@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -150,6 +151,11 @@ func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
 			}
 		}
 		same := id == s.sessID
+		if s.risk.Set(false) {
+			s.log().Info("locker: zookeeper reconnected: locks no longer at risk", slog.Bool("same_session", same), slog.Int64("session", id))
+		} else if !same {
+			s.log().Info("locker: zookeeper session established", slog.Int64("session", id))
+		}
 		s.sessID, s.connected, s.deadline, s.lostSess = id, true, time.Time{}, 0
 		if s.link != nil {
 			if g := time.Duration(s.link.granted.Load()); g > 0 {
@@ -182,6 +188,8 @@ func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
 		}
 		s.sweepLocked(id)
 	case zk.StateExpired:
+		s.risk.Set(false)
+		s.log().Warn("locker: zookeeper session expired", slog.Int64("session", s.sessID))
 		s.loseSessionLocked(s.sessID, "the session expired: the server deleted the lock nodes")
 		s.connected, s.deadline = false, time.Time{}
 		timer.Stop()
@@ -206,9 +214,15 @@ func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
 		}
 		s.deadline = heard.Add(s.timeout - s.l.cfg.driftMargin(s.timeout))
 		timer.Reset(max(s.deadline.Sub(now), 0))
+		s.risk.Set(true)
+		s.log().Warn("locker: zookeeper disconnected: the session's locks are at risk", slog.String("state", state.String()),
+			slog.Int64("session", s.sessID), slog.Duration("lost_in", max(s.deadline.Sub(now), 0)))
 		s.broadcastLocked()
 	}
 }
+
+// log is the Locker's logger (WithLogger) for the Locker's own events.
+func (s *session) log() backend.Log { return backend.Log{L: s.l.cfg.Logger} }
 
 // loseSessionLocked ends every held lock of session sid with ErrLost. Their
 // nodes, should the session come back after all, are deleted then.
@@ -222,8 +236,9 @@ func (s *session) loseSessionLocked(sid int64, why string) {
 			continue
 		}
 		s.l.life.Drop(h)
-		if h.state.End(h.lostErr(why)) {
+		if err := h.lostErr(why); h.state.End(err) {
 			s.orphans[h.node] = sid
+			s.log().Warn("locker: lock lost", backend.LogKey(h.key), backend.Err(err))
 		}
 	}
 }
@@ -391,10 +406,18 @@ func (s *session) leaseEnd(h time.Time) time.Time {
 // timeout when nothing was answered yet.
 func (s *session) nextLeaseCheckLocked(now time.Time) time.Duration {
 	if h := s.link.heard(); !h.IsZero() {
-		return max(s.leaseEnd(h).Sub(now), 0)
+		return max(min(s.leaseEnd(h).Sub(now), s.quietEnd(h).Sub(now)), 0)
 	}
 	return s.timeout / 3
 }
+
+// quietEnd is when a connected session that last heard from the server at
+// h is at risk: half a session timeout later. go-zookeeper pings every
+// third of the timeout, so by then a ping has gone unanswered: a
+// partition, or a stalled server. go-zookeeper itself declares the
+// connection down only at two thirds of the timeout, which leaves a
+// holder little time to act, and a healed link little time to return.
+func (s *session) quietEnd(h time.Time) time.Time { return h.Add(s.timeout / 2) }
 
 // checkLease gives the locks of the session up when, while connected, no
 // request has been answered for a session timeout less the drift margin:
@@ -421,8 +444,21 @@ func (s *session) checkLease(t *time.Timer) {
 		return
 	}
 	now := time.Now()
+	quiet := !now.Before(s.quietEnd(h))
+	switch {
+	case quiet && s.risk.Set(true):
+		s.log().Warn("locker: zookeeper silent: the session's locks are at risk", slog.Int64("session", s.sessID),
+			slog.Duration("silent_for", now.Sub(h).Round(time.Millisecond)))
+	case !quiet && s.risk.Set(false):
+		s.log().Info("locker: zookeeper answering again: locks no longer at risk", slog.Int64("session", s.sessID))
+	}
 	if end := s.leaseEnd(h); now.Before(end) {
 		next = end.Sub(now)
+		if quiet {
+			next = min(next, s.timeout/10) // to see the answers resume
+		} else {
+			next = min(next, s.quietEnd(h).Sub(now))
+		}
 		return
 	}
 	why := fmt.Sprintf("no answer from ZooKeeper to any request sent in the last %v, though connected; the server may expire the session (timeout %v) any moment now",

@@ -10,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
 // session is one ZooKeeper connection of a Locker and the session it
@@ -47,6 +48,7 @@ type session struct {
 	queue []zk.Event
 	kick  chan struct{}
 
+	risk      backend.Risk // disconnected: the session's locks are at risk
 	mu        sync.Mutex
 	sessID    int64            // the session the Locker knows of; 0 before the first
 	connected bool             // sessID is live and connected

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -31,7 +32,8 @@ type Handle struct {
 	Proto Proto
 
 	lease     Slot
-	watchdog  bool // the lease is renewed (Config.Renew was set)
+	risk      backend.Risk // AtRisk: a renewal failed and none has succeeded since
+	watchdog  bool         // the lease is renewed (Config.Renew was set)
 	mu        sync.Mutex
 	releasing bool // a Release, Close or the loss has claimed the lock
 }
@@ -65,6 +67,9 @@ type Proto struct {
 	// Gone completes "its lease had run out, or ..." in the messages of a
 	// lock found no longer ours: "it was deleted on the server".
 	Gone string
+	// Log is the Locker's logger (WithLogger): renewal failures, the
+	// lock at risk and cleared, and its loss with the cause.
+	Log backend.Log
 }
 
 // Init sets the lock's identity, state and protocol up, before the lease
@@ -106,11 +111,34 @@ func (h *Handle) LostErr(why string) error { return LostErr(h.Key, why) }
 // Lose). A handle that has ended already (Close took it over before its
 // lease started) keeps no lease: it is stopped at once.
 func (h *Handle) Start(sent time.Time, cfg RenewConfig) {
-	cfg.TTL, cfg.Lost = h.TTL, h.leaseLost
+	cfg.TTL, cfg.Lost, cfg.Failed, cfg.Renewed = h.TTL, h.leaseLost, h.renewFailed, h.renewed
 	h.watchdog = cfg.Renew != nil
 	h.lease.Set(StartRenewal(sent, cfg))
 	if h.State.Ended() {
 		h.lease.Stop()
+	}
+}
+
+// AtRisk is the backend Handle's AtRisk (locker.AtRisker): at risk from
+// a renewal that failed until one succeeds.
+func (h *Handle) AtRisk() (bool, <-chan struct{}) { return h.risk.AtRisk() }
+
+// renewFailed is the lease's report of a failed renewal, to be retried.
+func (h *Handle) renewFailed(err error) {
+	if h.State.Ended() {
+		return
+	}
+	if h.risk.Set(true) {
+		h.Proto.Log.Warn("locker: lock at risk: renewal failed, retrying", backend.LogKey(h.Key), backend.Err(err), slog.Duration("ttl", h.TTL))
+		return
+	}
+	h.Proto.Log.Debug("locker: renewal failed again, retrying", backend.LogKey(h.Key), backend.Err(err))
+}
+
+// renewed is the lease's report of a successful renewal.
+func (h *Handle) renewed() {
+	if !h.State.Ended() && h.risk.Set(false) {
+		h.Proto.Log.Info("locker: lock no longer at risk: renewal succeeded", backend.LogKey(h.Key))
 	}
 }
 
@@ -156,6 +184,9 @@ func (h *Handle) Stop() { h.lease.Stop() }
 func (h *Handle) End(err error) bool {
 	first := h.State.End(err)
 	h.lease.Stop()
+	if first && errors.Is(err, locker.ErrLost) {
+		h.Proto.Log.Warn("locker: lock lost", backend.LogKey(h.Key), backend.Err(err))
+	}
 	return first
 }
 

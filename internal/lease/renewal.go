@@ -61,6 +61,12 @@ type RenewConfig struct {
 	// (not wrapped in locker.ErrLost; the backend does that). It runs on a
 	// goroutine of its own (a timer's), inside Go if Go is set.
 	Lost func(cause error)
+	// Failed, if set, is called after each renewal that failed with a
+	// transient error (it is retried): the lease is at risk. Renewed, if
+	// set, is called after each renewal that succeeded (and each Extended).
+	// Both run outside the Renewal's lock, on the renewing goroutine.
+	Failed  func(err error)
+	Renewed func()
 	// Go, if set, runs f while the owner counts it as active, on the calling
 	// goroutine, so that the owner's Close can wait for renewals and loss
 	// reports in progress; it returns false without running f when the owner
@@ -79,6 +85,11 @@ type Renewal struct {
 	loss     *time.Timer        // fires at the deadline, re-arms if it moved
 	renew    *time.Timer        // the next renewal; nil without Renew
 	inflight context.CancelFunc // cancels the renewal in flight, if any
+	sentAt   time.Time          // when the renewal in flight was sent
+	slow     bool               // the renewal in flight was reported slow (Failed)
+	gen      uint64             // counts the renewals sent
+	cbMu     sync.Mutex         // orders the calls of Failed and Renewed
+	due      time.Time          // when the next renewal is due (the renew timer's)
 	lastErr  error              // the last failed renewal, for the loss message
 	stopped  bool
 	lost     bool
@@ -103,7 +114,8 @@ func StartRenewal(sent time.Time, cfg RenewConfig) *Renewal {
 	defer l.mu.Unlock()
 	l.loss = time.AfterFunc(time.Until(l.deadline), func() { l.run(l.check) })
 	if cfg.Renew != nil {
-		l.renew = time.AfterFunc(time.Until(sent.Add(l.interval)), func() { l.run(l.renewOnce) })
+		l.due = sent.Add(l.interval)
+		l.renew = time.AfterFunc(time.Until(l.due), func() { l.run(l.renewOnce) })
 	}
 	return l
 }
@@ -171,8 +183,12 @@ func (l *Renewal) Check() {
 // has stopped.
 func (l *Renewal) Extended(sent time.Time) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	stopped := l.stopped
 	l.extend(sent)
+	l.mu.Unlock()
+	if !stopped {
+		l.renewed()
+	}
 }
 
 func (l *Renewal) extend(sent time.Time) {
@@ -255,18 +271,56 @@ func (l *Renewal) check() {
 	l.lose(cause)
 }
 
-// renewOnce runs when a renewal is due.
+// ErrSlow is the error given to Config.Failed for a renewal that has
+// not answered within Retry: a partition or a stalled server holds the
+// request, and it may not answer before the lease runs out.
+var ErrSlow = errors.New("renewal has not answered")
+
+// renewOnce runs when the renew timer fires: when a renewal is due, and
+// Retry after a renewal was sent, to report it slow if it has not
+// answered (a request that hangs fails only at the deadline, too late to
+// warn of anything).
 func (l *Renewal) renewOnce() {
 	l.mu.Lock()
 	if l.stopped {
 		l.mu.Unlock()
 		return
 	}
+	now := time.Now()
+	if l.inflight != nil {
+		// The slow check (or a stale run of the timer).
+		report := !l.slow && !now.Before(l.sentAt.Add(l.retry))
+		if report {
+			l.slow = true
+		}
+		since, gen := now.Sub(l.sentAt), l.gen
+		l.mu.Unlock()
+		if report && l.cfg.Failed != nil {
+			// Unless the renewal answered meanwhile: its Renewed must
+			// come after, not before, this report.
+			l.cbMu.Lock()
+			l.mu.Lock()
+			still := l.inflight != nil && l.gen == gen && !l.stopped
+			l.mu.Unlock()
+			if still {
+				l.cfg.Failed(fmt.Errorf("%w in %v", ErrSlow, since.Round(time.Millisecond)))
+			}
+			l.cbMu.Unlock()
+		}
+		return
+	}
+	if now.Before(l.due) {
+		// A stale run of the timer, re-armed meanwhile for l.due.
+		l.mu.Unlock()
+		return
+	}
 	ctx, cancel := context.WithDeadline(context.Background(), l.deadline)
-	l.inflight = cancel
+	l.inflight, l.sentAt, l.slow = cancel, now, false
+	l.gen++
+	l.renew.Reset(l.retry)
 	l.mu.Unlock()
 
-	sent := time.Now()
+	sent := now
 	ok, err := l.cfg.Renew(ctx)
 	cancel()
 
@@ -279,7 +333,11 @@ func (l *Renewal) renewOnce() {
 	switch {
 	case err == nil && ok:
 		l.extend(sent)
-		l.renew.Reset(max(time.Until(sent.Add(l.interval)), 0))
+		l.due = sent.Add(l.interval)
+		l.renew.Reset(max(time.Until(l.due), 0))
+		l.mu.Unlock()
+		l.renewed()
+		return
 	case err == nil:
 		l.mu.Unlock()
 		l.lose(ErrGone)
@@ -288,9 +346,24 @@ func (l *Renewal) renewOnce() {
 		// Transient (network, failover, timeout): retry soon; the loss
 		// timer ends the lock if no renewal succeeds in time.
 		l.lastErr = err
+		l.due = time.Now().Add(l.retry)
 		l.renew.Reset(l.retry)
+		l.mu.Unlock()
+		if l.cfg.Failed != nil {
+			l.cbMu.Lock()
+			l.cfg.Failed(err)
+			l.cbMu.Unlock()
+		}
 	}
-	l.mu.Unlock()
+}
+
+// renewed calls Renewed, in order with Failed.
+func (l *Renewal) renewed() {
+	if l.cfg.Renewed != nil {
+		l.cbMu.Lock()
+		l.cfg.Renewed()
+		l.cbMu.Unlock()
+	}
 }
 
 // Slot holds a handle's Lease, stored once renew.Start has returned; until

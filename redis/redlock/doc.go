@@ -412,4 +412,11 @@
 //     released, it grants A's owner token there again. A fenced resource
 //     still rejects A's token, which is lower than B's; but a renewal of A
 //     would count that node as holding A's lock.
+//
+// # At risk and logging
+//
+// A Handle is a locker.AtRisker: at risk from a renewal round that failed,
+// or has not answered within its retry interval, until one succeeds.
+// WithLogger logs the renewal failures, the lock at risk and cleared, and its
+// loss and why; nothing without it.
 package redlock

@@ -13,6 +13,8 @@ import (
 	"github.com/go-locker/locker/internal/lease"
 )
 
+var _ locker.AtRisker = (*Handle)(nil)
+
 var _ locker.Handle = (*Handle)(nil)
 
 // Handle is one lock held on a majority of the nodes. It is safe for
@@ -29,7 +31,7 @@ func newHandle(l *Locker, key string, k keys, owner string, token int64, tm timi
 	h := &Handle{l: l, k: k, tm: tm, sent: sent}
 	h.c.Init(key, owner, token, tm.ttl, backend.NewState(), lease.Proto{
 		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: lease.Counted(l.enter, l.exit),
-		Server: "the nodes", Gone: "it was deleted on a majority of the nodes",
+		Server: "the nodes", Gone: "it was deleted on a majority of the nodes", Log: backend.Log{L: l.cfg.Logger},
 	})
 	return h
 }
@@ -58,6 +60,11 @@ func (h *Handle) Done() <-chan struct{} { return h.c.Done() }
 // Err is nil while the lock is held, then locker.ErrReleased or an error
 // wrapping locker.ErrLost.
 func (h *Handle) Err() error { return h.c.Err() }
+
+// AtRisk is locker.AtRisker's: at risk from a renewal that failed (it is
+// retried) until one succeeds; the lock is lost if none does before its
+// lease runs out.
+func (h *Handle) AtRisk() (bool, <-chan struct{}) { return h.c.AtRisk() }
 
 // Validity returns until when the lock is surely held on a majority of the
 // nodes, on this process's monotonic clock: the send time of the last

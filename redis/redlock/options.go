@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/go-locker/locker"
@@ -186,4 +187,12 @@ func (c *config) lockTiming(opts []locker.Option) (timing, error) {
 	tm, err := c.timing(ttl)
 	tm.desc = backend.Owner(opts)
 	return tm, err
+}
+
+// WithLogger sets where the Locker logs its events (no URL form): a
+// renewal that failed and is retried, a lock at risk and cleared, a lock
+// lost and why. Nil, the default, logs nothing. Keys
+// are shown as errors show them; passwords never.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error { return c.Set(backend.SetLogger(l)) }
 }
