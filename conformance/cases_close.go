@@ -159,7 +159,14 @@ func (s *suite) closeWhileCut(t *testing.T, ctx context.Context) {
 		t.Errorf("Err() of %q after a Close that could not reach the backend = %v, want an error wrapping locker.ErrLost and locker.ErrClosed, not locker.ErrReleased (the lock was not released)", k, herr)
 	}
 	heal()
-	wctx, cancel := context.WithTimeout(ctx, time.Until(cutAt.Add(s.h.ExpiryBound+prompt)))
+	// The key is free ExpiryBound after the cut; Close may have taken
+	// longer than that to give up (ReleaseTimeout), and the other client's
+	// Acquire then still gets its prompt.
+	by := cutAt.Add(s.h.ExpiryBound + prompt)
+	if soon := time.Now().Add(prompt); soon.After(by) {
+		by = soon
+	}
+	wctx, cancel := context.WithDeadline(ctx, by)
 	defer cancel()
 	hb, err := b.Acquire(wctx, k, ttl(s))
 	if err != nil {
