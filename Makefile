@@ -3,7 +3,10 @@
 # talks to real servers: integration/testserver, each backend's conformance run, fault
 # tests and benchmarks (see README "Running the tests"). Every target that needs servers
 # goes through scripts/with-servers.sh, which finds or sets up a Docker engine and
-# cleans up after. PKGS is a package pattern applied in both modules.
+# cleans up after. PKGS is a package pattern applied in both modules. The
+# examples that need a dependency the library must not have (the Prometheus
+# client) are modules of their own too, EXAMPLE_MODULES, tested and vetted
+# with the root module.
 
 GO       ?= go
 SHELL    := /bin/bash
@@ -18,6 +21,8 @@ WITH_SERVERS := LOCKER_REQUIRE_SERVERS=1 $(CURDIR)/scripts/with-servers.sh
 in_module = cd $(1) && if [ -n "$$($(GO) list -e -f '{{if or .GoFiles .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' $(PKGS) 2>/dev/null)" ]; then $(2); else echo "$(1): no packages match $(PKGS)"; fi
 in_root = $(call in_module,.,$(1))
 in_integration = $(call in_module,integration,$(1))
+EXAMPLE_MODULES := examples/observe-prometheus
+in_examples = $(foreach m,$(EXAMPLE_MODULES),($(call in_module,$(m),$(1))) &&) true
 
 .PHONY: readme-check soak chaos all test vet lint fmt-check bench cover servers-up servers-down servers-env docker-up docker-down
 
@@ -35,6 +40,7 @@ INTEGRATION_P ?= 3
 test: vet readme-check
 	mkdir -p .artifacts
 	$(call in_root,$(GO) test -race -count=1 $(ARTIFACTS) $(PKGS))
+	$(call in_examples,$(GO) test -race -count=1 $(PKGS))
 	$(call in_integration,$(WITH_SERVERS) $(GO) test -race -count=1 -p $(INTEGRATION_P) -timeout 25m $(ARTIFACTS) $(PKGS))
 
 ## chaos: only the chaos suite (conformance/chaos) on every backend, each run
@@ -56,6 +62,7 @@ readme-check:
 
 vet:
 	$(call in_root,$(GO) vet $(PKGS))
+	$(call in_examples,$(GO) vet $(PKGS))
 	$(call in_integration,$(GO) vet $(PKGS))
 
 ## lint: go vet, gofmt, and staticcheck when the module proxy serves it
@@ -63,7 +70,8 @@ lint: vet fmt-check
 	@if $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -version >/dev/null 2>&1; then \
 		echo "staticcheck $(STATICCHECK_VERSION)"; \
 		$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS) && \
-		(cd integration && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)); \
+		(cd integration && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)) && \
+		$(call in_examples,$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)); \
 	else \
 		echo "lint: staticcheck $(STATICCHECK_VERSION) not available from the module proxy; skipped"; \
 	fi

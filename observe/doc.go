@@ -72,4 +72,17 @@
 // or as locker.key (KeyRaw). A span whose outcome is "error" has the status
 // Error; its description is the error's text only under KeyRaw (errors name
 // their key).
+//
+// A blocking Acquire that began while its key was held through the same
+// wrapped Locker (the wait that locker.acquire.wait records) has a span
+// link to the Acquire span of the lock it waited for (of a semaphore or a
+// reader-writer lock: the latest acquisition of the key still held when
+// the wait began), with that holder's locker.token as the link's
+// attribute. In the trace of a contended handoff, holder A's request and
+// waiter B's are two traces: B's locker.Acquire begins while A holds the
+// key, and ends, with a higher token, once A's locker.Release has handed
+// the lock over (A's Release span may end just before or just after it:
+// the two run at once); its duration is B's wait, and its link leads to
+// A's locker.Acquire. Only a holder seen by this wrapped Locker gives a
+// link.
 package observe

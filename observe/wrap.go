@@ -5,11 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/go-locker/locker"
 )
@@ -129,7 +132,17 @@ func (w *wrapped) Close() error {
 // n is a semaphore's limit.
 func (w *wrapped) acquire(ctx context.Context, f family, op int, key string, n int, call func(context.Context) (locker.Handle, error)) (locker.Handle, error) {
 	r := w.rec
-	ctx, span := r.tracer.Start(ctx, r.spanName[f][op], r.spanStart[f]...)
+	lk := localKey{space: spaceOf(f), key: key}
+	waited := false
+	var holder trace.Link // the lock waited for: its Acquire span and token
+	if op == opAcquire {
+		waited, holder = w.heldLocally(f, lk, n)
+	}
+	startOpts := r.spanStart[f]
+	if holder.SpanContext.IsValid() {
+		startOpts = append(slices.Clip(startOpts), trace.WithLinks(holder))
+	}
+	ctx, span := r.tracer.Start(ctx, r.spanName[f][op], startOpts...)
 	if span.IsRecording() {
 		if kv, ok := r.keyAttr(key); ok {
 			span.SetAttributes(kv)
@@ -138,10 +151,7 @@ func (w *wrapped) acquire(ctx context.Context, f family, op int, key string, n i
 			span.SetAttributes(attrLimit.Int(n))
 		}
 	}
-	lk := localKey{space: spaceOf(f), key: key}
-	waited := false
 	if op == opAcquire {
-		waited = w.heldLocally(f, lk, n)
 		r.waiting.Add(ctx, 1, r.family[f]...)
 	}
 	start := time.Now()
@@ -168,7 +178,7 @@ func (w *wrapped) acquire(ctx context.Context, f family, op int, key string, n i
 	if err != nil {
 		return nil, err
 	}
-	return w.hold(h, f, lk, now).public(), nil
+	return w.hold(h, f, lk, now, span.SpanContext()).public(), nil
 }
 
 // watchAfter is how long a lock is held before a goroutine starts to
@@ -181,10 +191,10 @@ func (w *wrapped) acquire(ctx context.Context, f family, op int, key string, n i
 // begins, at most 2 × watchAfter late.
 const watchAfter = 10 * time.Millisecond
 
-// hold wraps h, just acquired at start, counts it held and arranges for
-// its end to be recorded.
-func (w *wrapped) hold(h locker.Handle, f family, lk localKey, start time.Time) *handle {
-	wh := &handle{inner: h, w: w, f: f, lk: lk, start: start}
+// hold wraps h, just acquired at start by the span sc, counts it held and
+// arranges for its end to be recorded.
+func (w *wrapped) hold(h locker.Handle, f family, lk localKey, start time.Time, sc trace.SpanContext) *handle {
+	wh := &handle{inner: h, w: w, f: f, lk: lk, start: start, sc: sc}
 	w.rec.held.Add(context.Background(), 1, w.rec.family[f]...)
 	w.mu.Lock()
 	c := w.local[lk]
@@ -193,6 +203,7 @@ func (w *wrapped) hold(h locker.Handle, f family, lk localKey, start time.Time) 
 		w.local[lk] = c
 	}
 	c.add(f, 1)
+	c.last = wh
 	closed := w.closed
 	startSweeper := false
 	if !closed {
@@ -314,6 +325,9 @@ func (w *wrapped) ended(h *handle) {
 	w.mu.Lock()
 	if c := w.local[h.lk]; c != nil {
 		c.add(f, -1)
+		if c.last == h {
+			c.last = nil
+		}
 		if c.zero() {
 			delete(w.local, h.lk)
 		}
@@ -322,23 +336,31 @@ func (w *wrapped) ended(h *handle) {
 }
 
 // heldLocally reports whether an acquisition of lk in family f (n: a
-// semaphore's limit) would wait for a lock held through w.
-func (w *wrapped) heldLocally(f family, lk localKey, n int) bool {
+// semaphore's limit) would wait for a lock held through w, and if so the
+// span link to the latest acquisition of lk still held (see the package
+// doc), if its span was recorded.
+func (w *wrapped) heldLocally(f family, lk localKey, n int) (bool, trace.Link) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	c := w.local[lk]
 	if c == nil {
-		return false
+		return false, trace.Link{}
 	}
+	var held bool
 	switch f {
 	case famRead:
-		return c.writers > 0
+		held = c.writers > 0
 	case famWrite:
-		return c.readers+c.writers > 0
+		held = c.readers+c.writers > 0
 	case famSemaphore:
-		return c.holders >= max(n, 1)
+		held = c.holders >= max(n, 1)
+	default:
+		held = c.holders > 0
 	}
-	return c.holders > 0
+	if !held || c.last == nil || !c.last.sc.IsValid() {
+		return held, trace.Link{}
+	}
+	return true, trace.Link{SpanContext: c.last.sc, Attributes: []attribute.KeyValue{attrToken.Int64(c.last.inner.Token())}}
 }
 
 // localKey is a key in a family's keyspace: the mutex, the reader-writer
@@ -356,8 +378,11 @@ func spaceOf(f family) family {
 }
 
 // localCount counts the locks of one localKey held through a wrapped
-// Locker.
-type localCount struct{ holders, readers, writers int }
+// Locker; last is the latest of them, while it is held.
+type localCount struct {
+	holders, readers, writers int
+	last                      *handle
+}
 
 func (c *localCount) add(f family, d int) {
 	switch f {
@@ -380,6 +405,7 @@ type handle struct {
 	f     family
 	lk    localKey
 	start time.Time
+	sc    trace.SpanContext // its Acquire span's
 	// recorded is set by whoever records the lock's end: Release, in the
 	// caller's goroutine (so that Release waits for no other goroutine),
 	// or the watcher.

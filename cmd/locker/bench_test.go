@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"image"
 	_ "image/png"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -237,6 +240,7 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"--prefix", ""}, "--prefix"},
 		{[]string{"--plot", filepath.Join(dir, "x.jpg")}, ".png or .svg"},
 		{[]string{"--plot", filepath.Join(dir, "missing", "x.png")}, "--plot"},
+		{[]string{"--metrics", filepath.Join(dir, "missing", "m.json")}, "--metrics"},
 		{[]string{"extra-arg"}, "extra-arg"},
 		{[]string{"--url", "nosuch://x"}, "nosuch"},
 		{[]string{"--url", "sqlite://" + filepath.Join(dir, "missing", "locks.db")}, "does not exist"},
@@ -313,4 +317,135 @@ func TestBenchInterrupt(t *testing.T) {
 		t.Fatalf("stderr does not name the run's key prefix: %s", said.String())
 	}
 	checkBenchKeys(t, e, prefix[1], 2)
+}
+
+// otelJSON is what --metrics writes: one OpenTelemetry ResourceMetrics per
+// case, as the SDK's data model encodes to JSON (the fields read here).
+type otelJSON []struct {
+	Resource     []otelKV
+	ScopeMetrics []struct {
+		Scope   struct{ Name string }
+		Metrics []struct {
+			Name, Unit string
+			Data       struct {
+				DataPoints []struct {
+					Attributes   []otelKV
+					Count        uint64  // histograms
+					Value        float64 // sums
+					BucketCounts []uint64
+				}
+			}
+		}
+	}
+}
+
+type otelKV struct {
+	Key   string
+	Value struct{ Value any }
+}
+
+func otelAttrs(kvs []otelKV) map[string]string {
+	m := map[string]string{}
+	for _, kv := range kvs {
+		m[kv.Key] = fmt.Sprint(kv.Value.Value)
+	}
+	return m
+}
+
+// TestBenchMetrics: --metrics writes observe's metrics of every case, and
+// they count what the run did: each case's acquisitions are those of its
+// table row plus each client's first (which readies its connection) and,
+// in the handoff and contended cases, at most one a client after the
+// measured phase and the handoff's first (not a handoff); every
+// acquisition released, none lost, none held at the end.
+func TestBenchMetrics(t *testing.T) {
+	e := newEnv(t)
+	path := filepath.Join(t.TempDir(), "metrics.json")
+	r := e.run(append(benchShort, "--metrics", path)...)
+	r.want(t, 0, "bench --metrics")
+	rows := parseBenchTable(t, r.stdout)
+	if !strings.Contains(r.stderr, "metrics written to "+path) {
+		t.Errorf("stderr does not say where the metrics went: %s", r.stderr)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc otelJSON
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("--metrics %s is not the JSON of OpenTelemetry ResourceMetrics: %v", path, err)
+	}
+	var cases []string
+	for _, rm := range doc {
+		res := otelAttrs(rm.Resource)
+		name := res["locker.bench.case"]
+		cases = append(cases, name)
+		row, ok := rows[name]
+		if !ok {
+			t.Errorf("metrics of case %q, which the table lacks", name)
+			continue
+		}
+		if res["service.name"] != "locker bench" || res["locker.bench.run"] == "" {
+			t.Errorf("%s: resource %v, want service.name \"locker bench\" and locker.bench.run", name, res)
+		}
+		// name, attributes other than backend and family -> count or value
+		got := map[string]float64{}
+		for _, sm := range rm.ScopeMetrics {
+			if sm.Scope.Name != "github.com/go-locker/locker/observe" {
+				t.Errorf("%s: scope %q, want observe's", name, sm.Scope.Name)
+			}
+			for _, m := range sm.Metrics {
+				for _, dp := range m.Data.DataPoints {
+					a := otelAttrs(dp.Attributes)
+					if a["locker.backend"] != "sqlite" || a["locker.family"] != "mutex" {
+						t.Errorf("%s: %s %v, want locker.backend sqlite, locker.family mutex", name, m.Name, a)
+					}
+					delete(a, "locker.backend")
+					delete(a, "locker.family")
+					k := m.Name + fmt.Sprint(a)
+					if dp.BucketCounts != nil {
+						got[k] = float64(dp.Count)
+					} else {
+						got[k] = dp.Value
+					}
+				}
+			}
+		}
+		acquired := got["locker.acquire.duration"+fmt.Sprint(map[string]string{"locker.operation": "acquire", "locker.outcome": "acquired"})]
+		lo, hi := float64(row.ops+row.clients), float64(row.ops+row.clients)
+		switch {
+		case strings.HasPrefix(name, "handoff/"):
+			lo, hi = lo+1, hi+1+float64(row.clients)
+		case strings.HasPrefix(name, "contended/"):
+			hi += float64(row.clients)
+		}
+		if acquired < lo || acquired > hi {
+			t.Errorf("%s: %v acquisitions recorded; the table counts %d ops of %d clients: want %v to %v", name, acquired, row.ops, row.clients, lo, hi)
+		}
+		for k, want := range map[string]float64{
+			"locker.releases" + fmt.Sprint(map[string]string{"locker.outcome": "released"}):  acquired,
+			"locker.hold.duration" + fmt.Sprint(map[string]string{"locker.end": "released"}): acquired,
+			"locker.held" + fmt.Sprint(map[string]string{}):                                  0,
+			"locker.waiting" + fmt.Sprint(map[string]string{}):                               0,
+		} {
+			if v, ok := got[k]; !ok || v != want {
+				t.Errorf("%s: %s = %v (recorded: %v), want %v", name, k, v, ok, want)
+			}
+		}
+		for k, v := range got {
+			if strings.HasPrefix(k, "locker.losses") || (strings.HasPrefix(k, "locker.releases") && !strings.Contains(k, "released")) {
+				t.Errorf("%s: %s = %v: no lock was lost or released twice", name, k, v)
+			}
+			if strings.HasPrefix(k, "locker.acquire.duration") && !strings.Contains(k, ":acquired") &&
+				!(strings.HasPrefix(name, "contended/") && strings.Contains(k, ":ctx_ended")) {
+				t.Errorf("%s: %s = %v: want only acquisitions (and, contended, those the end of its --duration ended)", name, k, v)
+			}
+		}
+	}
+	if want := []string{"uncontended", "handoff/1", "handoff/8", "handoff/64", "contended/4"}; !slices.Equal(cases, want) {
+		t.Errorf("--metrics has the cases %v, want %v", cases, want)
+	}
+	if u := rows["uncontended"]; u.ops != 20 {
+		t.Errorf("uncontended: %d ops, want 20", u.ops)
+	}
 }

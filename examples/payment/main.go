@@ -22,7 +22,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"flag"
 	"fmt"
 	"log"
@@ -32,9 +31,8 @@ import (
 	"path/filepath"
 	"time"
 
-	_ "modernc.org/sqlite"
-
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/examples/payment/shop"
 	_ "github.com/go-locker/locker/postgres"
 	_ "github.com/go-locker/locker/redis"
 	_ "github.com/go-locker/locker/sqltable/mysql"  // mysql://
@@ -63,16 +61,16 @@ func serve(ctx context.Context, addr, dir, lockURL string) error {
 		return err
 	}
 	defer locks.Close()
-	db, err := openDB(filepath.Join(dir, "payments.db"))
+	db, err := shop.OpenDB(filepath.Join(dir, "payments.db"))
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	s, err := newService(ctx, locks, db, newProvider())
+	s, err := shop.New(ctx, locks, db, shop.NewProvider())
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: addr, Handler: s.routes(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -84,10 +82,4 @@ func serve(ctx context.Context, addr, dir, lockURL string) error {
 		return err
 	}
 	return nil
-}
-
-// openDB opens the orders database: SQLite in WAL mode with a busy timeout,
-// so that several instances of the service can share it.
-func openDB(path string) (*sql.DB, error) {
-	return sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
 }

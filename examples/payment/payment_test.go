@@ -18,29 +18,30 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/examples/payment/shop"
 )
 
 // testService runs the service on SQLite files in dir.
-func testService(t testing.TB, dir string) (*service, *httptest.Server) {
+func testService(t testing.TB, dir string) (*shop.Service, *httptest.Server) {
 	ctx := context.Background()
 	locks, err := locker.Open(ctx, "sqlite://"+filepath.Join(dir, "locks.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = locks.Close() })
-	db, err := openDB(filepath.Join(dir, "payments.db"))
+	db, err := shop.OpenDB(filepath.Join(dir, "payments.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	s, err := newService(ctx, locks, db, newProvider())
+	s, err := shop.New(ctx, locks, db, shop.NewProvider())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.addOrder(ctx, "42", 1000); err != nil {
+	if err := s.AddOrder(ctx, "42", 1000); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s.routes())
+	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
 	return s, srv
 }
@@ -56,8 +57,8 @@ func pay(t testing.TB, srv *httptest.Server, id string) (int, map[string]any) {
 	return resp.StatusCode, body
 }
 
-func chargeRows(t testing.TB, s *service) (n int, token int64) {
-	if err := s.db.QueryRow(`SELECT count(*), coalesce(max(token), 0) FROM charges WHERE order_id = '42'`).Scan(&n, &token); err != nil {
+func chargeRows(t testing.TB, s *shop.Service) (n int, token int64) {
+	if err := s.DB.QueryRow(`SELECT count(*), coalesce(max(token), 0) FROM charges WHERE order_id = '42'`).Scan(&n, &token); err != nil {
 		t.Fatal(err)
 	}
 	return n, token
@@ -91,8 +92,8 @@ func TestManyClicksOneCharge(t *testing.T) {
 	if count[http.StatusCreated] != 1 || count[http.StatusCreated]+count[http.StatusConflict]+count[http.StatusOK] != clicks {
 		t.Fatalf("status counts %v: want exactly one 201, the rest 409 or 200", count)
 	}
-	if n, _ := chargeRows(t, s); n != 1 || s.provider.charged() != 1 {
-		t.Fatalf("%d charge rows, %d provider charges; want 1 and 1", n, s.provider.charged())
+	if n, _ := chargeRows(t, s); n != 1 || s.Provider.Charged() != 1 {
+		t.Fatalf("%d charge rows, %d provider charges; want 1 and 1", n, s.Provider.Charged())
 	}
 	if code, body := pay(t, srv, "42"); code != http.StatusOK {
 		t.Errorf("a click after payment: %d %v, want 200 already paid", code, body)
@@ -155,7 +156,7 @@ func TestStaleHolderCannotOverwrite(t *testing.T) {
 	}
 	fmt.Fprintln(stdin, "go")
 	line, _ = rd.ReadString('\n')
-	if !strings.Contains(line, errStale.Error()) {
+	if !strings.Contains(line, shop.ErrStale.Error()) {
 		t.Fatalf("stale holder's write: %q, want it refused as stale", line)
 	}
 	if n, tok := chargeRows(t, s); n != 1 || tok != newToken {
@@ -163,7 +164,7 @@ func TestStaleHolderCannotOverwrite(t *testing.T) {
 	}
 	var fence int64
 	var status string
-	if err := s.db.QueryRow(`SELECT status, fence FROM orders WHERE id = '42'`).Scan(&status, &fence); err != nil {
+	if err := s.DB.QueryRow(`SELECT status, fence FROM orders WHERE id = '42'`).Scan(&status, &fence); err != nil {
 		t.Fatal(err)
 	}
 	if status != "paid" || fence != newToken {
@@ -182,26 +183,26 @@ func staleChild() {
 		fmt.Println("error", err)
 		return
 	}
-	db, err := openDB(filepath.Join(dir, "payments.db"))
+	db, err := shop.OpenDB(filepath.Join(dir, "payments.db"))
 	if err != nil {
 		fmt.Println("error", err)
 		return
 	}
-	s := &service{locks: locks, db: db, provider: newProvider()}
+	s := &shop.Service{Locks: locks, DB: db, Provider: shop.NewProvider()}
 	h, err := locks.TryAcquire(ctx, "payment/42", locker.WithTTL(time.Second))
 	if err != nil {
 		fmt.Println("error", err)
 		return
 	}
 	// It has checked the order — open, to be paid — when it is frozen.
-	amount, err := s.payable(ctx, "42")
+	amount, err := s.Payable(ctx, "42")
 	if err != nil {
 		fmt.Println("error", err)
 		return
 	}
 	fmt.Println("token", h.Token())
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-	if err := s.charge(ctx, "42", amount, h.Token()); err != nil {
+	if err := s.Charge(ctx, "42", amount, h.Token()); err != nil {
 		fmt.Println("pay:", err)
 	} else {
 		fmt.Println("pay: ok")

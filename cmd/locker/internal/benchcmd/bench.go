@@ -33,6 +33,7 @@ type benchOpts struct {
 	timeout  time.Duration
 	prefix   string
 	plot     string
+	metrics  string
 }
 
 // Limits on the flags, so that a typo does not open a thousand connections.
@@ -75,6 +76,16 @@ picture of the latency distributions to a PNG or SVG file: for each case
 the share of operations that took at most x (the body), and on a log scale
 the share that took at least x (the tail).
 
+With --metrics, every Locker of the run is wrapped by package observe
+(github.com/go-locker/locker/observe), and its OpenTelemetry metrics
+(locker.acquire.duration, locker.hold.duration, locker.releases,
+locker.losses, ...) are written at the end to a JSON file: an array of one
+OpenTelemetry ResourceMetrics per case, the case named by the resource
+attribute locker.bench.case, in the SDK's data model as the stdoutmetric
+exporter prints it. They count every acquisition, also those the table
+does not (each client's first, which readies its connection, and those
+between cases' phases). The wrapper adds a little to each call.
+
 Keys are under --prefix followed by a random run id (printed on stderr), so
 the run never touches anyone else's keys; every lock is released and every
 Locker closed at the end, also on error or interrupt. Backends that keep a
@@ -92,7 +103,10 @@ Without --url and $LOCKER_URL, the backend is ` + strings.TrimSuffix(cli.Default
   locker bench --url redis://redis:6379 --ops 5000 --duration 30s --plot redis.png
 
   # Fairness across 32 clients only: no handoff cases, one uncontended op.
-  locker bench --url etcd://etcd:2379 --ops 1 --waiters '' --clients 32`,
+  locker bench --url etcd://etcd:2379 --ops 1 --waiters '' --clients 32
+
+  # The OpenTelemetry metrics of package observe, as JSON.
+  locker bench --metrics metrics.json && jq '.[].Resource' metrics.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBench(cmd.Context(), o, os.Stdout, os.Stderr)
@@ -110,6 +124,7 @@ Without --url and $LOCKER_URL, the backend is ` + strings.TrimSuffix(cli.Default
 	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on each call to a free key, each Release and each handoff; past it the run fails")
 	f.StringVar(&o.prefix, "prefix", "locker-bench/", "prefix of the keys; a random run id and the case name follow it")
 	f.StringVar(&o.plot, "plot", "", "write the latency distributions to this .png or .svg file")
+	f.StringVar(&o.metrics, "metrics", "", "record the run's OpenTelemetry metrics (package observe) and write them to this JSON file")
 	return cmd
 }
 
@@ -156,6 +171,8 @@ type bencher struct {
 	prefix string // o.prefix + run id + "/"
 	opts   []locker.Option
 	prog   *progress
+	// metrics records each case's Lockers for --metrics; nil without it.
+	metrics *benchMetrics
 
 	announced bool // the run's first line has been printed
 }
@@ -171,23 +188,20 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) (err e
 	if err != nil {
 		return cli.Fail(cli.ExitFailure, "%v", err)
 	}
-	// The picture goes to a temporary file beside --plot, created first so
-	// that a bad path fails before the run rather than after it, and renamed
-	// when complete: a failed run leaves no file, nor harms an older one.
-	var plotFile *os.File
+	// The picture and the metrics go to temporary files beside --plot and
+	// --metrics (see outFile).
+	var plotFile, metricsFile *outFile
 	if o.plot != "" {
-		plotFile, err = os.CreateTemp(filepath.Dir(o.plot), ".locker-bench-*"+filepath.Ext(o.plot))
-		if err != nil {
-			var pe *os.PathError
-			if errors.As(err, &pe) {
-				err = pe.Err
-			}
-			return cli.Fail(cli.ExitFailure, "--plot %s: cannot write in %s: %v", o.plot, filepath.Dir(o.plot), err)
+		if plotFile, err = createOut("--plot", o.plot); err != nil {
+			return err
 		}
-		defer func() {
-			plotFile.Close()
-			os.Remove(plotFile.Name()) // fails once renamed
-		}()
+		defer plotFile.discard()
+	}
+	if o.metrics != "" {
+		if metricsFile, err = createOut("--metrics", o.metrics); err != nil {
+			return err
+		}
+		defer metricsFile.discard()
 	}
 	// A signal ends the run; the cases release their locks and close their
 	// Lockers on the way out.
@@ -207,6 +221,9 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) (err e
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
 	b := &bencher{o: o, url: u, shown: cli.RedactURL(u), prefix: o.prefix + hex.EncodeToString(id) + "/", prog: newProgress(stderr)}
+	if metricsFile != nil {
+		b.metrics = &benchMetrics{run: hex.EncodeToString(id)}
+	}
 	if o.ttl > 0 {
 		b.opts = append(b.opts, locker.WithTTL(o.ttl))
 	}
@@ -223,21 +240,66 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) (err e
 		return cli.Fail(cli.ExitFailure, "writing the table: %v", err)
 	}
 	if plotFile != nil {
-		if err := writePlot(plotFile, o.plot, "locker bench: "+b.shown, results); err != nil {
+		if err := writePlot(plotFile.f, o.plot, "locker bench: "+b.shown, results); err != nil {
 			return cli.Fail(cli.ExitFailure, "--plot: %v", err)
 		}
-		if err := plotFile.Close(); err != nil {
-			return cli.Fail(cli.ExitFailure, "--plot: %v", err)
-		}
-		if err := os.Chmod(plotFile.Name(), 0o644); err != nil {
-			return cli.Fail(cli.ExitFailure, "--plot: %v", err)
-		}
-		if err := os.Rename(plotFile.Name(), o.plot); err != nil {
-			return cli.Fail(cli.ExitFailure, "--plot: %v", err)
+		if err := plotFile.commit(); err != nil {
+			return err
 		}
 		b.prog.say("latency distributions written to %s", o.plot)
 	}
+	if metricsFile != nil {
+		if err := b.metrics.write(ctx, metricsFile.f); err != nil {
+			return cli.Fail(cli.ExitFailure, "--metrics: %v", err)
+		}
+		if err := metricsFile.commit(); err != nil {
+			return err
+		}
+		b.prog.say("metrics written to %s", o.metrics)
+	}
 	return nil
+}
+
+// outFile is a file written at the end of a successful run: a temporary
+// file beside path, created before the run so that a bad path fails at
+// once rather than after the run, and renamed onto path when complete, so
+// that a failed run leaves no file, nor harms an older one.
+type outFile struct {
+	flag, path string
+	f          *os.File
+}
+
+func createOut(flag, path string) (*outFile, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), ".locker-bench-*"+filepath.Ext(path))
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, cli.Fail(cli.ExitFailure, "%s %s: cannot write in %s: %v", flag, path, filepath.Dir(path), err)
+	}
+	return &outFile{flag: flag, path: path, f: f}, nil
+}
+
+// commit closes the file and renames it onto its path.
+func (o *outFile) commit() error {
+	err := o.f.Close()
+	if err == nil {
+		err = os.Chmod(o.f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(o.f.Name(), o.path)
+	}
+	if err != nil {
+		return cli.Fail(cli.ExitFailure, "%s: %v", o.flag, err)
+	}
+	return nil
+}
+
+// discard removes the temporary file unless commit renamed it.
+func (o *outFile) discard() {
+	o.f.Close()
+	os.Remove(o.f.Name()) // fails once renamed
 }
 
 // run runs every case in turn.
@@ -265,10 +327,10 @@ func (b *bencher) run(ctx context.Context) ([]*caseResult, error) {
 	return results, nil
 }
 
-// open opens n Lockers, each taking and releasing key once so that its
-// connections and the backend's schema are ready before the measuring
-// starts. On error it closes what it opened.
-func (b *bencher) open(ctx context.Context, n int, key string) (ls []locker.Locker, err error) {
+// open opens n Lockers for the case name, each taking and releasing key
+// once so that its connections and the backend's schema are ready before
+// the measuring starts. On error it closes what it opened.
+func (b *bencher) open(ctx context.Context, n int, name, key string) (ls []locker.Locker, err error) {
 	defer func() {
 		if err != nil {
 			closeAll(ls)
@@ -276,7 +338,12 @@ func (b *bencher) open(ctx context.Context, n int, key string) (ls []locker.Lock
 		}
 	}()
 	for range n {
-		l, err := locker.Open(ctx, b.url)
+		var l locker.Locker
+		if b.metrics != nil {
+			l, err = b.metrics.open(ctx, name, b.url)
+		} else {
+			l, err = locker.Open(ctx, b.url)
+		}
 		if err != nil {
 			return ls, err
 		}
@@ -336,7 +403,7 @@ func closeLockers(ls []locker.Locker, err *error) {
 
 func (b *bencher) uncontended(ctx context.Context) (_ *caseResult, err error) {
 	key := b.prefix + "uncontended"
-	ls, err := b.open(ctx, 1, key)
+	ls, err := b.open(ctx, 1, "uncontended", key)
 	if err != nil {
 		return nil, err
 	}
@@ -381,7 +448,7 @@ func (b *bencher) group(mode benchmark.Mode, ls []locker.Locker, key string, tas
 func (b *bencher) handoff(ctx context.Context, w int) (_ *caseResult, err error) {
 	name := fmt.Sprintf("handoff/%d", w)
 	key := b.prefix + fmt.Sprintf("handoff-%d", w)
-	ls, err := b.open(ctx, w+1, key)
+	ls, err := b.open(ctx, w+1, name, key)
 	if err != nil {
 		return nil, err
 	}
@@ -414,7 +481,7 @@ func (b *bencher) handoff(ctx context.Context, w int) (_ *caseResult, err error)
 func (b *bencher) contended(ctx context.Context, n int) (_ *caseResult, err error) {
 	name := "contended"
 	key := b.prefix + "contended"
-	ls, err := b.open(ctx, n, key)
+	ls, err := b.open(ctx, n, fmt.Sprintf("%s/%d", name, n), key)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,9 @@
-package main
+// Package shop is the payment example's service (cmd: examples/payment):
+// POST /orders/{id}/pay charges an order at most once, under the lock
+// payment/{id}, with fenced writes and an idempotency key. It is a package
+// of its own so that other examples (examples/observe-prometheus) can run
+// the same service on a wrapped Locker.
+package shop
 
 import (
 	"context"
@@ -10,15 +15,17 @@ import (
 	"sync"
 	"time"
 
+	_ "modernc.org/sqlite"
+
 	"github.com/go-locker/locker"
 )
 
-// service charges orders.
-type service struct {
-	locks    locker.Locker
-	db       *sql.DB
-	provider *provider
-	ttl      time.Duration // lease of a payment lock
+// Service charges orders.
+type Service struct {
+	Locks    locker.Locker
+	DB       *sql.DB
+	Provider *Provider
+	TTL      time.Duration // lease of a payment lock
 }
 
 const schema = `
@@ -36,24 +43,28 @@ CREATE TABLE IF NOT EXISTS charges (
 	token           INTEGER NOT NULL
 );`
 
-func newService(ctx context.Context, locks locker.Locker, db *sql.DB, p *provider) (*service, error) {
+// New returns the service on the Locker locks and the orders database db
+// (see OpenDB), creating its tables, with p as the payment provider.
+func New(ctx context.Context, locks locker.Locker, db *sql.DB, p *Provider) (*Service, error) {
 	if _, err := db.ExecContext(ctx, schema); err != nil {
 		return nil, fmt.Errorf("creating the schema: %w", err)
 	}
-	return &service{locks: locks, db: db, provider: p, ttl: 10 * time.Second}, nil
+	return &Service{Locks: locks, DB: db, Provider: p, TTL: 10 * time.Second}, nil
 }
 
-// addOrder creates an open order (the shop would do this at checkout).
-func (s *service) addOrder(ctx context.Context, id string, amount int64) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO orders (id, amount) VALUES (?, ?) ON CONFLICT (id) DO NOTHING`, id, amount)
+// AddOrder creates an open order (the shop would do this at checkout).
+func (s *Service) AddOrder(ctx context.Context, id string, amount int64) error {
+	_, err := s.DB.ExecContext(ctx, `INSERT INTO orders (id, amount) VALUES (?, ?) ON CONFLICT (id) DO NOTHING`, id, amount)
 	return err
 }
 
-func (s *service) routes() http.Handler {
+// Handler serves POST /orders/{id}/pay and PUT /orders/{id} (an open
+// order of 1000).
+func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders/{id}/pay", s.handlePay)
 	mux.HandleFunc("PUT /orders/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.addOrder(r.Context(), r.PathValue("id"), 1000); err != nil {
+		if err := s.AddOrder(r.Context(), r.PathValue("id"), 1000); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -62,31 +73,38 @@ func (s *service) routes() http.Handler {
 	return mux
 }
 
+// OpenDB opens the orders database: SQLite in WAL mode with a busy timeout,
+// so that several instances of the service can share it.
+func OpenDB(path string) (*sql.DB, error) {
+	return sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+}
+
+// The errors of Pay.
 var (
-	errNoOrder     = errors.New("no such order")
-	errAlreadyPaid = errors.New("order already paid")
-	// errStale: a newer lock holder has written the order; this holder's
+	ErrNoOrder     = errors.New("no such order")
+	ErrAlreadyPaid = errors.New("order already paid")
+	// ErrStale: a newer lock holder has written the order; this holder's
 	// lock is gone, whether it knows yet or not.
-	errStale = errors.New("stale lock holder: a newer payment attempt owns this order")
+	ErrStale = errors.New("stale lock holder: a newer payment attempt owns this order")
 )
 
-func (s *service) handlePay(w http.ResponseWriter, r *http.Request) {
+func (s *Service) handlePay(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var token int64
-	err := locker.TryDo(r.Context(), s.locks, "payment/"+id, func(ctx context.Context, h locker.Handle) error {
+	err := locker.TryDo(r.Context(), s.Locks, "payment/"+id, func(ctx context.Context, h locker.Handle) error {
 		token = h.Token()
-		return s.pay(ctx, id, h.Token())
-	}, locker.WithTTL(s.ttl))
+		return s.Pay(ctx, id, h.Token())
+	}, locker.WithTTL(s.TTL))
 	switch {
 	case err == nil:
 		reply(w, http.StatusCreated, map[string]any{"status": "paid", "token": token})
 	case errors.Is(err, locker.ErrNotAcquired):
 		reply(w, http.StatusConflict, map[string]any{"status": "payment in progress"})
-	case errors.Is(err, errAlreadyPaid):
+	case errors.Is(err, ErrAlreadyPaid):
 		reply(w, http.StatusOK, map[string]any{"status": "already paid"})
-	case errors.Is(err, errNoOrder):
+	case errors.Is(err, ErrNoOrder):
 		reply(w, http.StatusNotFound, map[string]any{"status": "no such order"})
-	case errors.Is(err, errStale), errors.Is(err, locker.ErrLost):
+	case errors.Is(err, ErrStale), errors.Is(err, locker.ErrLost):
 		reply(w, http.StatusConflict, map[string]any{"status": "superseded by a newer attempt"})
 	default:
 		reply(w, http.StatusInternalServerError, map[string]any{"error": err.Error()})
@@ -99,46 +117,46 @@ func reply(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// pay charges order id while holding its lock with the given fencing token.
+// Pay charges order id while holding its lock with the given fencing token.
 // Every write to the order is fenced: it happens only if no newer token has
 // written the order (fence <= token), and raises the fence to this token.
-func (s *service) pay(ctx context.Context, id string, token int64) error {
-	amount, err := s.payable(ctx, id)
+func (s *Service) Pay(ctx context.Context, id string, token int64) error {
+	amount, err := s.Payable(ctx, id)
 	if err != nil {
 		return err
 	}
-	return s.charge(ctx, id, amount, token)
+	return s.Charge(ctx, id, amount, token)
 }
 
-// payable returns the amount of order id if it is still to be paid.
-func (s *service) payable(ctx context.Context, id string) (int64, error) {
+// Payable returns the amount of order id if it is still to be paid.
+func (s *Service) Payable(ctx context.Context, id string) (int64, error) {
 	var amount int64
 	var status string
-	err := s.db.QueryRowContext(ctx, `SELECT amount, status FROM orders WHERE id = ?`, id).Scan(&amount, &status)
+	err := s.DB.QueryRowContext(ctx, `SELECT amount, status FROM orders WHERE id = ?`, id).Scan(&amount, &status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return 0, errNoOrder
+		return 0, ErrNoOrder
 	case err != nil:
 		return 0, err
 	case status == "paid":
-		return 0, errAlreadyPaid
+		return 0, ErrAlreadyPaid
 	}
 	return amount, nil
 }
 
-// charge charges amount for order id and records it, with fenced writes.
-func (s *service) charge(ctx context.Context, id string, amount, token int64) error {
+// Charge charges amount for order id and records it, with fenced writes.
+func (s *Service) Charge(ctx context.Context, id string, amount, token int64) error {
 	// Claim the order for this token before charging: a stale holder stops
 	// here once a newer one has claimed it.
-	if err := s.fenced(ctx, s.db, `UPDATE orders SET status = 'charging', fence = ? WHERE id = ? AND fence <= ?`, token, id, token); err != nil {
+	if err := s.fenced(ctx, s.DB, `UPDATE orders SET status = 'charging', fence = ? WHERE id = ? AND fence <= ?`, token, id, token); err != nil {
 		return err
 	}
 	key := "order-" + id // the same on every attempt: the provider charges a key once
-	providerID, err := s.provider.charge(ctx, key, amount)
+	providerID, err := s.Provider.charge(ctx, key, amount)
 	if err != nil {
 		return err
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -158,7 +176,7 @@ type execer interface {
 }
 
 // fenced runs a fenced UPDATE; no row changed means a newer token wrote.
-func (s *service) fenced(ctx context.Context, db execer, q string, args ...any) error {
+func (s *Service) fenced(ctx context.Context, db execer, q string, args ...any) error {
 	res, err := db.ExecContext(ctx, q, args...)
 	if err != nil {
 		return err
@@ -166,23 +184,23 @@ func (s *service) fenced(ctx context.Context, db execer, q string, args ...any) 
 	if n, err := res.RowsAffected(); err != nil {
 		return err
 	} else if n == 0 {
-		return errStale
+		return ErrStale
 	}
 	return nil
 }
 
-// provider stands in for a payment provider that honours idempotency keys
+// Provider stands in for a payment provider that honours idempotency keys
 // (as Stripe's API does): a key is charged once, and repeating it returns the
 // first charge.
-type provider struct {
+type Provider struct {
 	mu      sync.Mutex
 	charges map[string]string // idempotency key -> charge id
 	calls   int
 }
 
-func newProvider() *provider { return &provider{charges: map[string]string{}} }
+func NewProvider() *Provider { return &Provider{charges: map[string]string{}} }
 
-func (p *provider) charge(_ context.Context, key string, amount int64) (string, error) {
+func (p *Provider) charge(_ context.Context, key string, amount int64) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls++
@@ -194,8 +212,8 @@ func (p *provider) charge(_ context.Context, key string, amount int64) (string, 
 	return id, nil
 }
 
-// charged is how many distinct charges the provider made.
-func (p *provider) charged() int {
+// Charged is how many distinct charges the provider made.
+func (p *Provider) Charged() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.charges)
