@@ -3,6 +3,7 @@ package sqltable_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"io"
 	"log"
 	"net/url"
@@ -219,6 +220,9 @@ func runChaos(t *testing.T, f chaos.Family) {
 			if r == nil {
 				return // a worker process
 			}
+			if len(r.Violations) > 0 {
+				dumpLockTables(t, d, bed.current())
+			}
 			faults := 0
 			for _, n := range r.Faults {
 				faults += n
@@ -227,5 +231,59 @@ func runChaos(t *testing.T, f chaos.Family) {
 				t.Errorf("the run exercised too little: %v", r)
 			}
 		})
+	}
+}
+
+// dumpLockTables logs the rows of the lock tables (the mutex's and the
+// families'), with the database's clock, after a run with violations: what
+// held the keys nobody could take.
+func dumpLockTables(t *testing.T, d chaosDialect, srv *testserver.Server) {
+	driver, dsn, now := "pgx", srv.DSN(), "SELECT clock_timestamp()::text"
+	if d.name != "PostgreSQL" {
+		driver, now = "mysql", "SELECT CAST(NOW(6) AS CHAR)"
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Logf("dump: %v", err)
+		return
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var clock string
+	if err := db.QueryRowContext(ctx, now).Scan(&clock); err != nil {
+		t.Logf("dump: the database's clock: %v", err)
+	}
+	t.Logf("dump: the database's clock: %s", clock)
+	for _, table := range []string{sqltable.DefaultTable, sqltable.DefaultTable + "_fam"} {
+		rows, err := db.QueryContext(ctx, "SELECT * FROM "+table)
+		if err != nil {
+			t.Logf("dump %s: %v", table, err)
+			continue
+		}
+		cols, _ := rows.Columns()
+		var out []string
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Logf("dump %s: %v", table, err)
+				break
+			}
+			var fields []string
+			for i, c := range cols {
+				v := vals[i]
+				if b, ok := v.([]byte); ok {
+					v = string(b)
+				}
+				fields = append(fields, fmt.Sprintf("%s=%v", c, v))
+			}
+			out = append(out, strings.Join(fields, " "))
+		}
+		rows.Close()
+		t.Logf("dump %s (%d rows):\n%s", table, len(out), strings.Join(out, "\n"))
 	}
 }
