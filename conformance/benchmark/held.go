@@ -1,0 +1,184 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+)
+
+// Held is the case of many locks held at once by one Locker, as a service
+// that locks every entity it works on would: what the client pays for each
+// lock it keeps, while it keeps it.
+type Held struct {
+	// Open opens the Locker; what it opens it closes with tb.Cleanup.
+	Open func(tb testing.TB) locker.Locker
+	// N is how many keys are held at the end; default 10,000. Small is a
+	// first step, default N/100 and at least 2 × Parallel (so that the
+	// takers have opened every connection they will): the goroutines and
+	// memory per lock are the difference between the two, so that what
+	// the Locker starts once (a pool's connections) does not count.
+	N, Small int
+	// TTL is the lease of the locks (locker.WithTTL); default
+	// locker.DefaultTTL, what a lock gets without one.
+	TTL time.Duration
+	// Window is how long the renewal requests are counted while the N
+	// locks are held; default TTL/2, more than the renewal interval of
+	// the lease backends (TTL/3).
+	Window time.Duration
+	// Requests, if set, is the count of requests the Locker has sent so
+	// far (a counting client hook, or the server's command count).
+	Requests func() int64
+	// Parallel is how many goroutines take the locks; default 64.
+	Parallel int
+}
+
+func (h *Held) defaults() {
+	if h.N <= 0 {
+		h.N = 10000
+	}
+	if h.Parallel <= 0 {
+		h.Parallel = 64
+	}
+	if h.Small <= 0 {
+		h.Small = max(2*h.Parallel, h.N/100)
+	}
+	if h.TTL <= 0 {
+		h.TTL = locker.DefaultTTL
+	}
+	if h.Window <= 0 {
+		h.Window = h.TTL / 2
+	}
+}
+
+// HeldResult is what MeasureHeld found.
+type HeldResult struct {
+	N, Small int
+	// GoroutinesSmall and GoroutinesN are the process's goroutines with
+	// Small and with N locks held (after the takers ended).
+	GoroutinesSmall, GoroutinesN int
+	// BytesPerLock is the live heap per held lock, from Small to N.
+	BytesPerLock float64
+	// RenewalsPerSec is the requests per second sent while the N locks
+	// were held and nothing else ran (0 without Requests).
+	RenewalsPerSec float64
+	// Lost is how many of the N locks ended during the measurement (none
+	// should: nothing faults).
+	Lost int
+}
+
+// GoroutinesPerLock is the goroutines each held lock adds.
+func (r HeldResult) GoroutinesPerLock() float64 {
+	return float64(r.GoroutinesN-r.GoroutinesSmall) / float64(r.N-r.Small)
+}
+
+// MeasureHeld takes Small, then N keys with one Locker, measuring the
+// goroutines and live heap at each step, then counts the requests sent over
+// Window while the N locks are held, and releases them all.
+func MeasureHeld(tb testing.TB, h Held) HeldResult {
+	tb.Helper()
+	h.defaults()
+	l := h.Open(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	base := fmt.Sprintf("held/%d/", time.Now().UnixNano())
+	handles := make([]locker.Handle, 0, h.N)
+	take := func(from, to int) {
+		out := make([]locker.Handle, to-from)
+		errs := make([]error, to-from)
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for range h.Parallel {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					out[i-from], errs[i-from] = l.TryAcquire(ctx, fmt.Sprintf("%s%d", base, i), locker.WithTTL(h.TTL))
+				}
+			}()
+		}
+		for i := from; i < to; i++ {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				tb.Fatalf("benchmark.MeasureHeld: TryAcquire of key %d: %v", from+i, err)
+			}
+		}
+		handles = append(handles, out...)
+	}
+	tb.Cleanup(func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		sem := make(chan struct{}, h.Parallel)
+		var wg sync.WaitGroup
+		for _, hd := range handles {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				_ = hd.Release(rctx)
+			}()
+		}
+		wg.Wait()
+	})
+	settle := func() (int, uint64) {
+		// Goroutines that end after their work (the takers, a client's
+		// own) get a moment; the heap is measured after two collections.
+		var g int
+		for range 20 {
+			g = runtime.NumGoroutine()
+			time.Sleep(10 * time.Millisecond)
+			if runtime.NumGoroutine() == g {
+				break
+			}
+		}
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return g, ms.HeapAlloc
+	}
+	r := HeldResult{N: h.N, Small: h.Small}
+	take(0, h.Small)
+	var heapSmall, heapN uint64
+	r.GoroutinesSmall, heapSmall = settle()
+	take(h.Small, h.N)
+	r.GoroutinesN, heapN = settle()
+	r.BytesPerLock = (float64(heapN) - float64(heapSmall)) / float64(h.N-h.Small)
+	if h.Requests != nil {
+		from, start := h.Requests(), time.Now()
+		time.Sleep(h.Window)
+		r.RenewalsPerSec = float64(h.Requests()-from) / time.Since(start).Seconds()
+	}
+	for _, hd := range handles {
+		select {
+		case <-hd.Done():
+			r.Lost++
+		default:
+		}
+	}
+	return r
+}
+
+// RunHeld is MeasureHeld as a benchmark: it reports goroutines/lock,
+// B/lock (live heap), renew-req/s and renew-req/s/lock (with Requests), and
+// fails if a lock was lost. b.N is not used: the case runs once.
+func RunHeld(b *testing.B, h Held) {
+	r := MeasureHeld(b, h)
+	if r.Lost > 0 {
+		b.Fatalf("%d of %d held locks ended while held, with no fault", r.Lost, r.N)
+	}
+	b.ReportMetric(r.GoroutinesPerLock(), "goroutines/lock")
+	b.ReportMetric(r.BytesPerLock, "B/lock")
+	if h.Requests != nil {
+		b.ReportMetric(r.RenewalsPerSec, "renew-req/s")
+		b.ReportMetric(r.RenewalsPerSec/float64(r.N), "renew-req/s/lock")
+	}
+}

@@ -1,0 +1,47 @@
+package redis_test
+
+import (
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/conformance/benchmark"
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/redis"
+)
+
+// heldRedis is the Held case on a Locker of its own client, whose requests
+// are counted.
+func heldRedis(tb testing.TB, n int) benchmark.Held {
+	addr := testserver.Redis(tb).Addr()
+	reqs := &requestCounter{}
+	return benchmark.Held{N: n, Requests: reqs.n.Load, Open: func(tb testing.TB) locker.Locker {
+		c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 64})
+		c.AddHook(reqs)
+		l := redis.New(c)
+		tb.Cleanup(func() { _ = l.Close(); _ = c.Close() })
+		return l
+	}}
+}
+
+// TestHeldGoroutines: a Locker holding 2,000 locks runs no more goroutines
+// than one holding 128.
+func TestHeldGoroutines(t *testing.T) {
+	h := heldRedis(t, 2000)
+	h.Requests = nil // the rate is BenchmarkHeld\'s
+	r := benchmark.MeasureHeld(t, h)
+	t.Logf("%d locks: %d goroutines; %d locks: %d; %.0f B/lock", r.Small, r.GoroutinesSmall, r.N, r.GoroutinesN, r.BytesPerLock)
+	if d := r.GoroutinesN - r.GoroutinesSmall; d > 8 {
+		t.Errorf("%d goroutines more with %d locks held than with %d: a held lock must not cost a goroutine", d, r.N, r.Small)
+	}
+	if r.Lost > 0 {
+		t.Errorf("%d held locks ended with no fault", r.Lost)
+	}
+}
+
+// BenchmarkHeld: 10,000 locks held by one Locker (TTL 30s): goroutines
+// and live heap per lock, renewal requests per second.
+//
+//	cd integration && go test -run '^$' -bench '^BenchmarkHeld$' -benchtime 1x ./redis
+func BenchmarkHeld(b *testing.B) { benchmark.RunHeld(b, heldRedis(b, 10000)) }
