@@ -125,7 +125,8 @@ func TestHold(t *testing.T) {
 }
 
 // TestFullMissing: without locker-full beside it or in $PATH, locker says
-// how to install it for bench and etcd:// URLs instead of failing obscurely.
+// how to install it for bench and the URLs of every backend but SQLite
+// instead of failing obscurely, and still runs on SQLite.
 func TestFullMissing(t *testing.T) {
 	e := newEnv(t)
 	alone := filepath.Join(t.TempDir(), "locker")
@@ -136,7 +137,11 @@ func TestFullMissing(t *testing.T) {
 	if err := os.WriteFile(alone, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"bench"}, {"status", "--url", "etcd://127.0.0.1:1", "k"}} {
+	cases := [][]string{{"bench"}}
+	for _, s := range fullSchemes {
+		cases = append(cases, []string{"status", "--url", s + "://127.0.0.1:1/x", "k"}, []string{"run", "--url", strings.ToUpper(s) + "://127.0.0.1:1/x", "k", "--", "true"})
+	}
+	for _, args := range cases {
 		c := exec.Command(alone, args...)
 		c.Env = append(e.cmd().Env, "PATH=/usr/bin:/bin")
 		var errb strings.Builder
@@ -146,5 +151,10 @@ func TestFullMissing(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != exitFailure || !strings.Contains(errb.String(), "go install github.com/go-locker/locker/cmd/locker/...@latest") {
 			t.Errorf("locker %v without locker-full: %v, stderr %q; want status %d and how to install it", args, err, errb.String(), exitFailure)
 		}
+	}
+	c := exec.Command(alone, "run", "k", "--", "true")
+	c.Env = append(e.cmd().Env, "PATH=/usr/bin:/bin")
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Errorf("locker run on the default SQLite without locker-full: %v, output %q", err, out)
 	}
 }

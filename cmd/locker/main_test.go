@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	// Both binaries, side by side as go install puts them: locker runs
-	// locker-full for etcd:// URLs and bench.
+	// locker-full for every URL but sqlite: and for bench.
 	binary = filepath.Join(dir, "locker")
 	for _, b := range [][2]string{{binary, "."}, {filepath.Join(dir, "locker-full"), "./locker-full"}} {
 		build := exec.Command("go", "build", "-race", "-o", b[0], b[1])

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// locker runs locker-full, beside it, for etcd:// URLs.
+	// locker runs locker-full, beside it, for every URL but sqlite:.
 	binary = filepath.Join(dir, "locker")
 	for _, b := range [][2]string{{binary, "./cmd/locker"}, {filepath.Join(dir, "locker-full"), "./cmd/locker/locker-full"}} {
 		build := exec.Command("go", "build", "-race", "-o", b[0], b[1])

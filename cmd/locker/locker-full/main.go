@@ -1,7 +1,8 @@
-// Command locker-full is the locker command with every backend, etcd
-// included, and locker bench. locker runs it in its place for etcd:// and
-// etcds:// URLs and for bench; it can be run by itself too, with the same
-// subcommands and flags (see cmd/locker).
+// Command locker-full is the locker command with every backend and locker
+// bench. locker, which links only SQLite, runs it in its place for the URLs
+// of every other backend and for bench; it can be run by itself too, with
+// the same subcommands and flags (see cmd/locker), which saves that
+// hand-over on a server backend.
 package main
 
 import (

@@ -1,11 +1,11 @@
 // Package cli is the locker command, shared by its two binaries: locker
-// (cmd/locker), which links the backends whose client libraries start
-// fast, and locker-full (cmd/locker/locker-full), which adds etcd and
-// locker bench. locker hands an etcd:// URL and the bench subcommand to
-// locker-full by exec, so that their package init (etcd's gRPC and
-// protobuf registrations, gonum/plot's fonts: over half the start of the
-// one binary that had them all) never runs on the path of locker run on
-// the other backends.
+// (cmd/locker), which links only the SQLite backend (the default), and
+// locker-full (cmd/locker/locker-full), which has every backend and
+// locker bench. locker hands the URLs of the other backends and the bench
+// subcommand to locker-full by exec, so that the size and the package init
+// of the server clients (etcd's gRPC and protobuf registrations, go-redis,
+// pgx) and of gonum/plot never weigh on the start of a locker run on the
+// default, where the start is most of the time.
 package cli
 
 import (
