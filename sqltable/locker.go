@@ -54,6 +54,12 @@ type Locker struct {
 	famInited bool          // guarded by initSem
 	fst       famStatements // set by famInit
 	fps       famPrepared   // set by famInit
+
+	// queued: the mutex queues its waiters (queue.go), set by init, with
+	// the queue's statements.
+	queued bool
+	qs     queueStatements
+	qp     queuePrepared
 }
 
 // New returns a Locker that keeps its locks in a table of db. The dialect
