@@ -47,6 +47,13 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 		return nil, backend.KeyError(op, key, l.life.Why(cctx, err))
 	}
 	desc := backend.Owner(opts)
+	if wait && l.queued && procHub.queued(l.hubKey, key) {
+		// Waiters of this process are queued for key: this caller would
+		// only fail its try behind them (and on PostgreSQL hold up their
+		// next try with the row lock it takes), so it queues at once.
+		h, err := l.await(cctx, key, ttl, drift, desc)
+		return l.keep(cctx, op, key, h, err)
+	}
 	h, err := l.try(cctx, key, ttl, drift, desc, noSeq)
 	for n := 1; lease.IsLate(err) && !wait && n < lease.LateTries; n++ {
 		h, err = l.try(cctx, key, ttl, drift, desc, noSeq)
@@ -79,22 +86,35 @@ func (l *Locker) await(ctx context.Context, key string, ttl, drift time.Duration
 		if err := q.join(ctx, w); err != nil {
 			return nil, err
 		}
-		defer func() { q.leave(ctx, h != nil) }()
+		defer func() {
+			if h != nil {
+				q.leaveHolding(h)
+			} else {
+				q.leave()
+			}
+		}()
 	}
 	notified := l.wake.start(ctx)
 	back := backoff.New(2*time.Millisecond, l.cfg.RetryInterval)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	waitNext := true // wait on the waker next (the bell), not sleep
+	// A waiter that has just queued looks at its place before it tries:
+	// the key was held a moment ago, and a look is a read (a try writes,
+	// or on SQLite takes the database's write lock).
+	look := l.queued
 	for {
-		h, err = l.try(ctx, key, ttl, drift, desc, q.seq)
-		if lease.IsLate(err) {
-			continue // given back; the next try may be quicker
+		if !look {
+			h, err = l.try(ctx, key, ttl, drift, desc, q.seq)
+			if lease.IsLate(err) {
+				continue // given back; the next try may be quicker
+			}
+			if err != nil || h != nil {
+				return h, err
+			}
+			w.acted() // the key is held: a wake-up taken so far was acted on
 		}
-		if err != nil || h != nil {
-			return h, err
-		}
-		w.acted() // the key is held: a wake-up taken so far was acted on
+		look = false
 		var rem time.Duration
 		if l.queued {
 			if err := q.keep(ctx, w); err != nil {
@@ -220,6 +240,9 @@ func (l *Locker) try(ctx context.Context, key string, ttl, drift time.Duration, 
 		return nil, err
 	}
 	h := &Handle{l: l, key: key, owner: owner, token: token, fence: fence, ttl: ttl, st: backend.NewState()}
+	if seq != noSeq {
+		h.dequeued = make(chan struct{}) // closed by await (waitQueue.leaveHolding)
+	}
 	if !l.life.Hold(h) {
 		// Close has begun and will not release h: free the row now,
 		// within Close's bound (Close waits for it).
@@ -299,27 +322,37 @@ func (q *waitQueue) keep(ctx context.Context, w *waiter) error {
 	return nil
 }
 
-// leave deletes the waiter's row: at once after a grant (the holder's row
-// must not hold back the waiters behind it once it releases), and after a
-// wait given up, when it also wakes the next waiter of the process (the
-// row may have been all that held it back). A delete that fails is tried
-// again in the background; meanwhile the row holds the queue back no
-// longer than its lease.
-func (q *waitQueue) leave(ctx context.Context, granted bool) {
+// leave deletes the row of a waiter that gives up and wakes the next
+// waiter of the process (the row may have been all that held it back). The
+// caller's ctx may be over: the delete has a bound of its own. A delete
+// that fails is tried again in the background; meanwhile the row holds the
+// queue back no longer than its lease.
+func (q *waitQueue) leave() {
 	if q.seq == noSeq {
 		return
 	}
 	l := q.l
-	if !granted {
-		// ctx may be over: the delete has a bound of its own.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(l.endCtx, time.Second)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(l.endCtx, time.Second)
+	defer cancel()
 	if err := l.dequeue(ctx, q.key, q.owner); err != nil {
 		l.dequeueBackground(q.key, q.owner)
 	}
-	if !granted {
-		l.released(q.key, "")
+	l.released(q.key, "")
+}
+
+// leaveHolding deletes the row of a waiter that got the lock as h, off the
+// caller's path: the holder's row holds nobody back while it holds the
+// lock, only once it releases, and h's Release waits for the delete (see
+// Handle.dequeued) before it frees the lock.
+func (q *waitQueue) leaveHolding(h *Handle) {
+	l := q.l
+	run := func() {
+		defer close(h.dequeued)
+		ctx, cancel := context.WithTimeout(l.endCtx, cleanupTimeout)
+		defer cancel()
+		_ = l.dequeue(ctx, q.key, q.owner) // else its lease ends it
+	}
+	if !l.life.Go(run) {
+		run() // Close has begun: within its bound
 	}
 }

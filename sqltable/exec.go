@@ -167,6 +167,14 @@ func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 		if h.fam != 0 {
 			return l.famRelease(ctx, h)
 		}
+		if h.dequeued != nil {
+			// The holder's waiter row goes first: it would hold back
+			// the waiters behind it once the lock is free.
+			select {
+			case <-h.dequeued:
+			case <-ctx.Done():
+			}
+		}
 		// On PostgreSQL the statement is a SELECT of pg_notify over the
 		// updated row: its rows affected ("SELECT 1" or "SELECT 0") tell
 		// whether the row was freed. Exec, not Query: database/sql starts a

@@ -168,6 +168,15 @@ func (h *hub) place(w *waiter, seq int64) {
 	h.keys[w.id] = slices.Insert(q, j, w)
 }
 
+// queued reports whether a waiter of this process has queued for key
+// (see queue.go).
+func (h *hub) queued(table, key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.keys[hubID(table, key)]
+	return len(q) > 0 && q[0].seq != noSeq
+}
+
 // watchOwner registers a family waiter of key (famID) whose row carries
 // owner: the table's wakes reach it as the head of its key, and wakeOwner
 // reaches it by its owner.
