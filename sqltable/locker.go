@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/go-locker/locker"
@@ -59,7 +60,8 @@ type Locker struct {
 	// the queue's statements.
 	queued bool
 	qs     queueStatements
-	qp     queuePrepared
+	qmu    sync.Mutex    // guards qp
+	qp     queuePrepared // prepared by queuePrepare
 }
 
 // New returns a Locker that keeps its locks in a table of db. The dialect

@@ -128,6 +128,13 @@ func (p *queuePrepared) all() []**sql.Stmt {
 	return []**sql.Stmt{&p.enqueue, &p.dequeue, &p.extend, &p.remaining}
 }
 
+// closeQueue closes the queue's prepared statements (Close).
+func (l *Locker) closeQueue() error {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	return l.qp.close()
+}
+
 func (p *queuePrepared) close() error {
 	var errs []error
 	for _, st := range p.all() {
@@ -141,7 +148,9 @@ func (p *queuePrepared) close() error {
 // queueInit, from init (initSem held), decides whether the mutex queues
 // its waiters: when the families table is there (made with the lock
 // table, or added now unless WithoutDDL), it writes the queue's
-// statements and makes the acquire statement the queue's. Without a
+// statements and makes the acquire statement the queue's (the others are
+// prepared at the first wait, queuePrepare: a Locker that never waits
+// does not pay for them). Without a
 // families table (tables of an earlier release with WithoutDDL, or a role
 // that may not create it) the mutex works as before, without the queue.
 func (l *Locker) queueInit(ctx context.Context) error {
@@ -168,7 +177,17 @@ func (l *Locker) queueInit(ctx context.Context) error {
 		return nil // a layout this release does not know: no queue
 	}
 	qs := newQueueStatements(l.dialect, l.table)
-	texts := []string{qs.enqueue.text, qs.dequeue.text, qs.extend.text, qs.remaining.text}
+	l.qs = qs
+	l.st.acquire = qs.acquire.text
+	l.queued = true
+	return nil
+}
+
+// queuePrepare prepares the queue's statements, once per Locker.
+func (l *Locker) queuePrepare(ctx context.Context) error {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	texts := []string{l.qs.enqueue.text, l.qs.dequeue.text, l.qs.extend.text, l.qs.remaining.text}
 	for i, dst := range l.qp.all() {
 		if *dst != nil {
 			continue
@@ -181,9 +200,6 @@ func (l *Locker) queueInit(ctx context.Context) error {
 			return fmt.Errorf("sqltable: prepare the waiter queue's statements: %w", err)
 		}
 	}
-	l.qs = qs
-	l.st.acquire = qs.acquire.text
-	l.queued = true
 	return nil
 }
 
@@ -199,6 +215,9 @@ func (l *Locker) acquireArgs(key, owner string, ttl time.Duration, seq int64) []
 // enqueue queues a waiter row of key for owner with a lease of lease and
 // returns its seq.
 func (l *Locker) enqueue(ctx context.Context, key, owner string, lease time.Duration) (seq int64, err error) {
+	if err := l.queuePrepare(ctx); err != nil {
+		return 0, err
+	}
 	args := l.qs.enqueue.args(key, owner, lease.Microseconds())
 	for {
 		err = l.retry(ctx, func(ctx context.Context) error {
@@ -230,6 +249,9 @@ func (l *Locker) enqueue(ctx context.Context, key, owner string, lease time.Dura
 
 // dequeue deletes owner's waiter row of key (and the key's lapsed ones).
 func (l *Locker) dequeue(ctx context.Context, key, owner string) error {
+	if err := l.queuePrepare(ctx); err != nil {
+		return err // (a Locker closed meanwhile: its lease ends the row)
+	}
 	_, err := l.affectedIdem(ctx, func(ctx context.Context) (sql.Result, error) {
 		return l.qp.dequeue.ExecContext(ctx, l.qs.dequeue.args(key, owner)...)
 	})
