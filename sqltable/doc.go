@@ -485,8 +485,10 @@
 // at once, without the try that would fail.
 //
 // Without a families table (tables of an earlier release with
-// WithoutDDL, or a role that may not create it) the mutex works as
-// before, unqueued: whoever tries first after a release takes the key.
+// WithoutDDL, or a role that may not create it), or with a role that has
+// no rights on it (SELECT, INSERT, UPDATE and DELETE; checked at the first
+// call), the mutex works as before, unqueued: whoever tries first after a
+// release takes the key.
 //
 // # Waiting
 //

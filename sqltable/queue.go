@@ -178,6 +178,9 @@ func (l *Locker) queueInit(ctx context.Context) error {
 	}
 	qs := newQueueStatements(l.dialect, l.table)
 	l.qs = qs
+	if !l.queueAllowed(ctx) {
+		return nil // a role without rights on the families table: no queue
+	}
 	l.st.acquire = qs.acquire.text
 	l.queued = true
 	return nil
@@ -201,6 +204,39 @@ func (l *Locker) queuePrepare(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// queueAllowed reports whether the Locker's role may use the queue's rows:
+// a role given only the lock table and its meta table (see "The table")
+// keeps its mutexes, unqueued. On MySQL the prepares check the rights
+// (the statements are prepared now rather than at the first wait); on
+// PostgreSQL, which checks them when a statement runs, one statement
+// that touches no row does every kind of access the queue needs; SQLite
+// has no rights.
+func (l *Locker) queueAllowed(ctx context.Context) bool {
+	switch l.dialect {
+	case MySQL:
+		if l.queuePrepare(ctx) != nil {
+			return false
+		}
+		st, err := l.db.PrepareContext(ctx, l.qs.acquire.text)
+		if err == nil {
+			st.Close()
+		}
+		return err == nil
+	case PostgreSQL:
+		fam := l.table.quoted(l.dialect, famSuffix)
+		probe := fmt.Sprintf(`WITH d AS (DELETE FROM %[1]s WHERE family = %[2]d AND lock_key = '' AND seq < 0 RETURNING 1),
+u AS (UPDATE %[1]s SET expires_us = expires_us WHERE family = %[2]d AND lock_key = '' AND seq < 0 RETURNING 1),
+i AS (INSERT INTO %[1]s SELECT * FROM %[1]s WHERE false RETURNING 1)
+SELECT (SELECT count(*) FROM d) + (SELECT count(*) FROM u) + (SELECT count(*) FROM i)`, fam, famMutexWait)
+		err := l.retryIdem(ctx, func(ctx context.Context) error {
+			var n int64
+			return l.db.QueryRowContext(ctx, probe).Scan(&n)
+		})
+		return err == nil
+	}
+	return true
 }
 
 // acquireArgs are the acquire statement's arguments for a caller whose
