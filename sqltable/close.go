@@ -53,7 +53,7 @@ func (l *Locker) shutdown() error {
 	if l.fw != nil {
 		l.fw.Leave()
 	}
-	err := errors.Join(l.ps.close(), l.fps.close())
+	err := errors.Join(l.ps.close(), l.fps.close(), l.closeQueue())
 	if l.ownDB && l.db != nil {
 		err = errors.Join(err, l.db.Close())
 	}

@@ -140,8 +140,9 @@
 // The families' rows carry no description.
 //
 // A Locker whose tables exist runs no DDL (with or without WithoutDDL;
-// but for the widening of an earlier MySQL owner column above, which it
-// skips when refused), so
+// but for the widening of an earlier MySQL owner column above, and the
+// families table added to the tables of an earlier release, see
+// "Fairness", both of which it skips when refused), so
 // a role with only SELECT, INSERT, UPDATE and DELETE on the two tables
 // (and USAGE on the schema) is enough: PostgreSQL 15 and later and MySQL
 // check the CREATE privilege for CREATE TABLE IF NOT EXISTS even when the
@@ -181,11 +182,12 @@
 // DDL returns these statements too. The lock table's layout, and its
 // schema_version, are unchanged, so releases without lock families keep
 // sharing the tables with this one. A Locker finds the families table by
-// its families_version row at its first family call; on tables made by an
-// earlier release it creates the table then (CREATE TABLE IF NOT EXISTS,
-// which needs the CREATE privilege), and with WithoutDDL it fails every
-// family call with an error that gives the statements to run (its mutexes
-// work). A families_version other than 1 is refused, naming it.
+// its families_version row at its first call (the mutex's waiters queue
+// in it too, see "Fairness"); on tables made by an earlier release it
+// creates the table then (CREATE TABLE IF NOT EXISTS, which needs the
+// CREATE privilege), and with WithoutDDL it fails every family call with
+// an error that gives the statements to run (its mutexes work, without
+// the queue). A families_version other than 1 is refused, naming it.
 //
 // The algorithm. Each key of a family is a queue of rows in seq order: a
 // row per holder and per waiter, behind the key's head row. A row is
@@ -428,6 +430,65 @@
 // 148,000, and n + token, with n at most 2^62, fits an int64; a row beyond
 // that (written by hand) makes the acquisition fail with an error naming
 // token_base, the row given back.
+//
+// # Fairness
+//
+// The mutex serves its waiters first come, first served, across Lockers
+// and processes: a waiter queues a row in the families table (family 3:
+// the key, a seq from the key's queue, a random owner, a lease of its own),
+// and the acquire statement takes a free or expired row only when no row
+// of the key's queue whose lease has not run out is ahead of the caller:
+//
+//	... ON CONFLICT (lock_key) DO UPDATE SET ...
+//	WHERE (l.expires_us <= NOW_US OR l.owner = '')
+//	  AND NOT EXISTS (SELECT 1 FROM t_fam w WHERE w.family = 3 AND w.lock_key = $key
+//	                  AND w.seq < $seq AND w.expires_us > NOW_US)
+//
+// (MySQL: the same condition in the IF that assigns owner.) A caller that
+// has not queued (the first try of Acquire, every TryAcquire) has no seq:
+// every live waiter is ahead of it. So a client that releases and asks
+// again at once queues behind the waiters instead of taking the key
+// straight back, and a TryAcquire of a free key fails with
+// locker.ErrNotAcquired while others wait for it, as with the lock
+// families: it never waits, and it does not overtake them. The queue
+// orders who may take a free row; mutual exclusion and the tokens stay
+// the lock row's alone, so a waiter that queued a moment late, or a
+// process of an earlier release (which does not look at the queue),
+// costs fairness, never safety.
+//
+// The seq is the last one of the key's queue plus one (on PostgreSQL and
+// MySQL at least the database's now in microseconds; two waiters that
+// take the same seq at once: the second takes the next). A waiter's row
+// has the lease of the families' waiters (three retry intervals, at least
+// locker.MinTTL, at most the lock's TTL: 3s by default), which it extends
+// every third of it while it waits; a waiter that dies or stops holds the
+// queue back until its row's lease runs out, and one that comes back
+// after that queues again at the back. The waiters behind a lapsing row
+// sleep until it runs out (they read when, with the holder's remaining
+// lease). Within a process the waiters of a key are woken in their queue
+// order. A holder deletes its waiter row right after its grant, off the
+// caller's path (its Release waits for that delete before it frees the
+// lock); a waiter that gives up deletes its row, bounded by
+// the Locker's own deadline rather than the caller's ended context, and
+// wakes the next waiter of its process.
+//
+// Cost: nothing changes for an uncontended acquisition but the NOT EXISTS
+// probe of the families table's primary key: no measurable change on
+// SQLite and PostgreSQL, about a fifth more on MariaDB, where the probe is
+// a locking read (BENCHMARKS.md). A contended one adds the queue's insert,
+// a read of its place and the delete of its row (off the holder's path),
+// and hands the lock from one client to the next on every release, where
+// an unfair lock lets its releasing client take it straight back: at 8
+// and 64 clients on one key, min/max share 0.82 to 0.98 against 0.06 to
+// 0.89 before, at a throughput that BENCHMARKS.md gives per dialect. A
+// caller that finds waiters of its own process queued for the key queues
+// at once, without the try that would fail.
+//
+// Without a families table (tables of an earlier release with
+// WithoutDDL, or a role that may not create it), or with a role that has
+// no rights on it (SELECT, INSERT, UPDATE and DELETE; checked at the first
+// call), the mutex works as before, unqueued: whoever tries first after a
+// release takes the key.
 //
 // # Waiting
 //

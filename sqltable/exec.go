@@ -95,10 +95,13 @@ func (p *prepared) close() error {
 }
 
 // runAcquire runs the acquire statement.
-func (l *Locker) runAcquire(ctx context.Context, key, owner string, ttl time.Duration) (token int64, ok bool, err error) {
+// seq is the caller's place in the key's waiter queue (noSeq: none; see
+// queue.go).
+func (l *Locker) runAcquire(ctx context.Context, key, owner string, ttl time.Duration, seq int64) (token int64, ok bool, err error) {
+	args := l.acquireArgs(key, owner, ttl, seq)
 	err = l.retry(ctx, func(ctx context.Context) error {
 		if l.dialect == MySQL {
-			res, err := l.ps.acquire.ExecContext(ctx, key, owner, ttl.Microseconds())
+			res, err := l.ps.acquire.ExecContext(ctx, args...)
 			if err != nil {
 				return err
 			}
@@ -114,13 +117,13 @@ func (l *Locker) runAcquire(ctx context.Context, key, owner string, ttl time.Dur
 		}
 		if l.drv.QueryInt64 != nil && !l.notOwn.Load() {
 			var err error
-			token, ok, err = l.acquireRaw(ctx, key, owner, ttl)
+			token, ok, err = l.acquireRaw(ctx, args)
 			if !errors.Is(err, drivers.ErrNotOwn) {
 				return err
 			}
 			l.notOwn.Store(true)
 		}
-		err := l.ps.acquire.QueryRowContext(ctx, key, owner, ttl.Microseconds()).Scan(&token)
+		err := l.ps.acquire.QueryRowContext(ctx, args...).Scan(&token)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			ok = false
@@ -163,6 +166,14 @@ func (l *Locker) release(ctx context.Context, h *Handle) (bool, error) {
 	run := func() (bool, error) {
 		if h.fam != 0 {
 			return l.famRelease(ctx, h)
+		}
+		if h.dequeued != nil {
+			// The holder's waiter row goes first: it would hold back
+			// the waiters behind it once the lock is free.
+			select {
+			case <-h.dequeued:
+			case <-ctx.Done():
+			}
 		}
 		// On PostgreSQL the statement is a SELECT of pg_notify over the
 		// updated row: its rows affected ("SELECT 1" or "SELECT 0") tell

@@ -33,6 +33,10 @@ type Handle struct {
 	fam int
 	seq int64
 	c   lease.Handle // state, lease and the verdicts (internal/lease)
+	// dequeued: a mutex lock taken by a queued waiter; closed once its
+	// waiter row is deleted, which Release waits for (queue.go). nil if
+	// it never queued.
+	dequeued chan struct{}
 
 	bellState int           // see bell; guarded by the Locker's bell.stateMu
 	bellEntry *timerq.Entry // rings the bell; guarded by bell.stateMu

@@ -113,6 +113,10 @@ type waiter struct {
 	// row is admitted); buffered.
 	owner string
 	oc    chan struct{}
+	// seq: a mutex waiter's place in its key's queue (queue.go), noSeq
+	// until it has one; the hub keeps a key's waiters in seq order, so
+	// that a release wakes the first of them in the queue.
+	seq int64
 	// pending: the waiter took a wake-up from c and has not yet acted on
 	// it (tried and found the key held). Used by the waiter's goroutine
 	// only.
@@ -129,7 +133,7 @@ func (w *waiter) acted() { w.pending = false }
 func hubID(table, key string) string { return table + "\x00" + key }
 
 func (h *hub) watch(table, key string) *waiter {
-	w := &waiter{table: table, id: hubID(table, key), c: make(chan struct{}, 1)}
+	w := &waiter{table: table, id: hubID(table, key), c: make(chan struct{}, 1), seq: noSeq}
 	h.mu.Lock()
 	if len(h.keys[w.id]) == 0 {
 		ids := h.tables[table]
@@ -142,6 +146,35 @@ func (h *hub) watch(table, key string) *waiter {
 	h.keys[w.id] = append(h.keys[w.id], w)
 	h.mu.Unlock()
 	return w
+}
+
+// place records w's seq in its key's queue and moves w to its place among
+// the key's waiters of this process: behind those with a lower seq, ahead
+// of those with a higher one (and of those not queued yet).
+func (h *hub) place(w *waiter, seq int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.keys[w.id]
+	i := slices.Index(q, w)
+	if i < 0 {
+		return
+	}
+	q = slices.Delete(q, i, i+1)
+	w.seq = seq
+	j := slices.IndexFunc(q, func(o *waiter) bool { return o.seq > seq })
+	if j < 0 {
+		j = len(q)
+	}
+	h.keys[w.id] = slices.Insert(q, j, w)
+}
+
+// queued reports whether a waiter of this process has queued for key
+// (see queue.go).
+func (h *hub) queued(table, key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.keys[hubID(table, key)]
+	return len(q) > 0 && q[0].seq != noSeq
 }
 
 // watchOwner registers a family waiter of key (famID) whose row carries

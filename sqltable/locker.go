@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/go-locker/locker"
@@ -54,6 +55,13 @@ type Locker struct {
 	famInited bool          // guarded by initSem
 	fst       famStatements // set by famInit
 	fps       famPrepared   // set by famInit
+
+	// queued: the mutex queues its waiters (queue.go), set by init, with
+	// the queue's statements.
+	queued bool
+	qs     queueStatements
+	qmu    sync.Mutex    // guards qp
+	qp     queuePrepared // prepared by queuePrepare
 }
 
 // New returns a Locker that keeps its locks in a table of db. The dialect

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"time"
 )
 
 // acquireRaw runs the PostgreSQL acquire statement on pgx itself (the
@@ -20,9 +19,9 @@ import (
 // been sent is discarded and the statement tried once more on another, as
 // database/sql does. On a connection that is not the driver's (a wrapped
 // driver) it returns drivers.ErrNotOwn.
-func (l *Locker) acquireRaw(ctx context.Context, key, owner string, ttl time.Duration) (token int64, ok bool, err error) {
+func (l *Locker) acquireRaw(ctx context.Context, args []any) (token int64, ok bool, err error) {
 	for try := 0; ; try++ {
-		token, ok, err = l.acquireRawOnce(ctx, key, owner, ttl)
+		token, ok, err = l.acquireRawOnce(ctx, args)
 		var bad badConn
 		if !errors.As(err, &bad) {
 			return token, ok, err
@@ -42,7 +41,7 @@ type badConn struct{ err error }
 func (e badConn) Error() string   { return e.err.Error() }
 func (e badConn) Unwrap() []error { return []error{driver.ErrBadConn, e.err} }
 
-func (l *Locker) acquireRawOnce(ctx context.Context, key, owner string, ttl time.Duration) (token int64, ok bool, err error) {
+func (l *Locker) acquireRawOnce(ctx context.Context, args []any) (token int64, ok bool, err error) {
 	conn, err := l.db.Conn(ctx)
 	if err != nil {
 		return 0, false, err
@@ -50,7 +49,7 @@ func (l *Locker) acquireRawOnce(ctx context.Context, key, owner string, ttl time
 	defer conn.Close()
 	err = conn.Raw(func(dc any) error {
 		var err error
-		token, ok, err = l.drv.QueryInt64(ctx, dc, l.st.acquire, key, owner, ttl.Microseconds())
+		token, ok, err = l.drv.QueryInt64(ctx, dc, l.st.acquire, args...)
 		if err != nil && ctx.Err() == nil && l.drv.SafeToRetry != nil && l.drv.SafeToRetry(err) {
 			// Nothing reached the server and the connection broke: drop
 			// it, try another. (An ended ctx is no fault of the

@@ -78,6 +78,9 @@ func (l *Locker) init(ctx context.Context) error {
 	if err := l.checkOwnerRoom(ctx); err != nil {
 		return err
 	}
+	if err := l.queueInit(ctx); err != nil {
+		return err
+	}
 	if err := l.ps.prepare(ctx, l); err != nil {
 		return err
 	}
