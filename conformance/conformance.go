@@ -29,6 +29,9 @@ const prompt = 5 * time.Second
 // round trip on a loaded machine does not fail a case.
 const quick = 500 * time.Millisecond
 
+// EnvFull, set to anything, makes Run ignore Harness.Only: every case runs.
+const EnvFull = "LOCKER_CONFORMANCE_FULL"
+
 // Run runs the conformance suite against the backend h describes. It fails t
 // for every broken promise, and skips, visibly, the cases whose hooks h lacks.
 func Run(t *testing.T, h Harness) {
@@ -47,6 +50,10 @@ func Run(t *testing.T, h Harness) {
 			t.Errorf("conformance: Harness.Skip names %q, which is no case of the suite", name)
 		}
 	}
+	cases, unknown := only(cases, h.Only, os.Getenv(EnvFull) != "")
+	for _, name := range unknown {
+		t.Errorf("conformance: Harness.Only names %q, which is no area or case of the suite", name)
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if why, ok := s.h.Skip[c.name]; ok {
@@ -55,6 +62,27 @@ func Run(t *testing.T, h Harness) {
 			s.runCase(t, c)
 		})
 	}
+}
+
+// only keeps the cases that names select (an area, or a case as
+// "Area/Case"), all of them when names is empty or full is set, and
+// returns the names that select nothing.
+func only(cases []testCase, names []string, full bool) (kept []testCase, unknown []string) {
+	match := func(c testCase, name string) bool { return c.name == name || strings.HasPrefix(c.name, name+"/") }
+	for _, name := range names {
+		if !slices.ContainsFunc(cases, func(c testCase) bool { return match(c, name) }) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(names) == 0 || full {
+		return cases, unknown
+	}
+	for _, c := range cases {
+		if slices.ContainsFunc(names, func(name string) bool { return match(c, name) }) {
+			kept = append(kept, c)
+		}
+	}
+	return kept, unknown
 }
 
 func (h Harness) withDefaults() Harness {
