@@ -68,7 +68,8 @@ type Server struct {
 	kind string
 	addr string
 	dsn  string
-	env  string // the environment variable it came from, or ""
+	env  string    // the environment variable it came from, or ""
+	tls  *TLSFiles // the test CA and certificate of a TLS server, else nil
 
 	mu  sync.Mutex
 	ctr *testcontainers.DockerContainer // nil when it came from an environment variable
@@ -206,12 +207,16 @@ func required() bool {
 }
 
 // unavailable skips (or, with LOCKER_REQUIRE_SERVERS=1, fails) a test that needs a
-// server none of the sources could give.
+// server none of the sources could give (envVar "": no variable can name one).
 func unavailable(t testing.TB, what, envVar string, err error) {
 	t.Helper()
-	msg := fmt.Sprintf("testserver: no %s server: set %s to an existing one, or make a Docker engine available "+
+	set := ""
+	if envVar != "" {
+		set = "set " + envVar + " to an existing one, or "
+	}
+	msg := fmt.Sprintf("testserver: no %s server: %smake a Docker engine available "+
 		"(DOCKER_HOST; LOCKER_TEST_IMAGES=official pulls upstream images, =local uses images built by scripts/docker-up.sh; "+
-		"`make test` does all of this as root on Debian/Ubuntu)", what, envVar)
+		"`make test` does all of this as root on Debian/Ubuntu)", what, set)
 	if err != nil {
 		msg += ": " + err.Error()
 	}
