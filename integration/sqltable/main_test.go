@@ -169,7 +169,7 @@ func openDB(t testing.TB, driver, dsn string) *sql.DB {
 
 // quoteTable quotes the default table name for d's admin statements.
 func (d dialect) table(suffix string) string {
-	if d.name == "MariaDB" {
+	if strings.HasPrefix(d.name, "MariaDB") {
 		return "`" + sqltable.DefaultTable + suffix + "`"
 	}
 	return `"` + sqltable.DefaultTable + suffix + `"`

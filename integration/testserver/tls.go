@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/url"
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	tcexec "github.com/testcontainers/testcontainers-go/exec"
 )
 
 // TLSFiles are a test CA made at run time and a server certificate it signed
@@ -167,9 +170,17 @@ func MySQLTLS(t testing.TB) *Server {
 // MySQLTLS, nil for other servers.
 func (s *Server) TLS() *TLSFiles { return s.tls }
 
+// tlsEnv names the shared TLS server of kind that a test binary hands to
+// the child processes it starts, through inheritVar(tlsEnv(kind)): the
+// directory of its files, a newline, its DSN.
+func tlsEnv(kind string) string { return "LOCKER_TEST_" + strings.ToUpper(kind) + "_TLS" }
+
 func sharedTLS(t testing.TB, kind string) *Server {
 	t.Helper()
 	servers, err := getShared(kind+"-tls", func() ([]*Server, error) {
+		if v := inherited(tlsEnv(kind)); v != "" {
+			return inheritTLS(kind, v)
+		}
 		dir, err := os.MkdirTemp("", "locker-tls-")
 		if err != nil {
 			return nil, err
@@ -185,12 +196,49 @@ func sharedTLS(t testing.TB, kind string) *Server {
 		}
 		s.tls = files
 		tlsDirs.Add(dir)
+		publish(tlsEnv(kind), dir+"\n"+s.DSN())
 		return []*Server{s}, nil
 	})
 	if err != nil {
 		unavailable(t, kind+" TLS", "", err) // no variable names a TLS server
 	}
 	return servers[0]
+}
+
+// inheritTLS is the shared TLS server a parent test process handed down
+// (see tlsEnv): its files are read again, and a MySQL DSN's TLS
+// configuration registered again under its name.
+func inheritTLS(kind, v string) ([]*Server, error) {
+	dir, dsn, _ := strings.Cut(v, "\n")
+	files, err := loadTLSFiles(dir)
+	if err != nil {
+		return nil, fmt.Errorf("the TLS server handed down by the parent process: %w", err)
+	}
+	s := newEnvServer(kind, inheritVar(tlsEnv(kind)), dsn)
+	s.tls = files
+	if kind == kindMySQL {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			return nil, err
+		}
+		if err := mysql.RegisterTLSConfig(cfg.TLSConfig, files.ClientConfig("127.0.0.1")); err != nil {
+			return nil, err
+		}
+	}
+	return []*Server{s}, nil
+}
+
+// loadTLSFiles reads the files makeTLSFiles wrote into dir.
+func loadTLSFiles(dir string) (*TLSFiles, error) {
+	f := &TLSFiles{Dir: dir, CAFile: filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "server.crt"), KeyFile: filepath.Join(dir, "server.key"), Pool: x509.NewCertPool()}
+	var err error
+	if f.CAPEM, err = os.ReadFile(f.CAFile); err != nil {
+		return nil, err
+	}
+	if !f.Pool.AppendCertsFromPEM(f.CAPEM) {
+		return nil, fmt.Errorf("%s holds no certificate", f.CAFile)
+	}
+	return f, nil
 }
 
 // tlsDirs are the directories of the shared TLS servers' files, removed by Main.
@@ -254,7 +302,7 @@ exec sh /tmp/locker-serve-tls "$@"`, last, strings.Join(args, " "), args[len(arg
 			u.RawQuery = q.Encode()
 			s.dsn = u.String()
 		case kindMySQL:
-			name := fmt.Sprintf("locker-test-%d", tlsConfigs.Add(1))
+			name := fmt.Sprintf("locker-test-%d-%d", os.Getpid(), tlsConfigs.Add(1))
 			if err := mysql.RegisterTLSConfig(name, files.ClientConfig("127.0.0.1")); err != nil {
 				return err
 			}
@@ -288,4 +336,40 @@ func (l *dirList) removeAll() {
 		_ = os.RemoveAll(d)
 	}
 	l.dirs = nil
+}
+
+// GrantOption gives the MariaDB server's user (the DSN's) the GRANT OPTION,
+// so that a test can make users with fewer rights (the images give it ALL
+// on every database, without it). It runs the mariadb client as root
+// inside the container; a server named by LOCKER_TEST_MYSQL_DSN cannot be
+// changed so, and the test is skipped.
+func (s *Server) GrantOption(t testing.TB) {
+	t.Helper()
+	if s.kind != kindMySQL {
+		t.Fatalf("testserver: GrantOption on %s: only for MySQL servers", s)
+	}
+	s.control(t, "give GRANT OPTION to the user of")
+	e, err := getEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := mysql.ParseDSN(s.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmt := fmt.Sprintf("GRANT ALL ON *.* TO '%[1]s'@'%%' WITH GRANT OPTION; GRANT ALL ON *.* TO '%[1]s'@'localhost' WITH GRANT OPTION;", cfg.User)
+	cmd := []string{"mariadb", "-uroot", "-p" + dbPassword, "-e", stmt}
+	if e.profile == profileLocal {
+		// The local image's root has no password and logs in on the
+		// server's own socket.
+		_, port, _ := net.SplitHostPort(s.addr)
+		cmd = []string{"mariadb", "-uroot", "--socket=/run/mysqld/mysqld-" + port + ".sock", "-e", stmt}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	code, out, err := s.ctr.Exec(ctx, cmd, tcexec.Multiplexed())
+	if err != nil || code != 0 {
+		b, _ := io.ReadAll(out)
+		t.Fatalf("testserver: GRANT OPTION on %s: exit %d, %v: %s", s, code, err, strings.TrimSpace(string(b)))
+	}
 }
