@@ -12,6 +12,10 @@
 //     every server on 127.0.0.1 on a free port);
 //  3. nothing: the test is skipped, or fails when LOCKER_REQUIRE_SERVERS=1.
 //
+// PostgresTLS and MySQLTLS return servers that take TCP connections only over TLS, with
+// a certificate from a test CA made at their start (Server.TLS); they always run in a
+// container, in both image profiles.
+//
 // Redis, Postgres, MySQL, ZooKeeper, Etcd, RedisNodes and RedisCluster return servers
 // shared by all tests of the test binary (tests isolate themselves by key); NewRedis and
 // NewPostgres return private servers that a test may stop, kill or pause. Call Main from
