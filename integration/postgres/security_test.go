@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -104,9 +105,18 @@ func TestTLSFailures(t *testing.T) {
 // PUBLIC has nothing (no TEMP, no CREATE), with ddl=false.
 func TestConformanceLeastPrivilege(t *testing.T) {
 	srv := testserver.Postgres(t)
-	db := newLeastPrivilegeDB(t, srv, grantAll)
-	conformance.Run(t, conformanceHarness(t, srv, withHost(t, db.dsn, "", url.Values{"ddl": {"false"}})))
+	// The suite's Process cases run this test again in child processes,
+	// which must lock in the same database as the same role.
+	dsn := os.Getenv(minDBEnv)
+	if dsn == "" {
+		dsn = newLeastPrivilegeDB(t, srv, grantAll).dsn
+		t.Setenv(minDBEnv, dsn)
+	}
+	conformance.Run(t, conformanceHarness(t, srv, withHost(t, dsn, "", url.Values{"ddl": {"false"}})))
 }
+
+// minDBEnv hands TestConformanceLeastPrivilege's DSN to its child processes.
+const minDBEnv = "LOCKER_TEST_POSTGRES_LEAST_PRIVILEGE_DSN"
 
 // TestLeastPrivilegeMissingRight: a role that lacks one of those rights
 // fails its first call with the server's refusal, naming the object, wrapped

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -174,6 +175,7 @@ func minimalFor(mysql bool) privileges {
 // user that has only the given rights there.
 type minDB struct {
 	d      dialect // Lockers connect as the user, with ddl=false; admin is the superuser
+	name   string  // the database
 	user   string
 	secret string
 }
@@ -199,18 +201,42 @@ func newPGMinDB(t *testing.T, p privileges) *minDB {
 	mustExec(t, ctx, root, "REVOKE ALL ON DATABASE "+name+" FROM PUBLIC")
 	mustExec(t, ctx, root, "CREATE ROLE "+role+" LOGIN PASSWORD '"+secret+"'")
 	mustExec(t, ctx, root, "GRANT CONNECT ON DATABASE "+name+" TO "+role)
-	adminDSN := pgURLFrom(t, srv.DSN(), "", nil)
 	u, _ := url.Parse(srv.DSN())
 	u.Path = "/" + name
-	adminDSN = u.String()
-	admin := openDB(t, "pgx", adminDSN)
+	admin := openDB(t, "pgx", u.String())
 	mustExec(t, ctx, admin, "REVOKE ALL ON SCHEMA public FROM PUBLIC")
 	mustExec(t, ctx, admin, "GRANT USAGE ON SCHEMA public TO "+role)
 	createTables(t, ctx, admin, sqltable.PostgreSQL)
 	grantTables(t, ctx, admin, p, `"`, role)
-	u.User = url.UserPassword(role, secret)
+	return rebuildMinDB(t, false, name, role, secret)
+}
+
+// rebuildMinDB is the minDB of a database and user that exist.
+func rebuildMinDB(t *testing.T, mysql bool, name, user, secret string) *minDB {
+	if mysql {
+		srv := testserver.MySQL(t)
+		rootUser, rootPass, _ := mysqlCreds(t, srv.DSN())
+		adminDSN := fmt.Sprintf("%s:%s@tcp(%s)/%s", rootUser, rootPass, srv.Addr(), name)
+		return &minDB{name: name, user: user, secret: secret, d: dialect{
+			name: "MariaDB/least-privilege",
+			url: func(t testing.TB, addr string, extra url.Values) string {
+				if addr == "" {
+					addr = srv.Addr()
+				}
+				return mysqlURLAs(user, secret, addr, name, with(extra, url.Values{"ddl": {"false"}}))
+			},
+			addr:  func(t testing.TB) string { return srv.Addr() },
+			admin: func(t testing.TB) *sql.DB { return openDB(t, "mysql", adminDSN) },
+			ph:    func(int) string { return "?" },
+		}}
+	}
+	srv := testserver.Postgres(t)
+	u, _ := url.Parse(srv.DSN())
+	u.Path = "/" + name
+	adminDSN := u.String()
+	u.User = url.UserPassword(user, secret)
 	userDSN := u.String()
-	return &minDB{user: role, secret: secret, d: dialect{
+	return &minDB{name: name, user: user, secret: secret, d: dialect{
 		name: "PostgreSQL/least-privilege",
 		url: func(t testing.TB, addr string, extra url.Values) string {
 			return pgURLFrom(t, userDSN, addr, with(extra, url.Values{"ddl": {"false"}}))
@@ -246,18 +272,7 @@ func newMySQLMinDB(t *testing.T, p privileges) *minDB {
 	admin := openDB(t, "mysql", adminDSN)
 	createTables(t, ctx, admin, sqltable.MySQL)
 	grantTables(t, ctx, admin, p, "`", "'"+user+"'@'%'")
-	return &minDB{user: user, secret: secret, d: dialect{
-		name: "MariaDB/least-privilege",
-		url: func(t testing.TB, addr string, extra url.Values) string {
-			if addr == "" {
-				addr = srv.Addr()
-			}
-			return mysqlURLAs(user, secret, addr, name, with(extra, url.Values{"ddl": {"false"}}))
-		},
-		addr:  func(t testing.TB) string { return srv.Addr() },
-		admin: func(t testing.TB) *sql.DB { return openDB(t, "mysql", adminDSN) },
-		ph:    func(int) string { return "?" },
-	}}
+	return rebuildMinDB(t, true, name, user, secret)
 }
 
 func createTables(t *testing.T, ctx context.Context, db *sql.DB, d sqltable.Dialect) {
@@ -294,8 +309,22 @@ func mustExec(t *testing.T, ctx context.Context, db *sql.DB, s string) {
 // INSERT, UPDATE and DELETE on the families table, SELECT on the meta
 // table.
 func TestConformanceLeastPrivilege(t *testing.T) {
-	t.Run("PostgreSQL", func(t *testing.T) { runServerConformance(t, newPGMinDB(t, minimalFor(false)).d) })
-	t.Run("MariaDB", func(t *testing.T) { runServerConformance(t, newMySQLMinDB(t, minimalFor(true)).d) })
+	t.Run("PostgreSQL", func(t *testing.T) { runServerConformance(t, inheritedMinDB(t, newPGMinDB, false).d) })
+	t.Run("MariaDB", func(t *testing.T) { runServerConformance(t, inheritedMinDB(t, newMySQLMinDB, true).d) })
+}
+
+// inheritedMinDB makes the least-privilege database of a conformance run,
+// or in one of the suite's child processes (the Process cases run the test
+// again) takes the parent's: the same database and user.
+func inheritedMinDB(t *testing.T, mk func(*testing.T, privileges) *minDB, mysql bool) *minDB {
+	env := "LOCKER_TEST_SQLTABLE_MINDB_" + strings.ToUpper(strings.ReplaceAll(t.Name(), "/", "_"))
+	if v := os.Getenv(env); v != "" {
+		f := strings.Fields(v)
+		return rebuildMinDB(t, mysql, f[0], f[1], f[2])
+	}
+	db := mk(t, minimalFor(mysql))
+	t.Setenv(env, db.name+" "+db.user+" "+db.secret)
+	return db
 }
 
 // TestLeastPrivilegeMissingRight: a user that lacks one of those rights
