@@ -122,6 +122,9 @@ type dialect struct {
 	admin func(t testing.TB) *sql.DB
 	// ph is the placeholder of the n-th argument.
 	ph func(n int) string
+	// warmUp: the conformance suite's new Lockers take a key first (see
+	// warmUp in conformance_test.go).
+	warmUp bool
 }
 
 var dialects = []dialect{

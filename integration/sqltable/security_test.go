@@ -62,9 +62,10 @@ var (
 		url: func(t testing.TB, addr string, extra url.Values) string {
 			return pgURLFrom(t, testserver.PostgresTLS(t).DSN(), addr, extra)
 		},
-		addr:  func(t testing.TB) string { return testserver.PostgresTLS(t).Addr() },
-		admin: func(t testing.TB) *sql.DB { return openDB(t, "pgx", testserver.PostgresTLS(t).DSN()) },
-		ph:    func(n int) string { return fmt.Sprintf("$%d", n) },
+		addr:   func(t testing.TB) string { return testserver.PostgresTLS(t).Addr() },
+		admin:  func(t testing.TB) *sql.DB { return openDB(t, "pgx", testserver.PostgresTLS(t).DSN()) },
+		ph:     func(n int) string { return fmt.Sprintf("$%d", n) },
+		warmUp: true,
 	}
 	mysqlTLS = dialect{
 		name: "MariaDB/TLS",
@@ -76,9 +77,10 @@ var (
 			user, pass, db := mysqlCreds(t, srv.DSN())
 			return mysqlURLAs(user, pass, addr, db, with(extra, url.Values{"lock_tls_ca": {srv.TLS().CAFile}}))
 		},
-		addr:  func(t testing.TB) string { return testserver.MySQLTLS(t).Addr() },
-		admin: func(t testing.TB) *sql.DB { return openDB(t, "mysql", testserver.MySQLTLS(t).DSN()) },
-		ph:    func(int) string { return "?" },
+		addr:   func(t testing.TB) string { return testserver.MySQLTLS(t).Addr() },
+		admin:  func(t testing.TB) *sql.DB { return openDB(t, "mysql", testserver.MySQLTLS(t).DSN()) },
+		ph:     func(int) string { return "?" },
+		warmUp: true,
 	}
 )
 
@@ -225,9 +227,10 @@ func rebuildMinDB(t *testing.T, mysql bool, name, user, secret string) *minDB {
 				}
 				return mysqlURLAs(user, secret, addr, name, with(extra, url.Values{"ddl": {"false"}}))
 			},
-			addr:  func(t testing.TB) string { return srv.Addr() },
-			admin: func(t testing.TB) *sql.DB { return openDB(t, "mysql", adminDSN) },
-			ph:    func(int) string { return "?" },
+			addr:   func(t testing.TB) string { return srv.Addr() },
+			admin:  func(t testing.TB) *sql.DB { return openDB(t, "mysql", adminDSN) },
+			ph:     func(int) string { return "?" },
+			warmUp: true,
 		}}
 	}
 	srv := testserver.Postgres(t)
@@ -241,9 +244,10 @@ func rebuildMinDB(t *testing.T, mysql bool, name, user, secret string) *minDB {
 		url: func(t testing.TB, addr string, extra url.Values) string {
 			return pgURLFrom(t, userDSN, addr, with(extra, url.Values{"ddl": {"false"}}))
 		},
-		addr:  func(t testing.TB) string { return srv.Addr() },
-		admin: func(t testing.TB) *sql.DB { return openDB(t, "pgx", adminDSN) },
-		ph:    func(n int) string { return fmt.Sprintf("$%d", n) },
+		addr:   func(t testing.TB) string { return srv.Addr() },
+		admin:  func(t testing.TB) *sql.DB { return openDB(t, "pgx", adminDSN) },
+		ph:     func(n int) string { return fmt.Sprintf("$%d", n) },
+		warmUp: true,
 	}}
 }
 

@@ -214,17 +214,20 @@ func inheritTLS(kind, v string) ([]*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the TLS server handed down by the parent process: %w", err)
 	}
-	s := newEnvServer(kind, inheritVar(tlsEnv(kind)), dsn)
-	s.tls = files
 	if kind == kindMySQL {
-		cfg, err := mysql.ParseDSN(dsn)
-		if err != nil {
-			return nil, err
+		// Registered before the DSN is parsed: the driver's parser
+		// refuses a TLS configuration name it does not know.
+		_, params, _ := strings.Cut(dsn, "?")
+		q, err := url.ParseQuery(params)
+		if err != nil || q.Get("tls") == "" {
+			return nil, fmt.Errorf("the MySQL TLS server handed down has a DSN without tls=NAME")
 		}
-		if err := mysql.RegisterTLSConfig(cfg.TLSConfig, files.ClientConfig("127.0.0.1")); err != nil {
+		if err := mysql.RegisterTLSConfig(q.Get("tls"), files.ClientConfig("127.0.0.1")); err != nil {
 			return nil, err
 		}
 	}
+	s := newEnvServer(kind, inheritVar(tlsEnv(kind)), dsn)
+	s.tls = files
 	return []*Server{s}, nil
 }
 
