@@ -123,7 +123,10 @@ type dialect struct {
 	// ph is the placeholder of the n-th argument.
 	ph func(n int) string
 	// warmUp: the conformance suite's new Lockers take a key first (see
-	// warmUp in conformance_test.go).
+	// warmUp in conformance_test.go). Not on MariaDB: there a Locker that
+	// had taken and released a key took 2s (the suite's TTL) to Close
+	// with an Acquire in flight while cut off (Close/WhileInFlight, every
+	// time), which a fresh one does at once: to be looked into.
 	warmUp bool
 }
 

@@ -77,10 +77,9 @@ var (
 			user, pass, db := mysqlCreds(t, srv.DSN())
 			return mysqlURLAs(user, pass, addr, db, with(extra, url.Values{"lock_tls_ca": {srv.TLS().CAFile}}))
 		},
-		addr:   func(t testing.TB) string { return testserver.MySQLTLS(t).Addr() },
-		admin:  func(t testing.TB) *sql.DB { return openDB(t, "mysql", testserver.MySQLTLS(t).DSN()) },
-		ph:     func(int) string { return "?" },
-		warmUp: true,
+		addr:  func(t testing.TB) string { return testserver.MySQLTLS(t).Addr() },
+		admin: func(t testing.TB) *sql.DB { return openDB(t, "mysql", testserver.MySQLTLS(t).DSN()) },
+		ph:    func(int) string { return "?" },
 	}
 )
 
@@ -227,10 +226,9 @@ func rebuildMinDB(t *testing.T, mysql bool, name, user, secret string) *minDB {
 				}
 				return mysqlURLAs(user, secret, addr, name, with(extra, url.Values{"ddl": {"false"}}))
 			},
-			addr:   func(t testing.TB) string { return srv.Addr() },
-			admin:  func(t testing.TB) *sql.DB { return openDB(t, "mysql", adminDSN) },
-			ph:     func(int) string { return "?" },
-			warmUp: true,
+			addr:  func(t testing.TB) string { return srv.Addr() },
+			admin: func(t testing.TB) *sql.DB { return openDB(t, "mysql", adminDSN) },
+			ph:    func(int) string { return "?" },
 		}}
 	}
 	srv := testserver.Postgres(t)
