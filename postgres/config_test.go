@@ -207,3 +207,16 @@ func TestRefusedCalls(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+func TestQualified(t *testing.T) {
+	for name, want := range map[string]bool{
+		"locker_fence": false, `"a.b"`: false, "s.seq": true, `"my.schema".seq`: true, `s."a.b"`: true, `"x""."`: false,
+	} {
+		if !sequenceName.MatchString(name) {
+			t.Fatalf("%q is not a sequence name", name)
+		}
+		if got := qualified(name); got != want {
+			t.Errorf("qualified(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -45,7 +45,8 @@
 // uses the same sequence, and the sequence has a positive INCREMENT,
 // MINVALUE 1 or more, CACHE 1 and NO CYCLE (the Locker checks this once, at
 // its first lock, and refuses otherwise). One sequence serves every key. The Locker creates it on first use; where the application may not run
-// DDL, use WithoutDDL and create it once:
+// DDL, use WithoutDDL and create it once (and see "TLS and least
+// privilege" for the role's other rights):
 //
 //	CREATE SEQUENCE IF NOT EXISTS locker_fence AS bigint MINVALUE 1 NO CYCLE CACHE 1;
 //	GRANT USAGE ON SEQUENCE locker_fence TO app_role;
@@ -401,4 +402,41 @@
 // stalled server), until one answers; a check that fails or runs out of time
 // loses the lock. WithLogger logs the lock at risk and cleared and its loss
 // and why; nothing without it.
+//
+// # TLS and least privilege
+//
+// Over a network, verify the server: sslmode=verify-full with sslrootcert
+// naming the PEM file of the CA that signed the server's certificate (pgx
+// checks the chain and that the certificate names the URL's host):
+//
+//	postgres://app:secret@db.internal:5432/app?sslmode=verify-full&sslrootcert=/etc/app/db-ca.pem
+//
+// A certificate from another CA fails the first call with x509's
+// "certificate signed by unknown authority", a wrong password with the
+// server's "password authentication failed for user", a server that wants
+// TLS from a client without it with pg_hba's "no encryption"; each wrapped
+// with the call ("try-acquire KEY: ..."), none showing the password. The
+// integration tests run the conformance suite over verify-full against a
+// server that takes only TLS and SCRAM passwords, with a CA the test makes.
+//
+// The role a Locker connects as needs no more than:
+//
+//	CREATE ROLE app LOGIN PASSWORD '...';
+//	GRANT CONNECT ON DATABASE app TO app;
+//	GRANT USAGE ON SCHEMA public TO app;          -- the schema of the sequence
+//	-- once, as a role that may create it (then use WithoutDDL, ddl=false):
+//	CREATE SEQUENCE IF NOT EXISTS locker_fence AS bigint MINVALUE 1 NO CYCLE CACHE 1;
+//	GRANT USAGE ON SEQUENCE locker_fence TO app;
+//
+// Advisory locks, pg_locks, LISTEN/NOTIFY and the session settings the
+// Locker makes (idle_session_timeout, application_name) need no grant. The
+// integration tests run the conformance suite as such a role, in a
+// database where PUBLIC has no right at all (no CONNECT, no TEMP, no
+// USAGE or CREATE on public). A role without one of these rights fails its
+// first call, before any lock is taken: without CONNECT with the server's
+// "permission denied for database"; without USAGE on the sequence with
+// "role app may not use fencing-token sequence locker_fence (nextval needs
+// USAGE on it): GRANT USAGE ON SEQUENCE locker_fence TO app"; without USAGE
+// on any schema of its search_path with an error that says so and what to
+// grant.
 package postgres

@@ -489,11 +489,23 @@ func (l *Locker) ensureSequence(ctx context.Context) error {
 	seq := l.cfg.sequence
 	for attempt := 0; ; attempt++ {
 		var sp seqParams
+		var usable bool
+		var role string
+		// nextval needs USAGE (or UPDATE) on the sequence: checked here,
+		// so that a role without it is told what to grant before it locks
+		// anything, not by a failed lock statement.
 		err := l.pool.QueryRow(ctx,
-			`SELECT s.seqcache, s.seqcycle, s.seqincrement, s.seqmin FROM pg_catalog.pg_sequence s WHERE s.seqrelid = pg_catalog.to_regclass($1)`,
-			seq).Scan(&sp.cache, &sp.cycle, &sp.increment, &sp.min)
+			`SELECT s.seqcache, s.seqcycle, s.seqincrement, s.seqmin,
+				pg_catalog.has_sequence_privilege(s.seqrelid, 'USAGE') OR pg_catalog.has_sequence_privilege(s.seqrelid, 'UPDATE'),
+				current_user::text
+			FROM pg_catalog.pg_sequence s WHERE s.seqrelid = pg_catalog.to_regclass($1)`,
+			seq).Scan(&sp.cache, &sp.cycle, &sp.increment, &sp.min, &usable, &role)
 		switch {
 		case err == nil:
+			if !usable {
+				return fmt.Errorf("role %s may not use fencing-token sequence %s (nextval needs USAGE on it): GRANT USAGE ON SEQUENCE %s TO %s",
+					quoteRole(role), seq, seq, quoteRole(role))
+			}
 			if err := sp.check(seq); err != nil {
 				return err
 			}
@@ -501,6 +513,11 @@ func (l *Locker) ensureSequence(ctx context.Context) error {
 			return nil
 		case !errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("checking fencing-token sequence %s: %w", seq, err)
+		}
+		if err := l.checkSearchPath(ctx, seq); err != nil {
+			return err
+		}
+		switch {
 		case l.cfg.NoDDL:
 			return fmt.Errorf("fencing-token sequence %s does not exist (or is not visible in the search_path), and WithoutDDL forbids creating it; run: %s",
 				seq, createSequenceSQL(seq))
@@ -551,6 +568,45 @@ func (sp seqParams) check(seq string) error {
 	return fmt.Errorf("fencing-token sequence %s has %s; tokens are positive and increase only with a positive INCREMENT, MINVALUE 1 or more, CACHE 1 and NO CYCLE: ALTER SEQUENCE %s %s (or name a new sequence with WithSequence)",
 		seq, strings.Join(wrong, ", "), seq, strings.Join(fix, " "))
 }
+
+// checkSearchPath explains a sequence named without a schema that was not
+// found because the role may use no schema of its search_path (it lacks
+// USAGE on them): the sequence may well exist, and creating it would fail
+// with "no schema has been selected to create in".
+func (l *Locker) checkSearchPath(ctx context.Context, seq string) error {
+	if qualified(seq) {
+		return nil // to_regclass reports a schema the role may not use
+	}
+	var role, path string
+	var none bool
+	err := l.pool.QueryRow(ctx, `SELECT current_user::text, pg_catalog.current_setting('search_path'), pg_catalog.current_schema() IS NULL`).Scan(&role, &path, &none)
+	if err != nil {
+		return fmt.Errorf("checking fencing-token sequence %s: %w", seq, err)
+	}
+	if none {
+		return fmt.Errorf("fencing-token sequence %s: role %s may use no schema of its search_path (%s), where the sequence is looked up: grant it USAGE on the sequence's schema (GRANT USAGE ON SCHEMA public TO %s), or name the sequence with its schema (WithSequence, lock_sequence)",
+			seq, quoteRole(role), path, quoteRole(role))
+	}
+	return nil
+}
+
+// qualified reports whether a name that sequenceName accepts names its
+// schema: a dot outside double quotes.
+func qualified(name string) bool {
+	quoted := false
+	for _, r := range name {
+		switch {
+		case r == '"':
+			quoted = !quoted
+		case r == '.' && !quoted:
+			return true
+		}
+	}
+	return false
+}
+
+// quoteRole writes a role name as GRANT takes it.
+func quoteRole(role string) string { return pgx.Identifier{role}.Sanitize() }
 
 func createSequenceSQL(seq string) string {
 	return "CREATE SEQUENCE IF NOT EXISTS " + seq + " AS bigint MINVALUE 1 NO CYCLE CACHE 1"

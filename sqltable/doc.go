@@ -51,7 +51,9 @@
 // is refused: the table is the
 // keyspace); and this package's own lock_table (WithTable), lock_max_conns (the pool's SetMaxOpenConns; default 10,
 // 4 for SQLite); lock_notify=false (WithNotify(false));
-// lock_file_mode (octal, default 0600) on SQLite. Driver parameters: on
+// lock_file_mode (octal, default 0600) on SQLite; lock_tls_ca (a PEM file
+// of the CAs that sign the server's certificate: TLS required and verified,
+// see "TLS and least privilege") on mysql://. Driver parameters: on
 // mysql:// tls, timeout, readTimeout, writeTimeout, allowNativePasswords and
 // allowCleartextPasswords; on postgres+table:// pgx's connection settings
 // (sslmode, connect_timeout, target_session_attrs, ...), its
@@ -142,11 +144,58 @@
 // A Locker whose tables exist runs no DDL (with or without WithoutDDL;
 // but for the widening of an earlier MySQL owner column above, and the
 // families table added to the tables of an earlier release, see
-// "Fairness", both of which it skips when refused), so
-// a role with only SELECT, INSERT, UPDATE and DELETE on the two tables
-// (and USAGE on the schema) is enough: PostgreSQL 15 and later and MySQL
-// check the CREATE privilege for CREATE TABLE IF NOT EXISTS even when the
-// table exists.
+// "Fairness", both of which it skips when refused), so a role with only
+// the rights that "TLS and least
+// privilege" lists is enough (PostgreSQL 15 and later and MySQL check the
+// CREATE privilege for CREATE TABLE IF NOT EXISTS even when the table
+// exists, which is why the Locker does not run it on existing tables).
+//
+// # TLS and least privilege
+//
+// Over a network, verify the server. On postgres+table:// with
+// sslmode=verify-full and sslrootcert naming the PEM file of the CA that
+// signed the server's certificate; on mysql:// with lock_tls_ca naming that
+// file (TLS is then required, the chain checked, and the certificate must
+// name the URL's host; tls=true alone checks against the system's CAs):
+//
+//	postgres+table://app:secret@db.internal:5432/app?sslmode=verify-full&sslrootcert=/etc/app/db-ca.pem
+//	mysql://app:secret@db.internal:3306/app?lock_tls_ca=/etc/app/db-ca.pem
+//
+// (With New, give the driver's own TLS settings: pgx's DSN, or
+// mysql.RegisterTLSConfig and tls=NAME in a go-sql-driver DSN.) A
+// certificate from another CA fails the first call with x509's
+// "certificate signed by unknown authority", a wrong password with the
+// server's refusal ("password authentication failed for user",
+// "Access denied for user"), each wrapped with the call ("try-acquire
+// KEY: ..."), none showing the password. The integration tests run the
+// conformance suite over TLS verified against a CA the test makes, on
+// servers that take TCP connections only over TLS.
+//
+// The user a Locker connects as needs, once the tables exist (made by a
+// user that may, with the statements of DDL; then use WithoutDDL,
+// ddl=false):
+//
+//	-- PostgreSQL (also CONNECT on the database and USAGE on the schema)
+//	GRANT SELECT, INSERT, UPDATE ON "locker_locks" TO app;          -- DELETE too for Prune
+//	GRANT SELECT, INSERT, UPDATE, DELETE ON "locker_locks_fam" TO app;
+//	GRANT SELECT ON "locker_locks_meta" TO app;
+//	-- MySQL/MariaDB
+//	GRANT SELECT, INSERT, UPDATE ON `locker_locks` TO 'app'@'%';   -- DELETE too for Prune
+//	GRANT SELECT, INSERT, UPDATE, DELETE ON `locker_locks_fam` TO 'app'@'%';
+//	GRANT SELECT, UPDATE ON `locker_locks_meta` TO 'app'@'%';
+//
+// (On MySQL the Locker checks, at its first call, that the connection
+// counts changed rows, with an UPDATE of the meta table that changes
+// nothing: hence UPDATE there.) LISTEN/NOTIFY and GET_LOCK need no grant.
+// The integration tests run the conformance suite as such a user with
+// ddl=false (on PostgreSQL in a database where PUBLIC has no right), and
+// check that a user without any one of these rights fails its first call
+// that needs it (the first TryAcquire; the first family call for the
+// families table; Prune for DELETE on the lock table) with the server's
+// refusal naming the table, wrapped with the call, e.g.
+//
+//	try-acquire "KEY": ERROR: permission denied for table locker_locks (SQLSTATE 42501)
+//	try-acquire "KEY": sqltable: prepare the lock statements: Error 1142 (42000): INSERT command denied to user 'app'@'10.0.0.7' for table `app`.`locker_locks`
 //
 // # Semaphores and reader-writer locks
 //

@@ -23,6 +23,13 @@ const suiteInterval = time.Second
 
 func TestConformance(t *testing.T) {
 	srv := testserver.Postgres(t)
+	conformance.Run(t, conformanceHarness(t, srv, srv.DSN()))
+}
+
+// conformanceHarness is the suite's harness on srv: its Lockers connect
+// with dsn (srv's address; a role or a TLS setting of the test's), and the
+// hooks that act from outside (Steal) use srv.DSN().
+func conformanceHarness(t *testing.T, srv *testserver.Server, dsn string) conformance.Harness {
 	var proxies testserver.Registry[*testserver.Proxy]
 	admin := newPool(t, srv.DSN(), 4)
 	// Each client gets a proxy of its own, so that Crash and Cut act on
@@ -40,7 +47,7 @@ func TestConformance(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		l, err := locker.Open(ctx, withHost(t, srv.DSN(), px.Addr(), params))
+		l, err := locker.Open(ctx, withHost(t, dsn, px.Addr(), params))
 		if err != nil {
 			return nil, err
 		}
@@ -48,7 +55,7 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { l.Close() })
 		return l, nil
 	}
-	conformance.Run(t, conformance.Harness{
+	return conformance.Harness{
 		IgnoreGoroutines: testserver.ProxyGoroutines,
 		// A new Locker connects, and checks the token sequence, at its
 		// first lock: on a loaded machine under -race that took more than
@@ -123,7 +130,7 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		LossBound: 2 * suiteInterval,
-		URL:       srv.DSN(),
+		URL:       dsn,
 		// The TTL bounds how long the server keeps a silent holder's
 		// session (idle_session_timeout, TCP keepalive): the lease given is
 		// the TTL asked, to the millisecond (no LeaseGrain).
@@ -136,5 +143,5 @@ func TestConformance(t *testing.T) {
 		ExpiryBound:  4 * suiteInterval * 2,
 		HandoffBound: time.Second,
 		ManyKeys:     20,
-	})
+	}
 }

@@ -247,6 +247,9 @@ type spec struct {
 	env        map[string]string
 	// bind maps a host port (on 127.0.0.1) to a container port, official profile only.
 	bind map[int]string
+	// files maps a path in the container to a file on the host, copied in
+	// (owned by root, mode 0644) before the container starts.
+	files map[string]string
 }
 
 // live tracks every container this process started and has not removed yet.
@@ -268,6 +271,9 @@ func (e *engine) runContainer(ctx context.Context, kind string, sp spec) (*testc
 			labelBoot: bootID(),
 			labelKind: kind,
 		},
+	}
+	for ctrPath, hostPath := range sp.files {
+		req.Files = append(req.Files, testcontainers.ContainerFile{HostFilePath: hostPath, ContainerFilePath: ctrPath, FileMode: 0o644})
 	}
 	if e.profile == profileLocal {
 		req.HostConfigModifier = func(hc *container.HostConfig) {

@@ -93,8 +93,9 @@ func (e *engine) serverSpec(kind string, ports []int) (sp spec, addr, dsn string
 // startServer starts one server of kind in a new container and waits until it answers.
 func startServer(kind string) (*Server, error) { return startServerWith(kind, nil) }
 
-// startServerWith is startServer with the container's spec changed by mod (nil: as is).
-func startServerWith(kind string, mod func(e *engine, sp *spec, ports []int)) (*Server, error) {
+// startServerWith is startServer with the container's spec, and the server
+// (its DSN), changed by mod (nil: as is).
+func startServerWith(kind string, mod func(e *engine, sp *spec, ports []int, s *Server) error) (*Server, error) {
 	e, err := getEngine()
 	if err != nil {
 		return nil, err
@@ -106,10 +107,13 @@ func startServerWith(kind string, mod func(e *engine, sp *spec, ports []int)) (*
 			return nil, err
 		}
 		sp, addr, dsn := e.serverSpec(kind, ports)
+		srv := &Server{kind: kind, addr: addr, dsn: dsn}
 		if mod != nil {
-			mod(e, &sp, ports)
+			if err := mod(e, &sp, ports, srv); err != nil {
+				return nil, err
+			}
 		}
-		s, err := runServers(e, kind, sp, []*Server{{kind: kind, addr: addr, dsn: dsn}}, nil)
+		s, err := runServers(e, kind, sp, []*Server{srv}, nil)
 		if err == nil {
 			return s[0], nil
 		}
@@ -129,14 +133,14 @@ func startServerWith(kind string, mod func(e *engine, sp *spec, ports []int)) (*
 // every other test uses, stay as they are). The Go side checks the lines
 // (key=value, no spaces); whether the server took them is for the test to
 // check (see NewZooKeeperWith).
-func zooCfgExtra(lines []string) func(e *engine, sp *spec, ports []int) {
-	return func(e *engine, sp *spec, ports []int) {
+func zooCfgExtra(lines []string) func(e *engine, sp *spec, ports []int, s *Server) error {
+	return func(e *engine, sp *spec, ports []int, _ *Server) error {
 		if sp.env == nil {
 			sp.env = map[string]string{}
 		}
 		sp.env["ZOO_CFG_EXTRA"] = strings.Join(lines, " ")
 		if e.profile != profileLocal {
-			return
+			return nil
 		}
 		const script = `set -eu
 awk 'BEGIN { n = split(ENVIRON["ZOO_CFG_EXTRA"], extra, " ") }
@@ -146,6 +150,7 @@ END { if (!done) exit 3 }' /usr/local/bin/locker-serve >/tmp/locker-serve-zk
 exec sh /tmp/locker-serve-zk zookeeper "$1"`
 		sp.entrypoint = []string{"/bin/sh", "-c", script, "locker-serve-zk"}
 		sp.cmd = []string{strconv.Itoa(ports[0])}
+		return nil
 	}
 }
 

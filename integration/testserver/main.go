@@ -35,5 +35,6 @@ func Main(m *testing.M) {
 	signal.Stop(sig)
 	close(sig)
 	removeAll()
+	tlsDirs.removeAll()
 	os.Exit(code)
 }

@@ -12,6 +12,10 @@
 //     every server on 127.0.0.1 on a free port);
 //  3. nothing: the test is skipped, or fails when LOCKER_REQUIRE_SERVERS=1.
 //
+// PostgresTLS and MySQLTLS return servers that take TCP connections only over TLS, with
+// a certificate from a test CA made at their start (Server.TLS); they always run in a
+// container, in both image profiles.
+//
 // Redis, Postgres, MySQL, ZooKeeper, Etcd, RedisNodes and RedisCluster return servers
 // shared by all tests of the test binary (tests isolate themselves by key); NewRedis and
 // NewPostgres return private servers that a test may stop, kill or pause. Call Main from
@@ -68,7 +72,8 @@ type Server struct {
 	kind string
 	addr string
 	dsn  string
-	env  string // the environment variable it came from, or ""
+	env  string    // the environment variable it came from, or ""
+	tls  *TLSFiles // the test CA and certificate of a TLS server, else nil
 
 	mu  sync.Mutex
 	ctr *testcontainers.DockerContainer // nil when it came from an environment variable
@@ -206,12 +211,16 @@ func required() bool {
 }
 
 // unavailable skips (or, with LOCKER_REQUIRE_SERVERS=1, fails) a test that needs a
-// server none of the sources could give.
+// server none of the sources could give (envVar "": no variable can name one).
 func unavailable(t testing.TB, what, envVar string, err error) {
 	t.Helper()
-	msg := fmt.Sprintf("testserver: no %s server: set %s to an existing one, or make a Docker engine available "+
+	set := ""
+	if envVar != "" {
+		set = "set " + envVar + " to an existing one, or "
+	}
+	msg := fmt.Sprintf("testserver: no %s server: %smake a Docker engine available "+
 		"(DOCKER_HOST; LOCKER_TEST_IMAGES=official pulls upstream images, =local uses images built by scripts/docker-up.sh; "+
-		"`make test` does all of this as root on Debian/Ubuntu)", what, envVar)
+		"`make test` does all of this as root on Debian/Ubuntu)", what, set)
 	if err != nil {
 		msg += ": " + err.Error()
 	}

@@ -10,12 +10,15 @@
 package mysql
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,7 +77,8 @@ func parseURL(u *url.URL, q *backend.Query) (func() (*sql.DB, error), error) {
 
 // mysqlConfig turns mysql://user:pass@host:port/db into the driver's
 // Config. The driver parameters it accepts are tls, timeout, readTimeout,
-// writeTimeout, allowNativePasswords and allowCleartextPasswords.
+// writeTimeout, allowNativePasswords and allowCleartextPasswords; and ours,
+// lock_tls_ca.
 func mysqlConfig(u *url.URL, q *backend.Query) (*gomysql.Config, error) {
 	cfg := gomysql.NewConfig()
 	if u.Opaque != "" || u.Host == "" {
@@ -102,11 +106,44 @@ func mysqlConfig(u *url.URL, q *backend.Query) (*gomysql.Config, error) {
 	q.Duration("writeTimeout", &cfg.WriteTimeout)
 	q.Bool("allowNativePasswords", &cfg.AllowNativePasswords)
 	q.Bool("allowCleartextPasswords", &cfg.AllowCleartextPasswords)
-	if v, ok := q.Take("tls"); ok {
-		if !slices.Contains([]string{"true", "false", "skip-verify", "preferred"}, v) {
-			return nil, fmt.Errorf("%w: mysql: parameter \"tls\": %q is not true, false, skip-verify or preferred", locker.ErrInvalidURL, v)
+	mode, hasMode := q.Take("tls")
+	if hasMode {
+		if !slices.Contains([]string{"true", "false", "skip-verify", "preferred"}, mode) {
+			return nil, fmt.Errorf("%w: mysql: parameter \"tls\": %q is not true, false, skip-verify or preferred", locker.ErrInvalidURL, mode)
 		}
-		cfg.TLSConfig = v
+		cfg.TLSConfig = mode
+	}
+	if caFile, ok := q.Take(paramTLSCA); ok {
+		if hasMode && mode != "true" {
+			return nil, fmt.Errorf("%w: mysql: %s with tls=%s: the CA file is for verifying the server (tls=true, which %s implies)", locker.ErrInvalidURL, paramTLSCA, mode, paramTLSCA)
+		}
+		tc, err := tlsWithCA(caFile, host)
+		if err != nil {
+			return nil, fmt.Errorf("%w: mysql: %w", locker.ErrInvalidURL, err)
+		}
+		cfg.TLSConfig, cfg.TLS = "", tc
 	}
 	return cfg, nil
+}
+
+// paramTLSCA names a PEM file of the CA certificates that sign the
+// server's certificate: with it, the connection must use TLS and the
+// server's certificate must chain to one of them and name the URL's host.
+const paramTLSCA = "lock_tls_ca"
+
+// tlsWithCA is the TLS configuration of lock_tls_ca: the CAs of file alone,
+// and the host checked against the server's certificate.
+func tlsWithCA(file, host string) (*tls.Config, error) {
+	if file == "" {
+		return nil, fmt.Errorf("parameter %q is empty: name a PEM file of the CA certificates that sign the server's", paramTLSCA)
+	}
+	pemData, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", paramTLSCA, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemData) {
+		return nil, fmt.Errorf("%s: %s holds no PEM certificate", paramTLSCA, file)
+	}
+	return &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12}, nil
 }
