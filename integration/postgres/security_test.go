@@ -18,7 +18,8 @@ import (
 	"github.com/go-locker/locker/integration/testserver"
 )
 
-// TestConformanceTLS runs the whole suite over sslmode=verify-full, with the
+// TestConformanceTLS runs the suite (testserver.SecurityCases; all with
+// LOCKER_CONFORMANCE_FULL=1) over sslmode=verify-full, with the
 // test CA as sslrootcert, against a server that takes TCP connections only
 // over TLS and only with the right password (testserver.PostgresTLS).
 func TestConformanceTLS(t *testing.T) {
@@ -26,7 +27,9 @@ func TestConformanceTLS(t *testing.T) {
 	if q := mustURL(t, srv.DSN()).Query(); q.Get("sslmode") != "verify-full" || q.Get("sslrootcert") == "" {
 		t.Fatalf("the TLS server's DSN is not verify-full with a root certificate: %s", q.Encode())
 	}
-	conformance.Run(t, conformanceHarness(t, srv, srv.DSN()))
+	h := conformanceHarness(t, srv, srv.DSN())
+	h.Only = testserver.SecurityCases
+	conformance.Run(t, h)
 }
 
 // TestTLSFailures: a wrong CA, a wrong password, and no TLS at all each fail
@@ -99,7 +102,7 @@ func TestTLSFailures(t *testing.T) {
 	}
 }
 
-// TestConformanceLeastPrivilege runs the whole suite as a role with only
+// TestConformanceLeastPrivilege runs the suite (testserver.SecurityCases) as a role with only
 // the rights doc.go lists: LOGIN, CONNECT on the database, USAGE on the
 // schema and USAGE on the existing token sequence, in a database where
 // PUBLIC has nothing (no TEMP, no CREATE), with ddl=false.
@@ -112,7 +115,9 @@ func TestConformanceLeastPrivilege(t *testing.T) {
 		dsn = newLeastPrivilegeDB(t, srv, grantAll).dsn
 		t.Setenv(minDBEnv, dsn)
 	}
-	conformance.Run(t, conformanceHarness(t, srv, withHost(t, dsn, "", url.Values{"ddl": {"false"}})))
+	h := conformanceHarness(t, srv, withHost(t, dsn, "", url.Values{"ddl": {"false"}}))
+	h.Only = testserver.SecurityCases
+	conformance.Run(t, h)
 }
 
 // minDBEnv hands TestConformanceLeastPrivilege's DSN to its child processes.

@@ -109,6 +109,7 @@ func runServerConformance(t *testing.T, d dialect) {
 		NoInspectLease: "the lock table keeps the expiry, not the lease",
 		HandoffBound:   time.Second,
 		ManyKeys:       500,
+		Only:           d.only,
 	}
 	if d.name == "PostgreSQL" {
 		// MySQL and MariaDB have no temporary schema to refuse

@@ -128,6 +128,8 @@ type dialect struct {
 	// with an Acquire in flight while cut off (Close/WhileInFlight, every
 	// time), which a fresh one does at once: to be looked into.
 	warmUp bool
+	// only limits the conformance run to these areas (Harness.Only).
+	only []string
 }
 
 var dialects = []dialect{

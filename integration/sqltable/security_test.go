@@ -83,10 +83,12 @@ var (
 	}
 )
 
-// TestConformanceTLS runs the whole suite over TLS verified against a test
+// TestConformanceTLS runs the suite (testserver.SecurityCases; all with
+// LOCKER_CONFORMANCE_FULL=1) over TLS verified against a test
 // CA: postgres+table:// with sslmode=verify-full, mysql:// with lock_tls_ca.
 func TestConformanceTLS(t *testing.T) {
 	for _, d := range []dialect{pgTLS, mysqlTLS} {
+		d.only = testserver.SecurityCases
 		t.Run(d.name, func(t *testing.T) { runServerConformance(t, d) })
 	}
 }
@@ -304,15 +306,26 @@ func mustExec(t *testing.T, ctx context.Context, db *sql.DB, s string) {
 	}
 }
 
-// TestConformanceLeastPrivilege runs the whole suite, with ddl=false, as a
+// TestConformanceLeastPrivilege runs the suite (testserver.SecurityCases), with ddl=false, as a
 // user with only the rights doc.go lists: on PostgreSQL LOGIN, CONNECT on
 // the database, USAGE on the schema (in a database where PUBLIC has none
 // of them); on both, SELECT, INSERT and UPDATE on the lock table, SELECT,
 // INSERT, UPDATE and DELETE on the families table, SELECT on the meta
 // table.
 func TestConformanceLeastPrivilege(t *testing.T) {
-	t.Run("PostgreSQL", func(t *testing.T) { runServerConformance(t, inheritedMinDB(t, newPGMinDB, false).d) })
-	t.Run("MariaDB", func(t *testing.T) { runServerConformance(t, inheritedMinDB(t, newMySQLMinDB, true).d) })
+	for _, c := range []struct {
+		name string
+		mk   func(t *testing.T) dialect
+	}{
+		{"PostgreSQL", func(t *testing.T) dialect { return inheritedMinDB(t, newPGMinDB, false).d }},
+		{"MariaDB", func(t *testing.T) dialect { return inheritedMinDB(t, newMySQLMinDB, true).d }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := c.mk(t)
+			d.only = testserver.SecurityCases
+			runServerConformance(t, d)
+		})
+	}
 }
 
 // inheritedMinDB makes the least-privilege database of a conformance run,

@@ -531,3 +531,11 @@ func startMany(kind string, n int) ([]*Server, error) {
 	}
 	return out, nil
 }
+
+// SecurityCases are the conformance areas the second runs of a backend's
+// suite make over TLS and as a least-privileged user (Harness.Only): every
+// kind of statement or request the Locker sends (acquire, try, release,
+// renewal, waits and their wake-ups, fencing, inspection, the families,
+// a loss), without the areas that test the Locker's own logic again at
+// length. LOCKER_CONFORMANCE_FULL=1 runs the whole suite.
+var SecurityCases = []string{"Acquire", "TryAcquire", "Release", "Fencing", "Waiters", "Inspect", "Semaphore", "RW", "Loss"}
