@@ -247,6 +247,8 @@ type spec struct {
 	env        map[string]string
 	// bind maps a host port (on 127.0.0.1) to a container port, official profile only.
 	bind map[int]string
+	// files are copied into the container before it starts (certificates).
+	files []testcontainers.ContainerFile
 }
 
 // live tracks every container this process started and has not removed yet.
@@ -262,6 +264,7 @@ func (e *engine) runContainer(ctx context.Context, kind string, sp spec) (*testc
 		Entrypoint: sp.entrypoint,
 		Cmd:        sp.cmd,
 		Env:        sp.env,
+		Files:      sp.files,
 		Labels: map[string]string{
 			LabelTest: "1",
 			labelPID:  strconv.Itoa(os.Getpid()),
