@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net/url"
 	"os"
@@ -25,12 +26,18 @@ import (
 // (the least privilege the Locker needs), and one whose role covers
 // another prefix only.
 type secureEtcd struct {
-	srv    *testserver.Server
-	ca     *testserver.CA
-	client testserver.Cert
+	addr   string
+	ca     *testserver.CA   // nil in a child process
+	client testserver.Cert  // the zero Cert in a child process
 	admin  *clientv3.Client // root
 	files  string           // directory of ca.pem, client.pem, client.key
 }
+
+// envSecureEtcd hands the server of TestTLSConformance, as
+// "addr|directory of the client files", to the child processes of its
+// Process cases (the test binary run again), which must lock on the same
+// server: a private server is not inherited as the shared ones are.
+const envSecureEtcd = "LOCKER_TEST_SECURE_ETCD"
 
 const (
 	tlsPrefix     = "/locker-tls"
@@ -43,15 +50,21 @@ const (
 
 func newSecureEtcd(t *testing.T) *secureEtcd {
 	t.Helper()
+	if v := os.Getenv(envSecureEtcd); v != "" {
+		addr, dir, _ := strings.Cut(v, "|")
+		s := &secureEtcd{addr: addr, files: dir}
+		s.admin = s.dial(t, addr, s.tls(t), "root", rootPassword)
+		return s
+	}
 	ca := testserver.NewCA(t, "locker etcd test CA")
-	s := &secureEtcd{srv: testserver.NewEtcdTLS(t, ca), ca: ca, client: ca.ClientCert(t, "locker-client"), files: t.TempDir()}
+	s := &secureEtcd{addr: testserver.NewEtcdTLS(t, ca).Addr(), ca: ca, client: ca.ClientCert(t, "locker-client"), files: t.TempDir()}
 	for name, data := range map[string][]byte{"ca.pem": ca.PEM(), "client.pem": s.client.CertPEM, "client.key": s.client.KeyPEM} {
 		if err := os.WriteFile(filepath.Join(s.files, name), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ctx := testCtx(t, time.Minute)
-	boot := s.dial(t, s.srv.Addr(), s.tls(t), "", "")
+	boot := s.dial(t, s.addr, s.tls(t), "", "")
 	auth := []func() error{
 		func() error { _, err := boot.UserAdd(ctx, "root", rootPassword); return err },
 		func() error { _, err := boot.UserGrantRole(ctx, "root", "root"); return err },
@@ -78,13 +91,33 @@ func newSecureEtcd(t *testing.T) *secureEtcd {
 			t.Fatalf("auth set-up step %d: %v", i, err)
 		}
 	}
-	s.admin = s.dial(t, s.srv.Addr(), s.tls(t), "root", rootPassword)
+	s.admin = s.dial(t, s.addr, s.tls(t), "root", rootPassword)
 	return s
 }
 
 // tls is a client configuration that trusts the test CA and presents the
-// client certificate.
-func (s *secureEtcd) tls(t testing.TB) *tls.Config { return s.ca.ClientTLS(t, s.client) }
+// client certificate, from the files.
+func (s *secureEtcd) tls(t testing.TB) *tls.Config {
+	t.Helper()
+	return clientTLSFromFiles(t, s.files)
+}
+
+func clientTLSFromFiles(t testing.TB, dir string) *tls.Config {
+	t.Helper()
+	ca, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatal("no CA certificate in ca.pem")
+	}
+	kp, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}
+}
 
 func (s *secureEtcd) dial(t testing.TB, addr string, cfg *tls.Config, user, password string) *clientv3.Client {
 	t.Helper()
@@ -107,7 +140,7 @@ func (s *secureEtcd) url(user, password string, query string) string {
 	q.Set("tls_ca", filepath.Join(s.files, "ca.pem"))
 	q.Set("tls_cert", filepath.Join(s.files, "client.pem"))
 	q.Set("tls_key", filepath.Join(s.files, "client.key"))
-	return "etcds://" + url.UserPassword(user, password).String() + "@" + s.srv.Addr() + tlsPrefix + "?" + q.Encode() + query
+	return "etcds://" + url.UserPassword(user, password).String() + "@" + s.addr + tlsPrefix + "?" + q.Encode() + query
 }
 
 // TestTLSConformance runs the conformance suite over TLS with client
@@ -115,11 +148,12 @@ func (s *secureEtcd) url(user, password string, query string) string {
 // prefix and nothing else: the least privilege the etcd Locker needs.
 func TestTLSConformance(t *testing.T) {
 	s := newSecureEtcd(t)
+	t.Setenv(envSecureEtcd, s.addr+"|"+s.files)
 	var reg testserver.Registry[*testserver.Proxy]
 	conformance.Run(t, conformance.Harness{
 		IgnoreGoroutines: testserver.ProxyGoroutines,
 		NewLocker: func(t *testing.T) locker.Locker {
-			px := testserver.NewProxy(t, s.srv.Addr())
+			px := testserver.NewProxy(t, s.addr)
 			l := etcd.New(s.dial(t, px.Addr(), s.tls(t), tlsUser, tlsPassword), etcd.WithPrefix(tlsPrefix))
 			t.Cleanup(func() { _ = l.Close() })
 			reg.Put(l, px)
@@ -202,7 +236,7 @@ func TestTLSRefusals(t *testing.T) {
 		q := url.Values{"tls_ca": {otherCA}, "tls_cert": {filepath.Join(s.files, "client.pem")}, "tls_key": {filepath.Join(s.files, "client.key")}}
 		// With a user, Open logs in and fails; without one, the first call.
 		for _, user := range []string{tlsUser + ":" + tlsPassword + "@", ""} {
-			l, err := open(t, "etcds://"+user+s.srv.Addr()+tlsPrefix+"?dial_timeout=3s&"+q.Encode())
+			l, err := open(t, "etcds://"+user+s.addr+tlsPrefix+"?dial_timeout=3s&"+q.Encode())
 			if err == nil {
 				err = first(t, l)
 			}
@@ -213,7 +247,7 @@ func TestTLSRefusals(t *testing.T) {
 			t.Logf("other CA (user %t): %v", user != "", err)
 		}
 		// A client of your own: what etcd's client says.
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + s.srv.Addr()}, TLS: other.ClientTLS(t, s.client),
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + s.addr}, TLS: other.ClientTLS(t, s.client),
 			DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
@@ -227,7 +261,7 @@ func TestTLSRefusals(t *testing.T) {
 	})
 	t.Run("NoClientCert", func(t *testing.T) {
 		q := url.Values{"tls_ca": {filepath.Join(s.files, "ca.pem")}}
-		l, err := open(t, "etcds://"+tlsUser+":"+tlsPassword+"@"+s.srv.Addr()+tlsPrefix+"?dial_timeout=3s&"+q.Encode())
+		l, err := open(t, "etcds://"+tlsUser+":"+tlsPassword+"@"+s.addr+tlsPrefix+"?dial_timeout=3s&"+q.Encode())
 		if err == nil {
 			err = first(t, l)
 		}
@@ -261,7 +295,7 @@ func TestTLSRefusals(t *testing.T) {
 		t.Logf("no rights: %v", err)
 	})
 	t.Run("PlainToTLS", func(t *testing.T) {
-		l, err := open(t, "etcd://"+s.srv.Addr()+tlsPrefix)
+		l, err := open(t, "etcd://"+s.addr+tlsPrefix)
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
@@ -271,11 +305,11 @@ func TestTLSRefusals(t *testing.T) {
 	})
 	t.Run("URLErrors", func(t *testing.T) {
 		for _, u := range []string{
-			"etcd://" + s.srv.Addr() + "?tls_ca=" + filepath.Join(s.files, "ca.pem"),
-			"etcds://" + s.srv.Addr() + "?tls_cert=" + filepath.Join(s.files, "client.pem"),
-			"etcds://" + s.srv.Addr() + "?tls_ca=" + filepath.Join(s.files, "client.key"),
-			"etcds://" + s.srv.Addr() + "?tls_ca=" + filepath.Join(s.files, "missing.pem"),
-			"etcds://" + s.srv.Addr() + "?tls_cert=" + filepath.Join(s.files, "ca.pem") + "&tls_key=" + filepath.Join(s.files, "client.key"),
+			"etcd://" + s.addr + "?tls_ca=" + filepath.Join(s.files, "ca.pem"),
+			"etcds://" + s.addr + "?tls_cert=" + filepath.Join(s.files, "client.pem"),
+			"etcds://" + s.addr + "?tls_ca=" + filepath.Join(s.files, "client.key"),
+			"etcds://" + s.addr + "?tls_ca=" + filepath.Join(s.files, "missing.pem"),
+			"etcds://" + s.addr + "?tls_cert=" + filepath.Join(s.files, "ca.pem") + "&tls_key=" + filepath.Join(s.files, "client.key"),
 		} {
 			_, err := locker.Open(context.Background(), u)
 			if !errors.Is(err, locker.ErrInvalidURL) {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -143,6 +144,12 @@ func NewZooKeeperTLS(t testing.TB, ca *CA) *ZooKeeperTLS {
 			"ssl.trustStore.location=/tls/ca.pem", "ssl.trustStore.type=PEM",
 			"ssl.clientAuth=need",
 		}, extra...))(e, sp, ports)
+		if e.profile == profileLocal {
+			// Debian's zookeeper.jar names only part of Netty in its class
+			// path: the secure port needs its codec and handler too.
+			sp.entrypoint[2] = strings.Replace(sp.entrypoint[2], "exec sh /tmp/locker-serve-zk",
+				"sed -i 's#/usr/share/java/zookeeper.jar#&:/usr/share/java/netty-codec.jar:/usr/share/java/netty-handler.jar#' /tmp/locker-serve-zk\nexec sh /tmp/locker-serve-zk", 1)
+		}
 		sp.files = files
 	})
 	if err != nil {
