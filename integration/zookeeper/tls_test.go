@@ -118,10 +118,18 @@ func TestTLSConformance(t *testing.T) {
 	var reg testserver.Registry[*testserver.Proxy]
 	conformance.Run(t, conformance.Harness{
 		IgnoreGoroutines: testserver.ProxyGoroutines,
+		// No WithDefaultTTL: TTL/Default checks the default.
 		NewLocker: func(t *testing.T) locker.Locker {
-			c := newClient(t, s.secure, s.opts(t, zkUser, zkPassword)...)
-			reg.Put(c.l, c.px)
-			return c.l
+			px := testserver.NewProxy(t, s.secure)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l, err := zookeeper.Connect(ctx, []string{px.Addr()}, s.opts(t, zkUser, zkPassword)...)
+			if err != nil {
+				t.Fatalf("zookeeper.Connect: %v", err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			reg.Put(l, px)
+			return l
 		},
 		Crash: func(t *testing.T, l locker.Locker) { reg.Get(t, l, "Crash").Crash(t) },
 		Cut: func(t *testing.T, l locker.Locker) func() {
