@@ -340,9 +340,10 @@
 // # URL
 //
 // The package registers the schemes etcd and etcds (TLS, verified against
-// the system's roots) with locker.Open:
+// the system's roots or tls_ca) with locker.Open:
 //
 //	etcd://[user:password@]host1:2379,host2:2379[/prefix]?ttl=10s
+//	etcds://user:password@host1:2379/app?tls_ca=/etc/app/ca.pem&tls_cert=/etc/app/client.pem&tls_key=/etc/app/client.key
 //
 // The port defaults to 2379, except on the last host of a list: url.Parse
 // reads what follows the last ':' of the whole list as one port, so the
@@ -360,6 +361,9 @@
 //	prefix=/app        WithPrefix          (shared; or the path)
 //	token_base=N       WithTokenBase       (shared)
 //	dial_timeout=5s    how long the etcd client waits to log in (with user:password)
+//	tls_ca=/path.pem   etcds: the CAs that verify the server (default: the system's roots)
+//	tls_cert=/path.pem etcds: the client certificate, for --client-cert-auth (with tls_key)
+//	tls_key=/path.pem  etcds: its private key (PEM files on the client's machine)
 //
 // The other shared parameters, retry_interval and ddl, are checked and
 // change nothing here (watches wake waiters; etcd has no schema);
@@ -377,4 +381,22 @@
 // context ends). The one exception is a URL with a user and password: the
 // etcd client logs in when it is made, so Open then fails, after
 // dial_timeout, when no server answers or the credentials are wrong.
+//
+// # TLS and least privilege
+//
+// etcd's client retries a connection that fails in the background and
+// waits for one until a call's context ends; for an etcds:// URL the Locker
+// adds why the latest connection failed to such an error (and to Open's):
+// "x509: certificate signed by unknown authority", "remote error: tls:
+// certificate required" (the server wants a client certificate). A wrong
+// password fails Open with "authentication failed". A client you make
+// yourself says only "context deadline exceeded".
+//
+// The least a Locker needs, with auth enabled: a role with readwrite on
+// the range of its prefix and nothing else (etcdctl role grant-permission
+// locker readwrite --prefix /app/, for WithPrefix("/app")): every key it
+// writes, reads or watches is under <prefix>/, and leases need no
+// permission. The integration tests run the conformance suite as such a
+// user over TLS with client certificates. A user without it gets
+// "etcdserver: permission denied" at the first call.
 package etcd
