@@ -51,8 +51,9 @@ var errWaitLost = errors.New("etcd: the waiter key was deleted or its lease expi
 type Locker struct {
 	cli   *clientv3.Client
 	cfg   config
-	owns  bool   // Open made the client: Close closes it
-	nonce string // tells this Locker's waiter keys from other Lockers'
+	owns  bool      // Open made the client: Close closes it
+	diag  *connDiag // Open made a TLS client: why its latest connection failed
+	nonce string    // tells this Locker's waiter keys from other Lockers'
 
 	// life admits the calls, tracks the handles held and the goroutines
 	// (keep-alives, handle monitors, background deletions, detached
@@ -143,6 +144,9 @@ func (l *Locker) acquire(ctx context.Context, op, key string, k lockKind, wait b
 			err = l.life.Why(cctx, err)
 		case actx.Err() != nil:
 			err = fmt.Errorf("etcd: the cluster did not answer within %v (TryAcquire makes one attempt): %v", tryWait(ttl), err)
+		}
+		if cerr := l.diag.err(); cerr != nil && actx.Err() != nil {
+			err = fmt.Errorf("%w (the latest connection failed: %v)", err, cerr)
 		}
 		return backend.KeyError(op, key, err)
 	}

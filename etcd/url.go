@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
@@ -85,6 +86,7 @@ func hostListError(raw string) error {
 type urlConfig struct {
 	endpoints   []string
 	tls         bool
+	tlsConfig   *tls.Config // etcds: from tls_ca, tls_cert, tls_key
 	user        string
 	password    string
 	dialTimeout time.Duration
@@ -142,6 +144,9 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	}
 	cfg.dialTimeout = defaultDialTimeout
 	q.Duration(paramDialTimeout, &cfg.dialTimeout)
+	if cfg.tlsConfig, err = backend.TLSParams(q, cfg.tls, "etcds://"); err != nil {
+		return urlConfig{}, err
+	}
 	if err := q.Finish(); err != nil {
 		return urlConfig{}, err
 	}
@@ -193,7 +198,15 @@ func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
 		return nil, err
 	}
 	cc := clientConfig(ctx, cfg)
+	var diag *connDiag
+	if cfg.tls {
+		diag = &connDiag{}
+		cc.DialOptions = append(cc.DialOptions, grpc.WithTransportCredentials(newDiagCreds(cfg.tlsConfig, diag)))
+	}
 	redact := func(err error) error {
+		if cerr := diag.err(); cerr != nil {
+			err = fmt.Errorf("%w (the latest connection failed: %v)", err, cerr)
+		}
 		msg := backend.RedactSecrets(err.Error(), cfg.password)
 		return backend.RedactedError("etcd: connecting to "+strings.Join(cfg.endpoints, ",")+": "+msg, err)
 	}
@@ -206,7 +219,7 @@ func openURL(ctx context.Context, u *url.URL) (*Locker, error) {
 		return nil, redact(err)
 	}
 	l := New(cli, cfg.opts...)
-	l.owns = true
+	l.owns, l.diag = true, diag
 	return l, nil
 }
 
@@ -233,7 +246,7 @@ func clientConfig(ctx context.Context, cfg urlConfig) clientv3.Config {
 		Logger:               quietLogger(),
 	}
 	if cfg.tls {
-		cc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		cc.TLS = cfg.tlsConfig
 	}
 	for i, e := range cfg.endpoints {
 		if cfg.tls {

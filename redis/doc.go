@@ -276,15 +276,28 @@
 // rediss cannot travel in a URL: use skip_verify=true only on trusted
 // networks, or build the client with a tls.Config and call New.
 //
-// An ACL user needs, on its prefix's keys (~prefix*) and channels
-// (&prefix*): EVALSHA and EVAL, and inside the scripts GET, SET, INCR, PTTL,
-// DEL, EXISTS, PEXPIRE, TIME, ZADD, ZREM, ZRANGE, ZRANGEBYSCORE, ZSCORE,
-// ZRANK, ZREMRANGEBYRANK and PUBLISH (SPUBLISH on Cluster), and for the
-// lock families also HGET, HSET, HDEL and ZCARD; for waiting,
-// SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE and
-// SUNSUBSCRIBE on Cluster), plus PING. To let the Locker check the eviction
-// policy, also CONFIG GET (+config|get) or INFO; without both it cannot
-// check, and takes locks without knowing (see "Eviction").
+// # Least privilege
+//
+// A Locker needs exactly this ACL rule on one node or behind Sentinel
+// (here for the prefix app:, WithPrefix or the URL parameter prefix; the
+// default prefix is locker:): its keys and Pub/Sub channels all begin with
+// the prefix, and the commands are those its Lua scripts call, the
+// scripts' own (EVALSHA, and EVAL after a NOSCRIPT or in a pipeline), the
+// waits' (SUBSCRIBE, UNSUBSCRIBE, PING), the connection's (HELLO) and the
+// eviction check's (INFO):
+//
+//	ACL SETUSER app on >password resetkeys ~app:* resetchannels &app:* -@all +evalsha +eval +get +set +incr +pttl +del +exists +pexpire +time +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +zrank +zremrangebyrank +zcard +hget +hset +hdel +publish +subscribe +unsubscribe +ping +hello +info
+//
+// The integration tests run the conformance suite as a user with this
+// rule, as written here. A user without one of these rights gets the
+// server's NOPERM error, naming the command, at the first call that needs
+// it (the scripts' commands at the first acquire), never ErrNotAcquired.
+// Without +info the eviction check cannot read the policy (CONFIG GET,
+// which it tries first, also shows secrets such as requirepass, so the
+// rule leaves it out) and takes locks without knowing (see "Eviction").
+// On Cluster, add +spublish +ssubscribe +sunsubscribe for the sharded
+// Pub/Sub and what go-redis' ClusterClient reads the slots with
+// (+cluster|slots, +cluster|shards); the tests do not cover that variant.
 //
 // # Eviction
 //

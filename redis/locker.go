@@ -238,15 +238,28 @@ func (l *Locker) acquire(ctx context.Context, op, key string, spec famSpec, opts
 			h, _, err = a.try(ctx)
 		}
 		if err != nil || h != nil {
-			return h, backend.KeyError(op, key, err)
+			return h, backend.KeyError(op, key, permissionHint(err))
 		}
 		return nil, backend.KeyError(op, key, locker.ErrNotAcquired)
 	}
 	h, err := l.wait(ctx, a)
 	if err != nil {
-		return nil, backend.KeyError(op, key, err)
+		return nil, backend.KeyError(op, key, permissionHint(err))
 	}
 	return h, nil
+}
+
+// permissionHint adds to an error of the server's ACLs where the rule the
+// Locker needs is written: inside a script Redis names the script and its
+// line, not the command refused.
+func permissionHint(err error) error {
+	if err == nil {
+		return nil
+	}
+	if msg := err.Error(); strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command") {
+		return fmt.Errorf("%w (the Redis user lacks a right the Locker needs: see the ACL rule under \"Least privilege\" in the documentation of package redis)", err)
+	}
+	return err
 }
 
 // attempt is one Acquire or TryAcquire: every request it makes carries the

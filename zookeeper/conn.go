@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -36,16 +37,22 @@ type link struct {
 	heardAt   atomic.Int64 // nanoseconds after base; 0: never
 	granted   atomic.Int64 // nanoseconds, from the last connect response
 	hosts     *hostList
+	tls       *tls.Config // WithTLS; nil: plain TCP
+	diag      linkDiag    // why the latest connection attempt failed
 }
 
-func newLink(requested time.Duration) *link {
-	return &link{requested: requested, base: time.Now(), hosts: &hostList{}}
+func newLink(requested time.Duration, tlsCfg *tls.Config) *link {
+	return &link{requested: requested, base: time.Now(), hosts: &hostList{}, tls: tlsCfg}
 }
 
 func (k *link) dial(network, address string, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.Dial(network, address)
+	if err == nil && k.tls != nil {
+		c, err = k.dialTLS(c, address, timeout)
+	}
 	if err != nil {
+		k.diag.set(err)
 		return nil, err
 	}
 	return &linkConn{Conn: c, link: k}, nil
@@ -122,6 +129,9 @@ func (c *linkConn) Read(p []byte) (int, error) {
 	if n > 0 {
 		c.rf.feed(p[:n], c.received)
 	}
+	if err != nil && remoteAlert(err) {
+		c.link.diag.set(err)
+	}
 	return n, err
 }
 
@@ -140,6 +150,7 @@ func (c *linkConn) received(frame int, head []byte) {
 			c.link.heardSince(c.hsSent)
 		}
 		c.hs.Store(true)
+		c.link.diag.set(nil)
 		return
 	}
 	if len(head) < 4 {

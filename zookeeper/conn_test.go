@@ -50,7 +50,7 @@ func TestFramerSplitsAnyChunking(t *testing.T) {
 // link that drops what the client sends still delivers) nor from when the
 // reply was read.
 func TestLinkHeardOnlyFromReplies(t *testing.T) {
-	k := newLink(4 * time.Second)
+	k := newLink(4*time.Second, nil)
 	client, server := net.Pipe()
 	defer server.Close()
 	go func() { _, _ = io.Copy(io.Discard, server) }()
@@ -117,7 +117,7 @@ func TestLinkHeardOnlyFromReplies(t *testing.T) {
 }
 
 func TestHandshakeDeadlineCapped(t *testing.T) {
-	c := &linkConn{link: newLink(time.Second)}
+	c := &linkConn{link: newLink(time.Second, nil)}
 	if d := time.Until(c.cap(time.Now().Add(time.Hour))); d > time.Second {
 		t.Fatalf("handshake deadline %v away, want at most the requested session timeout 1s", d)
 	}
@@ -127,7 +127,7 @@ func TestHandshakeDeadlineCapped(t *testing.T) {
 // session than asked, a reconnect's handshake is capped at the granted
 // timeout, not the asked one.
 func TestHandshakeDeadlineCappedAtGranted(t *testing.T) {
-	k := newLink(10 * time.Second)
+	k := newLink(10*time.Second, nil)
 	k.granted.Store(int64(1600 * time.Millisecond))
 	c := &linkConn{link: k} // a new connection of the link: a reconnect
 	if d := time.Until(c.cap(time.Now().Add(time.Hour))); d > 1600*time.Millisecond {

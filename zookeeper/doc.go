@@ -357,11 +357,41 @@
 // DELETE (and WRITE on directories for the one-request acquisition, which
 // they do without otherwise); semaphores need WRITE on their nodes too.
 //
+// # TLS and least privilege
+//
+// WithTLS (URL: the zookeeper+tls scheme) makes the Locker's sessions
+// speak TLS to the servers' secure client port (secureClientPort, with
+// serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory),
+// with a client certificate when the server asks for one
+// (ssl.clientAuth=need). go-zookeeper retries a connection that fails in
+// the background, so a call that ends waiting for a session adds why the
+// latest attempt failed: "x509: certificate signed by unknown authority",
+// a TLS alert from the server ("certificate required", or with TLS 1.2
+// "handshake failure", with a note when the client gave no certificate).
+// A TLS session also carries the x509 identity of its certificate, which
+// zk.AuthACL (acl=creator) grants the nodes to as well: give each
+// application a certificate of its own.
+//
+// The least a Locker needs: an identity (digest auth, WithAuth or
+// user:password@) with CREATE (the lock directories), READ and DELETE
+// (directories, where container nodes are not used) on the lock root,
+// which an operator makes, and no right on the nodes above it: the Locker
+// creates missing directories deepest first and goes up only when the
+// server answers that a parent is missing, since ZooKeeper checks CREATE
+// on the parent before it looks whether a node exists. Its own nodes get
+// WithACL (acl=creator: zk.AuthACL(zk.PermAll)). The integration tests run
+// the conformance suite as such an identity over TLS. ZooKeeper's digest
+// auth takes any password (it names an identity), so a wrong password, like
+// a user without rights, is refused by the ACLs at the first call: an
+// error wrapping zk.ErrNoAuth that names the node whose ACL refused.
+//
 // # URL
 //
-// The package registers the scheme zookeeper with locker.Open:
+// The package registers the schemes zookeeper and zookeeper+tls (TLS; see
+// above) with locker.Open:
 //
 //	zookeeper://[user:password@]host1:2181,host2:2181[/root]?ttl=30s
+//	zookeeper+tls://user:password@host1:2182/root?acl=creator&tls_ca=/etc/app/ca.pem&tls_cert=/etc/app/client.pem&tls_key=/etc/app/client.key
 //
 // The path is the root of the lock directories (WithPrefix; default
 // /locker), or the parameter prefix (not both). A user and password add
@@ -374,6 +404,9 @@
 //	token_base=N          WithTokenBase      (shared)
 //	containers=false      WithoutContainers
 //	acl=creator           lock nodes only for the URL's user (zk.AuthACL); default open
+//	tls_ca=/path.pem      zookeeper+tls: the CAs that verify the servers (default: the system's)
+//	tls_cert=/path.pem    zookeeper+tls: the client certificate (with tls_key)
+//	tls_key=/path.pem     zookeeper+tls: its private key (PEM files on the client's machine)
 //
 // There is no session_timeout parameter (nor a WithSessionTimeout for
 // Connect): a session's timeout is the lease of its locks, so it is the

@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"reflect"
 	"sync"
@@ -132,7 +133,7 @@ func (l *Locker) probe() {
 			}
 			servers = []string{s.conn.Server()}
 		}
-		granted, err := grantFor(ctx, servers, s.asked, l.cfg.logger)
+		granted, err := grantFor(ctx, servers, s.asked, l.cfg.logger, l.cfg.tls)
 		switch {
 		case err == nil && granted != s.asked:
 			l.checkErr = fmt.Errorf("zookeeper: New: %w: the server grants a session timeout of %v when asked for the %v declared with WithSessionTimeout (it clamps to its minSessionTimeout and maxSessionTimeout): your connection's session has %v too, and the Locker would give a disconnected lock up at the wrong moment; ask zk.Connect for %v and declare it",
@@ -154,8 +155,8 @@ func (l *Locker) probe() {
 // grantFor opens a session at servers asking for timeout, and returns the
 // timeout the server granted; the session is closed before it returns.
 // It gives up after the handshake bound of one attempt (see link).
-func grantFor(ctx context.Context, servers []string, timeout time.Duration, logger zk.Logger) (time.Duration, error) {
-	k := newLink(timeout)
+func grantFor(ctx context.Context, servers []string, timeout time.Duration, logger zk.Logger, tlsCfg *tls.Config) (time.Duration, error) {
+	k := newLink(timeout, tlsCfg)
 	established := make(chan struct{})
 	var once sync.Once
 	conn, _, err := zk.Connect(servers, timeout,

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strings"
+	"path"
 	"sync/atomic"
 	"time"
 
@@ -116,6 +116,9 @@ func (s *session) createNode(ctx context.Context, dir, guid string, a ask) (crea
 				// have been applied, the node must not stay behind.
 				s.dropCreate(dir, guid, sid)
 			}
+			if errors.Is(err, zk.ErrNoAuth) {
+				return createdNode{}, fmt.Errorf("zookeeper: creating a lock node in %s: %w (its ACL grants none of this session's identities, given with WithAuth or user:password@, the CREATE right)", dir, err)
+			}
 			return createdNode{}, err
 		}
 	}
@@ -173,17 +176,44 @@ func (s *session) findOwn(ctx context.Context, dir, guid string) (string, error)
 }
 
 // ensureDir creates dir and its missing parents as container nodes (or
-// persistent ones, on servers without containers).
+// persistent ones, on servers without containers), the deepest first: it
+// goes up a level only when the server answers that the parent is missing.
+// So the Locker needs no right on the nodes above its root that exist
+// (ZooKeeper checks CREATE on the parent before it looks whether the node
+// is there): an operator may make the root and lock everything above it
+// down.
 func (s *session) ensureDir(ctx context.Context, dir string) error {
-	parts := strings.Split(strings.TrimPrefix(dir, "/"), "/")
-	for i := range parts {
-		p := "/" + strings.Join(parts[:i+1], "/")
+	var missing []string // below p, deepest last
+	p := dir
+	for {
+		err := s.l.call(ctx, func() error { return s.createDir(p) }, nil)
+		if err == nil || errors.Is(err, zk.ErrNodeExists) {
+			break
+		}
+		if parent := path.Dir(p); errors.Is(err, zk.ErrNoNode) && parent != "/" && len(missing) < 64 {
+			missing = append(missing, p)
+			p = parent
+			continue
+		}
+		return dirError(p, err)
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		p := missing[i]
 		err := s.l.call(ctx, func() error { return s.createDir(p) }, nil)
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return fmt.Errorf("zookeeper: creating %s: %w", p, err)
+			return dirError(p, err)
 		}
 	}
 	return nil
+}
+
+// dirError is the error of a directory create; a refusal by the parent's
+// ACL names what is missing.
+func dirError(p string, err error) error {
+	if errors.Is(err, zk.ErrNoAuth) {
+		return fmt.Errorf("zookeeper: creating %s: %w (the ACL of %s grants none of this session's identities, given with WithAuth or user:password@, the CREATE right)", p, err, path.Dir(p))
+	}
+	return fmt.Errorf("zookeeper: creating %s: %w", p, err)
 }
 
 func (s *session) createDir(p string) error {

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -30,6 +31,7 @@ type config struct {
 	sessionTimeout time.Duration // New: declared (WithSessionTimeout)
 	servers        []string      // New: where to dial sessions (WithServers)
 	acl            []zk.ACL
+	tls            *tls.Config // WithTLS
 	auth           []authInfo
 	logger         zk.Logger // Settings.Logger for go-zookeeper; none by default
 	containers     bool

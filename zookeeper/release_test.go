@@ -36,7 +36,7 @@ func TestReleaseAfterDeadlineReportsLoss(t *testing.T) {
 		}},
 		{"connected, no answer for a session timeout", func(s *session) {
 			s.connected = true
-			s.link = newLink(timeout)
+			s.link = newLink(timeout, nil)
 			s.link.base = time.Now().Add(-time.Minute) // a link made a minute ago
 			s.link.heardSince(time.Now().Add(-timeout))
 		}},

@@ -254,14 +254,18 @@ func (s *session) awaitSession(ctx context.Context) (int64, time.Duration, error
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
-		return 0, 0, backend.ContextError(ctx)
+		return 0, 0, withLinkErr(backend.ContextError(ctx), s.link)
 	case <-s.l.life.Closing().Done():
 		return 0, 0, locker.ErrClosed
 	}
 	if s.setupErr != nil {
 		return 0, 0, s.setupErr
 	}
-	return s.awaitConnected(ctx)
+	id, t, err := s.awaitConnected(ctx)
+	if ctx.Err() != nil {
+		err = withLinkErr(err, s.link)
+	}
+	return id, t, err
 }
 
 // awaitConnected waits until the session is live and returns its id and

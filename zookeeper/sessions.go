@@ -145,7 +145,7 @@ func (l *Locker) sessionForLocked(ttl time.Duration) (*session, error) {
 func (l *Locker) dialLocked(lease time.Duration, primary bool) (*session, error) {
 	s := newSession(l, lease)
 	s.owned = true
-	s.link = newLink(lease)
+	s.link = newLink(lease, l.cfg.tls)
 	conn, _, err := zk.Connect(l.servers, lease,
 		zk.WithDialer(s.link.dial),
 		zk.WithHostProvider(s.link.hosts),

@@ -12,8 +12,13 @@ import (
 	"github.com/go-locker/locker/backend"
 )
 
-// Scheme is the URL scheme the package registers with locker.Register.
-const Scheme = "zookeeper"
+// Schemes the package registers with locker.Register: zookeeper (plain)
+// and zookeeper+tls (TLS to the servers' secure client port, verified
+// against the system's roots or tls_ca).
+const (
+	Scheme    = "zookeeper"
+	SchemeTLS = "zookeeper+tls"
+)
 
 // URL query parameters.
 const (
@@ -25,7 +30,7 @@ const (
 	paramSessionTimeout = "session_timeout"
 )
 
-func init() { backend.Register(openURL, Scheme) }
+func init() { backend.Register(openURL, Scheme, SchemeTLS) }
 
 // Open returns a Locker for a zookeeper:// URL (see the package
 // documentation), connected as Connect does; it owns its connection. It is
@@ -48,8 +53,9 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	bad := func(format string, args ...any) (urlConfig, error) {
 		return urlConfig{}, fmt.Errorf("%w: zookeeper: "+format, append([]any{locker.ErrInvalidURL}, args...)...)
 	}
+	secure := strings.EqualFold(u.Scheme, SchemeTLS)
 	switch {
-	case !strings.EqualFold(u.Scheme, Scheme):
+	case !strings.EqualFold(u.Scheme, Scheme) && !secure:
 		return bad("unsupported scheme %q", u.Scheme)
 	case u.Opaque != "":
 		return bad("want zookeeper://host:port[,host:port...][/root]")
@@ -99,8 +105,15 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	q.Bool(paramContainers, &containers)
 	acl := "open"
 	q.String(paramACL, &acl)
+	tlsCfg, err := backend.TLSParams(q, secure, SchemeTLS+"://")
+	if err != nil {
+		return urlConfig{}, err
+	}
 	if err := q.Finish(); err != nil {
 		return urlConfig{}, err
+	}
+	if tlsCfg != nil {
+		cfg.opts = append(cfg.opts, WithTLS(tlsCfg))
 	}
 	if !containers {
 		cfg.opts = append(cfg.opts, WithoutContainers())

@@ -250,6 +250,9 @@ type spec struct {
 	// files maps a path in the container to a file on the host, copied in
 	// (owned by root, mode 0644) before the container starts.
 	files map[string]string
+	// ctrFiles are copied into the container before it starts, as given
+	// (certificates with their modes).
+	ctrFiles []testcontainers.ContainerFile
 }
 
 // live tracks every container this process started and has not removed yet.
@@ -265,6 +268,7 @@ func (e *engine) runContainer(ctx context.Context, kind string, sp spec) (*testc
 		Entrypoint: sp.entrypoint,
 		Cmd:        sp.cmd,
 		Env:        sp.env,
+		Files:      sp.ctrFiles,
 		Labels: map[string]string{
 			LabelTest: "1",
 			labelPID:  strconv.Itoa(os.Getpid()),

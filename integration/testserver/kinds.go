@@ -281,6 +281,8 @@ func ping(ctx context.Context, s *Server, full bool) error {
 		return pingZooKeeper(ctx, s.addr)
 	case kindEtcd:
 		return pingEtcd(ctx, s.addr)
+	case kindEtcdTLS:
+		return pingEtcdTLS(ctx, s.addr)
 	}
 	return fmt.Errorf("unknown kind %q", s.kind)
 }
