@@ -167,6 +167,7 @@ func TestTLSConformance(t *testing.T) {
 	t.Setenv(envSecureEtcd, s.addr+"|"+s.files)
 	var reg testserver.Registry[*testserver.Proxy]
 	conformance.Run(t, conformance.Harness{
+		Only:             testserver.SecurityCases, // all with LOCKER_CONFORMANCE_FULL=1
 		IgnoreGoroutines: testserver.ProxyGoroutines,
 		NewLocker: func(t *testing.T) locker.Locker {
 			px := testserver.NewProxy(t, s.addr)

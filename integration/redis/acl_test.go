@@ -110,6 +110,7 @@ func TestACLLeastPrivilegeConformance(t *testing.T) {
 	namer := redis.New(admin, redis.WithPrefix(lpPrefix))
 	var proxies testserver.Registry[*testserver.Proxy]
 	conformance.Run(t, conformance.Harness{
+		Only:             testserver.SecurityCases, // all with LOCKER_CONFORMANCE_FULL=1
 		IgnoreGoroutines: testserver.ProxyGoroutines,
 		NewLocker: func(t *testing.T) locker.Locker {
 			px := testserver.NewProxy(t, srv.Addr())

@@ -117,6 +117,7 @@ func TestTLSConformance(t *testing.T) {
 	t.Setenv(envSecureZK, s.secure+"|"+s.files)
 	var reg testserver.Registry[*testserver.Proxy]
 	conformance.Run(t, conformance.Harness{
+		Only:             testserver.SecurityCases, // all with LOCKER_CONFORMANCE_FULL=1
 		IgnoreGoroutines: testserver.ProxyGoroutines,
 		// No WithDefaultTTL: TTL/Default checks the default.
 		NewLocker: func(t *testing.T) locker.Locker {
