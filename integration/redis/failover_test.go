@@ -222,4 +222,3 @@ func failoverRun(t *testing.T, g *testserver.SentinelGroup, tally *failoverTally
 	_ = cb.Del(ctx, backlog).Err()
 	g.Rejoin(t, m)
 }
-
