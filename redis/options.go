@@ -235,6 +235,10 @@ const MaxReplicaAck = 64
 // it was, on the master. See "Failure modes" in the package documentation
 // and CHAOS.md for the measured effect.
 //
+// Cost: every acquire attempt (also one that only joins the queue) and
+// every renewal waits for the replicas, about one replication round trip
+// while they keep up, up to timeout while they do not.
+//
 // n is from 1 to MaxReplicaAck (0 turns the option off); timeout from 1ms
 // to a minute, and below the client's ReadTimeout (go-redis v9.23 defaults to 5s), since
 // the reply of the pipeline must come within it. It works with a single
