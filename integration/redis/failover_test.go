@@ -69,8 +69,9 @@ type failoverTally struct {
 //     writes the replica has not caught up with.
 //  2. Client A takes a fresh key through the Sentinel-discovered master.
 //  3. The master is killed (SIGKILL) the moment A's TryAcquire returns:
-//     the worst moment, and inside the stall when A did not wait for the
-//     replica. The replica resumes at the end of its stall.
+//     the worst moment. The replica resumes at the end of its stall, or,
+//     when A's call returned within the stall (A did not wait for the
+//     replica), once the master is dead.
 //  4. Sentinel promotes the replica; client B, through Sentinel, tries the
 //     key.
 //
@@ -145,6 +146,11 @@ func failoverRun(t *testing.T, g *testserver.SentinelGroup, tally *failoverTally
 	}
 	ca := newClient()
 	defer ca.Close()
+	// A long-lived client: connected before the Locker's first request,
+	// which then runs inline (see redis/exec.go), as a steady client's do.
+	if err := ca.Ping(ctx).Err(); err != nil {
+		t.Fatalf("run %d: %v", i, err)
+	}
 	la := redis.New(ca, opts...)
 	defer la.Close()
 	// A first acquisition on a key of its own: the connection is made and
@@ -162,13 +168,26 @@ func failoverRun(t *testing.T, g *testserver.SentinelGroup, tally *failoverTally
 	if err := mc.Set(ctx, backlog, backlogValue, 0).Err(); err != nil {
 		t.Fatalf("run %d: backlog: %v", i, err)
 	}
-	resumed := make(chan struct{})
-	time.AfterFunc(stall, func() { defer close(resumed); r.Resume(t) })
+	// The replica resumes at the end of its stall, unless A's acquisition
+	// returned within it: then the master dies inside the stall, and the
+	// replica resumes only once it is dead.
+	resumed, aDone, dead := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	time.AfterFunc(stall, func() {
+		defer close(resumed)
+		select {
+		case <-aDone:
+			<-dead
+		default:
+		}
+		r.Resume(t)
+	})
 	began := time.Now()
 	ha, errA := la.TryAcquire(ctx, key)
 	took := time.Since(began)
+	close(aDone)
 	killed := time.Now()
 	m.Kill(t)
+	close(dead)
 	<-resumed
 	tally.runs++
 	var tokA int64
