@@ -40,14 +40,14 @@ func (c *config) checkAck(client goredis.UniversalClient) error {
 }
 
 // runScript runs s with keys and args on the client of ctx (see via). With
-// WithReplicaAck (acked true) the script is followed by WAIT in one
+// WithReplicaAck the script is followed by WAIT in one
 // pipeline: the same connection, as WAIT needs (it waits for that
 // connection's last write), and the same round trip. The script's reply
 // is returned as it came; the number of replicas that confirmed is
 // returned beside it (-1 without WAIT).
-func (l *Locker) runScript(ctx context.Context, s *goredis.Script, acked bool, keys []string, args ...any) (*goredis.Cmd, int64) {
+func (l *Locker) runScript(ctx context.Context, s *goredis.Script, keys []string, args ...any) (*goredis.Cmd, int64) {
 	c := l.via(ctx)
-	if !acked || l.cfg.replicas == 0 {
+	if l.cfg.replicas == 0 {
 		return s.Run(ctx, c, keys, args...), -1
 	}
 	run := func(eval bool) (*goredis.Cmd, *goredis.Cmd) {

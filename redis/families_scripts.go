@@ -431,7 +431,7 @@ func (k keys) semFlag() string {
 func (l *Locker) runFamilyAcquire(ctx context.Context, a *attempt) (acquireResult, error) {
 	ms, lease := l.ttlArgs(a.ttl)
 	args := &l.args
-	cmd, acks := l.runScript(ctx, famAcquireScript, true, a.k.famKeys(a.k.fence),
+	cmd, acks := l.runScript(ctx, famAcquireScript, a.k.famKeys(a.k.fence),
 		a.owner, ms, args.clock, args.fenceExpiry, a.mode, args.id, lease, args.sharded, a.limit, a.k.wakeBase)
 	v, err := cmd.Slice()
 	if err != nil {
@@ -495,7 +495,7 @@ func (l *Locker) runFamilyLeave(ctx context.Context, k keys, owner string) error
 }
 
 func (l *Locker) runFamilyExtend(ctx context.Context, k keys, owner string, ms int64) (bool, error) {
-	cmd, acks := l.runScript(ctx, famExtendScript, true, []string{k.lock, k.leases, k.limit}, owner, ms)
+	cmd, acks := l.runScript(ctx, famExtendScript, []string{k.lock, k.leases, k.limit}, owner, ms)
 	n, err := cmd.Int64()
 	if err == nil && n == 1 && acks >= 0 && acks < int64(l.cfg.replicas) {
 		return false, l.notAcked("the renewal", acks)

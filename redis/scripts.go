@@ -413,7 +413,7 @@ func (l *Locker) ttlArgs(ttl time.Duration) (ms, lease any) {
 func (l *Locker) runAcquire(ctx context.Context, k keys, owner, mode string, ttl time.Duration) (acquireResult, error) {
 	ms, lease := l.ttlArgs(ttl)
 	a := &l.args
-	cmd, acks := l.runScript(ctx, acquireScript, true, []string{k.lock, k.fence, k.queue, k.waiters},
+	cmd, acks := l.runScript(ctx, acquireScript, []string{k.lock, k.fence, k.queue, k.waiters},
 		owner, ms, a.clock, a.fenceExpiry, mode, a.id, lease, a.sharded)
 	v, err := cmd.Int64Slice()
 	if err != nil {
@@ -468,7 +468,7 @@ func (l *Locker) runExtend(ctx context.Context, k keys, owner string, ttl time.D
 	if k.fam != famMutex {
 		return l.runFamilyExtend(ctx, k, owner, millis(ttl))
 	}
-	cmd, acks := l.runScript(ctx, extendScript, true, []string{k.lock}, owner, millis(ttl))
+	cmd, acks := l.runScript(ctx, extendScript, []string{k.lock}, owner, millis(ttl))
 	n, err := cmd.Int64()
 	if err == nil && n == 1 && acks >= 0 && acks < int64(l.cfg.replicas) {
 		return false, l.notAcked("the renewal", acks)
