@@ -48,14 +48,14 @@ func RedisSentinel(t testing.TB) *SentinelGroup {
 	t.Helper()
 	e, err := getEngine()
 	if err != nil {
-		unavailable(t, "Redis Sentinel", "", err)
+		sentinelUnavailable(t, err)
 	}
 	if e.profile != profileLocal {
 		t.Skipf("testserver: a Redis Sentinel group needs host networking: set %s=local", EnvImages)
 	}
 	g, err := startSentinelGroup(e)
 	if err != nil {
-		unavailable(t, "Redis Sentinel", "", err)
+		sentinelUnavailable(t, err)
 	}
 	t.Cleanup(func() {
 		for _, s := range append(g.Data, g.Sentinels...) {
@@ -68,6 +68,18 @@ func RedisSentinel(t testing.TB) *SentinelGroup {
 		t.Fatalf("testserver: Sentinel group not healthy: %v", err)
 	}
 	return g
+}
+
+// sentinelUnavailable skips (or, with LOCKER_REQUIRE_SERVERS=1, fails) a
+// test whose Sentinel group could not start. No variable names an existing
+// group: the tests kill and pause its servers.
+func sentinelUnavailable(t testing.TB, err error) {
+	t.Helper()
+	msg := "testserver: no Redis Sentinel group (it needs a Docker engine and LOCKER_TEST_IMAGES=local): " + err.Error()
+	if required() {
+		t.Fatal(msg + " [" + EnvRequire + " is set, so this fails instead of skipping]")
+	}
+	t.Skip(msg)
 }
 
 func startSentinelGroup(e *engine) (*SentinelGroup, error) {
