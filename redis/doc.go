@@ -262,8 +262,9 @@
 // drift_margin (WithDriftMargin), prefix (WithPrefix), retry_interval
 // (WithRetryInterval), watchdog=false (WithoutWatchdog), token_base
 // (WithTokenBase) and ddl (no effect: Redis has no schema); and this package's own clock_tokens (true/false),
-// fence_expiry (a duration; needs clock_tokens=true) and allow_eviction
-// (true/false).
+// fence_expiry (a duration; needs clock_tokens=true), allow_eviction
+// (true/false), replica_ack (WithReplicaAck's n, 0 off) and
+// replica_ack_timeout (a duration, default 1s; needs replica_ack).
 // Every other parameter is handed to go-redis' own URL parsers (its ParseURL,
 // ParseClusterURL and ParseFailoverURL: dial_timeout, read_timeout,
 // pool_size, client_name, skip_verify, ...), which reject what they do not
@@ -298,6 +299,7 @@
 // On Cluster, add +spublish +ssubscribe +sunsubscribe for the sharded
 // Pub/Sub and what go-redis' ClusterClient reads the slots with
 // (+cluster|slots, +cluster|shards); the tests do not cover that variant.
+// With WithReplicaAck (replica_ack=), add +wait.
 //
 // # Eviction
 //
@@ -343,6 +345,23 @@
 //     or counter increment not yet copied to the replica that is promoted is
 //     lost: two clients may hold the key, and tokens may repeat. Fencing on
 //     the resource side catches writes only if tokens never go backwards.
+//     WithReplicaAck (replica_ack=n) narrows the window: an acquisition or
+//     renewal counts only once WAIT n confirms that n replicas have it, so
+//     Sentinel promoting a replica that confirmed keeps the lock and the
+//     counter; an acquisition not confirmed in time is given back and
+//     fails (ErrNotReplicated), a renewal not confirmed is retried (the
+//     lock at risk). In 20 scripted failovers each way with a replica
+//     stalled behind a write backlog and the master killed right after
+//     the acquisition (CHAOS.md, "Redis failover"), every run without it
+//     ended with two holders and a repeated token, and none with it. It
+//     cannot close: the promotion of a replica that had not confirmed (n
+//     below the number of replicas that may be promoted, or Sentinel
+//     choosing a lagging one), the loss of a write that reached the
+//     replicas' memory only (WAIT is no fsync; WAITAOF, Redis 7.2, is not
+//     used), and a refused acquisition's writes that did reach a replica
+//     (its counter increment is harmless, its lock was deleted on the
+//     master by the give-back, which may itself be lost to a failover: the
+//     key then stays taken until its lease ends). Not on Cluster.
 //   - Lost Pub/Sub messages: the Locker checks its Pub/Sub connections (a
 //     PING after 3s of silence) and replaces a failed one, subscribing again
 //     channel by channel and waking every waiter once, since its turn may
@@ -376,7 +395,8 @@
 // run with appendonly yes and appendfsync always (everysec can lose the last
 // second of increments on a crash), keep maxmemory-policy noeviction, and
 // under replication make failover wait for replicas (min-replicas-to-write,
-// or WAIT after acquiring, which narrows but does not close the window).
+// or WithReplicaAck, which narrows but does not close the window: see
+// "Failure modes").
 //
 // Because counters never expire, Redis keeps one small key (about 100 bytes)
 // for every distinct key ever locked. Locks on a bounded set of names cost

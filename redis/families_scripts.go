@@ -194,7 +194,8 @@ end
 //
 // A holder that already carries our owner token means this is the client's
 // retry of a request whose reply was lost: the token recorded for it is
-// returned.
+// returned, and the lease reset from now (a write, for WithReplicaAck's
+// WAIT: see acquireScript).
 var famAcquireScript = goredis.NewScript(luaQueue + luaFence + luaFamily + `
 if redis.replicate_commands then redis.replicate_commands() end
 local now = now_ms()
@@ -204,6 +205,7 @@ local held = redis.call('HGET', KEYS[1], owner)
 if held then
   local d = redis.call('ZSCORE', KEYS[2], owner)
   if d and tonumber(d) > now then
+    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), owner)
     return {1, held}
   end
 end
@@ -429,8 +431,9 @@ func (k keys) semFlag() string {
 func (l *Locker) runFamilyAcquire(ctx context.Context, a *attempt) (acquireResult, error) {
 	ms, lease := l.ttlArgs(a.ttl)
 	args := &l.args
-	v, err := famAcquireScript.Run(ctx, l.via(ctx), a.k.famKeys(a.k.fence),
-		a.owner, ms, args.clock, args.fenceExpiry, a.mode, args.id, lease, args.sharded, a.limit, a.k.wakeBase).Slice()
+	cmd, acks := l.runScript(ctx, famAcquireScript, a.k.famKeys(a.k.fence),
+		a.owner, ms, args.clock, args.fenceExpiry, a.mode, args.id, lease, args.sharded, a.limit, a.k.wakeBase)
+	v, err := cmd.Slice()
 	if err != nil {
 		return acquireResult{}, err
 	}
@@ -447,6 +450,9 @@ func (l *Locker) runFamilyAcquire(ctx context.Context, a *attempt) (acquireResul
 	case 1:
 		if n[1] <= 0 {
 			return acquireResult{}, fmt.Errorf("redis: fence counter %s returned token %d; it must be positive (was the counter overwritten?)", a.k.fence, n[1])
+		}
+		if acks >= 0 && acks < int64(l.cfg.replicas) {
+			return acquireResult{}, l.notAcked("the acquisition", acks)
 		}
 		return acquireResult{ok: true, token: n[1]}, nil
 	case -1:
@@ -489,6 +495,10 @@ func (l *Locker) runFamilyLeave(ctx context.Context, k keys, owner string) error
 }
 
 func (l *Locker) runFamilyExtend(ctx context.Context, k keys, owner string, ms int64) (bool, error) {
-	n, err := famExtendScript.Run(ctx, l.via(ctx), []string{k.lock, k.leases, k.limit}, owner, ms).Int64()
+	cmd, acks := l.runScript(ctx, famExtendScript, []string{k.lock, k.leases, k.limit}, owner, ms)
+	n, err := cmd.Int64()
+	if err == nil && n == 1 && acks >= 0 && acks < int64(l.cfg.replicas) {
+		return false, l.notAcked("the renewal", acks)
+	}
 	return n == 1, err
 }

@@ -95,6 +95,9 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 			cfgErr = errNilClient
 		}
 	}
+	if cfgErr == nil && client != nil {
+		cfgErr = cfg.checkAck(client)
+	}
 	l.life = backend.NewLife[*Handle](cfgErr)
 	l.initArgs()
 	l.hub = newHub(l)
@@ -319,6 +322,12 @@ func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 		res, err = a.run(ctx)
 		return err
 	}, abandoned)
+	if errors.Is(err, ErrNotReplicated) {
+		// Taken on the master, but not confirmed by enough replicas
+		// (WithReplicaAck): give it back, guarded by the owner token and
+		// announced to the next waiter.
+		l.giveBack(ctx, a)
+	}
 	if err != nil {
 		return nil, acquireResult{}, err // res may still be written to
 	}
@@ -330,12 +339,7 @@ func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 		// link, a request held up in a partition): a Handle of it would be
 		// lost at once, or already is. Give it back, guarded by the owner
 		// and announced to the next waiter; the caller tries again.
-		if err := l.exec(ctx, func(ctx context.Context) error {
-			_, err := l.runRelease(ctx, a.k, a.owner)
-			return err
-		}, func() { l.cleanup(a.k, a.owner) }); err != nil {
-			l.cleanup(a.k, a.owner)
-		}
+		l.giveBack(ctx, a)
 		return nil, acquireResult{}, late
 	}
 	token, err := l.cfg.Token(res.token)
@@ -353,6 +357,18 @@ func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 	}
 	h.start()
 	return h, res, nil
+}
+
+// giveBack releases the lock a's request took and the caller will not
+// hand out, guarded by the owner token; in the background if ctx ends
+// first or the request fails.
+func (l *Locker) giveBack(ctx context.Context, a *attempt) {
+	if err := l.exec(ctx, func(ctx context.Context) error {
+		_, err := l.runRelease(ctx, a.k, a.owner)
+		return err
+	}, func() { l.cleanup(a.k, a.owner) }); err != nil {
+		l.cleanup(a.k, a.owner)
+	}
 }
 
 // register holds h for Close (false once Close has begun); unregister

@@ -29,6 +29,8 @@ type config struct {
 	settings.Core
 	clockTokens bool
 	fenceExpiry time.Duration // 0: fence counters never expire
+	replicas    int           // WithReplicaAck: replicas that must confirm; 0 off
+	ackTimeout  time.Duration // WithReplicaAck: how long WAIT waits for them
 }
 
 func defaultConfig() config {
@@ -202,4 +204,57 @@ func (c *config) driftFor(ttl time.Duration) (time.Duration, error) {
 // are shown as errors show them; passwords never.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error { return c.Set(backend.SetLogger(l)) }
+}
+
+// MaxReplicaAck is the largest replica count WithReplicaAck accepts.
+const MaxReplicaAck = 64
+
+// WithReplicaAck makes an acquisition, a renewal and the fence increment
+// count only once n replicas have confirmed them (URL parameters
+// replica_ack=n and replica_ack_timeout, default 1s): each acquire or
+// renewal script is followed, in the same pipeline and so on the same
+// connection and in the same round trip, by WAIT n timeout. An
+// acquisition that fewer than n replicas confirmed within timeout is given
+// back (guarded by the owner token) and fails with an error wrapping
+// ErrNotReplicated; an Acquire does not wait on for a later turn. A
+// renewal that fewer confirmed counts as failed: the lock is at risk, the
+// renewal is retried, and the lock is lost if none is confirmed before
+// the lease runs out. Releases are not confirmed (a release lost in a
+// failover leaves the lock held until its lease ends, which is safe).
+//
+// What it buys: under Sentinel, a failover promotes the replica with the
+// most recent data, so with n equal to the number of replicas (or with
+// every replica but those that can never be promoted, replica-priority 0)
+// the promoted replica has every lock and token the holders were told
+// about, and tokens never repeat. What it cannot close: a replica that had
+// not confirmed can still be promoted (n below the number of replicas, or
+// Sentinel promoting one that fell behind), WAIT confirms that the write
+// reached the replicas' memory, not their disks (both crashing at once
+// loses it), and a write that was not confirmed is not undone on the
+// replicas that did get it: the error says the lock was given back, and
+// it was, on the master. See "Failure modes" in the package documentation
+// and CHAOS.md for the measured effect.
+//
+// Cost: every acquire attempt (also one that only joins the queue) and
+// every renewal waits for the replicas, about one replication round trip
+// while they keep up, up to timeout while they do not.
+//
+// n is from 1 to MaxReplicaAck (0 turns the option off); timeout from 1ms
+// to a minute, and below the client's ReadTimeout (go-redis v9.23 defaults to 5s), since
+// the reply of the pipeline must come within it. It works with a single
+// server client and a Sentinel failover client; a Cluster client is
+// refused (the Locker reports an error wrapping locker.ErrInvalidOption).
+// WAITAOF (Redis 7.2+, confirmation that the write reached the AOF) is not
+// used.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return func(c *config) error {
+		if n < 0 || n > MaxReplicaAck {
+			return fmt.Errorf("%w: redis: replica ack count %d is outside [0, %d]", locker.ErrInvalidOption, n, MaxReplicaAck)
+		}
+		if n > 0 && (timeout < time.Millisecond || timeout > time.Minute) {
+			return fmt.Errorf("%w: redis: replica ack timeout %v is outside [1ms, 1m] (WAIT's 0, wait forever, is not allowed)", locker.ErrInvalidOption, timeout)
+		}
+		c.replicas, c.ackTimeout = n, timeout
+		return nil
+	}
 }

@@ -159,7 +159,12 @@ end
 // A lock that already carries our (fresh, random) owner token means this is
 // a retry by the client of a request whose reply was lost: the lock is ours
 // and the counter still holds our token, since only a successful acquire
-// advances it.
+// advances it. The retry resets the lease (PEXPIRE: the lease the client
+// counts starts no earlier than the retry), which is also a write: with
+// WithReplicaAck the WAIT after it, maybe on another connection than the
+// first attempt's, then waits for a replication offset past the first
+// attempt's writes (WAIT counts from the connection's last write; a
+// connection without one would be confirmed at once).
 //
 // The queue's two keys expire at most two entry leases after the last
 // deadline in them has passed (each refresh leaves them at least the
@@ -171,6 +176,7 @@ var acquireScript = goredis.NewScript(luaQueue + luaFence + `
 if redis.replicate_commands then redis.replicate_commands() end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 local function take()
@@ -407,8 +413,9 @@ func (l *Locker) ttlArgs(ttl time.Duration) (ms, lease any) {
 func (l *Locker) runAcquire(ctx context.Context, k keys, owner, mode string, ttl time.Duration) (acquireResult, error) {
 	ms, lease := l.ttlArgs(ttl)
 	a := &l.args
-	v, err := acquireScript.Run(ctx, l.via(ctx), []string{k.lock, k.fence, k.queue, k.waiters},
-		owner, ms, a.clock, a.fenceExpiry, mode, a.id, lease, a.sharded).Int64Slice()
+	cmd, acks := l.runScript(ctx, acquireScript, []string{k.lock, k.fence, k.queue, k.waiters},
+		owner, ms, a.clock, a.fenceExpiry, mode, a.id, lease, a.sharded)
+	v, err := cmd.Int64Slice()
 	if err != nil {
 		return acquireResult{}, err
 	}
@@ -418,6 +425,9 @@ func (l *Locker) runAcquire(ctx context.Context, k keys, owner, mode string, ttl
 	if v[0] == 1 {
 		if v[1] <= 0 {
 			return acquireResult{}, fmt.Errorf("redis: fence counter %s returned token %d; it must be positive (was the counter overwritten?)", k.fence, v[1])
+		}
+		if acks >= 0 && acks < int64(l.cfg.replicas) {
+			return acquireResult{}, l.notAcked("the acquisition", acks)
 		}
 		return acquireResult{ok: true, token: v[1]}, nil
 	}
@@ -458,7 +468,11 @@ func (l *Locker) runExtend(ctx context.Context, k keys, owner string, ttl time.D
 	if k.fam != famMutex {
 		return l.runFamilyExtend(ctx, k, owner, millis(ttl))
 	}
-	n, err := extendScript.Run(ctx, l.via(ctx), []string{k.lock}, owner, millis(ttl)).Int64()
+	cmd, acks := l.runScript(ctx, extendScript, []string{k.lock}, owner, millis(ttl))
+	n, err := cmd.Int64()
+	if err == nil && n == 1 && acks >= 0 && acks < int64(l.cfg.replicas) {
+		return false, l.notAcked("the renewal", acks)
+	}
 	return n == 1, err
 }
 

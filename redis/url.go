@@ -81,15 +81,31 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 	q.Bool("clock_tokens", &clock)
 	q.Duration("fence_expiry", &fenceIdle)
 	q.Bool("allow_eviction", &eviction)
+	var (
+		acks       int
+		ackTimeout time.Duration
+	)
+	q.Int("replica_ack", &acks, 0, MaxReplicaAck)
+	q.Duration("replica_ack_timeout", &ackTimeout)
 	if err := q.Err(); err != nil {
 		return nil, err
 	}
 	opts = append(opts, WithClockTokens(clock), WithAllowEviction(eviction))
+	switch {
+	case acks > 0:
+		if ackTimeout == 0 {
+			ackTimeout = DefaultReplicaAckTimeout
+		}
+		opts = append(opts, WithReplicaAck(acks, ackTimeout))
+	case ackTimeout > 0:
+		return nil, fmt.Errorf("%w: %s: parameter \"replica_ack_timeout\" needs replica_ack", locker.ErrInvalidURL, scheme)
+	}
 	if fenceIdle > 0 {
 		opts = append(opts, WithFenceExpiry(fenceIdle))
 	}
 	// Check our options before making a client that would need closing.
-	if _, err := newConfig(opts); err != nil {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", locker.ErrInvalidURL, err)
 	}
 
@@ -125,6 +141,10 @@ func openURL(_ context.Context, u *url.URL) (*Locker, error) {
 		}
 		settings.DefaultContextTimeout(&o.ContextTimeoutEnabled, rest)
 		client = goredis.NewFailoverClient(o)
+	}
+	if err := cfg.checkAck(client); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("%w: %w", locker.ErrInvalidURL, err)
 	}
 	l := New(client, opts...)
 	l.ownClient = true

@@ -109,3 +109,68 @@ func TestOpenURLRejects(t *testing.T) {
 }
 
 func redact(s, secret string) string { return strings.ReplaceAll(s, secret, "xxxxx") }
+
+func TestOpenURLReplicaAck(t *testing.T) {
+	ctx := testCtx(t)
+	l, err := Open(ctx, "redis+sentinel://127.0.0.1:1?master_name=m&replica_ack=2&replica_ack_timeout=250ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if l.cfg.replicas != 2 || l.cfg.ackTimeout != 250*time.Millisecond {
+		t.Errorf("replica_ack from URL: %d, %v", l.cfg.replicas, l.cfg.ackTimeout)
+	}
+	ld, err := Open(ctx, "redis://127.0.0.1:1?replica_ack=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld.Close()
+	if ld.cfg.replicas != 1 || ld.cfg.ackTimeout != DefaultReplicaAckTimeout {
+		t.Errorf("replica_ack without a timeout: %d, %v", ld.cfg.replicas, ld.cfg.ackTimeout)
+	}
+	for _, tc := range []struct{ url, want string }{
+		{"redis://127.0.0.1:1?replica_ack=-1", `"replica_ack"`},
+		{"redis://127.0.0.1:1?replica_ack=65", `"replica_ack"`},
+		{"redis://127.0.0.1:1?replica_ack_timeout=1s", "needs replica_ack"},
+		{"redis://127.0.0.1:1?replica_ack=1&replica_ack_timeout=0s", `"replica_ack_timeout"`},
+		{"redis://127.0.0.1:1?replica_ack=1&replica_ack_timeout=2m", "outside [1ms, 1m]"},
+		{"redis://127.0.0.1:1?replica_ack=1&replica_ack_timeout=50s&read_timeout=50s", "below the client's ReadTimeout 50s"},
+		{"redis://127.0.0.1:1?replica_ack=1&replica_ack_timeout=1s&read_timeout=500ms", "below the client's ReadTimeout 500ms"},
+		{"redis+cluster://127.0.0.1:1?replica_ack=1", "not supported with a Cluster client"},
+	} {
+		_, err := Open(ctx, tc.url)
+		if !errors.Is(err, locker.ErrInvalidURL) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%s) = %v, want ErrInvalidURL containing %q", tc.url, err, tc.want)
+		}
+	}
+	if _, err := Open(ctx, "redis://127.0.0.1:1?replica_ack=1&replica_ack_timeout=5s&read_timeout=10s"); err != nil {
+		t.Errorf("a timeout below read_timeout: %v", err)
+	}
+}
+
+func TestReplicaAckOption(t *testing.T) {
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		n    int
+		d    time.Duration
+		want string
+	}{
+		{-1, time.Second, "outside [0, 64]"},
+		{1, 0, "outside [1ms, 1m]"},
+		{1, time.Microsecond, "outside [1ms, 1m]"},
+	} {
+		l := New(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}), WithReplicaAck(tc.n, tc.d))
+		_, err := l.TryAcquire(ctx, "k")
+		if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("WithReplicaAck(%d, %v): TryAcquire = %v, want ErrInvalidOption containing %q", tc.n, tc.d, err, tc.want)
+		}
+		l.Close()
+	}
+	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cc.Close()
+	l := New(cc, WithReplicaAck(1, time.Second))
+	defer l.Close()
+	if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "Cluster") {
+		t.Errorf("WithReplicaAck on a Cluster client: TryAcquire = %v", err)
+	}
+}
