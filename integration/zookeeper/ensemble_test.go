@@ -142,10 +142,18 @@ func TestEnsembleLeaderKilledHolderKeepsLock(t *testing.T) {
 	newLeader := testserver.ZooKeeperLeader(t, others(ms, leader))
 	t.Logf("leader %s killed; %s leads now", leader, newLeader)
 	// The holder's session must have moved and still be alive: a read
-	// through the Locker shows its node still there.
-	info, err := holder.l.Inspect(ctx, key)
+	// through the Locker shows its node still there, once its connection
+	// is back (go-zookeeper fails calls while it looks for a server that
+	// serves: "could not connect to a server").
+	var info locker.LockInfo
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if info, err = holder.l.Inspect(ctx, key); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err != nil {
-		t.Fatalf("Inspect after the leader's death: %v", err)
+		t.Fatalf("Inspect after the leader's death, for 10s: %v", err)
 	}
 	if !info.Held || info.Token != h.Token() {
 		t.Fatalf("after the leader's death the key is %+v; want held by the holder (token %d)", info, h.Token())
