@@ -52,7 +52,7 @@ var fullSchemes = []string{
 	"postgres", "postgresql", "postgres+table", "postgresql+table",
 	"redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel",
 	"redlock", "rediss+redlock",
-	"zookeeper",
+	"zookeeper", "zookeeper+tls",
 }
 
 func main() {
