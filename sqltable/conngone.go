@@ -37,11 +37,15 @@ func (l *Locker) connGone(err error) bool {
 }
 
 // goneTries bounds the runs of a statement after its connection was found
-// gone: every idle connection of the pool may have died with it (a proxy
-// that dropped them, a failover, a server restart) and each costs the
-// statement that finds it dead, which drops it from the pool; then one more
-// on a new connection.
-func (l *Locker) goneTries() int { return l.db.Stats().Idle + 2 }
+// gone: every connection of the pool may have died with it (a proxy that
+// dropped them, a failover, a server restart) and each costs the statement
+// that finds it dead, which drops it from the pool; then one more on a new
+// connection. Every open connection counts, not only the idle ones: a
+// connection in use now (a bell, another caller's statement, a background
+// drop) goes back to the pool dead, and the runs after find it there. (With
+// the idle ones only, a Release on MariaDB failed in make test with
+// "invalid connection" while the server was up: TestDeadPooledConnections.)
+func (l *Locker) goneTries() int { return l.db.Stats().OpenConnections + 2 }
 
 // retryIdem is retry for a statement that has the same effect run twice as
 // once (a read, a renewal, the guarded drop of an abandoned row, a

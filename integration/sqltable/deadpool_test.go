@@ -140,8 +140,9 @@ func TestDeadPooledConnections(t *testing.T) {
 			}
 			for _, s := range steps {
 				fill(t)
+				before := db.Stats()
 				if err := s.f(); err != nil {
-					t.Fatalf("%s after every pooled connection died: %v", s.name, err)
+					t.Fatalf("%s after every pooled connection died: %v\n(pool before: %d open, %d in use, %d idle; after: %+v)", s.name, err, before.OpenConnections, before.InUse, before.Idle, db.Stats())
 				}
 			}
 		})
