@@ -35,13 +35,14 @@ ARTIFACTS := -artifacts -outputdir $(CURDIR)/.artifacts
 ## INTEGRATION_P: integration packages run at once. Each starts servers of its own
 ## and spends most of its time waiting on them (leases running out, faults), so
 ## three at a time fit 2 cores; the longest package (sqltable: three databases)
-## takes about 10 minutes on its own.
+## takes about 15 minutes on its own. scripts/pkg-order.sh names the longest
+## packages first, so that they start first.
 INTEGRATION_P ?= 3
 test: vet readme-check
 	mkdir -p .artifacts
 	$(call in_root,$(GO) test -race -count=1 $(ARTIFACTS) $(PKGS))
 	$(call in_examples,$(GO) test -race -count=1 $(PKGS))
-	$(call in_integration,$(WITH_SERVERS) $(GO) test -race -count=1 -p $(INTEGRATION_P) -timeout 25m $(ARTIFACTS) $(PKGS))
+	$(call in_integration,$(WITH_SERVERS) $(GO) test -race -count=1 -p $(INTEGRATION_P) -timeout 25m $(ARTIFACTS) $$(GO=$(GO) $(CURDIR)/scripts/pkg-order.sh $(PKGS)))
 
 ## chaos: only the chaos suite (conformance/chaos) on every backend, each run
 ## CHAOS_DURATION long: a soak (make test runs it for 30s a backend). The full
