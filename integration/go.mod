@@ -21,6 +21,7 @@ require (
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/zap v1.27.1
 	modernc.org/sqlite v1.62.0
 )
@@ -94,7 +95,6 @@ require (
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
@@ -116,3 +116,6 @@ require (
 )
 
 replace github.com/go-locker/locker => ../
+
+// go-zookeeper v1.0.4 with its lastZxid data race fixed (third_party/zk/PATCH.md).
+replace github.com/go-zookeeper/zk => ./third_party/zk
