@@ -161,7 +161,21 @@
 // lock whose contention did not set that watch (no contention, or a
 // listing that found the contender first) sets it 50ms after the
 // acquisition, so that a lock released sooner never costs the request; a
-// deletion in those first 50ms is reported when the watch is set.
+// deletion in those first 50ms is reported when the watch is set. On a
+// session the Locker dialed (Connect, and New's sessions for other TTLs)
+// the events of those watches reach the session's supervisor through the
+// connection's event callback, routed by path: a held lock costs no
+// goroutine, so a Locker holding 10,000 locks runs as many goroutines as
+// one holding ten. On your connection (New's primary session) the Locker
+// cannot register a callback, and your events channel may drop events when
+// full: there each holder waits on its watch's own channel, a goroutine
+// per held lock.
+//
+// go-zookeeper v1.0.4 has a data race that the race detector reports when
+// a connection comes back with watches set while a reply arrives (the
+// field lastZxid; go-zookeeper/zk pull request #35): harmless, but a
+// program tested with -race may see it. The integration tests run a copy
+// with that field made atomic (integration/third_party/zk).
 //
 // Directories (the root and each lock directory) are container nodes
 // (ZooKeeper 3.5.3 and later), which the server deletes once they are

@@ -159,17 +159,76 @@ func (h *Handle) setDup(c createdNode, dir string) {
 }
 
 // stopWatch stops the timer that would start the monitor, if it has not
-// fired yet. Call it once releasing is set.
+// fired yet, and the routing of its node's events. Call it once releasing
+// is set.
 func (h *Handle) stopWatch() {
 	if h.watchTimer != nil {
 		h.watchTimer.Stop()
 	}
+	h.s.unroute(h)
 }
 
 // lose ends h with ErrLost for why.
 func (h *Handle) lose(why string) {
+	h.s.unroute(h)
 	h.l.life.Drop(h)
 	h.state.End(h.lostErr(why))
+}
+
+// arm watches the holder's node on a session the Locker dialed, whose
+// event callback routes the node's events to the session's supervisor
+// (onHeldEvent): no goroutine waits for them, so that a held lock costs
+// none (a service that holds one lock per entity it works on holds
+// thousands). The node is entered in the routing table before the watch
+// is set, so that no event of the watch comes before it; arm returns once
+// the server has answered (it waits through a disconnection in the same
+// session). A node already gone, or owned by another session, is a loss.
+func (h *Handle) arm() {
+	s := h.s
+	if h.releasing.Load() || h.state.Ended() || s.l.life.IsClosing() {
+		return
+	}
+	s.hmu.Lock()
+	s.held[h.node] = h
+	s.hmu.Unlock()
+	if _, ok := h.watch(); !ok || h.releasing.Load() || h.state.Ended() {
+		s.unroute(h)
+	}
+}
+
+// unroute takes h's node out of the session's routing table.
+func (s *session) unroute(h *Handle) {
+	s.hmu.Lock()
+	if s.held[h.node] == h {
+		delete(s.held, h.node)
+	}
+	s.hmu.Unlock()
+}
+
+// onHeldEvent is the supervisor's handling of an event of a watch that
+// arm set: the node's deletion by anyone but Release, or the end of the
+// watch (the session ended or the connection closed), is a loss; a change
+// of its data (not by us) is watched again.
+func (s *session) onHeldEvent(ev zk.Event) {
+	s.hmu.Lock()
+	h := s.held[ev.Path]
+	s.hmu.Unlock()
+	if h == nil {
+		return
+	}
+	if h.releasing.Load() || h.state.Ended() {
+		s.unroute(h)
+		return
+	}
+	switch ev.Type {
+	case zk.EventNodeDeleted:
+		h.lose("the lock node was deleted on the server")
+	case zk.EventNotWatching:
+		h.lose(fmt.Sprintf("the server stopped watching the lock node: %v", ev.Err))
+	default:
+		// A watch fires once: set it again, off the supervisor.
+		s.l.life.Go(h.arm)
+	}
 }
 
 // monitor watches the holder's own node until the lock ends: its deletion
@@ -180,6 +239,11 @@ func (h *Handle) lose(why string) {
 // too.
 func (h *Handle) monitor(own <-chan zk.Event) {
 	s := h.s
+	if s.link != nil {
+		// A dialed session routes the events of the watch: see arm.
+		h.arm()
+		return
+	}
 	if own == nil {
 		if h.releasing.Load() || h.state.Ended() || s.l.life.IsClosing() {
 			return

@@ -361,7 +361,11 @@ func (s *session) hold(key, node string, czxid, owner int64, own <-chan zk.Event
 		s.mu.Unlock()
 		return nil, locker.ErrClosed
 	}
-	if own == nil {
+	if own == nil || s.link != nil {
+		// (A session the Locker dialed routes the events of the watch
+		// through its callback (see Handle.arm): own, set before the
+		// Handle could be entered in its routing table, may have fired
+		// unrouted; the monitor sets a watch afresh.)
 		// The timer only starts the monitor: a lock released (or lost)
 		// sooner stops it (stopWatch); one that fires after Close began
 		// starts a monitor that returns at once, or none.

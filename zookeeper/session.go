@@ -16,16 +16,25 @@ import (
 
 // enqueue is the event callback of a connection the Locker dialed. It runs on
 // go-zookeeper's own goroutine, so it only queues the event for the
-// supervisor; it never blocks.
+// supervisor; it never blocks. It queues the session's events and those of
+// the watches on its holders' nodes (see Handle.arm); the watches of
+// waiters reach them through go-zookeeper's channels.
 func (s *session) enqueue(ev zk.Event) {
 	if ev.Type != zk.EventSession {
-		return // watch events reach their watchers through go-zookeeper
-	}
-	s.gen.Add(1) // before go-zookeeper re-arms any watch (see connGen)
-	if ev.State == zk.StateExpired && s.link != nil {
-		// The server is reachable and said so: get the new session now,
-		// not after go-zookeeper's one-second pause between rounds.
-		s.link.hosts.reset()
+		s.hmu.Lock()
+		_, held := s.held[ev.Path]
+		s.hmu.Unlock()
+		if !held {
+			return
+		}
+	} else {
+		s.gen.Add(1) // before go-zookeeper re-arms any watch (see connGen)
+		if ev.State == zk.StateExpired && s.link != nil {
+			// The server is reachable and said so: get the new session
+			// now, not after go-zookeeper's one-second pause between
+			// rounds.
+			s.link.hosts.reset()
+		}
 	}
 	s.qmu.Lock()
 	s.queue = append(s.queue, ev)
@@ -75,6 +84,10 @@ func (s *session) supervise(events <-chan zk.Event) {
 			s.queue = nil
 			s.qmu.Unlock()
 			for _, ev := range q {
+				if ev.Type != zk.EventSession {
+					s.onHeldEvent(ev)
+					continue
+				}
 				s.onSession(ev.State, timer, lease)
 			}
 		case <-timer.C:

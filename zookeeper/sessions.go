@@ -65,6 +65,11 @@ type session struct {
 
 	wmu     sync.Mutex
 	watches map[string]*nodeWatch // live watches on other contenders' nodes, by path
+
+	// held are the holders whose node is watched through the connection's
+	// event callback (a dialed session: see Handle.arm), by node path.
+	hmu  sync.Mutex
+	held map[string]*Handle
 }
 
 func newSession(l *Locker, asked time.Duration) *session {
@@ -79,6 +84,7 @@ func newSession(l *Locker, asked time.Duration) *session {
 		orphans: make(map[string]int64),
 		ghosts:  make(map[ghost]int64),
 		watches: make(map[string]*nodeWatch),
+		held:    make(map[string]*Handle),
 	}
 }
 

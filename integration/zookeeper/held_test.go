@@ -29,9 +29,24 @@ func heldZooKeeper(tb testing.TB, n int) benchmark.Held {
 	}}
 }
 
-// BenchmarkHeld: 10,000 locks held by one Locker (sessions of 10s). No test
-// holds ZooKeeper to "no goroutine per held lock" yet: it runs one per lock
-// today (the watch of its node; BENCHMARKS.md, "Scale").
+// TestHeldGoroutines: a Locker (Connect) holding 2,000 locks runs no more
+// goroutines than one holding 128: the watches on the holders' nodes are
+// routed by the session's event callback to its supervisor, not each
+// waited on by a goroutine of its own. The watches are set watchDelay after
+// each acquisition: the count is taken after they all are.
+func TestHeldGoroutines(t *testing.T) {
+	h := heldZooKeeper(t, 2000)
+	r := benchmark.MeasureHeld(t, h)
+	t.Logf("%d locks: %d goroutines; %d locks: %d; %.0f B/lock", r.Small, r.GoroutinesSmall, r.N, r.GoroutinesN, r.BytesPerLock)
+	if d := r.GoroutinesN - r.GoroutinesSmall; d > 8 {
+		t.Errorf("%d goroutines more with %d locks held than with %d: a held lock must not cost a goroutine", d, r.N, r.Small)
+	}
+	if r.Lost > 0 {
+		t.Errorf("%d held locks ended with no fault", r.Lost)
+	}
+}
+
+// BenchmarkHeld: 10,000 locks held by one Locker (sessions of 10s).
 //
 //	cd integration && go test -run '^$' -bench '^BenchmarkHeld$' -benchtime 1x ./zookeeper
 func BenchmarkHeld(b *testing.B) { benchmark.RunHeld(b, heldZooKeeper(b, 10000)) }
