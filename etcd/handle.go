@@ -26,7 +26,9 @@ type Handle struct {
 	rev   int64  // its create revision: the fencing token, less the base
 	token int64  // the Locker's token base plus rev
 	state *backend.State
-	watch *time.Timer // starts monitor; set by hold before h is shared
+	watch *time.Timer // starts the watch of the key (heldWatch.add); set by hold before h is shared
+	wid   int64       // the key's watch on the Locker's stream, 0 if none (under heldWatch.mu)
+	wfrom int64       // the revision that watch starts at (under heldWatch.mu)
 
 	mu        sync.Mutex  // serialises Release
 	releasing atomic.Bool // our own deletion is on its way: its event is no loss
@@ -99,9 +101,10 @@ func (h *Handle) lose(why string) {
 func (h *Handle) AtRisk() (bool, <-chan struct{}) { return h.ls.risk.AtRisk() }
 
 // forget takes h from the Locker's held set and its lease, and stops the
-// timer that would start watching its key.
+// watch of its key (or the timer that would start it).
 func (l *Locker) forget(h *Handle) {
 	h.watch.Stop()
+	l.held.remove(h)
 	l.life.Drop(h)
 	h.ls.remove(h)
 }
@@ -283,90 +286,6 @@ func (l *Locker) deleteDetached(name *waiterName, rev int64, retry bool) {
 			name.free()
 		}
 	})
-}
-
-// watchDelay is how long after acquiring the holder starts watching its
-// key; it adds at most that much to the report of a key deleted from
-// outside.
-const watchDelay = 100 * time.Millisecond
-
-// monitor watches the holder's own key until the lock ends: its deletion by
-// anyone but Release or Close is a loss (an operator, a revoked lease). It
-// runs watchDelay after the acquisition, on the goroutine of the timer hold
-// set, so that a lock released by then (a short critical section) costs
-// neither a goroutine nor a watch; nothing is missed, since the watch
-// starts from the revision after the key's creation. It runs inside
-// Life.Run, and ends when Close begins (Close ends the lock itself).
-func (h *Handle) monitor() {
-	l := h.l
-	if l.life.IsClosing() || h.state.Ended() {
-		return
-	}
-	ctx, cancel := context.WithCancel(l.life.Closing())
-	defer cancel()
-	// End the watch when the lock ends.
-	stop := context.AfterFunc(ctxOf(h.state.Done()), cancel)
-	defer stop()
-	from := h.rev + 1
-	// The watch requires a leader: a member cut off from its peers would
-	// otherwise keep the watch open and never tell us that the majority
-	// deleted our key (an operator, an old leader revoking the lease:
-	// etcd #15247). It then cancels the watch (ErrNoLeader), and we read
-	// the key (a linearizable read, which another member can answer) and
-	// watch again, rather than report a loss we do not know of.
-	wctx := clientv3.WithRequireLeader(ctx)
-	var rw rewatch
-	for {
-		rw.start()
-		wch := l.cli.Watch(wctx, h.ekey, clientv3.WithRev(from), clientv3.WithFilterPut())
-		for wr := range wch {
-			if wr.Err() != nil || wr.Canceled {
-				break
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					h.keyGone.Store(true)
-					if !h.releasing.Load() {
-						h.name.free() // our key is gone
-						h.lose("the lock key was deleted on the server")
-					}
-					return
-				}
-			}
-		}
-		// The watch ended: the lock ended, the Locker is closing, or the
-		// server cancelled it (compaction, no leader): look at the key
-		// and watch again; not at once after a watch that ended at once
-		// (a member without a leader cancels each new one).
-		if !rw.wait(ctx) {
-			return
-		}
-		b := retryBackoff()
-		for {
-			if ctx.Err() != nil || h.state.Ended() {
-				return
-			}
-			rctx, rcancel := context.WithTimeout(ctx, h.ls.ttl/3)
-			resp, err := l.cli.Get(rctx, h.ekey)
-			rcancel()
-			if err == nil {
-				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
-					h.keyGone.Store(true)
-					if !h.releasing.Load() {
-						h.name.free() // our key is gone
-						h.lose("the lock key was deleted on the server")
-					}
-					return
-				}
-				from = resp.Header.Revision + 1
-				break
-			}
-			// Not answered: the lease deadline decides; try again.
-			if !b.Wait(ctx) {
-				return
-			}
-		}
-	}
 }
 
 // ctxOf returns a context that ends when done closes. Its goroutine-free

@@ -56,7 +56,7 @@ type Locker struct {
 	nonce string    // tells this Locker's waiter keys from other Lockers'
 
 	// life admits the calls, tracks the handles held and the goroutines
-	// (keep-alives, handle monitors, background deletions, detached
+	// (keep-alives, the watch stream of the held keys, background deletions, detached
 	// revocations), and runs Close.
 	life *backend.Life[*Handle]
 
@@ -64,6 +64,8 @@ type Locker struct {
 	leases    map[time.Duration]*lease
 	leasesEnd bool // Close has taken the leases to revoke them
 	guards    int  // names of unknown fate being watched (see resolve)
+
+	held heldWatch // the watches on the holders' keys
 }
 
 var _ locker.Locker = (*Locker)(nil)
@@ -78,13 +80,15 @@ func New(cli *clientv3.Client, opts ...Option) *Locker {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &Locker{
+	l := &Locker{
 		cli:    cli,
 		cfg:    cfg,
 		nonce:  hex.EncodeToString(b[:]),
 		life:   backend.NewLife[*Handle](cfg.err),
 		leases: map[time.Duration]*lease{},
 	}
+	l.held.l = l
+	return l
 }
 
 // Client returns the etcd client the Locker uses.
@@ -500,7 +504,7 @@ func (l *Locker) hold(ls *lease, key string, name *waiterName, rev int64) (*Hand
 	// The watch on the holder's own key starts watchDelay later, from a
 	// runtime timer: a lock released before then costs no goroutine and
 	// no watch. The timer is set before h is shared (a loss stops it).
-	h.watch = time.AfterFunc(watchDelay, func() { l.life.Run(h.monitor) })
+	h.watch = time.AfterFunc(watchDelay, func() { l.held.add(h) })
 	fail := func(err error) (*Handle, error) {
 		h.watch.Stop()
 		h.state.End(err)
