@@ -44,8 +44,35 @@ postgres)
 	fi
 	# A kill leaves lock files behind; nothing else runs in this container, so drop them.
 	rm -f "$data/postmaster.pid" /tmp/.s.PGSQL."$port" /tmp/.s.PGSQL."$port".lock
+	# EXTRA_PORT names a primary's mode instead: "primary" commits as a
+	# deployment does (a commit waits for its WAL, which the standby streams at
+	# once), "primary-sync" also waits for a standby to have it
+	# (synchronous_standby_names='*'). Without it, commits do not wait at all.
+	commit="-c synchronous_commit=off"
+	case "$extra" in
+	primary) commit="-c synchronous_commit=on" ;;
+	primary-sync) commit="-c synchronous_commit=on -c synchronous_standby_names=*" ;;
+	esac
+	set -f # $commit is split into words, never expanded as a file pattern
 	exec runuser -u postgres -- "$bin/postgres" -D "$data" -h 127.0.0.1 -p "$port" -k /tmp \
-		-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200
+		-c fsync=off $commit -c full_page_writes=off -c max_connections=200
+	;;
+postgres-standby)
+	# locker-serve postgres-standby PORT PRIMARY_PORT: a streaming standby of the
+	# postgres server on 127.0.0.1:PRIMARY_PORT (its initdb trusts replication from
+	# 127.0.0.1), made by pg_basebackup at the first start; promoted by
+	# SELECT pg_promote().
+	bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
+	data=/srv/pg
+	if [ ! -s "$data/PG_VERSION" ]; then
+		mkdir -p "$data" && chown postgres:postgres "$data" && chmod 0700 "$data"
+		runuser -u postgres -- "$bin/pg_basebackup" -h 127.0.0.1 -p "$extra" -U postgres -D "$data" \
+			-R -X stream -c fast >/srv/basebackup.log 2>&1
+	fi
+	rm -f "$data/postmaster.pid" /tmp/.s.PGSQL."$port" /tmp/.s.PGSQL."$port".lock
+	exec runuser -u postgres -- "$bin/postgres" -D "$data" -h 127.0.0.1 -p "$port" -k /tmp \
+		-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
+		-c hot_standby=on
 	;;
 mysql)
 	data=/srv/mysql

@@ -1,0 +1,152 @@
+package testserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PostgresPair is a PostgreSQL primary and a streaming standby of it,
+// each in a container of its own on its own loopback port, private to the
+// test that made it. Primary commits as a deployment does (a commit waits
+// for its WAL, which the standby streams at once; fsync stays off: the
+// containers are not what is tested); with Sync the primary also waits for
+// the standby to have each commit (synchronous_standby_names='*'). Kill
+// the primary (Server.Kill) and Promote the standby for a failover.
+type PostgresPair struct {
+	Primary, Standby *Server
+	Sync             bool
+}
+
+// PostgresStandby starts a PostgresPair for the test; it is removed at
+// t.Cleanup. The standby reaches the primary over the host's loopback, so
+// it needs host networking: LOCKER_TEST_IMAGES=local (the image of
+// scripts/docker-up.sh); it skips otherwise, or fails with
+// LOCKER_REQUIRE_SERVERS=1.
+func PostgresStandby(t testing.TB, sync bool) *PostgresPair {
+	t.Helper()
+	fail := func(err error) {
+		msg := "testserver: no PostgreSQL primary and standby (they need a Docker engine and LOCKER_TEST_IMAGES=local): " + err.Error()
+		if required() {
+			t.Fatal(msg + " [" + EnvRequire + " is set, so this fails instead of skipping]")
+		}
+		t.Skip(msg)
+	}
+	e, err := getEngine()
+	if err != nil {
+		fail(err)
+	}
+	if e.profile != profileLocal {
+		t.Skipf("testserver: a PostgreSQL standby needs host networking: set %s=local", EnvImages)
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		fail(err)
+	}
+	p := &PostgresPair{Sync: sync}
+	t.Cleanup(func() {
+		for _, s := range []*Server{p.Standby, p.Primary} {
+			if s != nil {
+				terminate(s)
+			}
+		}
+	})
+	mode := "primary"
+	if sync {
+		mode = "primary-sync"
+	}
+	mk := func(port int, cmd ...string) (*Server, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		defer cancel()
+		ctr, err := e.runContainer(ctx, kindPostgres, spec{image: e.image, cmd: cmd})
+		if err != nil {
+			return nil, err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s := &Server{kind: kindPostgres, addr: addr, ctr: ctr,
+			dsn: fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable", dbUser, dbPassword, addr, dbName)}
+		if err := waitReady(ctx, s); err != nil {
+			terminate(s)
+			return nil, fmt.Errorf("%s did not become ready: %w: %s", s, err, containerLogs(ctr))
+		}
+		return s, nil
+	}
+	if p.Primary, err = mk(ports[0], kindPostgres, strconv.Itoa(ports[0]), mode); err != nil {
+		fail(err)
+	}
+	if p.Standby, err = mk(ports[1], "postgres-standby", strconv.Itoa(ports[1]), strconv.Itoa(ports[0])); err != nil {
+		fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.waitStreaming(ctx); err != nil {
+		t.Fatalf("testserver: %s does not stream from %s: %v", p.Standby, p.Primary, err)
+	}
+	return p
+}
+
+// waitStreaming waits until the primary reports its standby streaming
+// (and, with Sync, as its synchronous standby).
+func (p *PostgresPair) waitStreaming(ctx context.Context) error {
+	want := "async"
+	if p.Sync {
+		want = "sync"
+	}
+	var last error
+	for {
+		conn, err := pgx.Connect(ctx, p.Primary.DSN())
+		if err == nil {
+			var state, syncState string
+			err = conn.QueryRow(ctx, "SELECT state, sync_state FROM pg_stat_replication LIMIT 1").Scan(&state, &syncState)
+			conn.Close(context.Background())
+			if err == nil && state == "streaming" && syncState == want {
+				return nil
+			}
+			if err == nil {
+				err = fmt.Errorf("replication state %q, %q", state, syncState)
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Promote promotes the standby (SELECT pg_promote(), which waits until it
+// accepts writes) and returns it: the new primary.
+func (p *PostgresPair) Promote(t testing.TB) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.Standby.DSN())
+	if err != nil {
+		t.Fatalf("testserver: promote %s: %v", p.Standby, err)
+	}
+	defer conn.Close(context.Background())
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&ok); err != nil || !ok {
+		t.Fatalf("testserver: promote %s: %v (promoted: %v)", p.Standby, err, ok)
+	}
+	return p.Standby
+}
+
+// ReplayLag returns how far the standby's replay is behind the primary's
+// WAL (bytes), as the primary reports it.
+func (p *PostgresPair) ReplayLag(ctx context.Context) (int64, error) {
+	conn, err := pgx.Connect(ctx, p.Primary.DSN())
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	var lag int64
+	err = conn.QueryRow(ctx, "SELECT COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0)::bigint FROM pg_stat_replication LIMIT 1").Scan(&lag)
+	return lag, err
+}
