@@ -182,3 +182,24 @@ func RunHeld(b *testing.B, h Held) {
 		b.ReportMetric(r.RenewalsPerSec/float64(r.N), "renew-req/s/lock")
 	}
 }
+
+// CheckHeldGoroutines is the test of the Held case: it measures h (N
+// 2,000 unless set) and fails t if the Locker runs more than a few
+// goroutines more with N locks held than with Small (a goroutine per held
+// lock would be N−Small more), or if a lock ended with no fault. Requests
+// are not counted (the rate is RunHeld's).
+func CheckHeldGoroutines(t *testing.T, h Held) {
+	t.Helper()
+	if h.N <= 0 {
+		h.N = 2000
+	}
+	h.Requests = nil
+	r := MeasureHeld(t, h)
+	t.Logf("%d locks: %d goroutines; %d locks: %d; %.0f B/lock", r.Small, r.GoroutinesSmall, r.N, r.GoroutinesN, r.BytesPerLock)
+	if d := r.GoroutinesN - r.GoroutinesSmall; d > 8 {
+		t.Errorf("%d goroutines more with %d locks held than with %d: a held lock must not cost a goroutine", d, r.N, r.Small)
+	}
+	if r.Lost > 0 {
+		t.Errorf("%d held locks ended with no fault", r.Lost)
+	}
+}

@@ -37,14 +37,7 @@ func heldOpeners() map[string]func(tb testing.TB) locker.Locker {
 func TestHeldGoroutines(t *testing.T) {
 	for name, open := range heldOpeners() {
 		t.Run(name, func(t *testing.T) {
-			r := benchmark.MeasureHeld(t, benchmark.Held{Open: open, N: 2000})
-			t.Logf("%d locks: %d goroutines, %d locks: %d; %.0f B/lock", r.Small, r.GoroutinesSmall, r.N, r.GoroutinesN, r.BytesPerLock)
-			if d := r.GoroutinesN - r.GoroutinesSmall; d > 8 {
-				t.Errorf("%d goroutines more with %d locks held than with %d: the cost of a held lock must not be a goroutine", d, r.N, r.Small)
-			}
-			if r.Lost > 0 {
-				t.Errorf("%d held locks ended with no fault", r.Lost)
-			}
+			benchmark.CheckHeldGoroutines(t, benchmark.Held{Open: open})
 		})
 	}
 }

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"os"
 	"strconv"
 	"testing"
@@ -27,24 +26,6 @@ func failoverRuns(t *testing.T, def int) int {
 		return n
 	}
 	return def
-}
-
-// pairDSN is a DSN that names both servers of p, primary first, and asks
-// for the one that takes writes (target_session_attrs=read-write): what a
-// deployment with a standby gives its clients, so that after a promotion
-// they reconnect to the new primary.
-func pairDSN(t testing.TB, p *testserver.PostgresPair) string {
-	t.Helper()
-	u, err := url.Parse(p.Primary.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = p.Primary.Addr() + "," + p.Standby.Addr()
-	q := u.Query()
-	q.Set("target_session_attrs", "read-write")
-	q.Set("connect_timeout", "2")
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // TestStandbyPromotion: the primary is killed while A holds a key and B
@@ -81,7 +62,7 @@ func standbyPromotion(t *testing.T, run int) (overlap, told time.Duration) {
 	pair := testserver.PostgresStandby(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dsn := pairDSN(t, pair)
+	dsn := pair.DSN(t)
 	a := newLocker(t, newPool(t, dsn, 4))
 	b := newLocker(t, newPool(t, dsn, 4))
 	k := testKey(t, "/"+strconv.Itoa(run))
@@ -112,16 +93,7 @@ func standbyPromotion(t *testing.T, run int) (overlap, told time.Duration) {
 	}()
 	// The sequence value of A's token was committed with A's lock; the
 	// standby has it once it has replayed what the primary wrote.
-	for {
-		lag, err := pair.ReplayLag(ctx)
-		if err == nil && lag == 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the standby did not catch up: lag %d, %v", lag, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pair.WaitReplayed(t, ctx)
 	lost := make(chan time.Time, 1)
 	go func() {
 		select {

@@ -3,7 +3,6 @@ package sqltable_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"testing"
 	"time"
 
@@ -11,23 +10,6 @@ import (
 	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/sqltable"
 )
-
-// standbyDSN is a pgx DSN that names both servers of p, primary first, and
-// asks for the one that takes writes: after a promotion the pool's new
-// connections go to the new primary.
-func standbyDSN(t testing.TB, p *testserver.PostgresPair) string {
-	t.Helper()
-	u, err := url.Parse(p.Primary.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = p.Primary.Addr() + "," + p.Standby.Addr()
-	q := u.Query()
-	q.Set("target_session_attrs", "read-write")
-	q.Set("connect_timeout", "2")
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 // failoverTTL is the lease of the locks of TestStandbyPromotion: longer
 // than a promotion takes on a loaded test machine (1–6s here), so that a
@@ -63,7 +45,7 @@ func standbyPromotion(t *testing.T, sync, lag bool) {
 	pair := testserver.PostgresStandby(t, sync)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dsn := standbyDSN(t, pair)
+	dsn := pair.DSN(t)
 	a := sqltable.New(openDB(t, "pgx", dsn))
 	t.Cleanup(func() { a.Close() })
 	b := sqltable.New(openDB(t, "pgx", dsn))
@@ -73,7 +55,7 @@ func standbyPromotion(t *testing.T, sync, lag bool) {
 	// servers are up.
 	mustRelease(t, ctx, mustAcquire(t, ctx, a, k+"/warm"))
 	mustRelease(t, ctx, mustAcquire(t, ctx, b, k+"/warm"))
-	waitReplayed(t, ctx, pair)
+	pair.WaitReplayed(t, ctx)
 	if lag {
 		pair.Standby.Pause(t)
 		if !sync {
@@ -95,7 +77,7 @@ func standbyPromotion(t *testing.T, sync, lag bool) {
 		t.Fatalf("A's Acquire: %v", errA)
 	}
 	if !lag {
-		waitReplayed(t, ctx, pair)
+		pair.WaitReplayed(t, ctx)
 	}
 	type res struct {
 		h   locker.Handle
@@ -187,21 +169,6 @@ func standbyPromotion(t *testing.T, sync, lag bool) {
 	}
 	t.Logf("A's row lost with the primary: B held %v after the promotion; A told of its loss %v after the kill; two holders for %v; tokens A %d, B %d",
 		rb.at.Sub(promoted).Round(time.Millisecond), lostAt.Sub(killed).Round(time.Millisecond), overlap.Round(time.Millisecond), ha.Token(), rb.h.Token())
-}
-
-// waitReplayed waits until the standby has replayed all the primary wrote.
-func waitReplayed(t *testing.T, ctx context.Context, pair *testserver.PostgresPair) {
-	t.Helper()
-	for {
-		lag, err := pair.ReplayLag(ctx)
-		if err == nil && lag == 0 {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the standby did not catch up: lag %d, %v", lag, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // backlog writes 48MB of WAL on the primary (a table of its own), more

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -149,4 +150,39 @@ func (p *PostgresPair) ReplayLag(ctx context.Context) (int64, error) {
 	var lag int64
 	err = conn.QueryRow(ctx, "SELECT COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0)::bigint FROM pg_stat_replication LIMIT 1").Scan(&lag)
 	return lag, err
+}
+
+// DSN is a DSN that names both servers, primary first, and asks for the
+// one that takes writes (target_session_attrs=read-write), with a 2s
+// connect timeout: what a deployment with a standby gives its clients, so
+// that after a promotion their new connections go to the new primary.
+func (p *PostgresPair) DSN(t testing.TB) string {
+	t.Helper()
+	u, err := url.Parse(p.Primary.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = p.Primary.Addr() + "," + p.Standby.Addr()
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	q.Set("connect_timeout", "2")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// WaitReplayed waits until the standby has replayed all the primary
+// wrote (ReplayLag 0), or fails t when ctx ends first.
+func (p *PostgresPair) WaitReplayed(t testing.TB, ctx context.Context) {
+	t.Helper()
+	for {
+		lag, err := p.ReplayLag(ctx)
+		if err == nil && lag == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("testserver: %s did not catch up with %s: lag %d bytes, %v", p.Standby, p.Primary, lag, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
