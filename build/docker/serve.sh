@@ -90,10 +90,19 @@ SQL
 	fi
 	mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
 	rm -f "/run/mysqld/mysqld-$port.pid" "/run/mysqld/mysqld-$port.sock" "/run/mysqld/mysqld-$port.sock.lock"
+	# EXTRA_PORT names a replication role instead: "primary" (server id 1) or
+	# "replica" (server id 2) write a row-based binary log (a replica's own
+	# too, so that it can be promoted); the replication itself is set up over
+	# SQL by the tests (integration/testserver, MariaDBReplica).
+	binlog="--skip-log-bin"
+	case "$extra" in
+	primary) binlog="--log-bin=mysql-bin --server-id=1 --binlog-format=ROW" ;;
+	replica) binlog="--log-bin=mysql-bin --server-id=2 --binlog-format=ROW --log-slave-updates" ;;
+	esac
 	exec mariadbd --user=mysql --datadir="$data" --bind-address=127.0.0.1 --port="$port" \
 		--socket="/run/mysqld/mysqld-$port.sock" --pid-file="/run/mysqld/mysqld-$port.pid" \
 		--init-file=/srv/init.sql --skip-name-resolve --innodb-flush-log-at-trx-commit=0 \
-		--skip-log-bin --max-connections=300
+		$binlog --max-connections=300
 	;;
 zookeeper)
 	mkdir -p /srv/zk

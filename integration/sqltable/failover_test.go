@@ -2,6 +2,7 @@ package sqltable_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -17,51 +18,117 @@ import (
 const failoverTTL = 10 * time.Second
 
 // TestStandbyPromotion: the SQL table on a PostgreSQL primary with a
-// streaming standby; the primary is killed while A holds a key and B waits
-// for it, and the standby is promoted at once. Both Lockers' pools name
-// both servers (target_session_attrs=read-write), so their new
-// connections go to the new primary. The lock is a row, which the standby
-// has once it has replayed it:
+// streaming standby, and on a MariaDB primary with a replica; the primary
+// is killed while A holds a key and B waits for it, and the standby is
+// promoted at once. On PostgreSQL both Lockers' pools name both servers
+// (target_session_attrs=read-write), so their new connections go to the
+// new primary; MariaDB's driver names one server, so they reach it through
+// a proxy that the test points at the replica when it promotes it, as a
+// virtual IP would be moved. The lock is a row, which the standby has once
+// it has applied it:
 //
 //   - replicated: the standby had A's row. A's renewals, retried until its
 //     lease's deadline, reach the new primary: A keeps the lock through the
 //     failover, and B keeps waiting until A releases; B's token is greater.
 //   - lagging, asynchronous standby: the standby is stalled behind more
-//     WAL than the sockets hold when A takes the key, so A's row dies with
-//     the primary. The promoted standby has no holder: B takes the key
-//     without waiting for A's lease, while A still holds it, until A's next
-//     renewal finds its row gone (within a third of the TTL). The seeds'
-//     failover argument, shown; the overlap goes to CHAOS.md "Failover".
-//   - lagging, synchronous standby (synchronous_standby_names): A's
-//     acquisition cannot commit while the standby is stalled; it fails (its
-//     context ends), so A never holds what the standby lacks.
+//     WAL (binary log) than the sockets hold when A takes the key, so A's
+//     row dies with the primary. The promoted standby has no holder: B
+//     takes the key without waiting for A's lease, while A still holds it,
+//     until A's next renewal finds its row gone (within a third of the
+//     TTL). The seeds' failover argument, shown; the overlap goes to
+//     CHAOS.md "Failover".
+//   - lagging, synchronous standby (PostgreSQL's synchronous_standby_names,
+//     MariaDB's semi-synchronous replication): A's acquisition cannot
+//     commit while the standby is stalled; it fails (its context ends), so
+//     A never holds what the standby lacks.
 func TestStandbyPromotion(t *testing.T) {
-	t.Run("replicated", func(t *testing.T) { standbyPromotion(t, false, false) })
-	t.Run("lagging/async", func(t *testing.T) { standbyPromotion(t, false, true) })
-	t.Run("lagging/sync", func(t *testing.T) { standbyPromotion(t, true, true) })
+	for _, c := range []struct {
+		name string
+		bed  func(t *testing.T, sync bool) failoverBed
+	}{{"PostgreSQL", postgresBed}, {"MariaDB", mariaDBBed}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Run("replicated", func(t *testing.T) { standbyPromotion(t, c.bed(t, false), false) })
+			t.Run("lagging/async", func(t *testing.T) { standbyPromotion(t, c.bed(t, false), true) })
+			t.Run("lagging/sync", func(t *testing.T) { standbyPromotion(t, c.bed(t, true), true) })
+		})
+	}
 }
 
-func standbyPromotion(t *testing.T, sync, lag bool) {
+// failoverBed is a primary and its standby, as standbyPromotion uses them.
+type failoverBed struct {
+	sync             bool
+	newLocker        func(t *testing.T) *sqltable.Locker // a Locker of its own pool, through the failover
+	primary, standby *testserver.Server
+	backlog          func(t *testing.T, ctx context.Context) // more log than the sockets hold, on the primary
+	caughtUp         func(t *testing.T, ctx context.Context) // waits until the standby has applied all
+	promote          func(t *testing.T)                      // makes the standby the primary the Lockers reach
+}
+
+func postgresBed(t *testing.T, sync bool) failoverBed {
 	pair := testserver.PostgresStandby(t, sync)
+	dsn := pair.DSN(t)
+	return failoverBed{
+		sync: sync,
+		newLocker: func(t *testing.T) *sqltable.Locker {
+			l := sqltable.New(openDB(t, "pgx", dsn))
+			t.Cleanup(func() { l.Close() })
+			return l
+		},
+		primary: pair.Primary, standby: pair.Standby,
+		backlog: func(t *testing.T, ctx context.Context) {
+			backlog(t, ctx, openDB(t, "pgx", pair.Primary.DSN()), `INSERT INTO failover_backlog SELECT repeat(md5(i::text), 32) FROM generate_series(1, 48000) i`)
+		},
+		caughtUp: func(t *testing.T, ctx context.Context) { pair.WaitReplayed(t, ctx) },
+		promote:  func(t *testing.T) { pair.Promote(t) },
+	}
+}
+
+func mariaDBBed(t *testing.T, sync bool) failoverBed {
+	pair := testserver.MariaDBReplica(t, sync)
+	var pxs []*testserver.Proxy
+	return failoverBed{
+		sync: sync,
+		newLocker: func(t *testing.T) *sqltable.Locker {
+			px := testserver.NewProxy(t, pair.Primary.Addr())
+			pxs = append(pxs, px)
+			user, pass, dbName := mysqlCreds(t, pair.Primary.DSN())
+			l := sqltable.New(openDB(t, "mysql", user+":"+pass+"@tcp("+px.Addr()+")/"+dbName))
+			t.Cleanup(func() { l.Close() })
+			return l
+		},
+		primary: pair.Primary, standby: pair.Replica,
+		backlog: func(t *testing.T, ctx context.Context) {
+			user, pass, dbName := mysqlCreds(t, pair.Primary.DSN())
+			db := openDB(t, "mysql", user+":"+pass+"@tcp("+pair.Primary.Addr()+")/"+dbName)
+			backlog(t, ctx, db, `INSERT INTO failover_backlog SELECT REPEAT(MD5(seq), 32) FROM seq_1_to_48000`)
+		},
+		caughtUp: func(t *testing.T, ctx context.Context) { pair.WaitReplicated(t, ctx) },
+		promote: func(t *testing.T) {
+			pair.Promote(t)
+			for _, px := range pxs {
+				px.Retarget(t, pair.Replica.Addr())
+			}
+		},
+	}
+}
+
+func standbyPromotion(t *testing.T, bed failoverBed, lag bool) {
+	sync := bed.sync
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dsn := pair.DSN(t)
-	a := sqltable.New(openDB(t, "pgx", dsn))
-	t.Cleanup(func() { a.Close() })
-	b := sqltable.New(openDB(t, "pgx", dsn))
-	t.Cleanup(func() { b.Close() })
+	a, b := bed.newLocker(t), bed.newLocker(t)
 	k := testKey(t, "")
 	// Both Lockers make the table and their statements now, while both
 	// servers are up.
 	mustRelease(t, ctx, mustAcquire(t, ctx, a, k+"/warm"))
 	mustRelease(t, ctx, mustAcquire(t, ctx, b, k+"/warm"))
-	pair.WaitReplayed(t, ctx)
+	bed.caughtUp(t, ctx)
 	if lag {
-		pair.Standby.Pause(t)
+		bed.standby.Pause(t)
 		if !sync {
-			// More WAL than the sockets hold, ahead of A's row: the
+			// More log than the sockets hold, ahead of A's row: the
 			// row waits in the primary, and dies with it.
-			backlog(t, ctx, pair.Primary.DSN())
+			bed.backlog(t, ctx)
 		}
 	}
 	actx, acancel := context.WithTimeout(ctx, 3*time.Second)
@@ -77,7 +144,7 @@ func standbyPromotion(t *testing.T, sync, lag bool) {
 		t.Fatalf("A's Acquire: %v", errA)
 	}
 	if !lag {
-		pair.WaitReplayed(t, ctx)
+		bed.caughtUp(t, ctx)
 	}
 	type res struct {
 		h   locker.Handle
@@ -99,11 +166,11 @@ func standbyPromotion(t *testing.T, sync, lag bool) {
 		}
 	}()
 	killed := time.Now()
-	pair.Primary.Kill(t)
+	bed.primary.Kill(t)
 	if lag {
-		pair.Standby.Resume(t)
+		bed.standby.Resume(t)
 	}
-	pair.Promote(t)
+	bed.promote(t)
 	promoted := time.Now()
 	t.Logf("promoted %v after the kill", promoted.Sub(killed).Round(time.Millisecond))
 	if !lag {
@@ -171,13 +238,14 @@ func standbyPromotion(t *testing.T, sync, lag bool) {
 		rb.at.Sub(promoted).Round(time.Millisecond), lostAt.Sub(killed).Round(time.Millisecond), overlap.Round(time.Millisecond), ha.Token(), rb.h.Token())
 }
 
-// backlog writes 48MB of WAL on the primary (a table of its own), more
-// than the sockets between a stalled standby and its primary hold.
-func backlog(t *testing.T, ctx context.Context, dsn string) {
+// backlog writes about 50MB of log on the primary (a table of its own),
+// more than the sockets between a stalled standby and its primary hold.
+func backlog(t *testing.T, ctx context.Context, db *sql.DB, insert string) {
 	t.Helper()
-	db := openDB(t, "pgx", dsn)
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS failover_backlog (v text);
-		INSERT INTO failover_backlog SELECT repeat(md5(i::text), 32) FROM generate_series(1, 48000) i`); err != nil {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS failover_backlog (v text)`); err != nil {
+		t.Fatalf("backlog: %v", err)
+	}
+	if _, err := db.ExecContext(ctx, insert); err != nil {
 		t.Fatalf("backlog: %v", err)
 	}
 }

@@ -210,7 +210,11 @@ func NewProxy(t testing.TB, upstream string) *Proxy {
 func (p *Proxy) Addr() string { return p.addr }
 
 // Upstream returns the address the proxy forwards to.
-func (p *Proxy) Upstream() string { return p.upstream }
+func (p *Proxy) Upstream() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.upstream
+}
 
 func (p *Proxy) addToxic(t testing.TB, name, typ, stream string, attrs string) {
 	t.Helper()
@@ -396,6 +400,22 @@ func (p *Proxy) ResetAll(t testing.TB) {
 	p.p.Stop()
 	if err := p.p.Start(); err != nil {
 		t.Fatalf("testserver: proxy %s: restart after reset: %v", p.addr, err)
+	}
+}
+
+// Retarget points the proxy at another upstream, as a virtual IP or a
+// proxy in front of a database does after a failover: every current
+// connection is closed (clients see them reset) and new ones go to
+// upstream. Toxics stay.
+func (p *Proxy) Retarget(t testing.TB, upstream string) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.upstream = upstream
+	// Update stops the proxy (closing its links), sets the upstream under
+	// the proxy's own lock and starts it again on the same address.
+	if err := p.p.Update(&toxiproxy.Proxy{Name: p.p.Name, Listen: p.addr, Upstream: upstream, Enabled: true}); err != nil {
+		t.Fatalf("testserver: proxy %s: restart towards %s: %v", p.addr, upstream, err)
 	}
 }
 
