@@ -161,15 +161,15 @@
 // lock whose contention did not set that watch (no contention, or a
 // listing that found the contender first) sets it 50ms after the
 // acquisition, so that a lock released sooner never costs the request; a
-// deletion in those first 50ms is reported when the watch is set. On a
-// session the Locker dialed (Connect, and New's sessions for other TTLs)
-// the events of those watches reach the session's supervisor through the
-// connection's event callback, routed by path: a held lock costs no
-// goroutine, so a Locker holding 10,000 locks runs as many goroutines as
-// one holding ten. On your connection (New's primary session) the Locker
-// cannot register a callback, and your events channel may drop events when
-// full: there each holder waits on its watch's own channel, a goroutine
-// per held lock.
+// deletion in those first 50ms is reported when the watch is set. The
+// events of those watches reach the session's supervisor, routed by path:
+// a held lock costs no goroutine, so a Locker holding 10,000 locks runs as
+// many goroutines as one holding ten. On a session the Locker dialed
+// (Connect, and New's sessions for other TTLs) the connection's event
+// callback routes them; on your connection (New) the supervisor reads them
+// from your events channel, and since go-zookeeper drops events from that
+// channel when it is full, it also looks at the watches' own channels every
+// second: a deletion whose event was dropped is reported within a second.
 //
 // go-zookeeper v1.0.4 has a data race that the race detector reports when
 // a connection comes back with watches set while a reply arrives (the

@@ -45,6 +45,7 @@ type Handle struct {
 	mu         sync.Mutex  // serialises Release
 	releasing  atomic.Bool // our own delete is on its way: its watch event is no loss
 	watchTimer *time.Timer // starts the monitor of an uncontended lock; nil otherwise
+	wch        <-chan zk.Event // the routed watch's own channel (New's session: see sweepHeld); under session.hmu
 }
 
 var _ locker.Handle = (*Handle)(nil)
@@ -175,14 +176,18 @@ func (h *Handle) lose(why string) {
 	h.state.End(h.lostErr(why))
 }
 
-// arm watches the holder's node on a session the Locker dialed, whose
-// event callback routes the node's events to the session's supervisor
+// arm watches the holder's node, and enters it in the session's routing
+// table, so that the watch's events reach the session's supervisor
 // (onHeldEvent): no goroutine waits for them, so that a held lock costs
 // none (a service that holds one lock per entity it works on holds
-// thousands). The node is entered in the routing table before the watch
-// is set, so that no event of the watch comes before it; arm returns once
-// the server has answered (it waits through a disconnection in the same
-// session). A node already gone, or owned by another session, is a loss.
+// thousands). On a session the Locker dialed, the connection's event
+// callback routes them; on your connection (New), the supervisor reads
+// them from your events channel, which go-zookeeper drops events into when
+// it is full, so it also sweeps the watches' own channels (sweepHeld). The
+// node is entered before the watch is set, so that no event of the watch
+// comes before it; arm returns once the server has answered (it waits
+// through a disconnection in the same session). A node already gone, or
+// owned by another session, is a loss.
 func (h *Handle) arm() {
 	s := h.s
 	if h.releasing.Load() || h.state.Ended() || s.l.life.IsClosing() {
@@ -190,9 +195,41 @@ func (h *Handle) arm() {
 	}
 	s.hmu.Lock()
 	s.held[h.node] = h
+	h.wch = nil
 	s.hmu.Unlock()
-	if _, ok := h.watch(); !ok || h.releasing.Load() || h.state.Ended() {
+	ch, ok := h.watch()
+	if !ok || h.releasing.Load() || h.state.Ended() {
 		s.unroute(h)
+		return
+	}
+	s.hmu.Lock()
+	if s.held[h.node] == h {
+		h.wch = ch
+	}
+	s.hmu.Unlock()
+}
+
+// sweepHeld looks at the channel of every routed watch (New's session: see
+// arm) for an event its supervisor did not get from the events channel.
+func (s *session) sweepHeld() {
+	s.hmu.Lock()
+	var evs []zk.Event
+	for _, h := range s.held {
+		if h.wch == nil {
+			continue
+		}
+		select {
+		case ev, ok := <-h.wch:
+			h.wch = nil
+			if ok {
+				evs = append(evs, ev)
+			}
+		default:
+		}
+	}
+	s.hmu.Unlock()
+	for _, ev := range evs {
+		s.onHeldEvent(ev)
 	}
 }
 
@@ -228,55 +265,6 @@ func (s *session) onHeldEvent(ev zk.Event) {
 	default:
 		// A watch fires once: set it again, off the supervisor.
 		s.l.life.Go(h.arm)
-	}
-}
-
-// monitor watches the holder's own node until the lock ends: its deletion
-// by anyone but Release is a loss. own is the watch the contention set, or
-// nil (an uncontended acquisition sets none; then the monitor runs on the
-// Handle's timer, watchDelay after the acquisition): then monitor sets it
-// first, and a node already gone or owned by another session is a loss
-// too.
-func (h *Handle) monitor(own <-chan zk.Event) {
-	s := h.s
-	if s.link != nil {
-		// A dialed session routes the events of the watch: see arm.
-		h.arm()
-		return
-	}
-	if own == nil {
-		if h.releasing.Load() || h.state.Ended() || s.l.life.IsClosing() {
-			return
-		}
-		var ok bool
-		if own, ok = h.watch(); !ok {
-			return
-		}
-	}
-	for {
-		select {
-		case ev := <-own:
-			if h.releasing.Load() || h.state.Ended() {
-				return
-			}
-			switch ev.Type {
-			case zk.EventNodeDeleted:
-				h.lose("the lock node was deleted on the server")
-				return
-			case zk.EventNotWatching:
-				h.lose(fmt.Sprintf("the server stopped watching the lock node: %v", ev.Err))
-				return
-			}
-			// Data changed (not by us): watch again.
-			var ok bool
-			if own, ok = h.watch(); !ok {
-				return
-			}
-		case <-h.state.Done():
-			return
-		case <-s.l.life.Closing().Done():
-			return
-		}
 	}
 }
 

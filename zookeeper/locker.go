@@ -292,7 +292,7 @@ func (s *session) attempt(ctx context.Context, key string, a ask, wait bool) (*H
 	if c.dir != nil && c.dir.NumChildren == 1 {
 		// The directory held nothing but our node right after its
 		// create (one transaction): the lock is ours, with no read.
-		h, err := s.hold(key, c.node, c.dir.Mzxid, c.sid, nil)
+		h, err := s.hold(key, c.node, c.dir.Mzxid, c.sid)
 		if err != nil {
 			s.removeNode(c.node)
 			return nil, err
@@ -332,10 +332,11 @@ func sessionEnded(err error) bool {
 const watchDelay = 50 * time.Millisecond
 
 // hold makes the Handle of node, the lowest in its directory, with its
-// czxid and the session that owns it. own is the watch on the node, or nil
-// when none is set yet: then the Handle's monitor sets it after
-// watchDelay.
-func (s *session) hold(key, node string, czxid, owner int64, own <-chan zk.Event) (*Handle, error) {
+// czxid and the session that owns it. The watch on its node is set
+// watchDelay later (Handle.arm), also when the contention set one: that
+// one's events, which may have come before the Handle was entered in the
+// session's routing table, reach no one.
+func (s *session) hold(key, node string, czxid, owner int64) (*Handle, error) {
 	token, err := s.l.cfg.Token(czxid)
 	if err != nil { // a zxid beyond 2^62: cannot happen (see doc.go)
 		return nil, err
@@ -361,20 +362,11 @@ func (s *session) hold(key, node string, czxid, owner int64, own <-chan zk.Event
 		s.mu.Unlock()
 		return nil, locker.ErrClosed
 	}
-	if own == nil || s.link != nil {
-		// (A session the Locker dialed routes the events of the watch
-		// through its callback (see Handle.arm): own, set before the
-		// Handle could be entered in its routing table, may have fired
-		// unrouted; the monitor sets a watch afresh.)
-		// The timer only starts the monitor: a lock released (or lost)
-		// sooner stops it (stopWatch); one that fires after Close began
-		// starts a monitor that returns at once, or none.
-		h.watchTimer = time.AfterFunc(watchDelay, func() { s.l.life.Go(func() { h.monitor(nil) }) })
-		s.mu.Unlock()
-		return h, nil
-	}
+	// The timer only starts arm: a lock released (or lost) sooner stops it
+	// (stopWatch); one that fires after Close began starts an arm that
+	// returns at once, or none.
+	h.watchTimer = time.AfterFunc(watchDelay, func() { s.l.life.Go(h.arm) })
 	s.mu.Unlock()
-	s.l.life.Go(func() { h.monitor(own) })
 	return h, nil
 }
 

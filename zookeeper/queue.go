@@ -102,7 +102,7 @@ func (q *place) run() (*Handle, error) {
 				return nil, err
 			}
 			if ours {
-				return q.s.hold(q.key, q.node, q.czxid, q.owner, q.own)
+				return q.s.hold(q.key, q.node, q.czxid, q.owner)
 			}
 			continue
 		}

@@ -83,7 +83,7 @@ func (q *permitWait) run() (*Handle, error) {
 			}
 		}
 		if idx < q.n {
-			h, err := q.s.hold(q.key, q.node, q.czxid, q.owner, nil)
+			h, err := q.s.hold(q.key, q.node, q.czxid, q.owner)
 			if err == nil && idx < len(nodes)-1 {
 				q.s.relay(h)
 			}
@@ -169,12 +169,12 @@ func (q *permitWait) list() ([]lockNode, int, error) {
 // WRITE: see WithACL) would leave that waiter asleep for as long as it is
 // held, so it is given up: lost, its node deleted.
 //
-// The holder's watch on its own node (see Handle.monitor) is set once the
+// The holder's watch on its own node (see Handle.arm) is set once the
 // write is done, so that the write does not fire it.
 func (s *session) relay(h *Handle) {
 	h.stopWatch()
 	s.l.life.Go(func() {
-		defer h.monitor(nil)
+		defer h.arm()
 		ctx, cancel := context.WithCancel(s.l.life.Closing())
 		defer cancel()
 		stop := context.AfterFunc(doneContext{h.state.Done()}, cancel)

@@ -45,6 +45,11 @@ func (s *session) enqueue(ev zk.Event) {
 	}
 }
 
+// heldSweep is how often the supervisor of New's session looks at the
+// channels of the holders' watches (see Handle.arm): a deletion whose event
+// your events channel dropped is reported within it.
+const heldSweep = time.Second
+
 // supervise follows the session: it reads events (from events, your
 // channel, for New's own session; from the queue that enqueue fills, for
 // a session the Locker dialed) and gives every lock of the session up
@@ -61,10 +66,22 @@ func (s *session) supervise(events <-chan zk.Event) {
 	lease := time.NewTimer(time.Hour)
 	lease.Stop()
 	defer lease.Stop()
+	// sweep, on your connection (New), catches the events of the holders'
+	// watches that go-zookeeper dropped from your events channel when it
+	// was full (see Handle.arm).
+	var sweep <-chan time.Time
+	if events != nil {
+		t := time.NewTicker(heldSweep)
+		defer t.Stop()
+		sweep = t.C
+	}
 	for {
 		select {
 		case <-s.l.life.Closing().Done():
 			return
+		case <-sweep:
+			s.sweepHeld()
+			continue
 		case <-s.stop:
 			return
 		case ev, ok := <-events:
@@ -72,10 +89,12 @@ func (s *session) supervise(events <-chan zk.Event) {
 				events = nil
 				continue
 			}
-			if ev.Type == zk.EventSession {
-				s.gen.Add(1) // see connGen
+			if ev.Type != zk.EventSession {
+				s.onHeldEvent(ev) // a watch's (see Handle.arm)
+				continue
 			}
-			if ev.Type == zk.EventSession && !s.staleEvent(ev.State) {
+			s.gen.Add(1) // see connGen
+			if !s.staleEvent(ev.State) {
 				s.onSession(ev.State, timer, lease)
 			}
 		case <-s.kick:

@@ -249,14 +249,44 @@ func TestShortDisconnect(t *testing.T) {
 }
 
 // An operator deletes the holder's node: the holder hears of it at once,
-// its Release reports the loss and touches nothing of the next holder.
+// its Release reports the loss and touches nothing of the next holder. On
+// a Locker of Connect (the watch's events come through the connection's
+// callback) and of New on your connection (through your events channel),
+// the node deleted at once or after its watch was set (watchDelay, 50ms).
 func TestNodeDeletedFromOutside(t *testing.T) {
 	srv := testserver.ZooKeeper(t)
 	admin := adminConn(t, srv.Addr())
-	a, b := newClient(t, srv.Addr()), newClient(t, srv.Addr())
+	for _, c := range []struct {
+		name string
+		open func(t *testing.T) *zookeeper.Locker
+	}{
+		{"Connect", func(t *testing.T) *zookeeper.Locker { return newClient(t, srv.Addr()).l }},
+		{"New", func(t *testing.T) *zookeeper.Locker {
+			conn, events, err := zk.Connect([]string{srv.Addr()}, sessionTimeout, zk.WithLogger(quiet{}))
+			if err != nil {
+				t.Fatalf("zk.Connect: %v", err)
+			}
+			l := zookeeper.New(conn, events, zookeeper.WithSessionTimeout(sessionTimeout))
+			t.Cleanup(func() { _ = l.Close(); conn.Close() })
+			return l
+		}},
+	} {
+		for _, after := range []time.Duration{0, 200 * time.Millisecond} {
+			t.Run(fmt.Sprintf("%s/after=%v", c.name, after), func(t *testing.T) {
+				nodeDeletedFromOutside(t, admin, c.open(t), newClient(t, srv.Addr()).l, after)
+			})
+		}
+	}
+}
+
+func nodeDeletedFromOutside(t *testing.T, admin *zk.Conn, a, b *zookeeper.Locker, after time.Duration) {
 	ctx := ctxFor(t, time.Minute)
 	k := testKey(t)
-	h := mustAcquire(t, ctx, a.l, k)
+	h := mustAcquire(t, ctx, a, k)
+	// A pause, not a synchronisation: the deletion comes before or after
+	// the holder's watch is set (watchDelay after the grant), and either
+	// way it must be reported.
+	time.Sleep(after)
 	if err := admin.Delete(h.Node(), -1); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +300,7 @@ func TestNodeDeletedFromOutside(t *testing.T) {
 	if !errors.Is(h.Err(), locker.ErrLost) {
 		t.Errorf("Err() = %v, want ErrLost", h.Err())
 	}
-	g := mustAcquire(t, ctx, b.l, k)
+	g := mustAcquire(t, ctx, b, k)
 	if err := h.Release(ctx); !errors.Is(err, locker.ErrLost) {
 		t.Errorf("Release of the robbed holder: %v, want ErrLost", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance/benchmark"
 	"github.com/go-locker/locker/integration/testserver"
@@ -35,6 +37,24 @@ func heldZooKeeper(tb testing.TB, n int) benchmark.Held {
 // waited on by a goroutine of its own. The watches are set watchDelay after
 // each acquisition: the count is taken after they all are.
 func TestHeldGoroutines(t *testing.T) { benchmark.CheckHeldGoroutines(t, heldZooKeeper(t, 2000)) }
+
+// TestHeldGoroutinesNew: the same for a Locker on your connection
+// (zookeeper.New), whose events channel it reads but on which it cannot
+// register a callback: the watch events reach its supervisor through the
+// channel, and a sweep of the watches' own channels catches those the
+// channel dropped.
+func TestHeldGoroutinesNew(t *testing.T) {
+	addr := testserver.ZooKeeper(t).Addr()
+	benchmark.CheckHeldGoroutines(t, benchmark.Held{N: 2000, TTL: 10 * time.Second, Open: func(tb testing.TB) locker.Locker {
+		conn, events, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(quiet{}))
+		if err != nil {
+			tb.Fatalf("zk.Connect: %v", err)
+		}
+		l := zookeeper.New(conn, events, zookeeper.WithSessionTimeout(10*time.Second))
+		tb.Cleanup(func() { _ = l.Close(); conn.Close() })
+		return l
+	}})
+}
 
 // BenchmarkHeld: 10,000 locks held by one Locker (sessions of 10s).
 //
