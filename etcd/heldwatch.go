@@ -34,16 +34,25 @@ import (
 // the majority deleted our key (an operator, an old leader revoking the
 // lease: etcd #15247); it ends the stream instead, and the watches are
 // created again, on whichever member the client reaches.
+//
+// Requests to the stream (creates and cancels) are queued and sent by a
+// goroutine of the stream's, so that neither an acquisition's timer nor a
+// Release ever waits for the stream (a Send blocks once the stream's flow
+// control window is full, as it is behind a partition).
 type heldWatch struct {
 	l *Locker
 
 	mu      sync.Mutex
 	byID    map[int64]*Handle // the watched holders, by watch id (Handle.wid)
 	next    int64             // the last watch id given
-	stream  pb.Watch_WatchClient
-	running bool // run's goroutine is on (until Close)
+	out     *outbox           // the live stream's queue; nil while none is up
+	running bool              // run's goroutine is on (until Close)
+}
 
-	sendMu sync.Mutex // one Send at a time on a stream
+// outbox is the queue of one stream's requests, sent by its sendLoop.
+type outbox struct {
+	reqs []*pb.WatchRequest // under heldWatch.mu
+	kick chan struct{}      // reqs has requests
 }
 
 // add watches h's key, unless h has ended or Close has begun. It starts
@@ -62,10 +71,9 @@ func (w *heldWatch) add(h *Handle) {
 	h.wid = w.next
 	h.wfrom = h.rev + 1
 	w.byID[h.wid] = h
-	st := w.stream
 	start := !w.running
 	w.running = true
-	req := createReq(h)
+	w.queueLocked(createReq(h))
 	w.mu.Unlock()
 	if start {
 		if !l.life.Go(w.run) {
@@ -73,12 +81,19 @@ func (w *heldWatch) add(h *Handle) {
 			w.running = false
 			w.mu.Unlock()
 		}
-		return // run creates every watch of byID once its stream is up
 	}
-	if st != nil {
-		// A failed Send means the stream broke: run creates the watch
-		// again on the next.
-		_ = w.send(st, req)
+}
+
+// queueLocked queues req for the live stream, if one is up; else the
+// next stream creates every watch of byID anyway. Call it with mu held.
+func (w *heldWatch) queueLocked(req *pb.WatchRequest) {
+	if w.out == nil {
+		return
+	}
+	w.out.reqs = append(w.out.reqs, req)
+	select {
+	case w.out.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -92,12 +107,9 @@ func (w *heldWatch) remove(h *Handle) {
 	}
 	h.wid = 0
 	delete(w.byID, id)
-	st := w.stream
+	w.queueLocked(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
+		CancelRequest: &pb.WatchCancelRequest{WatchId: id}}})
 	w.mu.Unlock()
-	if st != nil {
-		_ = w.send(st, &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
-			CancelRequest: &pb.WatchCancelRequest{WatchId: id}}})
-	}
 }
 
 func createReq(h *Handle) *pb.WatchRequest {
@@ -109,10 +121,25 @@ func createReq(h *Handle) *pb.WatchRequest {
 	}}}
 }
 
-func (w *heldWatch) send(st pb.Watch_WatchClient, req *pb.WatchRequest) error {
-	w.sendMu.Lock()
-	defer w.sendMu.Unlock()
-	return st.Send(req)
+// sendLoop sends the requests queued in ob on st until it fails or ctx
+// ends.
+func (w *heldWatch) sendLoop(ctx context.Context, st pb.Watch_WatchClient, ob *outbox) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ob.kick:
+		}
+		w.mu.Lock()
+		reqs := ob.reqs
+		ob.reqs = nil
+		w.mu.Unlock()
+		for _, req := range reqs {
+			if st.Send(req) != nil {
+				return // the stream broke: read sees it too
+			}
+		}
+	}
 }
 
 // run keeps the stream up until Close begins: it opens it, creates the
@@ -127,23 +154,18 @@ func (w *heldWatch) run() {
 		sctx, cancel := context.WithCancel(ctx)
 		st, err := pb.NewWatchClient(l.cli.ActiveConnection()).Watch(sctx)
 		if err == nil {
+			ob := &outbox{kick: make(chan struct{}, 1)}
 			w.mu.Lock()
-			w.stream = st
-			reqs := make([]*pb.WatchRequest, 0, len(w.byID))
+			w.out = ob
 			for _, h := range w.byID {
-				reqs = append(reqs, createReq(h))
+				w.queueLocked(createReq(h))
 			}
 			w.mu.Unlock()
-			for _, req := range reqs {
-				if err = w.send(st, req); err != nil {
-					break
-				}
-			}
-			if err == nil {
+			if l.life.Go(func() { w.sendLoop(sctx, st, ob) }) {
 				w.read(st)
 			}
 			w.mu.Lock()
-			w.stream = nil
+			w.out = nil
 			w.mu.Unlock()
 		}
 		cancel()
@@ -233,12 +255,8 @@ func (w *heldWatch) verify(h *Handle) {
 			h.wid = w.next
 			h.wfrom = resp.Header.Revision + 1
 			w.byID[h.wid] = h
-			st := w.stream
-			req := createReq(h)
+			w.queueLocked(createReq(h))
 			w.mu.Unlock()
-			if st != nil {
-				_ = w.send(st, req)
-			}
 			return
 		}
 		// Not answered: the lease deadline decides; try again.
