@@ -332,8 +332,17 @@ func (doneContext) Value(any) any { return nil }
 
 // verify checks, after a reconnect in the same session, that the holder's
 // node still exists.
+//
+// A Release may run meanwhile (the Handle is among the held ones until its
+// deletion is answered): a node that its own Release deleted is no loss.
+// (Without that check, TestConformance/Loss/AtRiskThenCleared failed in a
+// make test run: the Release that followed the heal ended as lost, "deleted
+// on the server while the connection was down".)
 func (h *Handle) verify() {
 	s := h.s
+	if h.releasing.Load() || h.state.Ended() {
+		return
+	}
 	var exists bool
 	var st *zk.Stat
 	err := s.l.call(s.l.life.Closing(), func() error {
@@ -342,6 +351,8 @@ func (h *Handle) verify() {
 		return err
 	}, nil)
 	switch {
+	case h.releasing.Load() || h.state.Ended():
+		// Released (or ended) meanwhile: not this check's to judge.
 	case err != nil:
 		// Disconnected again, or closing: the session logic decides.
 	case !exists:
