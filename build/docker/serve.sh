@@ -67,7 +67,8 @@ postgres-standby)
 	if [ ! -s "$data/PG_VERSION" ]; then
 		mkdir -p "$data" && chown postgres:postgres "$data" && chmod 0700 "$data"
 		runuser -u postgres -- "$bin/pg_basebackup" -h 127.0.0.1 -p "$extra" -U postgres -D "$data" \
-			-R -X stream -c fast >/srv/basebackup.log 2>&1
+			-R -X stream -c fast >/srv/basebackup.log 2>&1 ||
+			{ cat /srv/basebackup.log >&2; exit 1; }
 	fi
 	rm -f "$data/postmaster.pid" /tmp/.s.PGSQL."$port" /tmp/.s.PGSQL."$port".lock
 	exec runuser -u postgres -- "$bin/postgres" -D "$data" -h 127.0.0.1 -p "$port" -k /tmp \

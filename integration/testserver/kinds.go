@@ -212,6 +212,14 @@ func wait(ctx context.Context, s *Server, full bool) error {
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		last = ping(pctx, s, full)
 		cancel()
+		if last == nil && s.ctr != nil {
+			// Whoever answered, our container must still run: on host
+			// networking a server that lost its port to another test's
+			// exits, and the answer came from that other server.
+			if st, err := s.ctr.State(ctx); err == nil && !st.Running && !st.Restarting {
+				return fmt.Errorf("%w (code %d) though its port answered: another server has the port", errExited, st.ExitCode)
+			}
+		}
 		if last == nil {
 			return nil
 		}

@@ -45,10 +45,6 @@ func MariaDBReplica(t testing.TB, semiSync bool) *MariaDBPair {
 	if e.profile != profileLocal {
 		t.Skipf("testserver: a MariaDB replica needs host networking: set %s=local", EnvImages)
 	}
-	ports, err := freePorts(2)
-	if err != nil {
-		fail(err)
-	}
 	p := &MariaDBPair{SemiSync: semiSync}
 	t.Cleanup(func() {
 		for _, s := range []*Server{p.Replica, p.Primary} {
@@ -72,10 +68,14 @@ func MariaDBReplica(t testing.TB, semiSync bool) *MariaDBPair {
 		}
 		return s, nil
 	}
-	if p.Primary, err = mk(ports[0], "primary"); err != nil {
-		fail(err)
-	}
-	if p.Replica, err = mk(ports[1], "replica"); err != nil {
+	err = startPair(func(ports []int) (first, second *Server, err error) {
+		if first, err = mk(ports[0], "primary"); err != nil {
+			return nil, nil, err
+		}
+		second, err = mk(ports[1], "replica")
+		return first, second, err
+	}, &p.Primary, &p.Replica)
+	if err != nil {
 		fail(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -45,10 +45,6 @@ func PostgresStandby(t testing.TB, sync bool) *PostgresPair {
 	if e.profile != profileLocal {
 		t.Skipf("testserver: a PostgreSQL standby needs host networking: set %s=local", EnvImages)
 	}
-	ports, err := freePorts(2)
-	if err != nil {
-		fail(err)
-	}
 	p := &PostgresPair{Sync: sync}
 	t.Cleanup(func() {
 		for _, s := range []*Server{p.Standby, p.Primary} {
@@ -77,10 +73,14 @@ func PostgresStandby(t testing.TB, sync bool) *PostgresPair {
 		}
 		return s, nil
 	}
-	if p.Primary, err = mk(ports[0], kindPostgres, strconv.Itoa(ports[0]), mode); err != nil {
-		fail(err)
-	}
-	if p.Standby, err = mk(ports[1], "postgres-standby", strconv.Itoa(ports[1]), strconv.Itoa(ports[0])); err != nil {
+	err = startPair(func(ports []int) (first, second *Server, err error) {
+		if first, err = mk(ports[0], kindPostgres, strconv.Itoa(ports[0]), mode); err != nil {
+			return nil, nil, err
+		}
+		second, err = mk(ports[1], "postgres-standby", strconv.Itoa(ports[1]), strconv.Itoa(ports[0]))
+		return first, second, err
+	}, &p.Primary, &p.Standby)
+	if err != nil {
 		fail(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -185,4 +185,35 @@ func (p *PostgresPair) WaitReplayed(t testing.TB, ctx context.Context) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// startPair starts two servers with start on two free ports, and stores
+// them in first and second. A server that exits at once (errExited) may
+// have lost its port to another test's server between freePorts and its
+// start (three packages start servers at once in make test): then both are
+// removed and started again on new ports, three times at most, as
+// startServerWith does for one server.
+func startPair(start func(ports []int) (first, second *Server, err error), first, second **Server) error {
+	var err error
+	for range 3 {
+		var ports []int
+		if ports, err = freePorts(2); err != nil {
+			return err
+		}
+		var a, b *Server
+		a, b, err = start(ports)
+		if err == nil {
+			*first, *second = a, b
+			return nil
+		}
+		for _, s := range []*Server{b, a} {
+			if s != nil {
+				terminate(s)
+			}
+		}
+		if !isExited(err) {
+			return err
+		}
+	}
+	return err
 }
