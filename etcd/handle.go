@@ -305,13 +305,3 @@ func (c doneCtx) Err() error {
 	}
 }
 func (doneCtx) Value(any) any { return nil }
-
-// leaseLost reports whether the lease was given up.
-func leaseLost(ls *lease) bool {
-	select {
-	case <-ls.lost:
-		return true
-	default:
-		return false
-	}
-}

@@ -62,7 +62,7 @@ func (l *Locker) init(ctx context.Context) error {
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("sqltable: table %s_meta has no schema_version row; create it with the DDL of the package documentation", l.table)
-	case err != nil && !!l.cfg.NoDDL:
+	case err != nil && l.cfg.NoDDL:
 		return fmt.Errorf("sqltable: read the schema version from %s_meta (WithoutDDL: the tables must exist; see DDL): %w", l.table, err)
 	case err != nil:
 		return fmt.Errorf("sqltable: read the schema version from %s_meta: %w", l.table, err)
