@@ -42,9 +42,9 @@ type Handle struct {
 	// is released, until the session ends. Release looks for it.
 	dup *ghost
 
-	mu         sync.Mutex  // serialises Release
-	releasing  atomic.Bool // our own delete is on its way: its watch event is no loss
-	watchTimer *time.Timer // starts the monitor of an uncontended lock; nil otherwise
+	mu         sync.Mutex      // serialises Release
+	releasing  atomic.Bool     // our own delete is on its way: its watch event is no loss
+	watchTimer *time.Timer     // starts the monitor of an uncontended lock; nil otherwise
 	wch        <-chan zk.Event // the routed watch's own channel (New's session: see sweepHeld); under session.hmu
 }
 
