@@ -44,7 +44,7 @@ type Handle struct {
 
 	mu         sync.Mutex      // serialises Release
 	releasing  atomic.Bool     // our own delete is on its way: its watch event is no loss
-	watchTimer *time.Timer     // starts the monitor of an uncontended lock; nil otherwise
+	watchTimer *time.Timer     // starts arm, watchDelay after the grant; nil otherwise
 	wch        <-chan zk.Event // the routed watch's own channel (New's session: see sweepHeld); under session.hmu
 }
 
