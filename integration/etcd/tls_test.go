@@ -3,7 +3,6 @@ package etcd_test
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"net/url"
 	"os"
@@ -99,24 +98,7 @@ func newSecureEtcd(t *testing.T) *secureEtcd {
 // client certificate, from the files.
 func (s *secureEtcd) tls(t testing.TB) *tls.Config {
 	t.Helper()
-	return clientTLSFromFiles(t, s.files)
-}
-
-func clientTLSFromFiles(t testing.TB, dir string) *tls.Config {
-	t.Helper()
-	ca, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		t.Fatal("no CA certificate in ca.pem")
-	}
-	kp, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}
+	return testserver.ClientTLSFromDir(t, s.files)
 }
 
 func (s *secureEtcd) dial(t testing.TB, addr string, cfg *tls.Config, user, password string) *clientv3.Client {

@@ -31,20 +31,7 @@ type MariaDBPair struct {
 // or fails with LOCKER_REQUIRE_SERVERS=1.
 func MariaDBReplica(t testing.TB, semiSync bool) *MariaDBPair {
 	t.Helper()
-	fail := func(err error) {
-		msg := "testserver: no MariaDB primary and replica (they need a Docker engine and LOCKER_TEST_IMAGES=local): " + err.Error()
-		if required() {
-			t.Fatal(msg + " [" + EnvRequire + " is set, so this fails instead of skipping]")
-		}
-		t.Skip(msg)
-	}
-	e, err := getEngine()
-	if err != nil {
-		fail(err)
-	}
-	if e.profile != profileLocal {
-		t.Skipf("testserver: a MariaDB replica needs host networking: set %s=local", EnvImages)
-	}
+	e, fail := pairEngine(t, "a MariaDB primary and replica")
 	p := &MariaDBPair{SemiSync: semiSync}
 	t.Cleanup(func() {
 		for _, s := range []*Server{p.Replica, p.Primary} {
@@ -68,7 +55,7 @@ func MariaDBReplica(t testing.TB, semiSync bool) *MariaDBPair {
 		}
 		return s, nil
 	}
-	err = startPair(func(ports []int) (first, second *Server, err error) {
+	err := startPair(func(ports []int) (first, second *Server, err error) {
 		if first, err = mk(ports[0], "primary"); err != nil {
 			return nil, nil, err
 		}

@@ -31,20 +31,7 @@ type PostgresPair struct {
 // LOCKER_REQUIRE_SERVERS=1.
 func PostgresStandby(t testing.TB, sync bool) *PostgresPair {
 	t.Helper()
-	fail := func(err error) {
-		msg := "testserver: no PostgreSQL primary and standby (they need a Docker engine and LOCKER_TEST_IMAGES=local): " + err.Error()
-		if required() {
-			t.Fatal(msg + " [" + EnvRequire + " is set, so this fails instead of skipping]")
-		}
-		t.Skip(msg)
-	}
-	e, err := getEngine()
-	if err != nil {
-		fail(err)
-	}
-	if e.profile != profileLocal {
-		t.Skipf("testserver: a PostgreSQL standby needs host networking: set %s=local", EnvImages)
-	}
+	e, fail := pairEngine(t, "a PostgreSQL primary and standby")
 	p := &PostgresPair{Sync: sync}
 	t.Cleanup(func() {
 		for _, s := range []*Server{p.Standby, p.Primary} {
@@ -73,7 +60,7 @@ func PostgresStandby(t testing.TB, sync bool) *PostgresPair {
 		}
 		return s, nil
 	}
-	err = startPair(func(ports []int) (first, second *Server, err error) {
+	err := startPair(func(ports []int) (first, second *Server, err error) {
 		if first, err = mk(ports[0], kindPostgres, strconv.Itoa(ports[0]), mode); err != nil {
 			return nil, nil, err
 		}
@@ -216,4 +203,29 @@ func startPair(start func(ports []int) (first, second *Server, err error), first
 		}
 	}
 	return err
+}
+
+// pairEngine is the engine for a bed of two servers that reach each other
+// over the host's loopback (what names them in msgs), which needs host
+// networking: LOCKER_TEST_IMAGES=local. It skips t otherwise; fail skips
+// t, or fails it with LOCKER_REQUIRE_SERVERS=1, for a bed that could not
+// start.
+func pairEngine(t testing.TB, what string) (*engine, func(error)) {
+	t.Helper()
+	fail := func(err error) {
+		t.Helper()
+		msg := "testserver: no " + what + " (they need a Docker engine and " + EnvImages + "=local): " + err.Error()
+		if required() {
+			t.Fatal(msg + " [" + EnvRequire + " is set, so this fails instead of skipping]")
+		}
+		t.Skip(msg)
+	}
+	e, err := getEngine()
+	if err != nil {
+		fail(err)
+	}
+	if e.profile != profileLocal {
+		t.Skipf("testserver: %s needs host networking: set %s=local", what, EnvImages)
+	}
+	return e, fail
 }

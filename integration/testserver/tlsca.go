@@ -10,6 +10,8 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,4 +128,25 @@ func (ca *CA) ClientTLS(t testing.TB, cert Cert) *tls.Config {
 		cfg.Certificates = []tls.Certificate{cert.TLS(t)}
 	}
 	return cfg
+}
+
+// ClientTLSFromDir is the client TLS configuration of a directory written
+// for a server and its clients (ca.pem, client.pem, client.key: the files
+// the etcd and ZooKeeper TLS tests give their servers): the CA to trust and
+// the client certificate to present.
+func ClientTLSFromDir(t testing.TB, dir string) *tls.Config {
+	t.Helper()
+	ca, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatal("no CA certificate in ca.pem")
+	}
+	kp, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}
 }

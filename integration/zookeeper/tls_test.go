@@ -2,8 +2,6 @@ package zookeeper_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"net/url"
 	"os"
@@ -88,7 +86,7 @@ func newSecureZK(t *testing.T) *secureZK {
 
 func (s *secureZK) opts(t testing.TB, user, password string) []zookeeper.Option {
 	return []zookeeper.Option{
-		zookeeper.WithTLS(clientTLSFromFiles(t, s.files)),
+		zookeeper.WithTLS(testserver.ClientTLSFromDir(t, s.files)),
 		zookeeper.WithAuth("digest", []byte(user+":"+password)),
 		zookeeper.WithACL(zk.AuthACL(zk.PermAll)...),
 		zookeeper.WithPrefix(zkRoot),
@@ -275,21 +273,4 @@ func TestTLSRefusals(t *testing.T) {
 			}
 		}
 	})
-}
-
-func clientTLSFromFiles(t testing.TB, dir string) *tls.Config {
-	t.Helper()
-	ca, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		t.Fatal("no CA certificate in ca.pem")
-	}
-	kp, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}
 }
