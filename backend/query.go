@@ -31,6 +31,9 @@ func ParseQuery(u *url.URL) (*Query, error) {
 	return &Query{scheme: u.Scheme, vals: vals, used: map[string]bool{}}, nil
 }
 
+// Scheme is the URL's scheme, for errors that name it.
+func (q *Query) Scheme() string { return q.scheme }
+
 func (q *Query) get(name string) (string, bool) {
 	q.used[name] = true
 	vs, ok := q.vals[name]

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/backend/tlsurl"
 )
 
 // Schemes the package registers with locker.Register: etcd (plain) and
@@ -144,7 +145,7 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	}
 	cfg.dialTimeout = defaultDialTimeout
 	q.Duration(paramDialTimeout, &cfg.dialTimeout)
-	if cfg.tlsConfig, err = backend.TLSParams(q, cfg.tls, "etcds://"); err != nil {
+	if cfg.tlsConfig, err = tlsurl.Config(q, cfg.tls, "etcds://"); err != nil {
 		return urlConfig{}, err
 	}
 	if err := q.Finish(); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/backend/tlsurl"
 )
 
 // Schemes the package registers with locker.Register: zookeeper (plain)
@@ -105,7 +106,7 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	q.Bool(paramContainers, &containers)
 	acl := "open"
 	q.String(paramACL, &acl)
-	tlsCfg, err := backend.TLSParams(q, secure, SchemeTLS+"://")
+	tlsCfg, err := tlsurl.Config(q, secure, SchemeTLS+"://")
 	if err != nil {
 		return urlConfig{}, err
 	}

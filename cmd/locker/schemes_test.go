@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/go-locker/locker"
@@ -35,6 +37,31 @@ func TestFullSchemes(t *testing.T) {
 	for _, s := range append(slices.Clone(ownSchemes), fullSchemes...) {
 		if !slices.Contains(all, s) {
 			t.Errorf("scheme %q is in ownSchemes or fullSchemes, but no backend registers it (registered: %v)", s, all)
+		}
+	}
+}
+
+// TestSlimDeps: the locker binary links none of the packages that made its
+// start slow (each adds its init and pages to every locker run on the
+// default): the server backends' clients, crypto/tls (backend/tlsurl keeps
+// it out of the shared URL helpers), the bench command's plotting.
+func TestSlimDeps(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "modernc.org/sqlite") {
+		t.Fatalf("go list -deps names no modernc.org/sqlite: the list is not locker's (%d packages)", len(deps))
+	}
+	for _, bad := range []string{
+		"crypto/tls", "google.golang.org/grpc", "go.etcd.io/etcd/client/v3",
+		"github.com/redis/go-redis/v9", "github.com/jackc/pgx/v5", "github.com/go-sql-driver/mysql",
+		"github.com/go-zookeeper/zk", "gonum.org/v1/plot",
+		"github.com/go-locker/locker/cmd/locker/internal/benchcmd",
+	} {
+		if slices.Contains(deps, bad) {
+			t.Errorf("locker links %s; keep it in locker-full", bad)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package backend
+package tlsurl
 
 import (
 	"crypto/ecdsa"
@@ -17,9 +17,10 @@ import (
 	"time"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
 )
 
-func TestTLSParams(t *testing.T) {
+func TestConfig(t *testing.T) {
 	dir := t.TempDir()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test"},
@@ -47,11 +48,11 @@ func TestTLSParams(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := ParseQuery(u)
+		q, err := backend.ParseQuery(u)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := TLSParams(q, tlsScheme, "xs://")
+		cfg, err := Config(q, tlsScheme, "xs://")
 		if err == nil {
 			err = q.Finish()
 		}
