@@ -60,13 +60,13 @@ type waitEvent struct {
 	err error
 }
 
-// startJob starts c as a job.
-func startJob(c *exec.Cmd, sigs chan os.Signal) (*job, error) {
+// startJob starts c as a job, in the group of g's guard (g is consumed).
+func startJob(c *exec.Cmd, sigs chan os.Signal, g *guardStart) (*job, error) {
 	becomeSubreaper()
 	j := &job{cmd: c, sigs: sigs, waits: make(chan waitEvent, 4)}
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	setDeathSignal(attr)
-	if gpid, dead, err := startGuard(); err == nil {
+	if gpid, dead, err := g.wait(); err == nil {
 		j.guard, j.pgid, j.dead = true, gpid, dead
 		attr.Pgid = gpid
 	}
@@ -88,6 +88,50 @@ func startJob(c *exec.Cmd, sigs chan os.Signal) (*job, error) {
 	}
 	go j.reap()
 	return j, nil
+}
+
+// guardStart is a guard being started while the lock is taken: starting
+// it (a fork and an exec of /bin/sh) overlaps with the backend's round
+// trips instead of adding to the time before the command starts.
+type guardStart struct {
+	done chan struct{}
+	pid  int
+	dead *os.File
+	err  error
+}
+
+// startGuardAsync starts a guard in the background.
+func startGuardAsync() *guardStart {
+	g := &guardStart{done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		g.pid, g.dead, g.err = startGuard()
+	}()
+	return g
+}
+
+// wait returns the guard's pid and locker's end of its pipe once it has
+// started.
+func (g *guardStart) wait() (int, *os.File, error) {
+	<-g.done
+	return g.pid, g.dead, g.err
+}
+
+// cancel ends a guard that no command will join (the lock was not taken)
+// and reaps it.
+func (g *guardStart) cancel() {
+	pid, dead, err := g.wait()
+	if err != nil {
+		return
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	dead.Close()
+	for {
+		_, err := syscall.Wait4(pid, nil, 0, nil)
+		if !errors.Is(err, syscall.EINTR) {
+			return
+		}
+	}
 }
 
 // startGuard starts the guard as the leader of a new process group and

@@ -126,8 +126,10 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 		cmdline = []string{"sh", "-c", o.shell}
 	}
 	o.owner = o.description(cmdline)
+	guard := startGuardAsync()
 	h, b, sigs, err := takeLock(ctx, o.lockOpts, key, jobSignals)
 	if err != nil {
+		guard.cancel()
 		return err
 	}
 	defer signal.Stop(sigs)
@@ -136,7 +138,7 @@ func runLocked(ctx context.Context, o runOpts, key string, argv []string) (err e
 	child := command(o.shell, argv)
 	child.Env = childEnv(os.Environ(), key, h.Token())
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	j, err := startJob(child, sigs)
+	j, err := startJob(child, sigs, guard)
 	if err != nil {
 		releaseQuietly(h)
 		name := "/bin/sh"
