@@ -186,11 +186,12 @@ func (l *Locker) useTable(t tableName) error {
 	return nil
 }
 
-// tablesExist reports whether the lock table and its meta table exist
-// (PostgreSQL, MySQL; false on SQLite, where CREATE TABLE IF NOT EXISTS
-// needs no privilege), so that a role with only the rights to read and
-// write them needs no CREATE on the schema: PostgreSQL 15 and later and
-// MySQL check it for CREATE TABLE IF NOT EXISTS even when the table exists.
+// tablesExist reports whether the lock table and its meta table exist, so
+// that a role with only the rights to read and write them needs no CREATE
+// on the schema (PostgreSQL 15 and later and MySQL check it for CREATE
+// TABLE IF NOT EXISTS even when the table exists), and, on SQLite, so that
+// a Locker's start does not parse and run the DDL's statements again (one
+// query instead of five: a locker run on the default is mostly its start).
 func (l *Locker) tablesExist(ctx context.Context) (bool, error) {
 	var q string
 	var args []any
@@ -204,6 +205,15 @@ func (l *Locker) tablesExist(ctx context.Context) (bool, error) {
 		}
 		q = "SELECT COUNT(*) = 2 FROM information_schema.tables WHERE table_schema = ? AND table_name IN (?, ?)"
 		args = []any{l.table.schema, l.table.name, l.table.name + "_meta"}
+	case SQLite:
+		schema := l.table.schema
+		if schema == "" {
+			schema = "main"
+		}
+		// schema is an identifier parseTable checked (letters, digits,
+		// underscores).
+		q = `SELECT COUNT(*) = 2 FROM "` + schema + `".sqlite_master WHERE type = 'table' AND name COLLATE NOCASE IN (?1, ?2)`
+		args = []any{l.table.name, l.table.name + "_meta"}
 	default:
 		return false, nil
 	}

@@ -1,8 +1,11 @@
 package sqlite
 
 import (
+	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
+	msqlite "modernc.org/sqlite"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -108,5 +111,27 @@ func openSQLite(u *url.URL, mode os.FileMode) (*sql.DB, error) {
 	default:
 		return nil, fmt.Errorf("sqltable: sqlite: create the database file: %w", err)
 	}
-	return sql.Open("sqlite", DSN(path))
+	return sql.OpenDB(keepWAL{DSN(path) + "&_pragma=journal_size_limit(0)"}), nil
 }
+
+// keepWAL opens the connections of a URL's pool with the -wal and -shm
+// files kept when the last connection closes (SQLITE_FCNTL_PERSIST_WAL),
+// emptied (journal_size_limit 0) rather than deleted. The next process to
+// open the database then neither creates the WAL again nor syncs the
+// directory for it, and finds no stale frames to recover: a locker run on
+// the default opens and closes the database once per run. The files stay
+// beside the database, as they do while any process has it open.
+type keepWAL struct{ dsn string }
+
+func (c keepWAL) Connect(context.Context) (driver.Conn, error) {
+	conn, err := (&msqlite.Driver{}).Open(c.dsn)
+	if err != nil {
+		return nil, err
+	}
+	if fc, ok := conn.(msqlite.FileControl); ok {
+		_, _ = fc.FileControlPersistWAL("main", 1)
+	}
+	return conn, nil
+}
+
+func (keepWAL) Driver() driver.Driver { return &msqlite.Driver{} }

@@ -96,6 +96,44 @@ func TestSQLiteFileMode(t *testing.T) {
 	}
 }
 
+// TestWALKept: a URL's Locker leaves the -wal file in place, empty, when
+// it closes, and the lock table intact, so that the next process to open
+// the database (a locker run per command) neither creates it again nor
+// recovers old frames; a second Locker then reads what the first wrote.
+func TestWALKept(t *testing.T) {
+	ctx := context.Background()
+	p := filepath.Join(t.TempDir(), "locks.db")
+	var tokens []int64
+	for range 2 {
+		l, err := sqltable.Open(ctx, "sqlite://"+p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := l.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, h.Token())
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{p + "-wal", p + "-shm"} {
+			if _, err := os.Stat(f); err != nil {
+				t.Errorf("after Close: %v", err)
+			}
+		}
+		if fi, err := os.Stat(p + "-wal"); err == nil && fi.Size() != 0 {
+			t.Errorf("after Close the -wal file has %d bytes, want 0 (checkpointed and emptied)", fi.Size())
+		}
+	}
+	if tokens[1] <= tokens[0] {
+		t.Errorf("tokens %v: the second Locker's is not above the first's", tokens)
+	}
+}
+
 func TestSQLiteRelativePath(t *testing.T) {
 	t.Chdir(t.TempDir())
 	ctx := context.Background()
