@@ -41,6 +41,8 @@ var luaFamily = luaOurs + releases.Lua + `
 if redis.replicate_commands then redis.replicate_commands() end
 local B = KEYS[1]
 local Q, QX, FENCE, R, W = B .. ':q', B .. ':qx', B .. ':fence', B .. ':r', B .. ':w'
+-- The mutex (kind 'w' on its own names) passes its lock key as KEYS[3].
+if KEYS[3] then W = KEYS[3] end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -142,7 +144,7 @@ end
 //	returns {1, counter after the grant, slot, free slots}
 //	     or {0, ms until a holder's lease ends here (-1 unknown), "*",
 //	        free slots, the waiter's provisional ticket here (0: none)}
-//	     or {0, -1, owner} (a late request of a round given up; see acquireScript)
+//	     or {0, -1, owner} (a late request of a round given up; see the mutex's grant in scripts.go)
 //	     or {-2, the limit of the semaphore's holders and waiters}
 //
 // A waiter's entry is (re)written with its ticket: the scores of the
@@ -230,7 +232,11 @@ if not ok then
     extend_to(Q, now + lease, now)
     extend_to(QX, now + lease, now)
   end
-  return {0, wait, '*', free, joined or 0}
+  -- The writer's owner token when one holds (a mutex's round tells a
+  -- holder of a majority from contenders that split the nodes), else '*'.
+  local holder = '*'
+  if kind == 'w' then holder = redis.call('GET', W) or '*' end
+  return {0, wait, holder, free, joined or 0}
 end
 local v = redis.call('INCR', FENCE)
 if id ~= '' then
@@ -403,7 +409,7 @@ return 1
 `)
 
 // famReleaseScript gives a family's grant up on one node (owner-checked,
-// remembered as the mutex's releaseScript remembers), and says what
+// remembered as the mutex's release is: see scripts.go), and says what
 // becomes of the caller's queue entry.
 //
 //	KEYS[1] B, KEYS[2] recent releases
@@ -477,7 +483,14 @@ func famArgsAcquire(k keys, owner string, ttl time.Duration, q *queued, prefer i
 	return []any{k.famKind(), owner, millis(ttl), k.n, id, ticket, lease, prefer}
 }
 
-func (k keys) famKeys() []string { return []string{k.base, k.released} }
+// famKeys are the family scripts' keys: the mutex adds its lock key, which
+// the scripts use as the writer's (kind "w").
+func (k keys) famKeys() []string {
+	if k.kind == mutexLock {
+		return []string{k.base, k.released, k.lock}
+	}
+	return []string{k.base, k.released}
+}
 
 // famAcquireReply reads the family acquire script's reply.
 func famAcquireReply(k keys, v []any, err error) (grant, error) {

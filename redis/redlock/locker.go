@@ -199,26 +199,24 @@ type keys struct {
 	fence   string // the node's counter for the key; never expires
 	channel string // Pub/Sub channel on which releases are announced
 	// released holds the owner tokens of the recent releases and
-	// clean-ups (see releaseScript).
+	// clean-ups (see the mutex's release in scripts.go).
 	released string
 
 	// The lock families (families.go): kind is mutexLock for the mutex,
-	// whose names are those above; a family's names all start with base
-	// (see famscripts.go); n is a semaphore's limit. lock is a writer's
-	// key, or a permit's slot key once granted, and "" for a reader.
+	// whose names are those above, and whose queue (":q", ":qx") is under
+	// base, as a family's names all are (see famscripts.go); n is a
+	// semaphore's limit. lock is the mutex's or a writer's key, or a
+	// permit's slot key once granted, and "" for a reader.
 	kind lockKind
 	base string
 	n    int
 }
 
-// acquireKeys are the acquire script's keys.
-func (k keys) acquireKeys() []string { return []string{k.lock, k.fence, k.released} }
-
 // keysFor encodes a user key injectively, as the redis package does:
 // base64url of its bytes (no braces, no ':') inside braces after the prefix.
 func (l *Locker) keysFor(key string) keys {
 	base := l.cfg.Prefix + "{" + base64.RawURLEncoding.EncodeToString([]byte(key)) + "}"
-	return keys{lock: base + ":lock", fence: base + ":fence", channel: base + ":released", released: base + releases.Suffix}
+	return keys{lock: base + ":lock", fence: base + ":fence", channel: base + ":released", released: base + releases.Suffix, base: base}
 }
 
 // KeyNames returns the names under which the Locker keeps key on every
@@ -268,7 +266,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, opts []locker.Opti
 		h, err := l.try(ctx, key, k, tm)
 		return h, backend.KeyError(op, key, err)
 	}
-	h, err := l.wait(ctx, key, k, tm)
+	h, err := l.famWait(ctx, key, k, tm)
 	return h, backend.KeyError(op, key, err)
 }
 

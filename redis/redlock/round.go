@@ -200,7 +200,7 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing, q *qu
 		return nil, r, locker.ErrClosed
 	}
 	h.start()
-	if k.kind != mutexLock && (q != nil || len(others) > 0) {
+	if q != nil || len(others) > 0 {
 		l.withdraw(k, owner, granted, q, tm)
 	}
 	return h, r, nil
@@ -331,11 +331,24 @@ func (l *Locker) tally(r *roundResult, grants outcome[grant], counts []bool) (gr
 		// majority: every permit is held, as far as a majority can tell.
 		r.held = true
 	}
-	for _, pttls := range byHolder {
-		r.maxHolder = max(r.maxHolder, len(pttls))
-		if len(pttls) >= l.quorum {
+	// A node that refuses because waiters are queued ahead ("*") stands
+	// with the holder the others name: the key is held, or about to be
+	// taken by the waiter at the head, not split between contenders. (A
+	// holder granted on a bare majority leaves the other node free, which
+	// refuses for the queue: without this every waiter would take it for
+	// a split and run rounds every few milliseconds.)
+	star := len(byHolder["*"])
+	for holder, pttls := range byHolder {
+		n := len(pttls)
+		if holder != "*" {
+			n += star
+		}
+		r.maxHolder = max(r.maxHolder, n)
+		if n >= l.quorum {
 			r.held = true
-			r.holderLeft = holderLeft(pttls, l.quorum)
+			if holder != "*" {
+				r.holderLeft = max(r.holderLeft, holderLeft(pttls, l.quorum))
+			}
 		}
 	}
 	return granted, others, candidate

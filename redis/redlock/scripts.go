@@ -11,7 +11,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker/redis/internal/guard"
-	"github.com/go-locker/locker/redis/internal/releases"
 )
 
 // The scripts run atomically on one node each; no script touches two
@@ -29,44 +28,26 @@ local function ours(v, o)
 end
 `
 
-// acquireScript grants the lock on one node if it is free, and only then
-// advances the node's counter.
-//
-//	KEYS[1] lock, KEYS[2] fence, KEYS[3] recent releases
-//	ARGV[1] owner token, ARGV[2] lease in milliseconds
-//	returns {1, counter after the grant} or {0, PTTL of the holder, the
-//	holder's owner token} (the owner token tells a holder of a majority
-//	from contenders that split the nodes)
+// The mutex's grant, on one node, is famAcquireScript's for kind "w" on the
+// mutex's names (its lock key as the writer's): the lock is granted if it
+// is free and no waiter is queued before the caller, and only then is the
+// node's counter advanced (INCR before SET, so that a failing INCR, on a
+// foreign value under our prefix, leaves no lock behind: Redis does not
+// roll a script back). A refusal names the holder's owner token, which
+// tells a holder of a majority from contenders that split the nodes.
 //
 // A lock that already carries our owner token is a retry by go-redis of a
 // request whose reply was lost: the lock is ours, and the counter is at
 // least what our grant made it (nothing else granted since), which is all
 // the fencing argument needs of the value (see doc.go).
 //
-// An owner token among the recent releases (see releaseScript) is a request
-// that arrived after the round it belongs to gave up and deleted its lock
-// here, or after its lock was released: a request that waited on another
-// connection, or in the network, and that a clean-up sent later overtook.
-// It is refused ({0, -1, the owner token}), so that it cannot leave a lock
-// that nobody holds, and that nobody deletes, until its lease ends.
-//
-// INCR comes before SET so that a failing INCR (a foreign value under our
-// prefix) leaves no lock behind: Redis does not roll a script back.
-var acquireScript = goredis.NewScript(luaOurs + releases.Lua + `
-local holder = redis.call('GET', KEYS[1])
-if ours(holder, ARGV[1]) then
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
-end
-if holder then
-  return {0, redis.call('PTTL', KEYS[1]), holder}
-end
-if released_before(KEYS[3], ARGV[1]) then
-  return {0, -1, ARGV[1]}
-end
-local n = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, n}
-`)
+// An owner token among the recent releases (see the mutex's release below)
+// is a request that arrived after the round it belongs to gave up and
+// deleted its lock here, or after its lock was released: a request that
+// waited on another connection, or in the network, and that a clean-up
+// sent later overtook. It is refused ({0, -1, the owner token}), so that it
+// cannot leave a lock that nobody holds, and that nobody deletes, until its
+// lease ends.
 
 // writebackScript raises the node's counter to the candidate token, but
 // only while our lock is still on the node: that is what makes the
@@ -109,20 +90,16 @@ end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 `)
 
-// releaseScript deletes the lock on one node only if it carries our owner
-// token, and then, if asked, tells the node's waiters (PUBLISH on the key's
-// channel).
+// The mutex's release, on one node, is famReleaseScript's for kind "w": it
+// deletes the lock only if it carries our owner token, and then, if asked,
+// wakes the waiter at the head of the node's queue (PUBLISH "q <id>" on the
+// key's channel: only that waiter runs a round, not every waiter of the
+// key).
 //
-//	KEYS[1] lock, KEYS[2] recent releases
-//	ARGV[1] owner token, ARGV[2] the key's channel, ARGV[3] "1" to publish,
-//	ARGV[4] how long to remember the release, in milliseconds
-//	returns 1 when deleted (now, or by an earlier attempt of the same
-//	release), 0 when the lock was not ours
-//
-// The release is remembered (our owner token in the sorted set KEYS[2],
-// scored in the order of the releases, which holds the latest
+// The release is remembered (our owner token in the recent releases,
+// a sorted set scored in the order of the releases, which holds the latest
 // releases.Records owner tokens of the key and
-// expires ARGV[4] milliseconds after the last release), as the redis
+// expires releaseMemory after the last release), as the redis
 // package's release is, because go-redis retries a request whose reply was
 // lost (a connection reset): the retry finds the lock gone, and without
 // the record a Release that worked on a majority would report a lost lock.
@@ -130,33 +107,17 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 // release it before the retry comes (its waiters are woken at once), and
 // its record must not hide ours. The clean-up of a failed round records
 // its owner token too, whether or not its lock was there: an acquire
-// request of that round that comes later is refused (see acquireScript).
+// request of that round that comes later is refused (see the mutex's grant
+// above).
 //
 // The record is written after the DEL: on a full server (maxmemory with
 // noeviction) Redis refuses a write that may grow memory only as a
 // script's first write, so the release still happens, record and all (see
 // the redis package's release script); a clean-up that finds nothing to
 // delete on a full server fails, as nothing grants there either.
-var releaseScript = goredis.NewScript(luaOurs + releases.Lua + `
-if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then
-  if released_before(KEYS[2], ARGV[1]) then
-    return 1
-  end
-  if ARGV[3] ~= '1' then
-    remember_release(KEYS[2], ARGV[1], ARGV[4])
-  end
-  return 0
-end
-redis.call('DEL', KEYS[1])
-remember_release(KEYS[2], ARGV[1], ARGV[4])
-if ARGV[3] == '1' then
-  redis.call('PUBLISH', ARGV[2], '1')
-end
-return 1
-`)
 
 // releaseMemory is how long the release script remembers a release, so that
-// a retry of it by go-redis is recognised (see releaseScript). go-redis
+// a retry of it by go-redis is recognised (see the mutex's release). go-redis
 // retries at most MaxRetries times (3 by default) within the request's
 // context (the node timeout, at most MaxNodeTimeout) or, without
 // ContextTimeoutEnabled, its ReadTimeout (3s) each, with a backoff of at
@@ -185,12 +146,8 @@ type grant struct {
 }
 
 func runAcquire(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration, q *queued, prefer int) (grant, error) {
-	if k.kind != mutexLock {
-		v, err := famAcquireScript.Run(ctx, c, k.famKeys(), famArgsAcquire(k, owner, ttl, q, prefer)...).Slice()
-		return famAcquireReply(k, v, err)
-	}
-	v, err := acquireScript.Run(ctx, c, k.acquireKeys(), owner, millis(ttl)).Slice()
-	return acquireReply(k, v, err)
+	v, err := famAcquireScript.Run(ctx, c, k.famKeys(), famArgsAcquire(k, owner, ttl, q, prefer)...).Slice()
+	return famAcquireReply(k, v, err)
 }
 
 // acquireReply reads the acquire script's reply.
@@ -239,22 +196,14 @@ func runExtend(ctx context.Context, c goredis.UniversalClient, k keys, owner str
 // runRelease deletes our lock on one node, remembers the release, and
 // wakes the node's waiters.
 func runRelease(ctx context.Context, c goredis.UniversalClient, k keys, owner string) (bool, error) {
-	if k.kind != mutexLock {
-		return runFamRelease(ctx, c, k, owner, true, nil, "")
-	}
-	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.released}, owner, k.channel, "1", millis(releaseMemory)).Int64()
-	return n == 1, err
+	return runFamRelease(ctx, c, k, owner, true, nil, "")
 }
 
 // runDelete deletes our lock on one node without waking anyone, and keeps
 // a later acquire request of the same round from granting it again: for
 // the partial grants of a round that failed.
 func runDelete(ctx context.Context, c goredis.UniversalClient, k keys, owner string) (bool, error) {
-	if k.kind != mutexLock {
-		return runFamRelease(ctx, c, k, owner, false, nil, "")
-	}
-	n, err := releaseScript.Run(ctx, c, []string{k.lock, k.released}, owner, k.channel, "0", millis(releaseMemory)).Int64()
-	return n == 1, err
+	return runFamRelease(ctx, c, k, owner, false, nil, "")
 }
 
 // inspectScript reads the lock on one node: {value or false, PTTL}.

@@ -237,10 +237,7 @@ func (l *Locker) idKey() string { return l.cfg.Prefix + "node-id" }
 // then the error says why). The acquire script's NOSCRIPT (a node's first
 // EVALSHA) is retried with the script, as Script.Run would.
 func runAcquireVetted(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration, q *queued, prefer int, policy bool, idKey string) (grant, error) {
-	script, ks, args, reply := acquireScript, k.acquireKeys(), []any{owner, millis(ttl)}, acquireReply
-	if k.kind != mutexLock {
-		script, ks, args, reply = famAcquireScript, k.famKeys(), famArgsAcquire(k, owner, ttl, q, prefer), famAcquireReply
-	}
+	script, ks, args, reply := famAcquireScript, k.famKeys(), famArgsAcquire(k, owner, ttl, q, prefer), famAcquireReply
 	pipe := c.Pipeline()
 	pr := guard.AddProbe(ctx, pipe, policy)
 	ev := pipe.EvalSha(ctx, script.Hash(), ks, args...)

@@ -1,0 +1,126 @@
+package redlock_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/redis/redlock"
+)
+
+// A release wakes one waiter of the mutex, not the herd: eight waiters (each
+// a Locker of its own, as processes are) queued one after the other behind a
+// holder; each handoff (a release, the next waiter's grant and write-back)
+// costs the waiters' clients a few requests per node, whatever the number of
+// waiters, and the waiters get the lock in the order they came. Before the
+// mutex's queue every release woke every waiter, each of which ran a round
+// on every node (about 8 × 3 requests per handoff here), in no order.
+func TestReleaseWakesOneWaiter(t *testing.T) {
+	const waiters, nodes = 8, 3
+	addrs := nodeAddrs(t, nodes)
+	key := uniqueKey(t)
+	ctx := testCtx(t, 60*time.Second)
+	// A long retry interval and TTL: a waiter runs a round only when woken
+	// (its refresh, TTL/3, comes after the test).
+	opts := []redlock.Option{redlock.WithRetryInterval(time.Minute)}
+	holder := redlock.New(universal(benchClients(t, addrs)), opts...)
+	t.Cleanup(func() { _ = holder.Close() })
+	adm := admins(t, addrs)
+	lockName, _, _ := holder.KeyNames(key)
+	base := strings.TrimSuffix(lockName, ":lock")
+	h, err := holder.TryAcquire(ctx, key, locker.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trips := make([]*roundTrips, waiters)
+	got := make(chan acquiredBy, waiters)
+	for i := range waiters {
+		trips[i] = &roundTrips{}
+		cs := benchClients(t, addrs)
+		for _, c := range cs {
+			c.AddHook(trips[i])
+		}
+		l := redlock.New(universal(cs), opts...)
+		t.Cleanup(func() { _ = l.Close() })
+		go func() {
+			h, err := l.Acquire(ctx, key, locker.WithTTL(30*time.Second))
+			got <- acquiredBy{i, h, err}
+		}()
+		// Queued on a majority before the next one comes (there is no
+		// other signal for "now waiting"; a node where the holder has no
+		// grant may grant the first waiter a moment instead of queueing
+		// it).
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			on := 0
+			for _, n := range queueLen(t, adm, base) {
+				if n >= int64(i+1) {
+					on++
+				}
+			}
+			if on >= nodes/2+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d not queued on a majority within 10s: queue lengths %v", i, queueLen(t, adm, base))
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	total := func() (n int64) {
+		for _, r := range trips {
+			n += r.trips.Load()
+		}
+		return n
+	}
+	// Every waiter asleep: no request for 200ms (a waiter that started
+	// late may still be in its round after subscribing).
+	for last, quiet, deadline := total(), 0, time.Now().Add(10*time.Second); quiet < 4; {
+		time.Sleep(50 * time.Millisecond)
+		n := total()
+		if n == last {
+			quiet++
+		} else {
+			last, quiet = n, 0
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiters kept making requests for 10s while the holder held (%d in all): they do not wait for a release", n)
+		}
+	}
+	before := total()
+
+	var order []int
+	for range waiters {
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a := <-got
+		if a.err != nil {
+			t.Fatalf("waiter %d: %v", a.i, a.err)
+		}
+		order = append(order, a.i)
+		h = a.h
+
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	perHandoff := float64(total()-before) / waiters
+	t.Logf("%.1f requests per handoff by the waiters' clients (%d nodes), order %v", perHandoff, nodes, order)
+	// A handoff: the woken waiter's round and write-back, and the release
+	// it makes later: 3 requests per node; allow one more round.
+	if perHandoff > 4*nodes {
+		t.Errorf("%.1f requests per handoff by the waiters' clients, want at most %d (%d per node): a release wakes more than the next waiter", perHandoff, 4*nodes, 4)
+	}
+	if fmt.Sprint(order) != "[0 1 2 3 4 5 6 7]" {
+		t.Errorf("waiters got the lock in the order %v, want the order they came, [0 1 2 3 4 5 6 7]", order)
+	}
+}
+
+type acquiredBy struct {
+	i   int
+	h   locker.Handle
+	err error
+}
