@@ -139,7 +139,7 @@ func TestHandoffTrace(t *testing.T) {
 		t.Errorf("A's and B's requests share a trace: the link should cross traces")
 	}
 	if got := attrOf(links[0].Attributes, "locker.token"); got.AsInt64() != tokA {
-		t.Errorf("the link's locker.token %v, want A's token %d", got.Emit(), tokA)
+		t.Errorf("the link's locker.token %v, want A's token %d", got.String(), tokA)
 	}
 	for _, s := range []sdktrace.ReadOnlySpan{acqA, try, relA, relB} {
 		if n := len(s.Links()); n != 0 {

@@ -12,7 +12,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/backend"
 )
 
 // A caller waits for a request to Redis only as long as its context and the
@@ -311,11 +310,6 @@ func (l *Locker) ended(ctx, life context.Context) error {
 		return errNoReply
 	}
 }
-
-// ctxErr is backend.ContextError: the error of an ended ctx, wrapping
-// ctx.Err() and its cause. (The Locker's own calls use Life.Why, which
-// also tells Close from the caller's context; handle.go uses this.)
-func ctxErr(ctx context.Context) error { return backend.ContextError(ctx) }
 
 // enter counts a call that Life.Enter did not admit (a Handle's Release,
 // a loss report), unless Close has begun; exit ends it. Close waits

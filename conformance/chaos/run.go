@@ -158,9 +158,7 @@ func run(t *testing.T, h Harness) *Report {
 	}
 	check(r, history{family: h.Family, events: events, freezes: rec.freezes(), faults: injected, ttl: h.TTL, keys: keys, settleStart: settleStart, settle: h.Settle})
 	r.Violations = append(r.Violations, hung...)
-	for _, e := range rec.errs() {
-		r.Violations = append(r.Violations, e)
-	}
+	r.Violations = append(r.Violations, rec.errs()...)
 	if len(r.Violations) > 0 || !r.Linearizable {
 		writeArtifacts(t, h.Family, events, injected, r)
 	}
@@ -282,7 +280,6 @@ type workerProc struct {
 	stdin  interface{ Close() error }
 	cancel context.CancelFunc
 	done   chan struct{}
-	once   sync.Once
 	stderr *tailBuffer // a worker process's stderr, also copied to the test's
 
 	// startErr says why a worker process ended before it was ready; set

@@ -11,7 +11,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/backend"
 )
 
 // Every round sends one request to each node it concerns, each on a
@@ -190,8 +189,3 @@ func (l *Locker) dialAllowance(i int) time.Duration {
 
 // ok reports whether node i answered without error.
 func (o outcome[T]) ok(i int) bool { return o.answered[i] && o.err[i] == nil }
-
-// ctxErr is backend.ContextError: the error of an ended ctx, wrapping
-// ctx.Err() and its cause. (The Locker's own calls use Life.Why, which
-// also tells Close from the caller's context; handle.go uses this.)
-func ctxErr(ctx context.Context) error { return backend.ContextError(ctx) }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -357,13 +356,4 @@ func (l *Locker) closeClients() error {
 		l.conns.closeAll()
 	}
 	return errors.Join(errs...)
-}
-
-// describe names nodes for messages: "node 1 (host:port), node 3 (...)".
-func (l *Locker) describe(nodes []int) string {
-	s := make([]string, len(nodes))
-	for j, i := range nodes {
-		s[j] = l.addrs[i]
-	}
-	return strings.Join(s, ", ")
 }

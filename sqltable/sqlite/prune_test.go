@@ -65,7 +65,6 @@ func TestPruneSparesFreshRows(t *testing.T) {
 	if h.Token() <= last {
 		t.Fatalf("token %d not above %d", h.Token(), last)
 	}
-	last = h.Token()
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
