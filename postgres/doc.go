@@ -138,8 +138,12 @@
 // A session that the server ends (pg_terminate_backend, shutdown, restart,
 // connection reset, its idle_session_timeout) is noticed at once: the
 // monitor waits on the idle socket, and the server's FATAL message or EOF
-// wakes it. (The monitor starts 10ms after the grant, so that short holds
-// cost nothing more; an end within those 10ms is noticed when it starts.) A
+// wakes it; the monitor starts right after the grant. (The server frees the
+// lock when it sees the session end, the holder when its monitor reads the
+// socket: when both ends learn of a reset at once, the two race, and a
+// client that acquires within that moment, microseconds on a loaded machine
+// to a few milliseconds, can hold the key before the holder's Done()
+// closes; fencing tokens cover that window.) A
 // silent link is noticed by a check every WithHealthCheckInterval (default
 // 5s), or every third of the TTL if that is shorter, that must answer within
 // one interval and find the lock still held by the same backend. The holder

@@ -61,7 +61,7 @@ type handle struct {
 	stopping   bool          // Release asked the monitor to stop
 	idle       bool          // the monitor is waiting on the socket, not running a statement
 	exited     chan struct{} // closed when the monitor returns
-	startTimer *timerq.Entry // starts the monitor after monitorDelay
+	startTimer *timerq.Entry // starts the monitor (monitorDelay)
 }
 
 var (

@@ -13,8 +13,15 @@ import (
 	"github.com/go-locker/locker/backend"
 )
 
-// monitorDelay is how long after a grant the monitor starts.
-const monitorDelay = 10 * time.Millisecond
+// monitorDelay is how long after a grant the monitor starts: at once (on
+// the Locker's timer queue, so that a Release that comes first stops it
+// before it runs). It was 10ms, to spare short holds the monitor's wake-up
+// at Release; but a session that ended within those 10ms (a connection
+// reset right after the grant) went unnoticed while the server had freed
+// the lock, and another client took it first, in a quarter of the runs of
+// the conformance case Loss/ConnectionsReset: the loss must be reported no
+// later than another client can acquire.
+const monitorDelay = 0
 
 // monitor watches a held lock's connection until the lock is released or
 // lost. It alternates two phases:
@@ -39,10 +46,9 @@ const monitorDelay = 10 * time.Millisecond
 // On loss the connection is closed, never handed back: if the server still
 // thinks the session alive, the close is what frees the lock for others.
 //
-// The monitor starts monitorDelay after the grant. Most holds are short, and
-// a monitor that must be woken from its socket wait costs a release two
-// goroutine switches; a session that ends within the delay is still noticed
-// the moment the monitor starts and finds the socket closed.
+// The monitor starts right after the grant (monitorDelay): a session that
+// ends before it waits on the socket is noticed the moment it starts and
+// finds the socket closed.
 func (h *handle) monitor() {
 	defer close(h.exited)
 	nc := h.pgc.Conn()

@@ -86,7 +86,7 @@ type Locker struct {
 	seqMu    sync.Mutex
 	seqReady atomic.Bool // read without seqMu on every acquisition
 
-	// monitorQ starts health monitors monitorDelay after their grant, and
+	// monitorQ starts health monitors right after their grant, and
 	// backstopQ closes the socket of a wait slice that got no answer: one
 	// runtime timer each for the whole Locker, since an acquisition that
 	// arms a timer of its own pays a wake-up of the network poller.
