@@ -147,12 +147,12 @@ func (l *Locker) limitMismatch(grants outcome[grant]) error {
 	return nil
 }
 
-// famWait is a family's Acquire: a first round behind every waiter, which
-// queues the waiter on the nodes that refuse it; then, subscribed to the
-// key's wake channel, a place in the queue on a majority (enqueue, if the
-// first round did not get one), and rounds at the front of it, each woken by a message naming this
-// waiter, or by a back-off that also refreshes the place before its lease
-// ends. A wait that ends without the lock leaves the queue on every node
+// famWait is every Acquire, the mutex's and a family's: a first round
+// behind every waiter, which queues the waiter on the nodes that refuse
+// it; then, subscribed to the key's wake channel, a place in the queue on
+// a majority (enqueue, if the first round did not get one), and rounds at
+// the front of it, each woken by a message naming this waiter, or by a
+// back-off that also refreshes the place before its lease ends. A wait that ends without the lock leaves the queue on every node
 // (dequeue), which wakes the waiters it held back.
 func (l *Locker) famWait(ctx context.Context, key string, k keys, tm timing) (h *Handle, err error) {
 	q := &queued{id: k.famKind() + lease.NewOwner(), lease: tm.ttl}
@@ -299,7 +299,8 @@ func (l *Locker) dequeue(k keys, q *queued, tm timing) {
 		}, nil, nil)
 }
 
-// withdraw runs after a family's round succeeded on granted, in the
+// withdraw runs after a round of a waiter (or a semaphore's round that
+// other nodes granted another slot) succeeded on granted, in the
 // background: on every other node it gives back a grant the round got
 // there (another permit slot) and takes the waiter q (if any) out of the
 // queue.

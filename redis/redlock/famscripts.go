@@ -142,8 +142,9 @@ end
 //	ARGV[7] the waiter's entry's lease (ms)
 //	ARGV[8] the slot to prefer when free (permits; -1: the lowest)
 //	returns {1, counter after the grant, slot, free slots}
-//	     or {0, ms until a holder's lease ends here (-1 unknown), "*",
-//	        free slots, the waiter's provisional ticket here (0: none)}
+//	     or {0, ms until a holder's lease ends here (-1 unknown), the
+//	        writer's owner token ("w", when one holds) or "*", free slots,
+//	        the waiter's provisional ticket here (0: none)}
 //	     or {0, -1, owner} (a late request of a round given up; see the mutex's grant in scripts.go)
 //	     or {-2, the limit of the semaphore's holders and waiters}
 //
@@ -469,7 +470,7 @@ func (k keys) famKind() string {
 		return "p"
 	case readLock:
 		return "r"
-	default:
+	default: // writeLock, and mutexLock: the mutex is a writer on its own names
 		return "w"
 	}
 }

@@ -225,8 +225,11 @@ func (l *Locker) keysFor(key string) keys {
 // the name of lock with ":lock" replaced by ":recent-releases", a sorted set,
 // holds the owner tokens of the key's latest releases for 15 seconds after
 // the last one, so that a release retried by go-redis is recognised, and a
-// late acquire request of a round that gave up is refused.) It is for operators and tests. Never delete or lower a fencing counter: tokens
-// could go back (see "Fencing tokens" in the package documentation).
+// late acquire request of a round that gave up is refused. The waiters'
+// queue is beside it: ":q", a sorted set of waiter ids scored by ticket,
+// and ":qx", their entries' leases; see "Waiting".) It is for operators
+// and tests. Never delete or lower a fencing counter: tokens could go back
+// (see "Fencing tokens" in the package documentation).
 func (l *Locker) KeyNames(key string) (lock, fence, channel string) {
 	k := l.keysFor(key)
 	return k.lock, k.fence, k.channel

@@ -5,12 +5,13 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	msqlite "modernc.org/sqlite"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	msqlite "modernc.org/sqlite"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
