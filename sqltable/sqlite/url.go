@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/exiting"
 )
 
 // paramFileMode is the permissions of a database file that Open creates,
@@ -112,17 +113,32 @@ func openSQLite(u *url.URL, mode os.FileMode) (*sql.DB, error) {
 	default:
 		return nil, fmt.Errorf("sqltable: sqlite: create the database file: %w", err)
 	}
-	return sql.OpenDB(keepWAL{DSN(path) + "&_pragma=journal_size_limit(0)"}), nil
+	return sql.OpenDB(keepWAL{dsn: DSN(path) + "&_pragma=journal_size_limit(0)", path: path}), nil
 }
 
 // keepWAL opens the connections of a URL's pool with the -wal and -shm
 // files kept when the last connection closes (SQLITE_FCNTL_PERSIST_WAL),
-// emptied (journal_size_limit 0) rather than deleted. The next process to
-// open the database then neither creates the WAL again nor syncs the
-// directory for it, and finds no stale frames to recover: a locker run on
-// the default opens and closes the database once per run. The files stay
-// beside the database, as they do while any process has it open.
-type keepWAL struct{ dsn string }
+// emptied (journal_size_limit 0) rather than deleted: the next process to
+// open the database does not create the WAL again. A locker run on the
+// default opens and closes the database once per run. The files stay beside the database, as they do
+// while any process has it open.
+//
+// When the process is exiting (internal/exiting: the locker command,
+// after its lock was released) and the WAL is smaller than exitWALMax, the
+// connections are left open for the process's end to close (exitConn): a
+// last connection's close checkpoints the WAL into the database (two disk
+// syncs) and the next process's first write starts the WAL again (two
+// more: its header and the directory), while a process's end is what
+// SQLite recovers from by design: the next process to open the database
+// reads the WAL back (BenchmarkExitRecovery: 0.35 ms more for a WAL of
+// 286 KiB, 0.6 ms for 463 KiB, where the four syncs took 3 to 4 ms on an
+// idle disk and up to 20 ms on a busy one). The WAL is checkpointed by the
+// first process that exits with exitWALMax or more in it, or by a process
+// that closes its Locker without exiting.
+type keepWAL struct {
+	dsn  string
+	path string // the database file
+}
 
 func (c keepWAL) Connect(context.Context) (driver.Conn, error) {
 	conn, err := (&msqlite.Driver{}).Open(c.dsn)
@@ -132,7 +148,44 @@ func (c keepWAL) Connect(context.Context) (driver.Conn, error) {
 	if fc, ok := conn.(msqlite.FileControl); ok {
 		_, _ = fc.FileControlPersistWAL("main", 1)
 	}
+	if fc, ok := conn.(fullConn); ok {
+		return &exitConn{fullConn: fc, wal: c.path + "-wal"}, nil
+	}
 	return conn, nil
 }
 
 func (keepWAL) Driver() driver.Driver { return &msqlite.Driver{} }
+
+// exitWALMax is the largest WAL that an exiting process leaves for the
+// next one to recover rather than checkpoint: a locker run adds two
+// frames (about 8 KiB), so about one run in 60 checkpoints, and the
+// recovery of a WAL this size costs well under a disk sync.
+const exitWALMax = 512 << 10
+
+// fullConn is what database/sql uses of modernc.org/sqlite's connections.
+type fullConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+	driver.SessionResetter
+	driver.Validator
+}
+
+// exitConn is a URL pool's connection: its Close leaves it open when the
+// process is exiting and the WAL is small (see keepWAL).
+type exitConn struct {
+	fullConn
+	wal string
+}
+
+func (c *exitConn) Close() error {
+	if exiting.Now() {
+		if fi, err := os.Stat(c.wal); err == nil && fi.Size() < exitWALMax {
+			return nil
+		}
+	}
+	return c.fullConn.Close()
+}

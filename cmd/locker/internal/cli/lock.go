@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/go-locker/locker/backend"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/exiting"
 )
 
 // What run and hold share: the backend, the bounds on talking to it, and
@@ -257,8 +258,14 @@ type conn struct {
 	timeout time.Duration
 }
 
-// Close closes the Locker opened (a family's view closes nothing).
-func (b *conn) Close() error { return b.opened.Close() }
+// Close closes the Locker opened (a family's view closes nothing). The
+// command exits right after, so it tells the backends first: what the
+// process's end frees they may leave to it (internal/exiting; the SQLite
+// default then spares its exit four disk syncs).
+func (b *conn) Close() error {
+	exiting.Begin()
+	return b.opened.Close()
+}
 
 // openBackend opens the backend, bounded by --timeout.
 func openBackend(ctx context.Context, o backendOpts) (*conn, error) {
