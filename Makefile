@@ -33,11 +33,13 @@ all: lint test
 ## leaves its history and porcupine's visualisation under .artifacts/.
 ARTIFACTS := -artifacts -outputdir $(CURDIR)/.artifacts
 ## INTEGRATION_P: integration packages run at once. Each starts servers of its own
-## and spends most of its time waiting on them (leases running out, faults), so
-## three at a time fit 2 cores; the longest package (sqltable: three databases)
-## takes about 15 minutes on its own. scripts/pkg-order.sh names the longest
-## packages first, so that they start first.
-INTEGRATION_P ?= 3
+## and spends most of its time waiting on them (leases running out, faults): with
+## three at a time the 2 cores were idle half the time (vmstat every 10s over a
+## whole run: 49% idle) and the run took the sum of the packages' times over
+## three (about 4,060 s / 3), so four run at once; the longest package (sqltable:
+## three databases) takes about 18 minutes on its own. scripts/pkg-order.sh names
+## the longest packages first, so that they start first.
+INTEGRATION_P ?= 4
 test: vet readme-check
 	mkdir -p .artifacts
 	$(call in_root,$(GO) test -race -count=1 $(ARTIFACTS) $(PKGS))

@@ -7,7 +7,7 @@
 # The order is from the package times of a `make test` run (see README,
 # "Running the tests"); a package missing from LONGEST keeps its place.
 set -euo pipefail
-LONGEST=(sqltable redis zookeeper etcd redlock postgres)
+LONGEST=(sqltable zookeeper redis etcd redlock postgres)
 mapfile -t pkgs < <(${GO:-go} list "$@")
 first() {
 	local p=$1 f
