@@ -41,7 +41,7 @@ func LockerClient(open func(tb testing.TB) locker.Locker, opts ...locker.Option)
 // since any fixed moment: RunScale reports differences).
 type Usage struct {
 	CPU      time.Duration // the server process's CPU time, user and system
-	Commands int64         // commands run, those a script runs included
+	Commands int64         // commands run, those a script runs included; 0 if not counted
 	// Scripts is the time the server spent running scripts (Redis: INFO
 	// commandstats' usec of EVAL and EVALSHA), part of CPU; 0 if unknown.
 	Scripts time.Duration
@@ -113,8 +113,9 @@ type scaleSide struct {
 // the fairness (share: the fewest acquisitions of a contender over the
 // most), requests per acquisition (reqs/acq, if the side counts them)
 // and, with Usage, the server's CPU and commands per acquisition
-// (srv-cpu-µs/acq, srv-cmds/acq, and srv-script-µs/acq when the server
-// tells its time in scripts; over every acquisition made in the side's
+// (srv-cpu-µs/acq; srv-cmds/acq when the probe counts commands, and
+// srv-script-µs/acq when the server tells its time in scripts; over every
+// acquisition made in the side's
 // phases, including those that end a phase uncounted). Then the ratios of
 // the first side's throughput and server CPU to each other side's.
 func RunScale(b *testing.B, s Scale) {
@@ -168,6 +169,10 @@ func RunScale(b *testing.B, s Scale) {
 		benchstats.Rotated(i, phases...)
 	}
 	b.StopTimer()
+	commands := false
+	for _, sd := range sides {
+		commands = commands || sd.usage.Commands > 0
+	}
 	tput := make([]float64, len(sides))
 	cpu := make([]float64, len(sides))
 	for i, sd := range sides {
@@ -190,7 +195,9 @@ func RunScale(b *testing.B, s Scale) {
 		if s.Usage != nil {
 			cpu[i] = benchstats.Micros(sd.usage.CPU) / n
 			b.ReportMetric(cpu[i], name+"srv-cpu-µs/acq")
-			b.ReportMetric(float64(sd.usage.Commands)/n, name+"srv-cmds/acq")
+			if commands { // a probe that counts them
+				b.ReportMetric(float64(sd.usage.Commands)/n, name+"srv-cmds/acq")
+			}
 			if sd.usage.Scripts > 0 {
 				b.ReportMetric(benchstats.Micros(sd.usage.Scripts)/n, name+"srv-script-µs/acq")
 			}

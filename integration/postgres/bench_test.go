@@ -104,12 +104,17 @@ func rawLock(c *pgx.Conn, id int64, try bool) benchmark.Lock {
 		} else if _, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", id); err != nil {
 			return nil, fmt.Errorf("pg_advisory_lock: %w", err)
 		}
-		return func(ctx context.Context) error {
-			var ok bool
-			if err := c.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", id).Scan(&ok); err != nil || !ok {
-				return fmt.Errorf("pg_advisory_unlock = %v, %v", ok, err)
-			}
-			return nil
-		}, nil
+		return rawUnlock(c, id), nil
+	}
+}
+
+// rawUnlock is pg_advisory_unlock of id on c, which must hold it.
+func rawUnlock(c *pgx.Conn, id int64) func(context.Context) error {
+	return func(ctx context.Context) error {
+		var ok bool
+		if err := c.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", id).Scan(&ok); err != nil || !ok {
+			return fmt.Errorf("pg_advisory_unlock = %v, %v", ok, err)
+		}
+		return nil
 	}
 }

@@ -4,14 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-redsync/redsync/v4"
 	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance/benchmark"
@@ -42,9 +38,7 @@ import (
 // (about 20s for both shapes; BENCHMARKS.md, "Scale").
 func BenchmarkScale(b *testing.B) {
 	addr := testserver.Redis(b).Addr()
-	admin := goredis.NewClient(&goredis.Options{Addr: addr})
-	b.Cleanup(func() { _ = admin.Close() })
-	usage := func(ctx context.Context) (benchmark.Usage, error) { return serverUsage(ctx, admin) }
+	usage := testserver.RedisUsage(b, addr)
 	for _, shape := range []struct{ keys, clients int }{{1, 8}, {1000, 64}} {
 		b.Run(fmt.Sprintf("keys=%d,clients=%d", shape.keys, shape.clients), func(b *testing.B) {
 			benchmark.RunScale(b, benchmark.Scale{
@@ -90,40 +84,3 @@ func scaleSide(b *testing.B, addr, impl string) benchmark.ScaleSide {
 	return s
 }
 
-// serverUsage reads the server's CPU (INFO cpu: used_cpu_user +
-// used_cpu_sys, the whole process) and the commands it has run (INFO
-// commandstats: every command's calls, those inside scripts included;
-// the INFO calls themselves left out).
-func serverUsage(ctx context.Context, admin *goredis.Client) (benchmark.Usage, error) {
-	info, err := admin.Info(ctx, "cpu", "commandstats").Result()
-	if err != nil {
-		return benchmark.Usage{}, err
-	}
-	var u benchmark.Usage
-	for _, line := range strings.Split(info, "\n") {
-		name, val, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
-		}
-		switch {
-		case name == "used_cpu_user" || name == "used_cpu_sys":
-			s, err := strconv.ParseFloat(val, 64)
-			if err != nil {
-				return u, fmt.Errorf("INFO cpu: %s: %w", line, err)
-			}
-			u.CPU += time.Duration(s * float64(time.Second))
-		case strings.HasPrefix(name, "cmdstat_") && name != "cmdstat_info":
-			for _, f := range strings.Split(val, ",") {
-				if v, ok := strings.CutPrefix(f, "calls="); ok {
-					n, _ := strconv.ParseInt(v, 10, 64)
-					u.Commands += n
-				}
-				if v, ok := strings.CutPrefix(f, "usec="); ok && (name == "cmdstat_evalsha" || name == "cmdstat_eval") {
-					n, _ := strconv.ParseInt(v, 10, 64)
-					u.Scripts += time.Duration(n) * time.Microsecond
-				}
-			}
-		}
-	}
-	return u, nil
-}

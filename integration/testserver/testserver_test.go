@@ -64,6 +64,41 @@ func TestRedisSmoke(t *testing.T) {
 	}
 }
 
+// TestCPU: a started server's CPU time, as the benchmarks read it, grows
+// with the work it is given.
+func TestCPU(t *testing.T) {
+	s := testserver.Redis(t)
+	ctx := ctxFor(t, time.Minute)
+	before, err := s.CPU(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redisClient(t, s.Addr())
+	// Work that costs the server milliseconds of CPU whatever the load:
+	// SORT of a 10,000-element list, 20 times.
+	vals := make([]any, 10000)
+	for i := range vals {
+		vals[i] = (i * 7919) % 10007
+	}
+	k := "cpu:" + t.Name()
+	if err := c.RPush(ctx, k, vals...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if err := c.Sort(ctx, k, &redis.Sort{}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := s.CPU(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the server's CPU grew by %v", after-before)
+	if after-before < time.Millisecond {
+		t.Errorf("the server's CPU grew by %v over 20 sorts of 10,000 elements, want at least 1ms", after-before)
+	}
+}
+
 func TestPostgresSmoke(t *testing.T) {
 	s := testserver.Postgres(t)
 	ctx := ctxFor(t, 20*time.Second)
