@@ -120,8 +120,8 @@ func openSQLite(u *url.URL, mode os.FileMode) (*sql.DB, error) {
 // files kept when the last connection closes (SQLITE_FCNTL_PERSIST_WAL),
 // emptied (journal_size_limit 0) rather than deleted: the next process to
 // open the database does not create the WAL again. A locker run on the
-// default opens and closes the database once per run. The files stay beside the database, as they do
-// while any process has it open.
+// default opens and closes the database once per run. The files stay
+// beside the database, as they do while any process has it open.
 //
 // When the process is exiting (internal/exiting: the locker command,
 // after its lock was released) and the WAL is smaller than exitWALMax, the
