@@ -83,4 +83,3 @@ func scaleSide(b *testing.B, addr, impl string) benchmark.ScaleSide {
 	}
 	return s
 }
-
