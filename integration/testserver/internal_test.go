@@ -1,11 +1,13 @@
 package testserver
 
 import (
+	"context"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestHostPortFromDSN(t *testing.T) {
@@ -81,4 +83,27 @@ func TestKillStopStartEveryKind(t *testing.T) {
 		nodes[1].Kill(t)
 		nodes[1].Start(t) // waits until every node reports cluster_state:ok
 	})
+}
+
+// TestCPUPaths: the container's CPU read from its cgroup's file (what CPU
+// uses on the engine's host) agrees with the engine's stats: a stats
+// sample taken between two reads of the file lies between them.
+func TestCPUPaths(t *testing.T) {
+	s := Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id := s.ctr.GetContainerID()
+	before, ok := cgroupCPU(id)
+	if !ok {
+		t.Skip("no cgroup file for the container on this host (an engine in a VM): CPU reads the engine's stats")
+	}
+	stats, err := s.statsCPU(ctx, s.ctr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := cgroupCPU(id)
+	t.Logf("cgroup %v, stats %v, cgroup %v", before, stats, after)
+	if stats < before || stats > after {
+		t.Errorf("the engine's stats say %v of CPU, outside the cgroup's %v..%v read before and after", stats, before, after)
+	}
 }
