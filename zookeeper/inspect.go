@@ -21,8 +21,8 @@ var _ locker.Inspector = (*Locker)(nil)
 // expires its session. Owner is the holder's locker.WithOwner description,
 // the lowest node's data, written by the create itself (empty where an ACL
 // lets Inspect list the directory but not read the node). Inspect creates,
-// watches and changes nothing; it lists the directory and reads the
-// lowest node.
+// watches and changes nothing; it syncs the member it talks to with the
+// leader, lists the directory and reads the lowest node.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
 	const op = "inspect"
 	cctx, done, err := l.life.Enter(ctx, op, key)
@@ -39,6 +39,15 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 	conn := l.primary.conn
 
 	dir := LockDir(l.cfg.Prefix, key)
+	// A member serves reads from its own copy, which may lag the leader's:
+	// an ensemble member that had not yet applied another client's
+	// acquisition reported the key free (seen once in the ensemble's
+	// conformance run, Fencing/TokenBase). sync makes the member catch up
+	// with the leader first, so that Inspect sees every acquisition that
+	// completed before it was called. (sync does not look at the path.)
+	if err := l.call(cctx, func() error { _, err := conn.Sync(dir); return err }, nil); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return fail(err)
+	}
 	for tries := 0; ; tries++ {
 		var kids []string
 		err := l.call(cctx, func() error {
