@@ -115,9 +115,9 @@ type scaleSide struct {
 // and, with Usage, the server's CPU and commands per acquisition
 // (srv-cpu-µs/acq; srv-cmds/acq when the probe counts commands, and
 // srv-script-µs/acq when the server tells its time in scripts; over every
-// acquisition made in the side's
-// phases, including those that end a phase uncounted). Then the ratios of
-// the first side's throughput and server CPU to each other side's.
+// acquisition made in the side's phases, including those that end a phase
+// uncounted). Then the ratios of the first side's throughput and server
+// CPU to each other side's.
 func RunScale(b *testing.B, s Scale) {
 	s.defaults()
 	if len(s.Sides) == 0 {
