@@ -208,12 +208,19 @@ func (l *Locker) famWait(ctx context.Context, key string, k keys, tm timing) (h 
 		} else {
 			unreachable = 0
 		}
-		// Refused by a majority (held, or waiters first): the message
+		// Refused by a majority where a holder has the key: the message
 		// that names this waiter wakes it, else the end of the lease that
 		// blocks it (a crashed holder announces nothing), else the
-		// refresh. After a split or failed nodes: a short back-off.
+		// refresh. Otherwise a short back-off: after a split or failed
+		// nodes, and after a refusal by nodes where the key is free but
+		// other waiters are queued ahead. Nothing will announce that
+		// one: the queue may be about to hand the key to its head, or
+		// the nodes' queues may not agree yet (a waiter's ticket is
+		// written on a node by its first round that reaches it), so that
+		// every waiter was refused, and the head's wake-up went out
+		// before it subscribed.
 		var d time.Duration
-		if r.held {
+		if r.held && r.blocked >= l.quorum {
 			pause.Reset()
 			d = refresh
 			if r.holderLeft > 0 {

@@ -141,8 +141,11 @@ end
 //	every waiter; a node that refuses it queues it: see below)
 //	ARGV[7] the waiter's entry's lease (ms)
 //	ARGV[8] the slot to prefer when free (permits; -1: the lowest)
+//	ARGV[9] the key's wake channel
 //	returns {1, counter after the grant, slot, free slots}
-//	     or {0, ms until a holder's lease ends here (-1 unknown), the
+//	     or {0, ms until a holder's lease ends here (-1: none holds,
+//	        and the node refused only for the waiters queued ahead, whom
+//	        it reminds: see below), the
 //	        writer's owner token ("w", when one holds) or "*", free slots,
 //	        the waiter's provisional ticket here (0: none)}
 //	     or {0, -1, owner} (a late request of a round given up; see the mutex's grant in scripts.go)
@@ -160,6 +163,7 @@ end
 var famAcquireScript = goredis.NewScript(luaFamily + `
 local kind, owner, ttl, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local id, ticket, lease, prefer = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local channel = ARGV[9]
 local now = now_ms()
 purge(now)
 local held, slot = holds(kind, owner, now)
@@ -223,7 +227,13 @@ else
       if string.sub(m, 1, 1) == 'w' then ok = false break end
     end
   end
-  if wp >= 0 then wait = wp end
+  if wp >= 0 then
+    wait = wp
+  elseif not ok then
+    -- A writer waits ahead: it waits for the readers that hold.
+    local last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')
+    if #last > 0 then wait = math.max(tonumber(last[2]) - now, 0) end
+  end
 end
 if not ok then
   if id ~= '' and ticket == 0 and not joined then
@@ -233,6 +243,14 @@ if not ok then
     extend_to(Q, now + lease, now)
     extend_to(QX, now + lease, now)
   end
+  -- Refused while the node would admit waiters ahead of the caller now:
+  -- remind them. The release's wake-up may have named another waiter
+  -- (the queue's order was not settled: a waiter's ticket is written on a
+  -- node by its first round that reaches it), or gone out before they
+  -- subscribed; a waiter refused by a majority with no holder sleeps
+  -- only briefly, but one that saw the holder before the release sleeps
+  -- until the holder's lease ends.
+  if wait < 0 then wake(kind, channel) end
   -- The writer's owner token when one holds (a mutex's round tells a
   -- holder of a majority from contenders that split the nodes), else '*'.
   local holder = '*'
@@ -481,7 +499,7 @@ func famArgsAcquire(k keys, owner string, ttl time.Duration, q *queued, prefer i
 	if q != nil {
 		id, ticket, lease = q.id, q.ticket, millis(q.lease)
 	}
-	return []any{k.famKind(), owner, millis(ttl), k.n, id, ticket, lease, prefer}
+	return []any{k.famKind(), owner, millis(ttl), k.n, id, ticket, lease, prefer, k.channel}
 }
 
 // famKeys are the family scripts' keys: the mutex adds its lock key, which

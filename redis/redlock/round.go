@@ -53,8 +53,13 @@ type roundResult struct {
 	firstErr        error // of a failed node, with its name
 	held            bool  // one other owner holds the lock on a majority
 	maxHolder       int   // the most nodes that one other owner holds it on
-	holderLeft      time.Duration
-	why             string // set when a majority granted but the round failed later
+	// blocked counts the refusals of nodes where a holder has the lock
+	// (or every permit slot), as opposed to nodes where it is free and
+	// only waiters queued ahead refuse: a release will announce itself
+	// on those, not on these (see famWait).
+	blocked    int
+	holderLeft time.Duration
+	why        string // set when a majority granted but the round failed later
 
 	// Semaphores: grants of other slots than the one most nodes granted
 	// (given back), and the slot free on most nodes (-1: none known),
@@ -295,6 +300,9 @@ func (l *Locker) tally(r *roundResult, grants outcome[grant], counts []bool) (gr
 				r.ticket = max(r.ticket, g.ticket)
 			}
 			byHolder[g.holder] = append(byHolder[g.holder], g.pttl)
+			if g.pttl >= 0 || g.holder != "*" {
+				r.blocked++
+			}
 		}
 	}
 	for i := range l.clients {
