@@ -39,6 +39,12 @@ func BenchmarkLock(b *testing.B) {
 	benchmark.Run(b, benchmark.Harness{Sides: []benchmark.Side{memlockSide(), mutexSide()}})
 }
 
+// BenchmarkInstructions counts the instructions of memlock's cycle and a
+// sync.Mutex's (valgrind's callgrind; skipped without it).
+func BenchmarkInstructions(b *testing.B) {
+	benchmark.RunInstructions(b, benchmark.Instructions{Sides: []benchmark.Side{memlockSide(), mutexSide()}, Runs: 2})
+}
+
 // TestGroup: a Handoff phase counts exactly the handoffs asked for, every
 // one to another contender (two contenders alternate); a Contended
 // phase the acquisitions asked for; a phase bounded by its context ends

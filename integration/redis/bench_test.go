@@ -124,7 +124,36 @@ func BenchmarkLockPlainClient(b *testing.B) {
 }
 
 func benchLock(b *testing.B, ctxAware bool, h benchmark.Harness) {
+	h.Sides = lockSides(b, testserver.Redis(b).Addr(), ctxAware)
+	benchmark.Run(b, h)
+}
+
+// BenchmarkInstructions counts the client's instructions per uncontended
+// Acquire+Release of each of BenchmarkLock's sides (valgrind's callgrind,
+// in child processes on the same server; see benchmark.RunInstructions):
+// the Locker's own client cost against raw-fenced's, whatever the
+// loopback's speed.
+//
+//	cd integration && go test -run '^$' -bench '^BenchmarkInstructions$' ./redis
+func BenchmarkInstructions(b *testing.B) {
 	addr := testserver.Redis(b).Addr()
+	var sides []benchmark.Side
+	for _, s := range lockSides(b, addr, true) {
+		if s.Name != implLockerShared && s.Name != implRaw {
+			sides = append(sides, s)
+		}
+	}
+	benchmark.RunInstructions(b, benchmark.Instructions{
+		Sides: sides, Env: []string{testserver.EnvRedisAddr + "=" + addr},
+		// The Locker's first requests under callgrind take longer than
+		// inlineWait/2: it then sends requests off the caller's goroutine
+		// for 10s (see redis/exec.go), not its usual path.
+		Settle: 11 * time.Second, Runs: 2,
+	})
+}
+
+// lockSides are BenchmarkLock's sides on the server at addr.
+func lockSides(b *testing.B, addr string, ctxAware bool) []benchmark.Side {
 	client := func() (*goredis.Client, *requestCounter) {
 		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: ctxAware, PoolSize: 128})
 		b.Cleanup(func() { _ = c.Close() })
@@ -158,8 +187,7 @@ func benchLock(b *testing.B, ctxAware bool, h benchmark.Harness) {
 			return func(ctx context.Context) error { return rawUnlock(ctx, fc, lockKey, owner) }, nil
 		}
 	}}
-	h.Sides = []benchmark.Side{side(implLocker), side(implLockerShared), side(implRaw), fenced, side(implRedislock), side(implRedsync)}
-	benchmark.Run(b, h)
+	return []benchmark.Side{side(implLocker), side(implLockerShared), side(implRaw), fenced, side(implRedislock), side(implRedsync)}
 }
 
 // BenchmarkSemaphore: a semaphore of 4 and the mutex, each contended by

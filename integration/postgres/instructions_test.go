@@ -1,0 +1,47 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/go-locker/locker"
+	"github.com/go-locker/locker/conformance/benchmark"
+	"github.com/go-locker/locker/integration/testserver"
+	"github.com/go-locker/locker/postgres"
+)
+
+// BenchmarkInstructions counts the client's instructions per uncontended
+// Acquire+Release (valgrind's callgrind, in child processes on the same
+// server; see benchmark.RunInstructions): the Locker against the bare
+// advisory-lock statements (raw) and the fenced floor (raw-fenced: nextval
+// in the lock statement), each on its own connection, whatever the
+// loopback's speed.
+//
+//	cd integration && go test -run '^$' -bench '^BenchmarkInstructions$' ./postgres
+func BenchmarkInstructions(b *testing.B) {
+	dsn := testserver.Postgres(b).DSN()
+	if _, err := benchConn(b, dsn).Exec(context.Background(), "CREATE SEQUENCE IF NOT EXISTS bench_fence_seq AS bigint MINVALUE 1 NO CYCLE CACHE 1"); err != nil {
+		b.Fatalf("CREATE SEQUENCE: %v", err)
+	}
+	benchmark.RunInstructions(b, benchmark.Instructions{
+		Env: []string{testserver.EnvPostgresDSN + "=" + dsn},
+		Sides: []benchmark.Side{
+			benchmark.LockerSide("locker", 1, func(tb testing.TB) locker.Locker { return benchLocker(tb, dsn, 2) }),
+			{Name: "raw", New: func(tb testing.TB, key string, _ int) benchmark.Lock {
+				return rawLock(benchConn(tb, dsn), postgres.AdvisoryKey("bench", key), false)
+			}},
+			{Name: "raw-fenced", New: func(tb testing.TB, key string, _ int) benchmark.Lock {
+				c := benchConn(tb, dsn)
+				id := postgres.AdvisoryKey("bench", key)
+				return func(ctx context.Context) (func(context.Context) error, error) {
+					var token int64
+					if err := c.QueryRow(ctx, "SELECT pg_catalog.nextval('bench_fence_seq') FROM pg_catalog.pg_advisory_lock($1) AS g(v)", id).Scan(&token); err != nil {
+						return nil, fmt.Errorf("fenced pg_advisory_lock: %w", err)
+					}
+					return rawUnlock(c, id), nil
+				}
+			}},
+		},
+	})
+}
