@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance/benchmark"
+	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/sqltable"
 )
 
@@ -157,52 +158,78 @@ func rawDB(b testing.TB, d dialect, n int) *sql.DB {
 func BenchmarkLock(b *testing.B) {
 	for _, d := range dialects {
 		b.Run(d.name, func(b *testing.B) {
-			rawSide := func(name string, cancellable bool) benchmark.Side {
-				return benchmark.Side{Name: name, Floor: true, New: func(tb testing.TB, key string, _ int) benchmark.Lock {
-					r := newRaw(tb, d, rawDB(tb, d, 4))
-					return func(ctx context.Context) (func(context.Context) error, error) {
-						if !cancellable {
-							ctx = context.Background()
-						}
-						return r.take(ctx, key)
-					}
-				}}
-			}
-			sides := []benchmark.Side{
-				benchmark.LockerSide("locker", 8, func(tb testing.TB) locker.Locker {
-					return open(tb, d.url(tb, "", url.Values{"lock_max_conns": {"6"}}))
-				}),
-				rawSide("raw", false), rawSide("raw-ctx", true),
-			}
-			switch d.name {
-			case "PostgreSQL":
-				sides = append(sides, benchmark.Side{Name: "pglock", Floor: true, New: func(tb testing.TB, key string, _ int) benchmark.Lock {
-					c := newPglock(tb, false, 4)
-					return func(ctx context.Context) (func(context.Context) error, error) {
-						lk, err := c.AcquireContext(ctx, key, pglock.FailIfLocked())
-						if err != nil {
-							return nil, err
-						}
-						return func(context.Context) error { return lk.Close() }, nil
-					}
-				}})
-			case "MariaDB":
-				sides = append(sides, benchmark.Side{Name: "mysql-lock", New: func(tb testing.TB, key string, _ int) benchmark.Lock {
-					l := newMysqlLock(tb, 2)
-					sum := sha256.Sum256([]byte(key)) // names are limited to 64 characters
-					name := hex.EncodeToString(sum[:16])
-					return func(ctx context.Context) (func(context.Context) error, error) {
-						lk, err := mysqlLockTake(ctx, l, name)
-						if err != nil {
-							return nil, err
-						}
-						return func(context.Context) error { return lk.Release() }, nil
-					}
-				}})
-			}
-			benchmark.Run(b, benchmark.Harness{Sides: sides})
+			benchmark.Run(b, benchmark.Harness{Sides: lockSides(d)})
 		})
 	}
+}
+
+// BenchmarkInstructions counts the client's instructions per uncontended
+// Acquire+Release of BenchmarkLock's sides on each dialect (valgrind's
+// callgrind, in child processes on the same servers; see
+// benchmark.RunInstructions).
+//
+//	cd integration && go test -run '^$' -bench '^BenchmarkInstructions$' ./sqltable
+func BenchmarkInstructions(b *testing.B) {
+	for _, d := range dialects {
+		b.Run(d.name, func(b *testing.B) {
+			var env []string
+			switch d.name {
+			case "PostgreSQL":
+				env = append(env, testserver.EnvPostgresDSN+"="+testserver.Postgres(b).DSN())
+			case "MariaDB":
+				env = append(env, testserver.EnvMySQLDSN+"="+testserver.MySQL(b).DSN())
+			}
+			benchmark.RunInstructions(b, benchmark.Instructions{Sides: lockSides(d), Env: env, Runs: 2})
+		})
+	}
+}
+
+// lockSides are BenchmarkLock's sides on dialect d.
+func lockSides(d dialect) []benchmark.Side {
+	rawSide := func(name string, cancellable bool) benchmark.Side {
+		return benchmark.Side{Name: name, Floor: true, New: func(tb testing.TB, key string, _ int) benchmark.Lock {
+			r := newRaw(tb, d, rawDB(tb, d, 4))
+			return func(ctx context.Context) (func(context.Context) error, error) {
+				if !cancellable {
+					ctx = context.Background()
+				}
+				return r.take(ctx, key)
+			}
+		}}
+	}
+	sides := []benchmark.Side{
+		benchmark.LockerSide("locker", 8, func(tb testing.TB) locker.Locker {
+			return open(tb, d.url(tb, "", url.Values{"lock_max_conns": {"6"}}))
+		}),
+		rawSide("raw", false), rawSide("raw-ctx", true),
+	}
+	switch d.name {
+	case "PostgreSQL":
+		sides = append(sides, benchmark.Side{Name: "pglock", Floor: true, New: func(tb testing.TB, key string, _ int) benchmark.Lock {
+			c := newPglock(tb, false, 4)
+			return func(ctx context.Context) (func(context.Context) error, error) {
+				lk, err := c.AcquireContext(ctx, key, pglock.FailIfLocked())
+				if err != nil {
+					return nil, err
+				}
+				return func(context.Context) error { return lk.Close() }, nil
+			}
+		}})
+	case "MariaDB":
+		sides = append(sides, benchmark.Side{Name: "mysql-lock", New: func(tb testing.TB, key string, _ int) benchmark.Lock {
+			l := newMysqlLock(tb, 2)
+			sum := sha256.Sum256([]byte(key)) // names are limited to 64 characters
+			name := hex.EncodeToString(sum[:16])
+			return func(ctx context.Context) (func(context.Context) error, error) {
+				lk, err := mysqlLockTake(ctx, l, name)
+				if err != nil {
+					return nil, err
+				}
+				return func(context.Context) error { return lk.Release() }, nil
+			}
+		}})
+	}
+	return sides
 }
 
 var _ locker.Handle = (*sqltable.Handle)(nil)
