@@ -108,6 +108,18 @@ func rawLock(c *pgx.Conn, id int64, try bool) benchmark.Lock {
 	}
 }
 
+// rawFencedLock is the fenced floor: pg_advisory_lock of id with nextval of
+// bench_fence_seq (the token) in the same statement, on c.
+func rawFencedLock(c *pgx.Conn, id int64) benchmark.Lock {
+	return func(ctx context.Context) (func(context.Context) error, error) {
+		var token int64
+		if err := c.QueryRow(ctx, "SELECT pg_catalog.nextval('bench_fence_seq') FROM pg_catalog.pg_advisory_lock($1) AS g(v)", id).Scan(&token); err != nil {
+			return nil, fmt.Errorf("fenced pg_advisory_lock: %w", err)
+		}
+		return rawUnlock(c, id), nil
+	}
+}
+
 // rawUnlock is pg_advisory_unlock of id on c, which must hold it.
 func rawUnlock(c *pgx.Conn, id int64) func(context.Context) error {
 	return func(ctx context.Context) error {

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/go-locker/locker"
@@ -32,15 +31,7 @@ func BenchmarkInstructions(b *testing.B) {
 				return rawLock(benchConn(tb, dsn), postgres.AdvisoryKey("bench", key), false)
 			}},
 			{Name: "raw-fenced", New: func(tb testing.TB, key string, _ int) benchmark.Lock {
-				c := benchConn(tb, dsn)
-				id := postgres.AdvisoryKey("bench", key)
-				return func(ctx context.Context) (func(context.Context) error, error) {
-					var token int64
-					if err := c.QueryRow(ctx, "SELECT pg_catalog.nextval('bench_fence_seq') FROM pg_catalog.pg_advisory_lock($1) AS g(v)", id).Scan(&token); err != nil {
-						return nil, fmt.Errorf("fenced pg_advisory_lock: %w", err)
-					}
-					return rawUnlock(c, id), nil
-				}
+				return rawFencedLock(benchConn(tb, dsn), postgres.AdvisoryKey("bench", key))
 			}},
 		},
 	})

@@ -48,14 +48,7 @@ func BenchmarkScale(b *testing.B) {
 					{Name: "raw-fenced", Client: func(tb testing.TB, _ int) benchmark.Client {
 						c := benchConn(tb, dsn)
 						return func(key string) benchmark.Lock {
-							id := postgres.AdvisoryKey("bench", key)
-							return func(ctx context.Context) (func(context.Context) error, error) {
-								var token int64
-								if err := c.QueryRow(ctx, "SELECT pg_catalog.nextval('bench_fence_seq') FROM pg_catalog.pg_advisory_lock($1) AS g(v)", id).Scan(&token); err != nil {
-									return nil, fmt.Errorf("fenced pg_advisory_lock: %w", err)
-								}
-								return rawUnlock(c, id), nil
-							}
+							return rawFencedLock(c, postgres.AdvisoryKey("bench", key))
 						}
 					}},
 				},

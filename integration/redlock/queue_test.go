@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -22,21 +23,7 @@ import (
 // on every node (about 8 × 3 requests per handoff here), in no order.
 func TestReleaseWakesOneWaiter(t *testing.T) {
 	const waiters, nodes = 8, 3
-	addrs := nodeAddrs(t, nodes)
-	key := uniqueKey(t)
-	ctx := testCtx(t, 60*time.Second)
-	// A long retry interval and TTL: a waiter runs a round only when woken
-	// (its refresh, TTL/3, comes after the test).
-	opts := []redlock.Option{redlock.WithRetryInterval(time.Minute)}
-	holder := redlock.New(universal(benchClients(t, addrs)), opts...)
-	t.Cleanup(func() { _ = holder.Close() })
-	adm := admins(t, addrs)
-	lockName, _, _ := holder.KeyNames(key)
-	base := strings.TrimSuffix(lockName, ":lock")
-	h, err := holder.TryAcquire(ctx, key, locker.WithTTL(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	addrs, key, ctx, opts, adm, base, h := queueHolder(t, nodes)
 	trips := make([]*roundTrips, waiters)
 	got := make(chan acquiredBy, waiters)
 	for i := range waiters {
@@ -78,20 +65,9 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 		}
 		return n
 	}
-	// Every waiter asleep: no request for 200ms (a waiter that started
-	// late may still be in its round after subscribing).
-	for last, quiet, deadline := total(), 0, time.Now().Add(10*time.Second); quiet < 4; {
-		time.Sleep(50 * time.Millisecond)
-		n := total()
-		if n == last {
-			quiet++
-		} else {
-			last, quiet = n, 0
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiters kept making requests for 10s while the holder held (%d in all): they do not wait for a release", n)
-		}
-	}
+	// Every waiter asleep (a waiter that started late may still be in its
+	// round after subscribing).
+	awaitQuiet(t, total)
 	before := total()
 
 	var order []int
@@ -122,6 +98,47 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	}
 }
 
+// queueHolder is the set-up of the queue tests: a key held (TTL 30s) on
+// nodes nodes, the options of the waiters (a long retry interval: with a
+// TTL of 30s a waiter runs a round only when woken, its refresh coming
+// after the test), admin clients of the nodes and the base of the key's
+// names.
+func queueHolder(t *testing.T, nodes int) (addrs []string, key string, ctx context.Context, opts []redlock.Option, adm []*goredis.Client, base string, h locker.Handle) {
+	t.Helper()
+	addrs = nodeAddrs(t, nodes)
+	key = uniqueKey(t)
+	ctx = testCtx(t, 60*time.Second)
+	opts = []redlock.Option{redlock.WithRetryInterval(time.Minute)}
+	holder := redlock.New(universal(benchClients(t, addrs)), opts...)
+	t.Cleanup(func() { _ = holder.Close() })
+	adm = admins(t, addrs)
+	lockName, _, _ := holder.KeyNames(key)
+	base = strings.TrimSuffix(lockName, ":lock")
+	h, err := holder.TryAcquire(ctx, key, locker.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addrs, key, ctx, opts, adm, base, h
+}
+
+// awaitQuiet waits until the waiters' clients, whose requests total counts,
+// sent none for 200ms: every waiter asleep while the holder holds.
+func awaitQuiet(t *testing.T, total func() int64) {
+	t.Helper()
+	for last, quiet, deadline := total(), 0, time.Now().Add(10*time.Second); quiet < 4; {
+		time.Sleep(50 * time.Millisecond)
+		n := total()
+		if n == last {
+			quiet++
+		} else {
+			last, quiet = n, 0
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiters kept making requests for 10s while the holder held (%d in all): they do not wait for a release", n)
+		}
+	}
+}
+
 type acquiredBy struct {
 	i   int
 	h   locker.Handle
@@ -140,19 +157,7 @@ type acquiredBy struct {
 // for a handoff in about one run in eight with the machine loaded.
 func TestReleaseWakesHeadAfterMisorderedQueue(t *testing.T) {
 	const nodes = 3
-	addrs := nodeAddrs(t, nodes)
-	key := uniqueKey(t)
-	ctx := testCtx(t, 60*time.Second)
-	opts := []redlock.Option{redlock.WithRetryInterval(time.Minute)}
-	holder := redlock.New(universal(benchClients(t, addrs)), opts...)
-	t.Cleanup(func() { _ = holder.Close() })
-	adm := admins(t, addrs)
-	lockName, _, _ := holder.KeyNames(key)
-	base := strings.TrimSuffix(lockName, ":lock")
-	h, err := holder.TryAcquire(ctx, key, locker.WithTTL(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	addrs, key, ctx, opts, adm, base, h := queueHolder(t, nodes)
 	trips := &roundTrips{}
 	got := make(chan acquiredBy, 2)
 	for i := range 2 {
@@ -174,19 +179,7 @@ func TestReleaseWakesHeadAfterMisorderedQueue(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
-	// Both asleep: no request for 200ms.
-	for last, quiet, deadline := trips.trips.Load(), 0, time.Now().Add(10*time.Second); quiet < 4; {
-		time.Sleep(50 * time.Millisecond)
-		n := trips.trips.Load()
-		if n == last {
-			quiet++
-		} else {
-			last, quiet = n, 0
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the waiters kept making requests for 10s while the holder held")
-		}
-	}
+	awaitQuiet(t, trips.trips.Load)
 	// The second waiter's entries ahead of the first's on every node, as
 	// provisional tickets may put them.
 	for i, a := range adm {
