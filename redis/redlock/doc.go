@@ -234,7 +234,8 @@
 // block a majority, at most the retry interval (WithRetryInterval, default
 // 1s; the safety net for a lost message) and TTL/3 (the refresh of its
 // place in the queue), and after a round that split the nodes between
-// contenders a few milliseconds doubling, with jitter. A TryAcquire, and
+// contenders, or that nodes refused with the lock free there (waiters
+// ahead), a few milliseconds doubling, with jitter. A TryAcquire, and
 // an Acquire's first round, come behind every waiter: a free lock with
 // waiters queued is refused. A round that fails deletes its partial
 // grants without announcing them, so contenders do not wake each other
@@ -326,7 +327,12 @@
 //     nodes agree, permits go first come, first served.
 //   - A release (or a waiter that leaves) publishes on each node the ids of
 //     the waiters that node now admits; a Locker's Pub/Sub connection wakes
-//     only the waiters named, not the key's other waiters.
+//     only the waiters named, not the key's other waiters. A node that
+//     refuses a round while nobody holds there publishes them too: until
+//     a waiter's round reaches a node, its entry there has its first
+//     round's provisional ticket and may stand ahead of a waiter that came
+//     before it, so that a release wakes the wrong waiter; its round
+//     corrects the entry, is refused, and the refusal wakes the head.
 //
 // A waiter's rounds refresh its entries (at least every RetryInterval and
 // every TTL/3; the entry's lease is the TTL): a waiter that dies holds its
