@@ -249,7 +249,7 @@ if not ok then
   -- node by its first round that reaches it), or gone out before they
   -- subscribed; a waiter refused by a majority with no holder sleeps
   -- only briefly, but one that saw the holder before the release sleeps
-  -- until the holder's lease ends.
+  -- until its refresh or the end of the holder's lease.
   if wait < 0 then wake(kind, channel) end
   -- The writer's owner token when one holds (a mutex's round tells a
   -- holder of a majority from contenders that split the nodes), else '*'.

@@ -54,9 +54,9 @@ type roundResult struct {
 	held            bool  // one other owner holds the lock on a majority
 	maxHolder       int   // the most nodes that one other owner holds it on
 	// blocked counts the refusals of nodes where a holder has the lock
-	// (or every permit slot), as opposed to nodes where it is free and
-	// only waiters queued ahead refuse: a release will announce itself
-	// on those, not on these (see famWait).
+	// (or every permit slot). Nodes where it is free, refusing only for
+	// the waiters queued ahead, do not count: no release is coming from
+	// them for the waiter to wait for (see famWait).
 	blocked    int
 	holderLeft time.Duration
 	why        string // set when a majority granted but the round failed later
