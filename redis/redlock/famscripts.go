@@ -160,7 +160,7 @@ end
 // free, a reader when no writer holds or waits ahead of it, a writer when
 // nobody holds and nobody waits ahead of it. The grant takes the waiter
 // out of the queue; a round that fails puts it back (famReleaseScript).
-var famAcquireScript = goredis.NewScript(luaFamily + `
+var famAcquireScript = newScript(luaFamily + `
 local kind, owner, ttl, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local id, ticket, lease, prefer = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local channel = ARGV[9]
@@ -282,7 +282,7 @@ return {1, v, slot, free}
 //	ARGV[3] entry lease (ms), ARGV[4] limit n (permits)
 //	returns {1, ticket}, {-2, the limit of the holders and waiters}, or
 //	{0, 0} when the waiter has left the queue already (a late request)
-var famEnqueueScript = goredis.NewScript(luaFamily + `
+var famEnqueueScript = newScript(luaFamily + `
 local kind, id, lease, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
 purge(now)
@@ -333,7 +333,7 @@ return {1, tonumber(t)}
 // retry takes the largest of the values the refusing nodes returned, so
 // that owners refused together pick different tokens, as often as grants
 // do.
-var famClaimScript = goredis.NewScript(luaFamily + `
+var famClaimScript = newScript(luaFamily + `
 local kind, owner, token = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = now_ms()
 local held, slot = holds(kind, owner, now)
@@ -391,7 +391,7 @@ const (
 // runClaim claims token for owner on one node: claimAccepted,
 // claimGone, or claimTaken with a fresh counter value of the node.
 func runClaim(ctx context.Context, c goredis.UniversalClient, k keys, owner string, token int64) (state int, counter int64, err error) {
-	v, err := famClaimScript.Run(ctx, c, []string{k.base}, k.famKind(), owner, famToken(token)).Slice()
+	v, err := runScript(ctx, c, famClaimScript, []string{k.base}, k.famKind(), owner, famToken(token)).Slice()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -418,7 +418,7 @@ func runClaim(ctx context.Context, c goredis.UniversalClient, k keys, owner stri
 //
 //	KEYS[1] B; ARGV[1] owner token, ARGV[2] lease (ms)
 //	returns 1 when renewed, 0 when the reader was not there
-var famExtendScript = goredis.NewScript(luaFamily + `
+var famExtendScript = newScript(luaFamily + `
 local now = now_ms()
 local held = holds('r', ARGV[1], now)
 if not held then return 0 end
@@ -444,7 +444,7 @@ return 1
 // A waiter taken out of the queue wakes the waiters it held back (a
 // writer that gave up its wait lets the readers behind it in), whatever
 // ARGV[4] says.
-var famReleaseScript = goredis.NewScript(luaFamily + `
+var famReleaseScript = newScript(luaFamily + `
 local kind, owner, channel, announce, ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local id, what = ARGV[6], ARGV[7]
 local now = now_ms()
@@ -549,7 +549,7 @@ func famAcquireReply(k keys, v []any, err error) (grant, error) {
 // provisional ticket there, or the other limit of a semaphore's holders
 // (mismatch > 0).
 func runEnqueue(ctx context.Context, c goredis.UniversalClient, k keys, q *queued) (ticket int64, mismatch int, err error) {
-	v, err := famEnqueueScript.Run(ctx, c, k.famKeys(), k.famKind(), q.id, millis(q.lease), k.n).Slice()
+	v, err := runScript(ctx, c, famEnqueueScript, k.famKeys(), k.famKind(), q.id, millis(q.lease), k.n).Slice()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -578,7 +578,7 @@ func runFamRelease(ctx context.Context, c goredis.UniversalClient, k keys, owner
 	if announce {
 		a = "1"
 	}
-	n, err := famReleaseScript.Run(ctx, c, k.famKeys(), k.famKind(), owner, k.channel, a, millis(releaseMemory),
+	n, err := runScript(ctx, c, famReleaseScript, k.famKeys(), k.famKind(), owner, k.channel, a, millis(releaseMemory),
 		id, what, ticket, lease).Int64()
 	return n == 1, err
 }

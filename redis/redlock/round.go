@@ -219,11 +219,11 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing, q *qu
 func (l *Locker) grant(ctx context.Context, k keys, owner string, tm timing, plan vetPlan, q *queued, prefer int) (outcome[grant], []bool, error) {
 	// The requests read a copy: one that starts late (fanout has stopped
 	// waiting for it) must not read plan.ask while confirm writes it.
-	ask := slices.Clone(plan.ask)
+	ask, load := slices.Clone(plan.ask), slices.Clone(plan.load)
 	grants, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
 		func(ctx context.Context, i int, c goredis.UniversalClient) (grant, error) {
 			if ask[i] {
-				return runAcquireVetted(ctx, c, k, owner, tm.ttl, q, prefer, !l.cfg.AllowEviction, l.idKey())
+				return runAcquireVetted(ctx, c, k, owner, tm.ttl, q, prefer, !l.cfg.AllowEviction, load[i], l.idKey())
 			}
 			return runAcquire(ctx, c, k, owner, tm.ttl, q, prefer)
 		},

@@ -21,6 +21,61 @@ import (
 // fence key is the node's own counter for the key, which never expires and
 // only grows (INCR on a grant, max on a write-back).
 
+// nodeSources is the text of every script the Locker runs on the nodes
+// (newScript).
+var nodeSources []string
+
+// newScript is goredis.NewScript for a script of the nodes.
+func newScript(src string) *goredis.Script {
+	nodeSources = append(nodeSources, src)
+	return goredis.NewScript(src)
+}
+
+// A script runs by its hash (EVALSHA). A node that does not know it
+// answers NOSCRIPT: the Locker's first use of it there, or the server
+// restarted or flushed its scripts. Running the script's text then
+// (go-redis' Script.Run falls back on EVAL) is a second round trip in the
+// request's node timeout, for each script in turn: on a link whose round
+// trip is more than half the node timeout (a distant node, a tight
+// timeout) every such request fails, and the fallback of an acquire round
+// whose pipeline also vets the node (vetted, a third round trip) never
+// even reaches the node, so that the script is never cached and the node
+// never grants. So the first round that contacts a node loads every
+// script in its pipeline (SCRIPT LOAD, before the acquire script, in the
+// same round trip; see runAcquireVetted), and a NOSCRIPT loads them all
+// again with the script run after them in one pipeline (runScript): a
+// node that lost its scripts costs one failed request, not one per script.
+// Scripts SCRIPT LOAD cached also stay cached, where recent servers evict
+// those EVAL cached, least recently used first.
+
+// loadScripts queues SCRIPT LOAD of every node script in pipe. (Not
+// Script.Load, which, on a pipeline, sets the script's hash to the empty
+// reply of a command not yet sent.)
+func loadScripts(ctx context.Context, pipe goredis.Pipeliner) {
+	for _, src := range nodeSources {
+		pipe.ScriptLoad(ctx, src)
+	}
+}
+
+// runScript runs s on c by its hash; on NOSCRIPT it loads every node
+// script and runs s by its hash again, in one pipeline (see above), and
+// runs its text (EVAL) only if the node still does not have it (SCRIPT
+// LOAD refused: an ACL may allow EVAL and not SCRIPT).
+func runScript(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, keys []string, args ...any) *goredis.Cmd {
+	cmd := s.EvalSha(ctx, c, keys, args...)
+	if !goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		return cmd
+	}
+	pipe := c.Pipeline()
+	loadScripts(ctx, pipe)
+	cmd = s.EvalSha(ctx, pipe, keys, args...)
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	if goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		return s.Eval(ctx, c, keys, args...)
+	}
+	return cmd
+}
+
 // luaOurs tells whether a lock value v belongs to owner o.
 const luaOurs = `
 local function ours(v, o)
@@ -60,7 +115,7 @@ end
 //
 // It also records the token in the lock's value, keeping its expiry, so
 // that Inspect can report it.
-var writebackScript = goredis.NewScript(luaOurs + `
+var writebackScript = newScript(luaOurs + `
 if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then
   return 0
 end
@@ -83,7 +138,7 @@ return 1
 //
 //	KEYS[1] lock; ARGV[1] owner token, ARGV[2] lease in milliseconds
 //	returns 1 when extended, 0 when the lock was not ours
-var extendScript = goredis.NewScript(luaOurs + `
+var extendScript = newScript(luaOurs + `
 if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then
   return 0
 end
@@ -146,7 +201,7 @@ type grant struct {
 }
 
 func runAcquire(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration, q *queued, prefer int) (grant, error) {
-	v, err := famAcquireScript.Run(ctx, c, k.famKeys(), famArgsAcquire(k, owner, ttl, q, prefer)...).Slice()
+	v, err := runScript(ctx, c, famAcquireScript, k.famKeys(), famArgsAcquire(k, owner, ttl, q, prefer)...).Slice()
 	return famAcquireReply(k, v, err)
 }
 
@@ -180,16 +235,16 @@ func acquireReply(k keys, v []any, err error) (grant, error) {
 }
 
 func runWriteback(ctx context.Context, c goredis.UniversalClient, k keys, owner string, token int64) (bool, error) {
-	n, err := writebackScript.Run(ctx, c, []string{k.lock, k.fence}, owner, strconv.FormatInt(token, 10)).Int64()
+	n, err := runScript(ctx, c, writebackScript, []string{k.lock, k.fence}, owner, strconv.FormatInt(token, 10)).Int64()
 	return n == 1, err
 }
 
 func runExtend(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration) (bool, error) {
 	if k.kind == readLock {
-		n, err := famExtendScript.Run(ctx, c, []string{k.base}, owner, millis(ttl)).Int64()
+		n, err := runScript(ctx, c, famExtendScript, []string{k.base}, owner, millis(ttl)).Int64()
 		return n == 1, err
 	}
-	n, err := extendScript.Run(ctx, c, []string{k.lock}, owner, millis(ttl)).Int64()
+	n, err := runScript(ctx, c, extendScript, []string{k.lock}, owner, millis(ttl)).Int64()
 	return n == 1, err
 }
 
@@ -207,7 +262,7 @@ func runDelete(ctx context.Context, c goredis.UniversalClient, k keys, owner str
 }
 
 // inspectScript reads the lock on one node: {value or false, PTTL}.
-var inspectScript = goredis.NewScript(`
+var inspectScript = newScript(`
 return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 `)
 
@@ -246,7 +301,7 @@ type lockState struct {
 }
 
 func runInspect(ctx context.Context, c goredis.UniversalClient, k keys) (lockState, error) {
-	v, err := inspectScript.Run(ctx, c, []string{k.lock}).Slice()
+	v, err := runScript(ctx, c, inspectScript, []string{k.lock}).Slice()
 	if err != nil && err != goredis.Nil {
 		return lockState{}, err
 	}

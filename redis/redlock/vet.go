@@ -68,7 +68,8 @@ type vetter struct {
 // vetPlan is which nodes a round asks.
 type vetPlan struct {
 	ask  []bool
-	full bool // every node
+	load []bool // asked nodes that never answered: load the scripts too (see nodeScripts)
+	full bool   // every node
 }
 
 // plan returns the nodes the next acquire round asks, or the error of two
@@ -79,9 +80,10 @@ func (v *vetter) plan() (vetPlan, error) {
 	if v.dup != nil {
 		return vetPlan{}, v.dup
 	}
-	p := vetPlan{ask: make([]bool, len(v.nodes)), full: true}
+	p := vetPlan{ask: make([]bool, len(v.nodes)), load: make([]bool, len(v.nodes)), full: true}
 	for i, n := range v.nodes {
 		p.ask[i] = v.full || !n.counted || time.Since(n.at) >= guard.Recheck
+		p.load[i] = !n.known
 		p.full = p.full && p.ask[i]
 	}
 	return p, nil
@@ -234,18 +236,22 @@ func (l *Locker) idKey() string { return l.cfg.Prefix + "node-id" }
 
 // runAcquireVetted is runAcquire with the node's policy and identity read
 // in the same pipeline (grant.vet; nil when they could not be read, and
-// then the error says why). The acquire script's NOSCRIPT (a node's first
-// EVALSHA) is retried with the script, as Script.Run would.
-func runAcquireVetted(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration, q *queued, prefer int, policy bool, idKey string) (grant, error) {
+// then the error says why). With load (the Locker's first contact with the
+// node) every script is loaded first in the same pipeline (see
+// nodeScripts); a NOSCRIPT all the same is retried as runScript does.
+func runAcquireVetted(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration, q *queued, prefer int, policy, load bool, idKey string) (grant, error) {
 	script, ks, args, reply := famAcquireScript, k.famKeys(), famArgsAcquire(k, owner, ttl, q, prefer), famAcquireReply
 	pipe := c.Pipeline()
+	if load {
+		loadScripts(ctx, pipe)
+	}
 	pr := guard.AddProbe(ctx, pipe, policy)
-	ev := pipe.EvalSha(ctx, script.Hash(), ks, args...)
+	ev := script.EvalSha(ctx, pipe, ks, args...)
 	_, _ = pipe.Exec(ctx)
 	vet, verr := pr.Result(ctx, c, idKey)
 	v, err := ev.Slice()
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		v, err = script.Run(ctx, c, ks, args...).Slice()
+	if goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		v, err = runScript(ctx, c, script, ks, args...).Slice()
 	}
 	g, err := reply(k, v, err)
 	switch {
