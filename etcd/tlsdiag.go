@@ -46,8 +46,26 @@ type diagCreds struct {
 }
 
 func newDiagCreds(cfg *tls.Config, d *connDiag) credentials.TransportCredentials {
+	if len(cfg.Certificates) == 0 && cfg.GetClientCertificate == nil {
+		// A server that requests a client certificate this client does
+		// not have: recorded at the request, during the handshake. A
+		// server that requires one then refuses the connection with an
+		// alert ("certificate required", which replaces this record when
+		// it arrives), but it may close the connection before the client
+		// reads the alert (a reset discards it), and then nothing else
+		// would say why.
+		cfg = cfg.Clone()
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			d.set(errNoClientCert)
+			return &tls.Certificate{}, nil // send none, as crypto/tls does without one
+		}
+	}
 	return &diagCreds{TransportCredentials: credentials.NewTLS(cfg), d: d}
 }
+
+// errNoClientCert is the record of a server that requested a client
+// certificate from a client that has none.
+var errNoClientCert = errors.New("the server requested a client certificate and none is configured (tls_cert and tls_key); a server that requires one refuses the connection (tls: certificate required)")
 
 func (c *diagCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
