@@ -401,7 +401,9 @@
 // waits for one until a call's context ends; for an etcds:// URL the Locker
 // adds why the latest connection failed to such an error (and to Open's):
 // "x509: certificate signed by unknown authority", "remote error: tls:
-// certificate required" (the server wants a client certificate). A wrong
+// certificate required" (the server wants a client certificate; when the
+// server closes the connection before its alert is read, the Locker says
+// that the server requested a certificate and none is configured). A wrong
 // password fails Open with "authentication failed". A client you make
 // yourself says only "context deadline exceeded".
 //
