@@ -34,6 +34,9 @@ type Life[H comparable] struct {
 	active             int           // calls and goroutines in progress
 	idle               chan struct{} // closed when active drops to 0 while Close waits
 	closeDone          chan struct{} // closed when the first Close returns
+
+	wmu     sync.Mutex
+	workers []chan func() // idle goroutines of Reuse, waiting for a function
 }
 
 // NewLife returns the lifecycle of a new Locker. cfgErr is the error of an
