@@ -39,7 +39,9 @@ import (
 //
 // A request that gets no reply in that time, and every request of a
 // *goredis.ClusterClient without ContextTimeoutEnabled (which has no such
-// clone), runs on a goroutine of its own, and the caller stops waiting when
+// clone) or of a client type the Locker does not know, runs on a goroutine
+// of its own (one that ran an earlier request, when one is idle: see
+// backend.Life.Reuse), and the caller stops waiting when
 // ctx ends or the Locker closes; the abandoned request finishes in the
 // background: its context is cancelled (go-redis gives up at its next
 // check: a pool wait, a dial, a retry), and a blocked read ends at the
@@ -109,7 +111,7 @@ func (l *Locker) detach(ctx, life context.Context, call func(context.Context) er
 		rctx, cancel = context.WithTimeout(ctx, requestTimeout)
 	}
 	r := &request{done: make(chan error, 1)}
-	if !l.life.Go(func() {
+	if !l.life.Reuse(func() {
 		err := call(rctx)
 		r.mu.Lock()
 		if !r.gone {

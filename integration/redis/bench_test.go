@@ -132,7 +132,8 @@ func benchLock(b *testing.B, ctxAware bool, h benchmark.Harness) {
 // Acquire+Release of each of BenchmarkLock's sides (valgrind's callgrind,
 // in child processes on the same server; see benchmark.RunInstructions):
 // the Locker's own client cost against raw-fenced's, whatever the
-// loopback's speed.
+// loopback's speed; and locker-detached, a Locker whose requests all run off
+// the caller's goroutine.
 //
 //	cd integration && go test -run '^$' -bench '^BenchmarkInstructions$' ./redis
 func BenchmarkInstructions(b *testing.B) {
@@ -143,6 +144,9 @@ func BenchmarkInstructions(b *testing.B) {
 			sides = append(sides, s)
 		}
 	}
+	dc := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 128})
+	b.Cleanup(func() { _ = dc.Close() })
+	sides = append(sides, benchmark.LockerSide("locker-detached", 1, func(testing.TB) locker.Locker { return redis.New(detachedClient{dc}) }))
 	benchmark.RunInstructions(b, benchmark.Instructions{
 		Sides: sides, Env: []string{testserver.EnvRedisAddr + "=" + addr},
 		// The Locker's first requests under callgrind take longer than
@@ -151,6 +155,12 @@ func BenchmarkInstructions(b *testing.B) {
 		Settle: 11 * time.Second, Runs: 2,
 	})
 }
+
+// detachedClient hides the *goredis.Client's type from redis.New, which
+// then sends every request off the caller's goroutine (see redis/exec.go):
+// the path a Locker takes for 10s after a slow reply, and always with a
+// client type it does not know.
+type detachedClient struct{ *goredis.Client }
 
 // lockSides are BenchmarkLock's sides on the server at addr.
 func lockSides(b *testing.B, addr string, ctxAware bool) []benchmark.Side {

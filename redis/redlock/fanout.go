@@ -114,7 +114,7 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 				late(i, v, err)
 			}
 		}
-		if !l.life.Go(req) {
+		if !l.life.Reuse(req) {
 			// Close has stopped waiting: this is a request of a round
 			// Close gave up on, which may outlive Close (see Close), and
 			// what it deletes must still be deleted.
