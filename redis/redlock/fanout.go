@@ -101,7 +101,7 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 		out.err[i] = noAnswerError{timeout: t}
 		req := func() {
 			rctx, cancel := context.WithTimeout(base, t)
-			v, err := call(rctx, i, l.clients[i])
+			v, err := call(withScripts(rctx, &l.scripts[i]), i, l.clients[i])
 			cancel()
 			l.down[i].Store(err != nil && !errors.Is(err, goredis.Nil) && rctx.Err() != nil && base.Err() == nil)
 			mu.Lock()

@@ -52,6 +52,7 @@ type Locker struct {
 	cfg        config
 	subs       *subs
 	contacted  []atomic.Bool // per node: its first request was made (see dialAllowance)
+	scripts    []scriptState // per node: what its script cache holds (see runScript)
 	down       []atomic.Bool // per node: its last request ran out of time (see dialAllowance)
 	vet        vetter        // what each node's server said it is (see vet.go)
 
@@ -107,6 +108,7 @@ func newLocker(clients []goredis.UniversalClient, opts []Option) *Locker {
 	}
 	l.addrs = make([]string, len(clients))
 	l.contacted = make([]atomic.Bool, len(clients))
+	l.scripts = make([]scriptState, len(clients))
 	l.down = make([]atomic.Bool, len(clients))
 	l.vet.nodes = make([]nodeVet, len(clients))
 	for i := range clients {

@@ -219,11 +219,11 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing, q *qu
 func (l *Locker) grant(ctx context.Context, k keys, owner string, tm timing, plan vetPlan, q *queued, prefer int) (outcome[grant], []bool, error) {
 	// The requests read a copy: one that starts late (fanout has stopped
 	// waiting for it) must not read plan.ask while confirm writes it.
-	ask, load := slices.Clone(plan.ask), slices.Clone(plan.load)
+	ask := slices.Clone(plan.ask)
 	grants, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
 		func(ctx context.Context, i int, c goredis.UniversalClient) (grant, error) {
 			if ask[i] {
-				return runAcquireVetted(ctx, c, k, owner, tm.ttl, q, prefer, !l.cfg.AllowEviction, load[i], l.idKey())
+				return runAcquireVetted(ctx, c, k, owner, tm.ttl, q, prefer, !l.cfg.AllowEviction, l.idKey())
 			}
 			return runAcquire(ctx, c, k, owner, tm.ttl, q, prefer)
 		},
@@ -542,7 +542,7 @@ func (l *Locker) cleanup(ctx context.Context, k keys, owner string, nodes []int,
 func (l *Locker) releaseOn(i int, k keys, owner string, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	_, _ = runDelete(ctx, l.clients[i], k, owner)
+	_, _ = runDelete(withScripts(ctx, &l.scripts[i]), l.clients[i], k, owner)
 }
 
 // maySent reports whether a request that failed with err may have reached

@@ -2,10 +2,12 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -21,58 +23,116 @@ import (
 // fence key is the node's own counter for the key, which never expires and
 // only grows (INCR on a grant, max on a write-back).
 
-// nodeSources is the text of every script the Locker runs on the nodes
-// (newScript).
-var nodeSources []string
+// nodeSources is the text of every script the Locker runs on the nodes,
+// and scriptIndex each one's place in it (newScript).
+var (
+	nodeSources []string
+	scriptIndex = map[*goredis.Script]int{}
+)
 
 // newScript is goredis.NewScript for a script of the nodes.
 func newScript(src string) *goredis.Script {
+	s := goredis.NewScript(src)
+	scriptIndex[s] = len(nodeSources)
 	nodeSources = append(nodeSources, src)
-	return goredis.NewScript(src)
+	return s
 }
 
-// A script runs by its hash (EVALSHA). A node that does not know it
-// answers NOSCRIPT: the Locker's first use of it there, or the server
-// restarted or flushed its scripts. Running the script's text then
-// (go-redis' Script.Run falls back on EVAL) is a second round trip in the
-// request's node timeout, for each script in turn: on a link whose round
-// trip is more than half the node timeout (a distant node, a tight
-// timeout) every such request fails, and the fallback of an acquire round
-// whose pipeline also vets the node (vetted, a third round trip) never
-// even reaches the node, so that the script is never cached and the node
-// never grants. So the first round that contacts a node loads every
-// script in its pipeline (SCRIPT LOAD, before the acquire script, in the
-// same round trip; see runAcquireVetted), and a NOSCRIPT loads them all
-// again with the script run after them in one pipeline (runScript): a
-// node that lost its scripts costs one failed request, not one per script.
-// Scripts SCRIPT LOAD cached also stay cached, where recent servers evict
-// those EVAL cached, least recently used first.
+// A script runs by its hash (EVALSHA) on a node known to have it cached.
+// One that does not answers NOSCRIPT, and running the script's text then
+// (go-redis' Script.Run falls back on EVAL) is a second round trip within
+// the request's node timeout: on a link whose round trip is more than half
+// the node timeout (a distant node, a tight timeout) such a request fails,
+// and the fallback of an acquire round whose pipeline also vets the node
+// (a third round trip) never even reached the node, so that the script was
+// never cached and the node never granted. So the Locker keeps, per node,
+// which scripts it knows the node has (scriptState): a script it does not
+// know there runs by its text, after SCRIPT LOAD of every script in the
+// same pipeline (one round trip: the first contact's acquire round loads
+// them all); a NOSCRIPT (the server restarted, or flushed its scripts)
+// forgets what the node had and runs the script so, in one more round trip.
+// Where SCRIPT is refused (an ACL that allows EVAL) each script's first
+// use on a node runs by its text, which caches it. Scripts SCRIPT LOAD
+// cached also stay cached, where recent servers evict those EVAL cached,
+// least recently used first.
 
-// loadScripts queues SCRIPT LOAD of every node script in pipe. (Not
-// Script.Load, which, on a pipeline, sets the script's hash to the empty
-// reply of a command not yet sent.)
-func loadScripts(ctx context.Context, pipe goredis.Pipeliner) {
-	for _, src := range nodeSources {
-		pipe.ScriptLoad(ctx, src)
+// scriptState is what the Locker knows of one node's script cache.
+type scriptState struct {
+	has    atomic.Uint64 // bit i: nodeSources[i] is cached there
+	noLoad atomic.Bool   // SCRIPT LOAD was refused there
+}
+
+type scriptsKey struct{}
+
+// withScripts is ctx carrying the script state of the node a request goes
+// to (see runScript).
+func withScripts(ctx context.Context, st *scriptState) context.Context {
+	return context.WithValue(ctx, scriptsKey{}, st)
+}
+
+// scriptsOf is the script state ctx carries; a request without one knows
+// nothing of its node's scripts (a fresh state, not kept).
+func scriptsOf(ctx context.Context) *scriptState {
+	if st, ok := ctx.Value(scriptsKey{}).(*scriptState); ok {
+		return st
+	}
+	return &scriptState{}
+}
+
+func (st *scriptState) cached(s *goredis.Script) bool {
+	return st.has.Load()&(1<<scriptIndex[s]) != 0
+}
+
+// lost forgets what the node had: it answered NOSCRIPT.
+func (st *scriptState) lost() { st.has.Store(0) }
+
+// queueLoads queues SCRIPT LOAD of every node script in pipe, unless the
+// node refused it before. (Not Script.Load, which, on a pipeline, sets the
+// script's hash to the empty reply of a command not yet sent.)
+func (st *scriptState) queueLoads(ctx context.Context, pipe goredis.Pipeliner) []*goredis.StringCmd {
+	if st.noLoad.Load() {
+		return nil
+	}
+	loads := make([]*goredis.StringCmd, len(nodeSources))
+	for i, src := range nodeSources {
+		loads[i] = pipe.ScriptLoad(ctx, src)
+	}
+	return loads
+}
+
+// loaded records what a pipeline of queueLoads and EVAL of s did.
+func (st *scriptState) loaded(s *goredis.Script, loads []*goredis.StringCmd, eval *goredis.Cmd) {
+	for i, cmd := range loads {
+		switch err := cmd.Err(); {
+		case err == nil:
+			st.has.Or(1 << i)
+		case goredis.HasErrorPrefix(err, "NOPERM"):
+			st.noLoad.Store(true)
+		}
+	}
+	// A script that ran, or failed as it ran, was compiled and cached; a
+	// request that failed on its way was not, or is not known to be.
+	if err := eval.Err(); err == nil || errors.Is(err, goredis.Nil) || goredis.HasErrorPrefix(err, "ERR") {
+		st.has.Or(1 << scriptIndex[s])
 	}
 }
 
-// runScript runs s on c by its hash; on NOSCRIPT it loads every node
-// script and runs s by its hash again, in one pipeline (see above), and
-// runs its text (EVAL) only if the node still does not have it (SCRIPT
-// LOAD refused: an ACL may allow EVAL and not SCRIPT).
+// runScript runs s on c (see above for how); ctx carries the node's script
+// state (withScripts).
 func runScript(ctx context.Context, c goredis.UniversalClient, s *goredis.Script, keys []string, args ...any) *goredis.Cmd {
-	cmd := s.EvalSha(ctx, c, keys, args...)
-	if !goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		return cmd
+	st := scriptsOf(ctx)
+	if st.cached(s) {
+		cmd := s.EvalSha(ctx, c, keys, args...)
+		if !goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			return cmd
+		}
+		st.lost()
 	}
 	pipe := c.Pipeline()
-	loadScripts(ctx, pipe)
-	cmd = s.EvalSha(ctx, pipe, keys, args...)
+	loads := st.queueLoads(ctx, pipe)
+	cmd := s.Eval(ctx, pipe, keys, args...)
 	_, _ = pipe.Exec(ctx) // each command's error is read below
-	if goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		return s.Eval(ctx, c, keys, args...)
-	}
+	st.loaded(s, loads, cmd)
 	return cmd
 }
 

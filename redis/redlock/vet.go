@@ -68,8 +68,7 @@ type vetter struct {
 // vetPlan is which nodes a round asks.
 type vetPlan struct {
 	ask  []bool
-	load []bool // asked nodes that never answered: load the scripts too (see nodeScripts)
-	full bool   // every node
+	full bool // every node
 }
 
 // plan returns the nodes the next acquire round asks, or the error of two
@@ -80,10 +79,9 @@ func (v *vetter) plan() (vetPlan, error) {
 	if v.dup != nil {
 		return vetPlan{}, v.dup
 	}
-	p := vetPlan{ask: make([]bool, len(v.nodes)), load: make([]bool, len(v.nodes)), full: true}
+	p := vetPlan{ask: make([]bool, len(v.nodes)), full: true}
 	for i, n := range v.nodes {
 		p.ask[i] = v.full || !n.counted || time.Since(n.at) >= guard.Recheck
-		p.load[i] = !n.known
 		p.full = p.full && p.ask[i]
 	}
 	return p, nil
@@ -236,21 +234,31 @@ func (l *Locker) idKey() string { return l.cfg.Prefix + "node-id" }
 
 // runAcquireVetted is runAcquire with the node's policy and identity read
 // in the same pipeline (grant.vet; nil when they could not be read, and
-// then the error says why). With load (the Locker's first contact with the
-// node) every script is loaded first in the same pipeline (see
-// nodeScripts); a NOSCRIPT all the same is retried as runScript does.
-func runAcquireVetted(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration, q *queued, prefer int, policy, load bool, idKey string) (grant, error) {
+// then the error says why), and the acquire script run as runScript runs
+// it: by its hash where the node is known to have it, else by its text
+// after loading every script, all in the pipeline's one round trip.
+func runAcquireVetted(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration, q *queued, prefer int, policy bool, idKey string) (grant, error) {
 	script, ks, args, reply := famAcquireScript, k.famKeys(), famArgsAcquire(k, owner, ttl, q, prefer), famAcquireReply
 	pipe := c.Pipeline()
-	if load {
-		loadScripts(ctx, pipe)
-	}
 	pr := guard.AddProbe(ctx, pipe, policy)
-	ev := script.EvalSha(ctx, pipe, ks, args...)
+	st := scriptsOf(ctx)
+	byHash := st.cached(script)
+	var loads []*goredis.StringCmd
+	var ev *goredis.Cmd
+	if byHash {
+		ev = script.EvalSha(ctx, pipe, ks, args...)
+	} else {
+		loads = st.queueLoads(ctx, pipe)
+		ev = script.Eval(ctx, pipe, ks, args...)
+	}
 	_, _ = pipe.Exec(ctx)
 	vet, verr := pr.Result(ctx, c, idKey)
+	if !byHash {
+		st.loaded(script, loads, ev)
+	}
 	v, err := ev.Slice()
-	if goredis.HasErrorPrefix(err, "NOSCRIPT") {
+	if byHash && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		st.lost()
 		v, err = runScript(ctx, c, script, ks, args...).Slice()
 	}
 	g, err := reply(k, v, err)
