@@ -57,16 +57,13 @@ func slowLocker(t *testing.T, ctx context.Context, addrs []string, opts []redloc
 // timeout (600ms of 1s here; cross-region nodes with a tight node timeout):
 // a request gets one round trip. A node that does not know a script
 // answers NOSCRIPT, and running the script's text after it would be a
-// second round trip, which the node timeout cuts; so the Locker must not
-// meet a missing script more than once per node:
-//   - a Locker's first contact with a node loads every script in its first
-//     round's pipeline, so that a fresh Locker on fresh servers acquires in
-//     its first call;
-//   - so does a user whose ACL refuses SCRIPT (and allows EVAL): each
-//     script's first use on a node runs by its text, which caches it;
+// second round trip, which the node timeout cuts; so a script's first use
+// on a node, and its first after a NOSCRIPT, runs by its text:
+//   - a fresh Locker on fresh servers acquires in its first call;
+//   - so does a user whose ACL refuses SCRIPT (and allows EVAL);
 //   - after the nodes lost their scripts (restart, SCRIPT FLUSH), the first
-//     script that meets NOSCRIPT loads them all, so that another script
-//     run after it takes one round trip.
+//     script that meets NOSCRIPT makes the Locker forget what the nodes
+//     had, so that another script run after it takes one round trip.
 func TestScriptsOnSlowLink(t *testing.T) {
 	addrs := nodeAddrs(t, 3)
 	ctx := testCtx(t, 60*time.Second)
@@ -119,7 +116,7 @@ func TestScriptsOnSlowLink(t *testing.T) {
 
 	t.Run("AfterFlush", func(t *testing.T) {
 		// The nodes lose their scripts; the next call, on a fast link,
-		// meets NOSCRIPT and loads them all, so that a script it did not
+		// meets NOSCRIPT, so that a script it did not
 		// run (Inspect's) takes one round trip on the slow link after.
 		c := newLocker(t, addrs, opts...)
 		key := uniqueKey(t)

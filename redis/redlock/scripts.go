@@ -24,7 +24,7 @@ import (
 // only grows (INCR on a grant, max on a write-back).
 
 // nodeSources is the text of every script the Locker runs on the nodes,
-// and scriptIndex each one's place in it (newScript).
+// and scriptIndex each one's place in it (newScript; see scriptState).
 var (
 	nodeSources []string
 	scriptIndex = map[*goredis.Script]int{}
@@ -38,28 +38,26 @@ func newScript(src string) *goredis.Script {
 	return s
 }
 
-// A script runs by its hash (EVALSHA) on a node known to have it cached.
-// One that does not answers NOSCRIPT, and running the script's text then
-// (go-redis' Script.Run falls back on EVAL) is a second round trip within
-// the request's node timeout: on a link whose round trip is more than half
-// the node timeout (a distant node, a tight timeout) such a request fails,
-// and the fallback of an acquire round whose pipeline also vets the node
-// (a third round trip) never even reached the node, so that the script was
-// never cached and the node never granted. So the Locker keeps, per node,
-// which scripts it knows the node has (scriptState): a script it does not
-// know there runs by its text, after SCRIPT LOAD of every script in the
-// same pipeline (one round trip: the first contact's acquire round loads
-// them all); a NOSCRIPT (the server restarted, or flushed its scripts)
-// forgets what the node had and runs the script so, in one more round trip.
-// Where SCRIPT is refused (an ACL that allows EVAL) each script's first
-// use on a node runs by its text, which caches it. Scripts SCRIPT LOAD
-// cached also stay cached, where recent servers evict those EVAL cached,
-// least recently used first.
+// A script runs by its hash (EVALSHA) on a node known to have it cached,
+// else by its text (EVAL), which caches it there. A node that does not
+// have a script answers EVALSHA with NOSCRIPT, and running the script's
+// text then (go-redis' Script.Run falls back on EVAL) is a second round
+// trip within the request's node timeout: on a link whose round trip is
+// more than half the node timeout (a distant node, a tight timeout) such a
+// request fails, and the fallback of an acquire round whose pipeline also
+// vets the node (a third round trip) never even reached the node, so that
+// the script was never cached and the node never granted. So the Locker
+// keeps, per node, which scripts it knows the node has (scriptState): a
+// script's first use on a node, and its first after a NOSCRIPT (the server
+// restarted, flushed its scripts, or evicted ours: recent servers evict
+// scripts EVAL cached, least recently used first), which forgets them all,
+// runs by its text in one round trip. (Loading every script at first
+// contact, SCRIPT LOAD, was tried: a burst of first calls then made the
+// server compile every script at once, and a node answered late.)
 
 // scriptState is what the Locker knows of one node's script cache.
 type scriptState struct {
-	has    atomic.Uint64 // bit i: nodeSources[i] is cached there
-	noLoad atomic.Bool   // SCRIPT LOAD was refused there
+	has atomic.Uint64 // bit i: nodeSources[i] is cached there
 }
 
 type scriptsKey struct{}
@@ -86,32 +84,10 @@ func (st *scriptState) cached(s *goredis.Script) bool {
 // lost forgets what the node had: it answered NOSCRIPT.
 func (st *scriptState) lost() { st.has.Store(0) }
 
-// queueLoads queues SCRIPT LOAD of every node script in pipe, unless the
-// node refused it before. (Not Script.Load, which, on a pipeline, sets the
-// script's hash to the empty reply of a command not yet sent.)
-func (st *scriptState) queueLoads(ctx context.Context, pipe goredis.Pipeliner) []*goredis.StringCmd {
-	if st.noLoad.Load() {
-		return nil
-	}
-	loads := make([]*goredis.StringCmd, len(nodeSources))
-	for i, src := range nodeSources {
-		loads[i] = pipe.ScriptLoad(ctx, src)
-	}
-	return loads
-}
-
-// loaded records what a pipeline of queueLoads and EVAL of s did.
-func (st *scriptState) loaded(s *goredis.Script, loads []*goredis.StringCmd, eval *goredis.Cmd) {
-	for i, cmd := range loads {
-		switch err := cmd.Err(); {
-		case err == nil:
-			st.has.Or(1 << i)
-		case goredis.HasErrorPrefix(err, "NOPERM"):
-			st.noLoad.Store(true)
-		}
-	}
-	// A script that ran, or failed as it ran, was compiled and cached; a
-	// request that failed on its way was not, or is not known to be.
+// ran records what an EVAL of s did: a script that ran, or failed as it
+// ran, was compiled and cached; a request that failed on its way was not,
+// or is not known to be.
+func (st *scriptState) ran(s *goredis.Script, eval *goredis.Cmd) {
 	if err := eval.Err(); err == nil || errors.Is(err, goredis.Nil) || goredis.HasErrorPrefix(err, "ERR") {
 		st.has.Or(1 << scriptIndex[s])
 	}
@@ -128,11 +104,8 @@ func runScript(ctx context.Context, c goredis.UniversalClient, s *goredis.Script
 		}
 		st.lost()
 	}
-	pipe := c.Pipeline()
-	loads := st.queueLoads(ctx, pipe)
-	cmd := s.Eval(ctx, pipe, keys, args...)
-	_, _ = pipe.Exec(ctx) // each command's error is read below
-	st.loaded(s, loads, cmd)
+	cmd := s.Eval(ctx, c, keys, args...)
+	st.ran(s, cmd)
 	return cmd
 }
 

@@ -235,26 +235,23 @@ func (l *Locker) idKey() string { return l.cfg.Prefix + "node-id" }
 // runAcquireVetted is runAcquire with the node's policy and identity read
 // in the same pipeline (grant.vet; nil when they could not be read, and
 // then the error says why), and the acquire script run as runScript runs
-// it: by its hash where the node is known to have it, else by its text
-// after loading every script, all in the pipeline's one round trip.
+// it: by its hash where the node is known to have it, else by its text.
 func runAcquireVetted(ctx context.Context, c goredis.UniversalClient, k keys, owner string, ttl time.Duration, q *queued, prefer int, policy bool, idKey string) (grant, error) {
 	script, ks, args, reply := famAcquireScript, k.famKeys(), famArgsAcquire(k, owner, ttl, q, prefer), famAcquireReply
 	pipe := c.Pipeline()
 	pr := guard.AddProbe(ctx, pipe, policy)
 	st := scriptsOf(ctx)
 	byHash := st.cached(script)
-	var loads []*goredis.StringCmd
 	var ev *goredis.Cmd
 	if byHash {
 		ev = script.EvalSha(ctx, pipe, ks, args...)
 	} else {
-		loads = st.queueLoads(ctx, pipe)
 		ev = script.Eval(ctx, pipe, ks, args...)
 	}
 	_, _ = pipe.Exec(ctx)
 	vet, verr := pr.Result(ctx, c, idKey)
 	if !byHash {
-		st.loaded(script, loads, ev)
+		st.ran(script, ev)
 	}
 	v, err := ev.Slice()
 	if byHash && goredis.HasErrorPrefix(err, "NOSCRIPT") {
