@@ -411,7 +411,21 @@ func pauseContainer(ctx context.Context, c *testcontainers.DockerContainer, paus
 		return err
 	}
 	if pause {
-		_, err = e.api.ContainerPause(ctx, c.GetContainerID(), client.ContainerPauseOptions{})
+		// runc freezes the container's cgroup and gives up, thawing it,
+		// when a process does not stop in time (one in a disk wait, as a
+		// database's fsync under load): "unable to freeze". Nothing was
+		// paused then; try again, a few times.
+		for try := 1; ; try++ {
+			_, err = e.api.ContainerPause(ctx, c.GetContainerID(), client.ContainerPauseOptions{})
+			if err == nil || try == 5 || !strings.Contains(err.Error(), "unable to freeze") {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(try) * 50 * time.Millisecond): // a back-off before asking the daemon again
+			}
+		}
 	} else {
 		_, err = e.api.ContainerUnpause(ctx, c.GetContainerID(), client.ContainerUnpauseOptions{})
 	}
