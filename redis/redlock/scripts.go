@@ -23,18 +23,14 @@ import (
 // fence key is the node's own counter for the key, which never expires and
 // only grows (INCR on a grant, max on a write-back).
 
-// nodeSources is the text of every script the Locker runs on the nodes,
-// and scriptIndex each one's place in it (newScript; see scriptState).
-var (
-	nodeSources []string
-	scriptIndex = map[*goredis.Script]int{}
-)
+// scriptIndex numbers the scripts the Locker runs on the nodes (newScript),
+// for scriptState.
+var scriptIndex = map[*goredis.Script]int{}
 
 // newScript is goredis.NewScript for a script of the nodes.
 func newScript(src string) *goredis.Script {
 	s := goredis.NewScript(src)
-	scriptIndex[s] = len(nodeSources)
-	nodeSources = append(nodeSources, src)
+	scriptIndex[s] = len(scriptIndex)
 	return s
 }
 
@@ -57,7 +53,7 @@ func newScript(src string) *goredis.Script {
 
 // scriptState is what the Locker knows of one node's script cache.
 type scriptState struct {
-	has atomic.Uint64 // bit i: nodeSources[i] is cached there
+	has atomic.Uint64 // bit i: the script numbered i (scriptIndex) is cached there
 }
 
 type scriptsKey struct{}
