@@ -157,9 +157,12 @@ func (h *handle) unlock(ctx context.Context, byClose bool) error {
 	// The session's settings that kept the lease go back to what they
 	// were (ttl.go), in the statement that unlocks.
 	var err error
-	if h.fam != nil {
+	switch {
+	case h.fam != nil:
 		err = h.conn.QueryRow(ctx, sqlFamRelease, h.fam.ik1, h.fam.ik2, h.terms.names, h.old, h.fam.channel).Scan(&ok, &pid)
-	} else {
+	case h.terms.mutex14():
+		err = h.conn.QueryRow(ctx, sqlUnlock14, h.id, h.old[0], h.old[1]).Scan(&ok, &pid)
+	default:
 		err = h.conn.QueryRow(ctx, sqlUnlockRestore, h.id, h.terms.names, h.old).Scan(&ok, &pid)
 	}
 	// The socket was closed at the bound, perhaps just after the answer

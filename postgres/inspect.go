@@ -38,6 +38,14 @@ func (t terms) withOwner(desc string) terms {
 	return t
 }
 
+// mutex14 reports whether t's settings are exactly those of the mutex on
+// PostgreSQL 14+, idle_session_timeout and application_name (termsFor and
+// withOwner make them in that order), which sqlLockWait14, sqlLockTry14
+// and sqlUnlock14 name themselves.
+func (t terms) mutex14() bool {
+	return len(t.names) == 2 && t.names[0] == gucIdle && t.names[1] == gucApp
+}
+
 // escapeOwner makes desc printable ASCII, which application_name keeps as
 // it is on every server version (others replace the rest with '?' or
 // \x escapes): bytes outside ' '..'~', and '%', become %XX.

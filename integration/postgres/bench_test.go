@@ -66,11 +66,15 @@ func benchLocker(b testing.TB, dsn string, maxConns int32) *postgres.Locker {
 //	cd integration && go test -run '^$' -bench '^BenchmarkLock$' -benchtime 1000x ./postgres
 func BenchmarkLock(b *testing.B) {
 	dsn := testserver.Postgres(b).DSN()
+	createFenceSeq(b, dsn)
 	open := func(tb testing.TB) locker.Locker { return benchLocker(tb, dsn, lockerConns) }
 	benchmark.Run(b, benchmark.Harness{Sides: []benchmark.Side{
 		benchmark.LockerSide("locker", 8, open),
 		{Name: "raw", New: func(tb testing.TB, key string, _ int) benchmark.Lock {
 			return rawLock(benchConn(tb, dsn), postgres.AdvisoryKey("bench", key), false)
+		}},
+		{Name: "raw-fenced", New: func(tb testing.TB, key string, _ int) benchmark.Lock {
+			return rawFencedLock(benchConn(tb, dsn), postgres.AdvisoryKey("bench", key))
 		}},
 		{Name: "locker-try", Floor: true, New: func(tb testing.TB, key string, _ int) benchmark.Lock {
 			l := benchLocker(tb, dsn, lockerConns)
@@ -105,6 +109,14 @@ func rawLock(c *pgx.Conn, id int64, try bool) benchmark.Lock {
 			return nil, fmt.Errorf("pg_advisory_lock: %w", err)
 		}
 		return rawUnlock(c, id), nil
+	}
+}
+
+// createFenceSeq creates the sequence of the fenced floor (rawFencedLock).
+func createFenceSeq(b testing.TB, dsn string) {
+	b.Helper()
+	if _, err := benchConn(b, dsn).Exec(context.Background(), "CREATE SEQUENCE IF NOT EXISTS bench_fence_seq AS bigint MINVALUE 1 NO CYCLE CACHE 1"); err != nil {
+		b.Fatalf("CREATE SEQUENCE: %v", err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/go-locker/locker"
@@ -20,9 +19,7 @@ import (
 //	cd integration && go test -run '^$' -bench '^BenchmarkInstructions$' ./postgres
 func BenchmarkInstructions(b *testing.B) {
 	dsn := testserver.Postgres(b).DSN()
-	if _, err := benchConn(b, dsn).Exec(context.Background(), "CREATE SEQUENCE IF NOT EXISTS bench_fence_seq AS bigint MINVALUE 1 NO CYCLE CACHE 1"); err != nil {
-		b.Fatalf("CREATE SEQUENCE: %v", err)
-	}
+	createFenceSeq(b, dsn)
 	benchmark.RunInstructions(b, benchmark.Instructions{
 		Env: []string{testserver.EnvPostgresDSN + "=" + dsn},
 		Sides: []benchmark.Side{
