@@ -96,9 +96,14 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 	)
 	wait4 := timeout
 	for _, i := range nodes {
-		t := timeout + l.dialAllowance(i)
-		wait4 = max(wait4, t)
-		out.err[i] = noAnswerError{timeout: t}
+		dial, waited := l.dialAllowance(i)
+		t := timeout + dial
+		if waited {
+			wait4 = max(wait4, t)
+			out.err[i] = noAnswerError{timeout: t}
+		} else {
+			out.err[i] = noAnswerError{timeout: timeout}
+		}
 		req := func() {
 			rctx, cancel := context.WithTimeout(base, t)
 			v, err := call(withScripts(rctx, &l.scripts[i]), i, l.clients[i])
@@ -166,25 +171,30 @@ const maxDialAllowance = time.Second
 // dial first, which the node timeout does not allow for (a loaded client,
 // or a fresh process, would otherwise count every live node as down on its
 // first round; and several requests at once, each needing a connection of
-// its own, would count it down on the next ones): the Locker's first
-// request to the node, and a request made while the client's pool has no
-// idle connection and the node answered the Locker's last request (so a
-// node that went down costs each round the node timeout only). It is the
-// client's DialTimeout, at most maxDialAllowance. The validity check counts
-// the time spent, so safety does not depend on it.
-func (l *Locker) dialAllowance(i int) time.Duration {
+// its own, would count it down on the next ones), and whether the round
+// waits for it: the client's DialTimeout, at most maxDialAllowance, when
+// the client's pool has no idle connection (or at the Locker's first
+// request to the node). The validity check counts the time spent, so
+// safety does not depend on it.
+//
+// A node whose last request ran out of time (down) gets it too, but the
+// round does not wait for it: a node that is gone costs each round the
+// node timeout only, and a node that lost its connections on a link whose
+// round trip is over a third of the node timeout (the handshake's round
+// trips and the request's do not fit in it) still makes its connection,
+// whose answer comes late (see fanout's late), so that the next round
+// finds it and fits. Without that such a node stayed down for good.
+func (l *Locker) dialAllowance(i int) (time.Duration, bool) {
 	c, ok := l.clients[i].(*goredis.Client)
 	first := !l.contacted[i].Swap(true)
 	switch {
 	case !ok:
-		return 0
+		return 0, true
 	case first:
-	case l.down[i].Load():
-		return 0
 	case c.PoolStats().IdleConns > 0:
-		return 0
+		return 0, true
 	}
-	return min(c.Options().DialTimeout, maxDialAllowance)
+	return min(c.Options().DialTimeout, maxDialAllowance), !l.down[i].Load()
 }
 
 // ok reports whether node i answered without error.
