@@ -42,8 +42,11 @@
 // on every node in parallel, each request bounded by the node timeout
 // (WithNodeTimeout, default TTL/10 within [50ms, 3s]; a request that must
 // dial gets up to 1s more: a Locker's first to each node, and one made
-// when the client's pool has no idle connection to a node that answered
-// the last request in time); a node that
+// when the client's pool has no idle connection; the round waits that
+// long only for a node that answered the last request in time, while the
+// request to a node that did not goes on dialling, so that a node whose
+// round trip leaves no time for a new connection's handshake comes back
+// at the next round); a node that
 // grants also increments its own counter for the key (INCR, in the same
 // script) and returns it. The round waits for every node's answer (or
 // timeout) unless a majority has already refused. It succeeds iff
