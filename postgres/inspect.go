@@ -33,6 +33,11 @@ const sqlInspect = `SELECT COALESCE(a.application_name, '') FROM pg_catalog.pg_l
 // <desc, escaped>" when they grant the lock (see sqlSettingValue), and the
 // unlock sets it back, as the lease's settings.
 func (t terms) withOwner(desc string) terms {
+	if len(t.names) == 1 && t.names[0] == gucIdle {
+		t.names = namesIdleApp
+		t.values = []string{t.values[0], escapeOwner(desc)}
+		return t
+	}
 	t.names = append(slices.Clip(t.names), gucApp)
 	t.values = append(slices.Clip(t.values), escapeOwner(desc))
 	return t
@@ -50,10 +55,17 @@ func (t terms) mutex14() bool {
 // it is on every server version (others replace the rest with '?' or
 // \x escapes): bytes outside ' '..'~', and '%', become %XX.
 func escapeOwner(desc string) string {
+	clean := true
+	for i := 0; i < len(desc) && clean; i++ {
+		clean = !needsEscape(desc[i])
+	}
+	if clean {
+		return desc // without the heap allocation of b below
+	}
 	var b strings.Builder
 	for i := 0; i < len(desc); i++ {
 		c := desc[i]
-		if c < ' ' || c > '~' || c == '%' {
+		if needsEscape(c) {
 			fmt.Fprintf(&b, "%%%02X", c)
 			continue
 		}
@@ -61,6 +73,9 @@ func escapeOwner(desc string) string {
 	}
 	return b.String()
 }
+
+// needsEscape reports a byte that escapeOwner escapes.
+func needsEscape(c byte) bool { return c < ' ' || c > '~' || c == '%' }
 
 // unescapeOwner undoes escapeOwner; an escape cut short by the server's
 // truncation of application_name is dropped, and a character cut in the

@@ -94,6 +94,11 @@ type Locker struct {
 	backstopQ *timerq.Queue
 	// releaseQ bounds each unlock by locker.ReleaseTimeout (see unlock).
 	releaseQ *timerq.Queue
+
+	// intervalTimeout is the lock_timeout of a wait's usual slice (see
+	// sliceTimeout), defaultIdle the idle_session_timeout of the default
+	// TTL (see termsFor): strings made once, not at every acquisition.
+	intervalTimeout, defaultIdle string
 }
 
 var _ locker.Locker = (*Locker)(nil)
@@ -258,6 +263,9 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 		monitorQ:  timerq.New(monitorDelay),
 		backstopQ: timerq.New(2 * cfg.interval),
 		releaseQ:  timerq.New(locker.ReleaseTimeout),
+
+		intervalTimeout: lockTimeout(cfg.interval),
+		defaultIdle:     millis(cfg.defaultTTL().Truncate(time.Millisecond)),
 	}
 }
 
@@ -267,6 +275,14 @@ func New(pool *pgxpool.Pool, opts ...Option) *Locker {
 // lock. It does not contact the server.
 func (l *Locker) Err() error { return l.cfg.err }
 
+// defaultTTL is the TTL of a lock taken without locker.WithTTL.
+func (c *config) defaultTTL() time.Duration {
+	if c.TTL > 0 {
+		return c.TTL
+	}
+	return locker.DefaultTTL
+}
+
 // newConfig applies opts to the defaults; cfg.err holds every invalid one.
 func newConfig(opts []Option) config {
 	cfg := config{interval: DefaultHealthCheckInterval, sequence: DefaultSequence}
@@ -274,11 +290,7 @@ func newConfig(opts []Option) config {
 	if cfg.err == nil {
 		// A drift margin too long for the default TTL fails at once; one
 		// too long for a per-call TTL, that call.
-		def := cfg.TTL
-		if def == 0 {
-			def = locker.DefaultTTL
-		}
-		_, cfg.err = limits.Drift("drift margin", cfg.DriftMargin, def)
+		_, cfg.err = limits.Drift("drift margin", cfg.DriftMargin, cfg.defaultTTL())
 	}
 	return cfg
 }

@@ -70,6 +70,14 @@ const (
 	maxKeepaliveCount = 127
 )
 
+// namesIdle and namesIdleApp are the settings of a lock on PostgreSQL 14+,
+// without and with the holder's application_name (see withOwner); shared,
+// never written (each is full to its capacity, so an append copies).
+var (
+	namesIdle    = []string{gucIdle}
+	namesIdleApp = []string{gucIdle, gucApp}
+)
+
 // terms is the lease of one lock and how it is kept.
 type terms struct {
 	lease  time.Duration // Handle.TTL: how long the server keeps a silent holder's lock
@@ -82,13 +90,10 @@ type terms struct {
 // ttlOf returns the TTL asked for by the options of one call (locker.WithTTL
 // checked its range), else the Locker's default.
 func (l *Locker) ttlOf(o locker.Options) time.Duration {
-	switch {
-	case o.TTL > 0:
+	if o.TTL > 0 {
 		return o.TTL
-	case l.cfg.TTL > 0:
-		return l.cfg.TTL
 	}
-	return locker.DefaultTTL
+	return l.cfg.defaultTTL()
 }
 
 // termsFor returns the terms of a lock with TTL ttl on a server of major
@@ -97,8 +102,12 @@ func (l *Locker) termsFor(ttl time.Duration, major int) (terms, error) {
 	var t terms
 	if major == 0 || major >= 14 {
 		t.lease = ttl.Truncate(time.Millisecond)
-		t.names = []string{gucIdle}
-		t.values = []string{millis(t.lease)}
+		t.names = namesIdle
+		idle := l.defaultIdle
+		if t.lease != l.cfg.defaultTTL().Truncate(time.Millisecond) || idle == "" {
+			idle = millis(t.lease)
+		}
+		t.values = []string{idle}
 	} else {
 		ka := keepaliveFor(ttl)
 		t.lease = ka.total

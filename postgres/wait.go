@@ -243,18 +243,17 @@ func (l *Locker) waitSlice(ctx context.Context, conn *pgxpool.Conn, id int64, g 
 	slice := g.terms.period
 	nc := conn.Conn().PgConn().Conn()
 	backstop := l.sliceBackstop(slice, func() { _ = nc.Close() })
-	var pid int32
 	g.sent = time.Now()
 	var err error
+	// The statement's answers go straight into g (on the heap already),
+	// not into locals that the scan would move there one by one.
 	if t := g.terms; t.mutex14() {
-		var idle, app string
-		err = conn.QueryRow(ctx, sqlLockWait14, id, l.cfg.sequence, lockTimeout(slice), t.values[0], t.values[1]).Scan(&g.token, &pid, &idle, &app, nil, nil)
-		g.old = []string{idle, app}
+		g.old = make([]string, 2)
+		err = conn.QueryRow(ctx, sqlLockWait14, id, l.cfg.sequence, l.sliceTimeout(slice), t.values[0], t.values[1]).Scan(&g.token, &g.pid, &g.old[0], &g.old[1], nil, nil)
 	} else {
 		var set int64
-		err = conn.QueryRow(ctx, sqlLockWait, id, l.cfg.sequence, lockTimeout(slice), t.names, t.values).Scan(&g.token, &pid, &g.old, &set)
+		err = conn.QueryRow(ctx, sqlLockWait, id, l.cfg.sequence, l.sliceTimeout(slice), t.names, t.values).Scan(&g.token, &g.pid, &g.old, &set)
 	}
-	g.pid = uint32(pid)
 	if !backstop.Stop() {
 		// Whatever the statement returned, the socket is (being) closed.
 		return fmt.Errorf("%w: no answer within %v of asking for the lock with lock_timeout %v; the link seems dead, so the connection is closed, which ends the wait on the server (%v)",
@@ -276,6 +275,14 @@ func (l *Locker) sliceBackstop(slice time.Duration, f func()) stopper {
 		return l.backstopQ.Add(f)
 	}
 	return time.AfterFunc(2*slice, f)
+}
+
+// sliceTimeout is lockTimeout(slice), made once for the usual slice.
+func (l *Locker) sliceTimeout(slice time.Duration) string {
+	if slice == l.cfg.interval {
+		return l.intervalTimeout
+	}
+	return lockTimeout(slice)
 }
 
 // lockTimeout is d as a lock_timeout value, at least 1ms (0 turns it off).
@@ -473,11 +480,17 @@ func anyHeld(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
 // another session's pg_cancel_backend: both are query_canceled) or by
 // lock_timeout.
 func isServerTimeout(err error) bool {
+	if err == nil {
+		return false // without the heap allocation of pe below
+	}
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "57014" || pe.Code == "55P03")
 }
 
 func isQueryCanceled(err error) bool {
+	if err == nil {
+		return false
+	}
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "57014"
 }
