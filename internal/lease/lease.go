@@ -144,6 +144,9 @@ func Late(backend, server string, sent time.Time, ttl, drift time.Duration) erro
 
 // IsLate reports whether err is (or wraps) a LateGrant.
 func IsLate(err error) bool {
+	if err == nil {
+		return false // without the heap allocation of e below
+	}
 	var e *LateGrant
 	return errors.As(err, &e)
 }
