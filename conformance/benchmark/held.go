@@ -130,15 +130,21 @@ func MeasureHeld(tb testing.TB, h Held) HeldResult {
 	})
 	settle := func() (int, uint64) {
 		// Goroutines that end after their work (the takers, a client's
-		// own) get a moment; the heap is measured after two collections.
-		var g int
-		for range 20 {
-			g = runtime.NumGoroutine()
+		// own, a backend's per-lock start-up work such as ZooKeeper's
+		// watch arming) get the time to end: the count is taken once it
+		// has not gone down for settleQuiet (at most settleMax), so that
+		// on a loaded machine work still in flight is not counted as
+		// held, while goroutines that stay with the locks are. The heap
+		// is measured after two collections.
+		g := runtime.NumGoroutine()
+		low, lowAt, start := g, time.Now(), time.Now()
+		for time.Since(lowAt) < settleQuiet && time.Since(start) < settleMax {
 			time.Sleep(10 * time.Millisecond)
-			if runtime.NumGoroutine() == g {
-				break
+			if g = runtime.NumGoroutine(); g < low {
+				low, lowAt = g, time.Now()
 			}
 		}
+		g = low
 		runtime.GC()
 		runtime.GC()
 		var ms runtime.MemStats
@@ -182,6 +188,13 @@ func RunHeld(b *testing.B, h Held) {
 		b.ReportMetric(r.RenewalsPerSec/float64(r.N), "renew-req/s/lock")
 	}
 }
+
+// settleQuiet and settleMax bound MeasureHeld's wait for the goroutines of
+// work in flight to end (see settle there).
+const (
+	settleQuiet = 300 * time.Millisecond
+	settleMax   = 15 * time.Second
+)
 
 // CheckHeldGoroutines is the test of the Held case: it measures h (N
 // 2,000 unless set) and fails t if the Locker runs more than a few
