@@ -36,6 +36,7 @@ type link struct {
 	base      time.Time    // monotonic reference of heardAt
 	heardAt   atomic.Int64 // nanoseconds after base; 0: never
 	granted   atomic.Int64 // nanoseconds, from the last connect response
+	joinedAt  atomic.Int64 // like heardAt: send time of the last connect request granted
 	hosts     *hostList
 	tls       *tls.Config // WithTLS; nil: plain TCP
 	diag      linkDiag    // why the latest connection attempt failed
@@ -62,6 +63,17 @@ func (k *link) dial(network, address string, timeout time.Duration) (net.Conn, e
 // with a monotonic clock reading; the zero Time if none was.
 func (k *link) heard() time.Time {
 	n := k.heardAt.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return k.base.Add(time.Duration(n))
+}
+
+// connected returns the send time of the latest connect request the server
+// granted (a session made, or resumed), with a monotonic clock reading; the
+// zero Time if none was.
+func (k *link) connected() time.Time {
+	n := k.joinedAt.Load()
 	if n == 0 {
 		return time.Time{}
 	}
@@ -144,6 +156,10 @@ func (c *linkConn) received(frame int, head []byte) {
 		if len(head) >= 8 {
 			if ms := int32(binary.BigEndian.Uint32(head[4:8])); ms > 0 {
 				c.link.granted.Store(int64(time.Duration(ms) * time.Millisecond))
+				if !c.hsSent.IsZero() {
+					// Granted: the leader made or refreshed the session.
+					c.link.joinedAt.Store(max(int64(c.hsSent.Sub(c.link.base)), 1))
+				}
 			}
 		}
 		if !c.hsSent.IsZero() {

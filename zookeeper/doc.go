@@ -311,10 +311,29 @@
 //     the server has deleted the session's nodes; every lock of the
 //     session is lost at once.
 //   - Disconnected: the server may expire the session one session timeout
-//     after it last heard from the client. On a session it dialed the
-//     Locker knows when that was at the latest: the send time of the last request (a
-//     ping, an operation) whose reply came, since the server got it; bytes
-//     merely read (a watch notification, a reply read late) do not count.
+//     after it last heard from the client. On a leader or a standalone
+//     server (the Locker asks each server it connects to which it is, with
+//     the four-letter command srvr that ZooKeeper allows by default), the
+//     Locker knows when that was at the latest on a session it dialed: the
+//     send time of the last request (a ping, an operation) whose reply
+//     came, since the server got it; bytes merely read (a watch
+//     notification, a reply read late) do not count. Through a follower
+//     (or a server that did not say) that is not enough: the leader
+//     expires the session, and a follower passes the session's requests on
+//     only when the leader next pings it, every half tick, so a follower
+//     that stalls or loses the leader after answering leaves the leader
+//     with an older view. There the Locker sends a sync every tenth of the
+//     timeout (a follower passes a sync on to the leader before answering
+//     it) and counts the session as last heard of at the send time of the
+//     latest sync answered at least a quarter of the timeout (a bound of
+//     half a tick while minSessionTimeout is at least two ticks, the
+//     default) before the latest sync was sent, or at the connect request
+//     that made or resumed the session if that is later. This gives the
+//     locks of a silent follower up about half a timeout after its last
+//     answer instead of nine tenths, never after the leader may expire
+//     them; New's own session does the same with its syncs, and uses
+//     go-zookeeper's receive timeout (below) in its first third of a
+//     timeout and on a leader.
 //     It gives every lock of the session up at that moment + (negotiated
 //     session timeout) − (drift margin, WithDriftMargin, default a tenth of
 //     the timeout, kept below half of it), unless the client reconnects in
@@ -328,7 +347,8 @@
 //     dialed the Locker gives the locks up by the same deadline as for a
 //     disconnect, while still connected, and deletes their nodes once
 //     requests are answered again. On New's own session it has no view
-//     below go-zookeeper and relies on its receive timeout.
+//     below go-zookeeper: through a follower its syncs give the same
+//     deadline; on a leader it relies on go-zookeeper's receive timeout.
 //   - A create whose answer is lost (the connection broke in between): the
 //     Acquire lists the directory for its GUID and adopts the node. If it
 //     gives up first (its context ends, the Locker closes), the Locker

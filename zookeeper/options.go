@@ -175,8 +175,11 @@ func WithAuth(scheme string, auth []byte) Option {
 // clock rate differences and the time a ping takes to reach the server. It
 // must be at least MinDriftMargin (and, with New, below half your
 // connection's session timeout); a session whose timeout is shorter than
-// twice the margin keeps half its timeout instead. URL parameter
-// drift_margin.
+// twice the margin keeps half its timeout instead. Through a follower the
+// lease is counted from a sync the leader surely saw, some third of a
+// timeout before the latest answer (see the package doc, Failure modes):
+// a margin above a quarter of the timeout there gives locks up after
+// short silences. URL parameter drift_margin.
 func WithDriftMargin(d time.Duration) Option {
 	return func(c *config) error {
 		if d < MinDriftMargin {

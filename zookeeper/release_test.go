@@ -39,6 +39,18 @@ func TestReleaseAfterDeadlineReportsLoss(t *testing.T) {
 			s.link = newLink(timeout, nil)
 			s.link.base = time.Now().Add(-time.Minute) // a link made a minute ago
 			s.link.heardSince(time.Now().Add(-timeout))
+			s.role.Store(int32(zk.ModeStandalone))
+		}},
+		{"through a follower, answers but no sync shows the leader heard for a session timeout", func(s *session) {
+			now := time.Now()
+			s.connected = true
+			s.link = newLink(timeout, nil)
+			s.link.base = now.Add(-time.Minute)
+			s.link.joinedAt.Store(int64(time.Second)) // connected 59s ago
+			s.link.heardSince(now)                    // the follower answers
+			s.syncs.add(now.Add(-timeout-time.Second), now.Add(-timeout-time.Second+time.Millisecond))
+			s.syncs.add(now.Add(-10*time.Millisecond), now)
+			s.role.Store(int32(zk.ModeFollower))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,5 +71,36 @@ func TestReleaseAfterDeadlineReportsLoss(t *testing.T) {
 			}
 			_ = l.life.Close(backend.Closer[*Handle]{})
 		})
+	}
+}
+
+// The lease through a follower starts at the latest sync answered at
+// least the relay lag before the latest sync was sent.
+func TestSyncLogAnchor(t *testing.T) {
+	var g syncLog
+	if a := g.anchor(time.Second); !a.IsZero() {
+		t.Fatalf("empty log: anchor %v, want none", a)
+	}
+	t0 := time.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for i := range 3 * syncLogLen { // wraps the ring
+		g.add(at(time.Duration(i)*time.Second), at(time.Duration(i)*time.Second+10*time.Millisecond))
+	}
+	last := time.Duration(3*syncLogLen-1) * time.Second
+	for _, tc := range []struct{ lag, want time.Duration }{
+		{0, last - time.Second}, // the latest was answered after it was sent
+		{500 * time.Millisecond, last - time.Second},
+		{1500 * time.Millisecond, last - 2*time.Second},
+		{2 * time.Second, last - 3*time.Second}, // answered 10ms after: not at least 2s before
+	} {
+		if got := g.anchor(tc.lag); !got.Equal(at(tc.want)) {
+			t.Errorf("lag %v: anchor %v, want %v", tc.lag, got.Sub(t0), tc.want)
+		}
+	}
+	if got := g.latest(); !got.Equal(at(last)) {
+		t.Errorf("latest %v, want %v", got.Sub(t0), last)
+	}
+	if a := g.anchor(time.Duration(syncLogLen) * time.Second); !a.IsZero() {
+		t.Errorf("lag beyond the kept syncs: anchor %v, want none", a.Sub(t0))
 	}
 }

@@ -69,6 +69,13 @@ func (s *session) supervise(events <-chan zk.Event) {
 	// sweep, on your connection (New), catches the events of the holders'
 	// watches that go-zookeeper dropped from your events channel when it
 	// was full (see Handle.arm).
+	// keep paces the syncs that show the leader heard of the session
+	// (through a follower: see keepalive.go).
+	s.mu.Lock()
+	period := s.timeout / keepaliveDivisor
+	s.mu.Unlock()
+	keep := time.NewTimer(period)
+	defer keep.Stop()
 	var sweep <-chan time.Time
 	if events != nil {
 		t := time.NewTicker(heldSweep)
@@ -124,6 +131,15 @@ func (s *session) supervise(events <-chan zk.Event) {
 			s.mu.Unlock()
 		case <-lease.C:
 			s.checkLease(lease)
+		case <-keep.C:
+			s.mu.Lock()
+			connected := s.connected
+			period = s.timeout / keepaliveDivisor
+			s.mu.Unlock()
+			if connected {
+				s.keepalive()
+			}
+			keep.Reset(period)
 		}
 		if events != nil {
 			// Events nobody read may have been dropped by go-zookeeper:
@@ -182,6 +198,8 @@ func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
 				}
 			}
 		}
+		s.learnRoleLocked(s.gen.Load())
+		s.keepalive() // the first sync of this connection, while its server's role is asked
 		same := id == s.sessID
 		if s.risk.Set(false) {
 			s.log().Info("locker: zookeeper reconnected: locks no longer at risk", slog.Bool("same_session", same), slog.Int64("session", id))
@@ -193,16 +211,16 @@ func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
 			if g := time.Duration(s.link.granted.Load()); g > 0 {
 				s.timeout, granted = g, g
 			}
-			// The connect response just came (the handshake is a request
-			// answered, so heard is now about its send time): the next
-			// lease check is due when the lease of that answer ends, by
-			// the timeout just granted. Left armed as it was, the check
-			// would come at a third of the timeout asked for on the first
-			// connect, or of an older grant after a reconnect: with a
-			// server that grants far less than asked (its
-			// maxSessionTimeout), after the session may have expired.
-			lease.Reset(s.nextLeaseCheckLocked(time.Now()))
 		}
+		// The connect response just came (the handshake is a request
+		// answered, so heard is now about its send time): the next
+		// lease check is due when the lease of that answer ends, by
+		// the timeout just granted. Left armed as it was, the check
+		// would come at a third of the timeout asked for on the first
+		// connect, or of an older grant after a reconnect: with a
+		// server that grants far less than asked (its
+		// maxSessionTimeout), after the session may have expired.
+		lease.Reset(s.nextLeaseCheckLocked(time.Now()))
 		timer.Stop()
 		s.broadcastLocked()
 		if same {
@@ -234,15 +252,13 @@ func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
 		now := time.Now()
 		s.discAt = now
 		// The server expires the session one timeout after it last heard
-		// from us. When we last heard from it bounds that from below:
-		// exactly, below go-zookeeper (a session the Locker dialed); else
-		// by go-zookeeper's receive timeout of two thirds of the session
-		// timeout (New's own session).
+		// of it (see leaseFromLocked): exactly, below go-zookeeper (a
+		// session the Locker dialed) or by the Locker's syncs (through a
+		// follower); else go-zookeeper's receive timeout of two thirds of
+		// the session timeout bounds it (New's own session).
 		heard := now.Add(-s.timeout * 2 / 3)
-		if s.link != nil {
-			if h := s.link.heard(); !h.IsZero() && h.Before(now) {
-				heard = h
-			}
+		if h := s.leaseFromLocked(); !h.IsZero() && h.Before(now) {
+			heard = h
 		}
 		s.deadline = heard.Add(s.timeout - s.l.cfg.driftMargin(s.timeout))
 		timer.Reset(max(s.deadline.Sub(now), 0))
@@ -425,10 +441,7 @@ func isUnimplemented(err error) bool {
 // even though go-zookeeper still counts the connection as up (watch
 // notifications keep coming on a link that drops what the client sends).
 func (s *session) leaseStaleLocked(now time.Time) bool {
-	if s.link == nil {
-		return false
-	}
-	h := s.link.heard()
+	h := s.leaseFromLocked()
 	return !h.IsZero() && !now.Before(s.leaseEnd(h))
 }
 
@@ -441,10 +454,14 @@ func (s *session) leaseEnd(h time.Time) time.Time {
 // when the lease of the latest answer ends, or in a third of the session
 // timeout when nothing was answered yet.
 func (s *session) nextLeaseCheckLocked(now time.Time) time.Duration {
-	if h := s.link.heard(); !h.IsZero() {
-		return max(min(s.leaseEnd(h).Sub(now), s.quietEnd(h).Sub(now)), 0)
+	next := s.timeout / keepaliveDivisor
+	if h := s.leaseFromLocked(); !h.IsZero() {
+		next = max(s.leaseEnd(h).Sub(now), 0)
 	}
-	return s.timeout / 3
+	if h := s.heardLocked(); !h.IsZero() {
+		next = min(next, max(s.quietEnd(h).Sub(now), 0))
+	}
+	return next
 }
 
 // quietEnd is when a connected session that last heard from the server at
@@ -470,35 +487,36 @@ func (s *session) checkLease(t *time.Timer) {
 			s.deleteDetached(n)
 		}
 	}()
-	next := s.timeout / 3
+	next := s.timeout / keepaliveDivisor
 	defer func() { t.Reset(next) }()
 	if s.l.life.IsClosing() || !s.connected || s.sessID == 0 {
 		return // the disconnect deadline (or nothing) applies
 	}
-	h := s.link.heard()
-	if h.IsZero() {
-		return
-	}
 	now := time.Now()
-	quiet := !now.Before(s.quietEnd(h))
-	switch {
-	case quiet && s.risk.Set(true):
-		s.log().Warn("locker: zookeeper silent: the session's locks are at risk", slog.Int64("session", s.sessID),
-			slog.Duration("silent_for", now.Sub(h).Round(time.Millisecond)))
-	case !quiet && s.risk.Set(false):
-		s.log().Info("locker: zookeeper answering again: locks no longer at risk", slog.Int64("session", s.sessID))
-	}
-	if end := s.leaseEnd(h); now.Before(end) {
-		next = end.Sub(now)
-		if quiet {
-			next = min(next, s.timeout/10) // to see the answers resume
-		} else {
+	quiet := false
+	if h := s.heardLocked(); !h.IsZero() {
+		quiet = !now.Before(s.quietEnd(h))
+		switch {
+		case quiet && s.risk.Set(true):
+			s.log().Warn("locker: zookeeper silent: the session's locks are at risk", slog.Int64("session", s.sessID),
+				slog.Duration("silent_for", now.Sub(h).Round(time.Millisecond)))
+		case !quiet && s.risk.Set(false):
+			s.log().Info("locker: zookeeper answering again: locks no longer at risk", slog.Int64("session", s.sessID))
+		}
+		if !quiet {
 			next = min(next, s.quietEnd(h).Sub(now))
 		}
+	}
+	from := s.leaseFromLocked()
+	if from.IsZero() {
 		return
 	}
-	why := fmt.Sprintf("no answer from ZooKeeper to any request sent in the last %v, though connected; the server may expire the session (timeout %v) any moment now",
-		now.Sub(h).Round(time.Millisecond), s.timeout)
+	if end := s.leaseEnd(from); now.Before(end) {
+		next = min(next, end.Sub(now)) // quiet: soon, to see the answers resume
+		return
+	}
+	why := fmt.Sprintf("no answer from ZooKeeper, though connected, that shows the server heard of the session in the last %v; it may expire the session (timeout %v) any moment now",
+		now.Sub(from).Round(time.Millisecond), s.timeout)
 	for _, hd := range s.l.life.Held() {
 		if hd.sid != s.sessID {
 			continue
@@ -524,7 +542,7 @@ func (s *session) expiredBy(now time.Time) string {
 		return fmt.Sprintf("disconnected from ZooKeeper for %v; the server may have expired the session (timeout %v)", now.Sub(s.discAt).Round(time.Millisecond), s.timeout)
 	}
 	if s.leaseStaleLocked(now) {
-		return fmt.Sprintf("no answer from ZooKeeper to any request sent in the last %v; the server may have expired the session (timeout %v)", now.Sub(s.link.heard()).Round(time.Millisecond), s.timeout)
+		return fmt.Sprintf("no answer from ZooKeeper that shows the server heard of the session in the last %v; it may have expired the session (timeout %v)", now.Sub(s.leaseFromLocked()).Round(time.Millisecond), s.timeout)
 	}
 	return ""
 }

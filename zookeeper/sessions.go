@@ -49,6 +49,8 @@ type session struct {
 	kick  chan struct{}
 
 	risk      backend.Risk // disconnected: the session's locks are at risk
+	syncs     syncLog      // the Locker's syncs through a follower (see keepalive.go)
+	role      atomic.Int32 // zk.Mode of the server of the current connection
 	mu        sync.Mutex
 	sessID    int64            // the session the Locker knows of; 0 before the first
 	connected bool             // sessID is live and connected

@@ -120,3 +120,31 @@ func TestEnsembleStalledFollowerHolderLosesFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestServerRoleLearned: the Locker learns from each server it connects
+// to whether that server expires sessions itself (standalone, leader),
+// where an answer moves the lease at once, or passes them on (follower),
+// where only its syncs do. A server whose role went unlearned would cost
+// every standalone deployment the follower's shorter lease.
+func TestServerRoleLearned(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connect := func(t *testing.T, addr string) *testserver.LogRecorder {
+		rec := &testserver.LogRecorder{}
+		l, err := zookeeper.Connect(ctx, []string{addr}, zookeeper.WithLogger(rec.Logger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return rec
+	}
+	t.Run("Standalone", func(t *testing.T) {
+		connect(t, testserver.ZooKeeper(t).Addr()).WaitFor(t, 10*time.Second, "zookeeper server role", `mode="standalone"`)
+	})
+	t.Run("Ensemble", func(t *testing.T) {
+		ms := testserver.ZooKeeperEnsemble(t)
+		leader := testserver.ZooKeeperLeader(t, ms)
+		connect(t, leader.Addr()).WaitFor(t, 10*time.Second, "zookeeper server role", `mode="leader"`)
+		connect(t, others(ms, leader)[0].Addr()).WaitFor(t, 10*time.Second, "zookeeper server role", `mode="follower"`)
+	})
+}
