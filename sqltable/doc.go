@@ -556,16 +556,20 @@
 //     before acting on a wake-up passes it on.
 //   - PostgreSQL: each release notifies the table's channel (pg_notify with
 //     the released owner and the key, in the release statement), and each
-//     Locker keeps one connection of its pool listening (LISTEN) from its
-//     first wait until Close; in every process the longest-waiting waiter
-//     of the key wakes within a round trip (a release heard twice, from its
+//     Locker keeps one connection listening (LISTEN) from its first wait
+//     until Close: a pgx connection of its own, opened with the settings
+//     of one of the pool's, outside database/sql (a statement waiting
+//     there for hours would make the RowsAffected of that pooled
+//     connection's previous user wait as long), so that the server sees
+//     one connection more than the pool's limit; in every process the
+//     longest-waiting waiter of the key wakes within a round trip (a release heard twice, from its
 //     own process and from a listener, wakes one). The listener is off with
 //     WithNotify(false), and while the pool is limited to fewer than four
 //     connections, which it would starve. The limit is read when the
 //     listener takes its connection, and again before every lock statement
 //     and every 200ms while it keeps it: a pool whose limit drops below
-//     four after New (SetMaxOpenConns) gets the connection back at once,
-//     and waiters poll until the limit allows a listener again. The check
+//     four after New (SetMaxOpenConns) has the listening connection closed
+//     at once, and waiters poll until the limit allows a listener again. The check
 //     is per Locker: several Lockers on one *sql.DB each keep a listening
 //     connection, so give the pool at least one connection per Locker on
 //     top of what the locks and the rest of the program use (or share one

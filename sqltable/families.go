@@ -155,11 +155,17 @@ func (l *Locker) famAwait(ctx context.Context, key string, r famReq, ttl, drift 
 			l.famCleanup(r.family, key, owner, ttl)
 		}
 	}()
-	notified := l.wake.start(ctx)
 	back := backoff.New(2*time.Millisecond, l.cfg.RetryInterval)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var q famQueued
+	// The listener is started once the row is queued, as the mutex's
+	// waiters do: its start may take a round trip or more (a connection
+	// of its own), and a row queued later would let later contenders
+	// (readers behind a writer) in first. A release made before it
+	// listens is not lost: when it is up it wakes every waiter of the
+	// table.
+	notified, started := false, false
 	queued, admitted := false, false
 	bellNext := l.bell != nil // wait on the bell next (MySQL), not sleep
 	for {
@@ -191,6 +197,10 @@ func (l *Locker) famAwait(ctx context.Context, key string, r famReq, ttl, drift 
 		}
 		if q.gone {
 			continue // the row's wait lapsed (or it was deleted): queue again
+		}
+		if !started {
+			started = true
+			notified = l.wake.start(ctx)
 		}
 		limit := min(l.waitLease(ttl)/3, max(q.until, 0)+time.Millisecond)
 		admitted = false

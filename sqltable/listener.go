@@ -2,7 +2,6 @@ package sqltable
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
 	"strings"
 	"sync"
@@ -126,10 +125,11 @@ func (ls *listener) run(ctx context.Context) {
 	}
 }
 
-// listenOnce takes a connection, listens on it until it fails, ctx ends or
-// the pool's limit drops too low for it (see pool.go), then discards it (a
-// connection that listened must not go back to the pool). It reports
-// whether LISTEN took effect.
+// listenOnce takes the settings of a pooled connection, listens on a
+// connection of its own made with them (see drivers.Driver.Listen) until it
+// fails, ctx ends or the pool's limit drops too low for it (see pool.go),
+// then closes it. The pin is the Locker's count of it (see pool.go): the
+// pool does not see it. It reports whether LISTEN took effect.
 func (ls *listener) listenOnce(ctx context.Context) (listened bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -142,37 +142,42 @@ func (ls *listener) listenOnce(ctx context.Context) (listened bool) {
 	if err != nil {
 		return false
 	}
-	defer conn.Close()
-	_ = conn.Raw(func(dc any) error {
-		// The listening session is idle by design: a server that ends
-		// idle sessions (idle_session_timeout, PostgreSQL 14+) would end
-		// it again and again, each time costing the waiters a round of
-		// tries (listenIdle). The connection is discarded afterwards,
-		// never pooled.
-		setup := []string{`LISTEN "` + ls.l.table.channel() + `"`, listenIdle}
-		ready := func() {
-			listened = true
-			ls.setListening(true)
-			// Releases made while nobody listened were not heard.
-			procHub.wakeTable(ls.l.hubKey)
-		}
-		notify := func(payload string) {
-			// "!owner": a lock family's waiting row admitted (see
-			// families.go).
-			if owner, ok := strings.CutPrefix(payload, "!"); ok {
-				procHub.wakeOwner(owner)
-				return
-			}
-			// The payload is "owner:key" (owners have no ':').
-			if owner, key, ok := strings.Cut(payload, ":"); ok {
-				procHub.wake(ls.l.hubKey, key, owner)
-			}
-		}
-		err := ls.l.drv.Listen(ctx, dc, setup, ready, notify)
+	var listen func(context.Context, []string, func(), func(string)) error
+	err = conn.Raw(func(dc any) error {
+		var err error
+		listen, err = ls.l.drv.Listen(dc)
+		return err
+	})
+	_ = conn.Close() // it never listened: back to the pool
+	if err != nil {
 		if errors.Is(err, drivers.ErrNotOwn) {
 			ls.enabled.Store(false) // a wrapped driver: no LISTEN
 		}
-		return errors.Join(driver.ErrBadConn, err)
-	})
+		return false
+	}
+	// The listening session is idle by design: a server that ends idle
+	// sessions (idle_session_timeout, PostgreSQL 14+) would end it again
+	// and again, each time costing the waiters a round of tries
+	// (listenIdle).
+	setup := []string{`LISTEN "` + ls.l.table.channel() + `"`, listenIdle}
+	ready := func() {
+		listened = true
+		ls.setListening(true)
+		// Releases made while nobody listened were not heard.
+		procHub.wakeTable(ls.l.hubKey)
+	}
+	notify := func(payload string) {
+		// "!owner": a lock family's waiting row admitted (see
+		// families.go).
+		if owner, ok := strings.CutPrefix(payload, "!"); ok {
+			procHub.wakeOwner(owner)
+			return
+		}
+		// The payload is "owner:key" (owners have no ':').
+		if owner, key, ok := strings.Cut(payload, ":"); ok {
+			procHub.wake(ls.l.hubKey, key, owner)
+		}
+	}
+	_ = listen(ctx, setup, ready, notify)
 	return listened
 }

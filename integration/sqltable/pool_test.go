@@ -2,6 +2,7 @@ package sqltable_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
@@ -56,9 +57,12 @@ func TestPoolShrunkAfterNew(t *testing.T) {
 					if err := <-got; err != nil {
 						t.Fatal(err)
 					}
-					// The listener or the bell connection keeps one.
-					if n := db.Stats().InUse; n == 0 {
-						t.Fatal("no connection pinned after the warm-up: the listener or the bell is not up, and the test would test nothing")
+					if d.name == "PostgreSQL" {
+						// The listener, on a connection of its own.
+						awaitListener(t, ctx, db)
+					} else if n := db.Stats().InUse; n == 0 {
+						// The bell connection keeps one.
+						t.Fatal("no connection pinned after the warm-up: the bell is not up, and the test would test nothing")
 					}
 					db.SetMaxOpenConns(1)
 					if other {
@@ -115,5 +119,27 @@ func holdThrough(t *testing.T, l *sqltable.Locker, key string) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter did not get the lock within 10s of the release")
+	}
+}
+
+// awaitListener waits (up to 5s) until the server shows a listening
+// session of a Locker on db's database: one whose last statement was the
+// listener's setup (it turns idle_session_timeout off after LISTEN), idle
+// since.
+func awaitListener(t *testing.T, ctx context.Context, db *sql.DB) {
+	t.Helper()
+	const q = `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle' AND query LIKE '%set_config(''idle_session_timeout'', ''0''%'`
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var n int
+		if err := db.QueryRowContext(ctx, q).Scan(&n); err != nil {
+			t.Fatalf("looking for the listener: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no listening session after the warm-up: the listener is not up, and the test would test nothing")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	pgxv5 "github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -100,26 +101,48 @@ func queryInt64(ctx context.Context, dc any, query string, args ...any) (int64, 
 	return v, true, nil
 }
 
-// listen runs setup (LISTEN) on dc, then hands each notification's
-// payload to notify until ctx ends or the connection fails.
-func listen(ctx context.Context, dc any, setup []string, ready func(), notify func(string)) error {
+// listen returns the listening session of dc's server (see
+// drivers.Driver.Listen): a pgx connection of its own, made with the
+// settings of dc's (pgx.Conn.Config), on which setup (LISTEN) runs and
+// whose notifications' payloads go to notify until ctx ends or the
+// connection fails.
+func listen(dc any) (func(ctx context.Context, setup []string, ready func(), notify func(string)) error, error) {
 	c, err := conn(dc)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for _, stmt := range setup {
-		if _, err := c.Exec(ctx, stmt); err != nil {
-			return err
-		}
-	}
-	ready()
-	for {
-		n, err := c.WaitForNotification(ctx)
+	cfg := c.Config()
+	// The copy keeps dc's notification handler, which would take this
+	// session's notifications away from WaitForNotification: without it
+	// pgx buffers them for this connection.
+	cfg.OnNotification = nil
+	return func(ctx context.Context, setup []string, ready func(), notify func(string)) error {
+		lc, err := pgxv5.ConnectConfig(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		notify(n.Payload)
-	}
+		defer func() {
+			// Bounded: on a dead link the Terminate message must not hang.
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = lc.Close(cctx)
+		}()
+		for _, stmt := range setup {
+			if _, err := lc.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		ready()
+		for {
+			n, err := lc.WaitForNotification(ctx)
+			if err != nil {
+				return err
+			}
+			if n != nil {
+				notify(n.Payload)
+			}
+		}
+	}, nil
 }
 
 // pgParams are the driver parameters accepted in a postgres+table:// URL:

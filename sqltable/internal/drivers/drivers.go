@@ -95,11 +95,20 @@ type Driver struct {
 	// SafeToRetry reports an error of QueryInt64 after which nothing
 	// reached the server and the connection broke.
 	SafeToRetry func(err error) bool
-	// Listen runs the statements of setup on dc, calls ready, then hands
-	// the payload of each notification on dc to notify until ctx ends or
-	// the connection fails, and returns why it stopped (ErrNotOwn when dc
-	// is not the driver's connection).
-	Listen func(ctx context.Context, dc any, setup []string, ready func(), notify func(payload string)) error
+	// Listen returns, from dc (a connection from sql.Conn.Raw, which it
+	// does not keep), the listening session: listen opens a connection of
+	// its own to the same server with dc's settings, outside database/sql's
+	// pool, runs the statements of setup on it, calls ready, then hands the
+	// payload of each notification to notify until ctx ends or the
+	// connection fails, closes it and returns why it stopped. Listen
+	// returns ErrNotOwn when dc is not the driver's connection.
+	//
+	// The session waits for hours, so it must not wait inside Conn.Raw:
+	// Raw holds the pooled connection's lock, on which database/sql's
+	// Result.RowsAffected of that connection's previous user waits (a
+	// statement whose connection went back to the pool before its caller
+	// read the count), and that call would wait as long.
+	Listen func(dc any) (listen func(ctx context.Context, setup []string, ready func(), notify func(payload string)) error, err error)
 
 	// SQLite.
 
