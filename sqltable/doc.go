@@ -562,18 +562,20 @@
 //     there for hours would make the RowsAffected of that pooled
 //     connection's previous user wait as long), so that the server sees
 //     one connection more than the pool's limit; in every process the
-//     longest-waiting waiter of the key wakes within a round trip (a release heard twice, from its
-//     own process and from a listener, wakes one). The listener is off with
+//     longest-waiting waiter of the key wakes within a round trip (a
+//     release heard twice, from its own process and from a listener,
+//     wakes one). The listener is off with
 //     WithNotify(false), and while the pool is limited to fewer than four
 //     connections, which it would starve. The limit is read when the
 //     listener takes its connection, and again before every lock statement
 //     and every 200ms while it keeps it: a pool whose limit drops below
 //     four after New (SetMaxOpenConns) has the listening connection closed
-//     at once, and waiters poll until the limit allows a listener again. The check
-//     is per Locker: several Lockers on one *sql.DB each keep a listening
-//     connection, so give the pool at least one connection per Locker on
-//     top of what the locks and the rest of the program use (or share one
-//     Locker; a listener shared per *sql.DB is not built yet).
+//     at once, and waiters poll until the limit allows a listener again
+//     (the limit stands for the program's budget of server connections,
+//     which the listener would overrun). Several Lockers on one *sql.DB
+//     each keep a listening connection: count one server connection per
+//     Locker on top of the pool's limit against max_connections (or share
+//     one Locker; a listener shared per *sql.DB is not built yet).
 //   - SQLite, across processes: each release writes one byte to a signal
 //     file beside the database, "<database file>-locker" (created with the
 //     database file's permissions and left in place, like the database),
