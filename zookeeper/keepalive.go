@@ -147,8 +147,16 @@ func (s *session) keepalive() {
 // direct reports that the server of the current connection expires the
 // session itself (a leader, or standalone): its answers count at once.
 func (s *session) direct() bool {
-	m := zk.Mode(s.role.Load())
-	return m == zk.ModeLeader || m == zk.ModeStandalone
+	r := s.role.Load()
+	// The address too: a connection that moved to another server (and
+	// whose events New's channel may have dropped) is not the one asked.
+	return r != nil && (r.mode == zk.ModeLeader || r.mode == zk.ModeStandalone) && s.conn.Server() == r.addr
+}
+
+// serverRole is a server's answer to srvr.
+type serverRole struct {
+	addr string
+	mode zk.Mode
 }
 
 // learnRoleLocked asks the server of the connection made at session event
@@ -156,7 +164,7 @@ func (s *session) direct() bool {
 // connection has changed since. Until then, and if it cannot tell, the
 // server counts as a follower.
 func (s *session) learnRoleLocked(gen uint64) {
-	s.role.Store(int32(zk.ModeUnknown))
+	s.role.Store(nil)
 	addr := s.conn.Server()
 	if addr == "" {
 		return
@@ -171,7 +179,7 @@ func (s *session) learnRoleLocked(gen uint64) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.gen.Load() == gen && s.conn.Server() == addr {
-			s.role.Store(int32(m))
+			s.role.Store(&serverRole{addr, m})
 			s.log().Debug("locker: zookeeper server role", slog.String("server", addr), slog.String("mode", m.String()))
 		}
 	})

@@ -39,7 +39,7 @@ func TestReleaseAfterDeadlineReportsLoss(t *testing.T) {
 			s.link = newLink(timeout, nil)
 			s.link.base = time.Now().Add(-time.Minute) // a link made a minute ago
 			s.link.heardSince(time.Now().Add(-timeout))
-			s.role.Store(int32(zk.ModeStandalone))
+			s.role.Store(&serverRole{s.conn.Server(), zk.ModeStandalone})
 		}},
 		{"through a follower, answers but no sync shows the leader heard for a session timeout", func(s *session) {
 			now := time.Now()
@@ -50,7 +50,7 @@ func TestReleaseAfterDeadlineReportsLoss(t *testing.T) {
 			s.link.heardSince(now)                    // the follower answers
 			s.syncs.add(now.Add(-timeout-time.Second), now.Add(-timeout-time.Second+time.Millisecond))
 			s.syncs.add(now.Add(-10*time.Millisecond), now)
-			s.role.Store(int32(zk.ModeFollower))
+			s.role.Store(&serverRole{s.conn.Server(), zk.ModeFollower})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -48,9 +48,9 @@ type session struct {
 	queue []zk.Event
 	kick  chan struct{}
 
-	risk      backend.Risk // disconnected: the session's locks are at risk
-	syncs     syncLog      // the Locker's syncs through a follower (see keepalive.go)
-	role      atomic.Int32 // zk.Mode of the server of the current connection
+	risk      backend.Risk               // disconnected: the session's locks are at risk
+	syncs     syncLog                    // the Locker's syncs through a follower (see keepalive.go)
+	role      atomic.Pointer[serverRole] // what the server of the current connection said it is; nil: not known
 	mu        sync.Mutex
 	sessID    int64            // the session the Locker knows of; 0 before the first
 	connected bool             // sessID is live and connected
