@@ -205,6 +205,13 @@ func lockSides(d dialect) []benchmark.Side {
 	}
 	switch d.name {
 	case "PostgreSQL":
+		fenced := func(name string, notify bool) benchmark.Side {
+			return benchmark.Side{Name: name, Floor: true, New: func(tb testing.TB, key string, _ int) benchmark.Lock {
+				r := newRawFenced(tb, rawDB(tb, d, 4), notify)
+				return func(ctx context.Context) (func(context.Context) error, error) { return r.take(ctx, key) }
+			}}
+		}
+		sides = append(sides, fenced("raw-fenced", false), fenced("raw-fenced-notify", true))
 		sides = append(sides, benchmark.Side{Name: "pglock", Floor: true, New: func(tb testing.TB, key string, _ int) benchmark.Lock {
 			c := newPglock(tb, false, 4)
 			return func(ctx context.Context) (func(context.Context) error, error) {
@@ -230,6 +237,68 @@ func lockSides(d dialect) []benchmark.Side {
 		}})
 	}
 	return sides
+}
+
+// rawFenced is the fenced floor of the lock table on PostgreSQL: the
+// Locker's own upsert (a row kept per key, its token raised on every
+// take) and an update that frees the row, guarded by owner and token,
+// with no renewal, queue or waiting; with notify the release also
+// notifies a channel, as the Locker's does (pg_notify in the statement).
+type rawFenced struct {
+	lockS, unlockS *sql.Stmt
+	notify         bool
+}
+
+func newRawFenced(tb testing.TB, db *sql.DB, notify bool) *rawFenced {
+	tb.Helper()
+	const now = "(extract(epoch from now()) * 1000000)::bigint"
+	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS bench_fenced (lock_key text PRIMARY KEY, owner text NOT NULL, token bigint NOT NULL, expires_us bigint NOT NULL)`); err != nil {
+		tb.Fatalf("raw-fenced DDL: %v", err)
+	}
+	lock := `INSERT INTO bench_fenced AS l (lock_key, owner, token, expires_us)
+VALUES ($1, $2, ` + now + `, ` + now + ` + 30000000)
+ON CONFLICT (lock_key) DO UPDATE
+SET owner = excluded.owner, token = GREATEST(l.token + 1, excluded.token), expires_us = excluded.expires_us
+WHERE l.expires_us <= excluded.token OR l.owner = ''
+RETURNING l.token`
+	unlock := `UPDATE bench_fenced SET owner = '', expires_us = ` + now + `
+WHERE lock_key = $1 AND owner = $2 AND token = $3 AND expires_us > ` + now
+	if notify {
+		unlock = `WITH r AS (` + unlock + ` RETURNING lock_key)
+SELECT pg_notify('bench_fenced', $2 || ':' || lock_key) FROM r`
+	}
+	r := &rawFenced{notify: notify}
+	var err error
+	if r.lockS, err = db.Prepare(lock); err != nil {
+		tb.Fatal(err)
+	}
+	if r.unlockS, err = db.Prepare(unlock); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { r.lockS.Close(); r.unlockS.Close() })
+	return r
+}
+
+func (r *rawFenced) take(ctx context.Context, key string) (func(context.Context) error, error) {
+	owner := randomID()
+	var token int64
+	if err := r.lockS.QueryRowContext(ctx, key, owner).Scan(&token); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		if r.notify {
+			var s string
+			return r.unlockS.QueryRowContext(ctx, key, owner, token).Scan(&s)
+		}
+		res, err := r.unlockS.ExecContext(ctx, key, owner, token)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return errors.New("raw-fenced unlock freed nothing")
+		}
+		return nil
+	}, nil
 }
 
 var _ locker.Handle = (*sqltable.Handle)(nil)
