@@ -33,10 +33,12 @@ import (
 // them.
 type link struct {
 	requested time.Duration
-	base      time.Time    // monotonic reference of heardAt
-	heardAt   atomic.Int64 // nanoseconds after base; 0: never
-	granted   atomic.Int64 // nanoseconds, from the last connect response
-	joinedAt  atomic.Int64 // like heardAt: send time of the last connect request granted
+	base      time.Time                // monotonic reference of heardAt
+	heardAt   atomic.Int64             // nanoseconds after base; 0: never
+	granted   atomic.Int64             // nanoseconds, from the last connect response
+	joinedAt  atomic.Int64             // like heardAt: send time of the last connect request granted
+	serials   atomic.Uint64            // numbers the link's connections
+	live      atomic.Pointer[liveConn] // the connection of the last connect request granted
 	hosts     *hostList
 	tls       *tls.Config // WithTLS; nil: plain TCP
 	diag      linkDiag    // why the latest connection attempt failed
@@ -56,7 +58,15 @@ func (k *link) dial(network, address string, timeout time.Duration) (net.Conn, e
 		k.diag.set(err)
 		return nil, err
 	}
-	return &linkConn{Conn: c, link: k}, nil
+	return &linkConn{Conn: c, link: k, serial: k.serials.Add(1)}, nil
+}
+
+// liveConn names the connection whose connect request the server granted
+// last: its number on the link and the address it reached (an IP, where
+// the name given may stand for several servers).
+type liveConn struct {
+	serial uint64
+	remote string
 }
 
 // heard returns the send time of the latest request answered (see link),
@@ -102,8 +112,9 @@ const xidNotification = -1
 // from one goroutine at a time (the handshake, then its receive loop).
 type linkConn struct {
 	net.Conn
-	link *link
-	hs   atomic.Bool // the connect response has been parsed
+	link   *link
+	serial uint64      // see link.serials
+	hs     atomic.Bool // the connect response has been parsed
 
 	wmu     sync.Mutex
 	wf      framer
@@ -160,6 +171,7 @@ func (c *linkConn) received(frame int, head []byte) {
 					// Granted: the leader made or refreshed the session.
 					c.link.joinedAt.Store(max(int64(c.hsSent.Sub(c.link.base)), 1))
 				}
+				c.link.live.Store(&liveConn{c.serial, c.RemoteAddr().String()})
 			}
 		}
 		if !c.hsSent.IsZero() {

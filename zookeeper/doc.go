@@ -333,7 +333,17 @@
 //     answer instead of nine tenths, never after the leader may expire
 //     them; New's own session does the same with its syncs, and uses
 //     go-zookeeper's receive timeout (below) in its first third of a
-//     timeout and on a leader.
+//     timeout on each connection and on a leader. The role is asked of
+//     the address the connection reached (a name that stands for several
+//     servers, as a load balancer's, may send another connection
+//     elsewhere) and holds for that connection only. Limits: at a
+//     timeout of exactly two ticks the quarter has no slack for the
+//     leader's own delays, which the drift margin and the server's
+//     rounding of expiries up to a tick cover; an observer behind an
+//     ObserverMaster (3.6+) passes requests on through two hops, up to a
+//     tick (counted as a follower: give such sessions a larger timeout or
+//     drift margin); and a minSessionTimeout set below two ticks breaks
+//     the bound.
 //     It gives every lock of the session up at that moment + (negotiated
 //     session timeout) − (drift margin, WithDriftMargin, default a tenth of
 //     the timeout, kept below half of it), unless the client reconnects in

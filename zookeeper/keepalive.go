@@ -82,6 +82,13 @@ const syncLogLen = 8
 
 type syncEntry struct{ sent, answered time.Time }
 
+// reset forgets every sync recorded.
+func (g *syncLog) reset() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n = 0
+}
+
 func (g *syncLog) add(sent, answered time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -125,9 +132,6 @@ func (g *syncLog) anchor(lag time.Duration) time.Time {
 // (the supervisor's tick starts it): a sync waits as long as the server
 // does.
 func (s *session) keepalive() {
-	if s.direct() {
-		return
-	}
 	if s.l.life.IsClosing() || !s.syncs.inflight.CompareAndSwap(false, true) {
 		return
 	}
@@ -144,51 +148,79 @@ func (s *session) keepalive() {
 	}()
 }
 
-// direct reports that the server of the current connection expires the
-// session itself (a leader, or standalone): its answers count at once.
-func (s *session) direct() bool {
+// directLocked reports that the server the session was last connected to
+// expires the session itself (a leader, or standalone): its answers count
+// at once. The role holds for the connection that asked it only (a
+// dialed session: by its number on the link, which a disconnect does not
+// change, though go-zookeeper moves on to the next address at once; New's
+// session: by the address, while connected).
+func (s *session) directLocked() bool {
 	r := s.role.Load()
-	// The address too: a connection that moved to another server (and
-	// whose events New's channel may have dropped) is not the one asked.
-	return r != nil && (r.mode == zk.ModeLeader || r.mode == zk.ModeStandalone) && s.conn.Server() == r.addr
+	if r == nil || r.mode != zk.ModeLeader && r.mode != zk.ModeStandalone {
+		return false
+	}
+	if s.link != nil {
+		lc := s.link.live.Load()
+		return lc != nil && lc.serial == r.serial
+	}
+	return !s.connected || s.conn.Server() == r.addr
 }
 
-// serverRole is a server's answer to srvr.
+// serverRole is a server's answer to srvr, for one connection.
 type serverRole struct {
-	addr string
-	mode zk.Mode
+	serial uint64 // the connection's number on the link (dialed sessions)
+	addr   string // the connection's server (New)
+	mode   zk.Mode
 }
 
-// learnRoleLocked asks the server of the connection made at session event
-// gen whether it leads (see above), and records the answer unless the
-// connection has changed since. Until then, and if it cannot tell, the
-// server counts as a follower.
+// learnRoleLocked asks the server of the connection just made whether it
+// leads (see above), and records the answer unless the connection has
+// changed since. Until then, and if it cannot tell, the server counts as
+// a follower. The syncs of earlier connections are forgotten: they would
+// anchor the new connection's lease to before it (a session the Locker
+// dialed has its connect request; New's falls back to go-zookeeper's
+// receive timeout until its syncs tell).
 func (s *session) learnRoleLocked(gen uint64) {
 	s.role.Store(nil)
+	s.syncs.reset()
 	addr := s.conn.Server()
-	if addr == "" {
+	role := serverRole{addr: addr}
+	dial, name := addr, addr
+	if s.link != nil {
+		lc := s.link.live.Load()
+		if lc == nil {
+			return
+		}
+		// The address the connection reached: a name that stands for
+		// several servers (DNS, a load balancer) may send a new
+		// connection to another. TLS checks the name given.
+		role.serial, dial = lc.serial, lc.remote
+	}
+	if dial == "" {
 		return
 	}
 	wait := min(s.timeout/4, 2*time.Second)
 	s.l.life.Go(func() {
-		m, err := serverMode(s.l.life.Closing(), addr, s.link, wait)
+		m, err := serverMode(s.l.life.Closing(), dial, name, s.link, wait)
 		if err != nil {
-			s.log().Debug("locker: zookeeper server did not say whether it leads: counted as a follower", slog.String("server", addr), backend.Err(err))
+			s.log().Debug("locker: zookeeper server did not say whether it leads: counted as a follower", slog.String("server", dial), backend.Err(err))
 			return
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if s.gen.Load() == gen && s.conn.Server() == addr {
-			s.role.Store(&serverRole{addr, m})
-			s.log().Debug("locker: zookeeper server role", slog.String("server", addr), slog.String("mode", m.String()))
+		if s.gen.Load() != gen {
+			return // another connection since
 		}
+		role.mode = m
+		s.role.Store(&role)
+		s.log().Debug("locker: zookeeper server role", slog.String("server", dial), slog.String("mode", m.String()))
 	})
 }
 
 // serverMode asks the server at addr for its mode with the four-letter
-// command srvr (over TLS when the link uses it), within wait; ctx ending
-// (Close) cuts it short.
-func serverMode(ctx context.Context, addr string, k *link, wait time.Duration) (zk.Mode, error) {
+// command srvr (over TLS when the link uses it, checking the certificate
+// against name), within wait; ctx ending (Close) cuts it short.
+func serverMode(ctx context.Context, addr, name string, k *link, wait time.Duration) (zk.Mode, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var d net.Dialer
@@ -201,7 +233,7 @@ func serverMode(ctx context.Context, addr string, k *link, wait time.Duration) (
 	defer raw.Close()
 	c := raw
 	if k != nil && k.tls != nil {
-		if c, err = k.dialTLS(raw, addr, wait); err != nil {
+		if c, err = k.dialTLS(raw, name, wait); err != nil {
 			return zk.ModeUnknown, err
 		}
 	}
@@ -234,7 +266,7 @@ func serverMode(ctx context.Context, addr string, k *link, wait time.Duration) (
 // a leader (go-zookeeper shows no answer times), or through a follower
 // before its syncs tell (the first relayLag and a bit of the session).
 func (s *session) leaseFromLocked() time.Time {
-	if s.direct() {
+	if s.directLocked() {
 		if s.link != nil {
 			return s.link.heard()
 		}

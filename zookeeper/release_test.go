@@ -39,7 +39,8 @@ func TestReleaseAfterDeadlineReportsLoss(t *testing.T) {
 			s.link = newLink(timeout, nil)
 			s.link.base = time.Now().Add(-time.Minute) // a link made a minute ago
 			s.link.heardSince(time.Now().Add(-timeout))
-			s.role.Store(&serverRole{s.conn.Server(), zk.ModeStandalone})
+			s.link.live.Store(&liveConn{serial: 1})
+			s.role.Store(&serverRole{serial: 1, mode: zk.ModeStandalone})
 		}},
 		{"through a follower, answers but no sync shows the leader heard for a session timeout", func(s *session) {
 			now := time.Now()
@@ -50,7 +51,8 @@ func TestReleaseAfterDeadlineReportsLoss(t *testing.T) {
 			s.link.heardSince(now)                    // the follower answers
 			s.syncs.add(now.Add(-timeout-time.Second), now.Add(-timeout-time.Second+time.Millisecond))
 			s.syncs.add(now.Add(-10*time.Millisecond), now)
-			s.role.Store(&serverRole{s.conn.Server(), zk.ModeFollower})
+			s.link.live.Store(&liveConn{serial: 1})
+			s.role.Store(&serverRole{serial: 1, mode: zk.ModeFollower})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,5 +104,50 @@ func TestSyncLogAnchor(t *testing.T) {
 	}
 	if a := g.anchor(time.Duration(syncLogLen) * time.Second); !a.IsZero() {
 		t.Errorf("lag beyond the kept syncs: anchor %v, want none", a.Sub(t0))
+	}
+}
+
+// The leader's rule holds for the connection that asked srvr only: on a
+// dialed session, by the connection's number on the link, so that a
+// disconnect (after which go-zookeeper names the next address at once)
+// keeps it and a new connection drops it; on New's, by the address while
+// connected.
+func TestDirectHoldsForItsConnection(t *testing.T) {
+	conn, _, err := zk.Connect([]string{"127.0.0.1:1"}, 3*time.Second, zk.WithLogger(quietLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	s := newSession(newLocker(newConfig(nil)), 3*time.Second)
+	s.conn = conn
+	s.link = newLink(3*time.Second, nil)
+	s.link.live.Store(&liveConn{serial: 1, remote: "127.0.0.1:1"})
+	s.role.Store(&serverRole{serial: 1, mode: zk.ModeLeader})
+	s.connected = true
+	if !s.directLocked() {
+		t.Fatal("leader on the live connection: not direct")
+	}
+	s.connected = false
+	if !s.directLocked() {
+		t.Fatal("leader, disconnected, no new connection yet: not direct")
+	}
+	s.link.live.Store(&liveConn{serial: 2, remote: "127.0.0.1:2"})
+	if s.directLocked() {
+		t.Fatal("a new connection, not asked yet: direct")
+	}
+	s.role.Store(&serverRole{serial: 2, mode: zk.ModeFollower})
+	if s.directLocked() {
+		t.Fatal("follower: direct")
+	}
+
+	s.link = nil // New
+	s.role.Store(&serverRole{addr: "elsewhere:2181", mode: zk.ModeStandalone})
+	s.connected = true
+	if s.directLocked() {
+		t.Fatal("New, connected to another address than the one asked: direct")
+	}
+	s.connected = false
+	if !s.directLocked() {
+		t.Fatal("New, disconnected: the last connection's role no longer holds")
 	}
 }

@@ -102,7 +102,7 @@ func (s *session) supervise(events <-chan zk.Event) {
 			}
 			s.gen.Add(1) // see connGen
 			if !s.staleEvent(ev.State) {
-				s.onSession(ev.State, timer, lease)
+				s.onSession(ev.State, timer, lease, keep)
 			}
 		case <-s.kick:
 			s.qmu.Lock()
@@ -114,7 +114,7 @@ func (s *session) supervise(events <-chan zk.Event) {
 					s.onHeldEvent(ev)
 					continue
 				}
-				s.onSession(ev.State, timer, lease)
+				s.onSession(ev.State, timer, lease, keep)
 			}
 		case <-timer.C:
 			s.mu.Lock()
@@ -133,10 +133,10 @@ func (s *session) supervise(events <-chan zk.Event) {
 			s.checkLease(lease)
 		case <-keep.C:
 			s.mu.Lock()
-			connected := s.connected
+			sync := s.connected && !s.directLocked()
 			period = s.timeout / keepaliveDivisor
 			s.mu.Unlock()
-			if connected {
+			if sync {
 				s.keepalive()
 			}
 			keep.Reset(period)
@@ -145,7 +145,7 @@ func (s *session) supervise(events <-chan zk.Event) {
 			// Events nobody read may have been dropped by go-zookeeper:
 			// trust the connection's own state.
 			if s.conn.State() == zk.StateHasSession {
-				s.onSession(zk.StateHasSession, timer, lease)
+				s.onSession(zk.StateHasSession, timer, lease, keep)
 			}
 		}
 	}
@@ -170,8 +170,8 @@ func (s *session) staleEvent(st zk.State) bool {
 }
 
 // onSession applies one session state change. timer is the supervisor's
-// disconnect deadline, lease its lease check.
-func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
+// disconnect deadline, lease its lease check, keep the pace of its syncs.
+func (s *session) onSession(state zk.State, timer, lease, keep *time.Timer) {
 	var granted time.Duration
 	defer func() {
 		if granted > 0 {
@@ -221,6 +221,8 @@ func (s *session) onSession(state zk.State, timer, lease *time.Timer) {
 		// server that grants far less than asked (its
 		// maxSessionTimeout), after the session may have expired.
 		lease.Reset(s.nextLeaseCheckLocked(time.Now()))
+		// The syncs' pace, by the timeout just granted too.
+		keep.Reset(s.timeout / keepaliveDivisor)
 		timer.Stop()
 		s.broadcastLocked()
 		if same {
