@@ -59,16 +59,13 @@ func (s *session) supervise(events <-chan zk.Event) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	// lease checks, while connected, that some request was answered
-	// recently enough (dialed sessions only: see checkLease). It is armed when a
-	// session is established (onSession), at the timeout the server
-	// granted: the one asked for may be far longer.
+	// lease checks, while connected, that the server surely heard of the
+	// session recently enough (see checkLease and leaseFromLocked). It is
+	// armed when a session is established (onSession), at the timeout the
+	// server granted: the one asked for may be far longer.
 	lease := time.NewTimer(time.Hour)
 	lease.Stop()
 	defer lease.Stop()
-	// sweep, on your connection (New), catches the events of the holders'
-	// watches that go-zookeeper dropped from your events channel when it
-	// was full (see Handle.arm).
 	// keep paces the syncs that show the leader heard of the session
 	// (through a follower: see keepalive.go).
 	s.mu.Lock()
@@ -76,6 +73,9 @@ func (s *session) supervise(events <-chan zk.Event) {
 	s.mu.Unlock()
 	keep := time.NewTimer(period)
 	defer keep.Stop()
+	// sweep, on your connection (New), catches the events of the holders'
+	// watches that go-zookeeper dropped from your events channel when it
+	// was full (see Handle.arm).
 	var sweep <-chan time.Time
 	if events != nil {
 		t := time.NewTicker(heldSweep)
@@ -437,11 +437,12 @@ func isUnimplemented(err error) bool {
 	return err != nil && strings.HasSuffix(err.Error(), "unknown error: -6")
 }
 
-// leaseStaleLocked reports that no request sent within the last session
-// timeout less the drift margin has been answered, on a session the Locker dialed
-// (New has no such view): the server may expire the session any moment,
-// even though go-zookeeper still counts the connection as up (watch
-// notifications keep coming on a link that drops what the client sends).
+// leaseStaleLocked reports that the server surely heard of the session
+// (leaseFromLocked) no later than a session timeout less the drift margin
+// ago: it may expire the session any moment, even though go-zookeeper
+// still counts the connection as up (watch notifications keep coming on a
+// link that drops what the client sends). False when that moment is not
+// known (New's session on a leader, or early on each connection).
 func (s *session) leaseStaleLocked(now time.Time) bool {
 	h := s.leaseFromLocked()
 	return !h.IsZero() && !now.Before(s.leaseEnd(h))
@@ -453,8 +454,8 @@ func (s *session) leaseEnd(h time.Time) time.Time {
 }
 
 // nextLeaseCheckLocked is how long after now the lease check is next due:
-// when the lease of the latest answer ends, or in a third of the session
-// timeout when nothing was answered yet.
+// when the lease ends or the server has been quiet for half a timeout,
+// whichever comes first, and at most a tenth of the timeout away.
 func (s *session) nextLeaseCheckLocked(now time.Time) time.Duration {
 	next := s.timeout / keepaliveDivisor
 	if h := s.leaseFromLocked(); !h.IsZero() {
@@ -514,7 +515,7 @@ func (s *session) checkLease(t *time.Timer) {
 		return
 	}
 	if end := s.leaseEnd(from); now.Before(end) {
-		next = min(next, end.Sub(now)) // quiet: soon, to see the answers resume
+		next = min(next, end.Sub(now))
 		return
 	}
 	why := fmt.Sprintf("no answer from ZooKeeper, though connected, that shows the server heard of the session in the last %v; it may expire the session (timeout %v) any moment now",
