@@ -216,3 +216,35 @@ func CheckHeldGoroutines(t *testing.T, h Held) {
 		t.Errorf("%d held locks ended with no fault", r.Lost)
 	}
 }
+
+// CheckRenewalsBatched is the test of renewal batching (a Locker that sends
+// the renewals of many held locks together, lease.Batcher): it holds N
+// locks (1,000 unless set) of a short lease (TTL 1.5s unless set; Window
+// one TTL, three renewal rounds) and fails t unless the Locker sent, per
+// renewal interval (TTL/3), at most a tenth as many requests as it holds
+// locks; a renewal per lock would be ten times that. h.Requests must count
+// the Locker's requests. A lock that ended fails it too.
+func CheckRenewalsBatched(t *testing.T, h Held) {
+	t.Helper()
+	if h.Requests == nil {
+		t.Fatal("benchmark.CheckRenewalsBatched: Held.Requests is not set")
+	}
+	if h.N <= 0 {
+		h.N = 1000
+	}
+	if h.TTL <= 0 {
+		h.TTL = 1500 * time.Millisecond
+	}
+	if h.Window <= 0 {
+		h.Window = h.TTL
+	}
+	r := MeasureHeld(t, h)
+	perRound := r.RenewalsPerSec * (h.TTL / 3).Seconds()
+	t.Logf("%d locks held, TTL %v: %.1f requests per renewal interval (%.2f per lock)", r.N, h.TTL, perRound, perRound/float64(r.N))
+	if perRound > float64(r.N)/10 {
+		t.Errorf("%.1f requests per renewal interval for %d held locks: the renewals are not batched (at most %d expected)", perRound, r.N, r.N/10)
+	}
+	if r.Lost > 0 {
+		t.Errorf("%d held locks ended with no fault", r.Lost)
+	}
+}

@@ -34,3 +34,7 @@ func TestHeldGoroutines(t *testing.T) { benchmark.CheckHeldGoroutines(t, heldRed
 //
 //	cd integration && go test -run '^$' -bench '^BenchmarkHeld$' -benchtime 1x ./redis
 func BenchmarkHeld(b *testing.B) { benchmark.RunHeld(b, heldRedis(b, 10000)) }
+
+// TestRenewalsBatched: the renewals of 1,000 locks held by one Locker go
+// out in batches (one script per batch), not a request per lock.
+func TestRenewalsBatched(t *testing.T) { benchmark.CheckRenewalsBatched(t, heldRedis(t, 1000)) }
