@@ -36,6 +36,7 @@ type Locker struct {
 	deadlines bool                    // the client has ContextTimeoutEnabled: see inline
 	inliner   goredis.UniversalClient // runs inline requests; nil: none run inline (see inline)
 	slowUntil atomic.Int64            // UnixNano until which requests skip inline: see inline
+	renewals  lease.Batcher[*Handle]  // sends the mutex's renewals in batches (renewMany)
 
 	// life admits the calls, holds the handles for Close, and counts the
 	// calls and goroutines that may still talk to Redis (requests,
@@ -99,6 +100,7 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 		cfgErr = cfg.checkAck(client)
 	}
 	l.life = backend.NewLife[*Handle](cfgErr)
+	l.renewals.Send = l.renewMany
 	l.initArgs()
 	l.hub = newHub(l)
 	return l

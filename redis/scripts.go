@@ -351,6 +351,62 @@ end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 `)
 
+// extendManyScript is extendScript for many locks in one call: the
+// renewals of a Locker's mutexes that come due together (renewMany).
+//
+//	KEYS the lock keys (on a Cluster, of one hash slot)
+//	ARGV[2i-1] owner token of KEYS[i], ARGV[2i] its lease in milliseconds
+//	returns, per key, 1 when extended, 0 when the lock was no longer ours
+var extendManyScript = goredis.NewScript(`
+local r = {}
+for i, k in ipairs(KEYS) do
+  if redis.call('GET', k) == ARGV[2*i-1] then
+    r[i] = redis.call('PEXPIRE', k, ARGV[2*i])
+  else
+    r[i] = 0
+  end
+end
+return r
+`)
+
+// renewMany renews the leases of hs in one script call (lease.Batcher's
+// Send): a verdict per handle, or an error for them all. With
+// WithReplicaAck, a batch that too few replicas confirmed fails as a whole,
+// as one renewal would.
+func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]bool, error) {
+	keys := make([]string, len(hs))
+	args := make([]any, 0, 2*len(hs))
+	for i, h := range hs {
+		keys[i] = h.k.lock
+		args = append(args, h.owner, millis(h.c.TTL))
+	}
+	var res []bool
+	err := l.execBackground(ctx, func(ctx context.Context) error {
+		cmd, acks := l.runScript(ctx, extendManyScript, keys, args...)
+		vals, err := cmd.Int64Slice()
+		if err != nil {
+			return err
+		}
+		if len(vals) != len(hs) {
+			return fmt.Errorf("redis: the batched renewal of %d locks answered %d verdicts", len(hs), len(vals))
+		}
+		out := make([]bool, len(vals))
+		for i, v := range vals {
+			out[i] = v == 1
+			if out[i] && acks >= 0 && acks < int64(l.cfg.replicas) {
+				return l.notAcked("the renewal", acks)
+			}
+		}
+		res = out
+		return nil
+	})
+	if err != nil {
+		// An abandoned request may still write res: do not read it.
+		return nil, err
+	}
+	return res, nil
+}
+
 // releaseMemory is how long the release script remembers a release, so that
 // a retry of it by the client is recognised (see releaseScript). go-redis
 // retries at most MaxRetries times (3 by default), each after a failed

@@ -1,0 +1,200 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// recorder is a Batcher's Send that records each request and refuses the
+// items listed in gone.
+type recorder struct {
+	mu    sync.Mutex
+	sent  [][]int
+	dls   []time.Time
+	gone  map[int]bool
+	err   error
+	block   chan struct{} // if set, Send waits for it
+	entered chan struct{} // if set, Send signals it on entry
+}
+
+func (r *recorder) send(ctx context.Context, items []int) ([]bool, error) {
+	if r.entered != nil {
+		r.entered <- struct{}{}
+	}
+	if r.block != nil {
+		<-r.block
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = append(r.sent, slices.Clone(items))
+	dl, _ := ctx.Deadline()
+	r.dls = append(r.dls, dl)
+	if r.err != nil {
+		return nil, r.err
+	}
+	res := make([]bool, len(items))
+	for i, it := range items {
+		res[i] = !r.gone[it]
+	}
+	return res, nil
+}
+
+func (r *recorder) requests() [][]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.sent)
+}
+
+// renewAll renews items 0..n-1 at once, each in its group (with a TTL of
+// 6s: a window of 100ms, Gather permitting), and returns their verdicts and
+// errors.
+func renewAll(b *Batcher[int], n int, group func(int) uint64) ([]bool, []error) {
+	return renewAllTTL(b, n, group, 6*time.Second)
+}
+
+func renewAllTTL(b *Batcher[int], n int, group func(int) uint64, ttl time.Duration) ([]bool, []error) {
+	oks, errs := make([]bool, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			oks[i], errs[i] = b.Renew(context.Background(), group(i), ttl, i)
+		})
+	}
+	wg.Wait()
+	return oks, errs
+}
+
+func TestBatcherOneRequest(t *testing.T) {
+	r := &recorder{gone: map[int]bool{3: true}}
+	b := &Batcher[int]{Send: r.send, Gather: time.Second}
+	oks, errs := renewAll(b, 10, func(int) uint64 { return 0 })
+	reqs := r.requests()
+	if len(reqs) != 1 || len(reqs[0]) != 10 {
+		t.Fatalf("requests %v, want one of 10 renewals", reqs)
+	}
+	for i := range 10 {
+		if errs[i] != nil || oks[i] != (i != 3) {
+			t.Errorf("item %d: ok %t, err %v; want ok %t (only 3 was gone)", i, oks[i], errs[i], i != 3)
+		}
+	}
+}
+
+func TestBatcherMaxAndGroups(t *testing.T) {
+	r := &recorder{}
+	b := &Batcher[int]{Send: r.send, Max: 4, Gather: time.Hour}
+	start := time.Now()
+	// Two groups of 8: each fills two batches of 4, sent as they fill,
+	// not after the window (10s).
+	oks, errs := renewAllTTL(b, 16, func(i int) uint64 { return uint64(i % 2) }, 10*time.Minute)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("full batches took %v: they waited the window", d)
+	}
+	for i := range 16 {
+		if !oks[i] || errs[i] != nil {
+			t.Errorf("item %d: ok %t, err %v", i, oks[i], errs[i])
+		}
+	}
+	reqs := r.requests()
+	if len(reqs) != 4 {
+		t.Fatalf("requests %v, want 4 of 4", reqs)
+	}
+	for _, req := range reqs {
+		if len(req) != 4 {
+			t.Errorf("request %v: want 4 renewals", req)
+		}
+		for _, it := range req {
+			if it%2 != req[0]%2 {
+				t.Errorf("request %v mixes groups", req)
+			}
+		}
+	}
+}
+
+func TestBatcherError(t *testing.T) {
+	boom := errors.New("boom")
+	r := &recorder{err: boom}
+	b := &Batcher[int]{Send: r.send, Gather: time.Second}
+	_, errs := renewAll(b, 5, func(int) uint64 { return 0 })
+	for i, err := range errs {
+		if !errors.Is(err, boom) {
+			t.Errorf("item %d: err %v, want the request's", i, err)
+		}
+	}
+	bad := &Batcher[int]{Gather: time.Second, Send: func(context.Context, []int) ([]bool, error) { return []bool{true}, nil }}
+	_, errs = renewAll(bad, 3, func(int) uint64 { return 0 })
+	for i, err := range errs {
+		if !errors.Is(err, errBatchAnswer) {
+			t.Errorf("item %d of a short answer: err %v, want errBatchAnswer", i, err)
+		}
+	}
+}
+
+// A member whose lease stops leaves at once; a leader whose lease stops
+// still sends the batch for the others; the request's deadline is the
+// earliest of its members'.
+func TestBatcherLeaving(t *testing.T) {
+	r := &recorder{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+	// Full at 3: the batch goes out when the third joins, whatever the load.
+	b := &Batcher[int]{Send: r.send, Max: 3, Gather: time.Hour}
+	const ttl = 10 * time.Minute
+	leaderCtx, stopLeader := context.WithCancel(context.Background())
+	type out struct {
+		ok  bool
+		err error
+	}
+	renew := func(ctx context.Context, item int) chan out {
+		c := make(chan out, 1)
+		go func() {
+			ok, err := b.Renew(ctx, 0, ttl, item)
+			c <- out{ok, err}
+		}()
+		return c
+	}
+	leader := renew(leaderCtx, 0)
+	joined(t, b, 1)
+	early := time.Now().Add(time.Hour)
+	mctx, stopMember := context.WithDeadline(context.Background(), early)
+	member := renew(mctx, 1)
+	joined(t, b, 2)
+	stayed := renew(context.Background(), 2)
+	<-r.entered // the batch of three is being sent
+	stopMember()
+	if o := <-member; !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("a member whose ctx ended: %v, want context.Canceled at once", o.err)
+	}
+	stopLeader()
+	close(r.block)
+	if o := <-stayed; !o.ok || o.err != nil {
+		t.Fatalf("the member that stayed: ok %t, err %v", o.ok, o.err)
+	}
+	<-leader
+	reqs := r.requests()
+	if len(reqs) != 1 || len(reqs[0]) != 3 {
+		t.Fatalf("requests %v, want the one batch of 3", reqs)
+	}
+	if !r.dls[0].Equal(early) {
+		t.Errorf("request deadline %v, want the earliest member's %v", r.dls[0], early)
+	}
+}
+
+// joined waits until b's open batch of group 0 has n renewals (the order of
+// the goroutines is the test's: the first is the leader).
+func joined(t *testing.T, b *Batcher[int], n int) {
+	t.Helper()
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		b.mu.Lock()
+		bt := b.open[0]
+		ok := bt != nil && len(bt.items) == n
+		b.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the batch did not reach %d renewals", n)
+		}
+	}
+}
