@@ -96,8 +96,18 @@ func (h *Handle) start(sent time.Time, drift time.Duration) {
 }
 
 // renew extends the lease when the row still carries this holder's owner
-// and token and its lease has not run out.
+// and token and its lease has not run out. A mutex's renewal goes out in a
+// batch with the Locker's other renewals of the same TTL that come due
+// within a moment (lease.Batcher, renewMany).
 func (h *Handle) renew(ctx context.Context) (bool, error) {
+	if h.fam == 0 {
+		return h.l.renewals.Renew(ctx, renewGroup(h.ttl), h.ttl, h)
+	}
+	return h.renewOne(ctx)
+}
+
+// renewOne is renew on its own statement.
+func (h *Handle) renewOne(ctx context.Context) (bool, error) {
 	cctx, cancel := h.l.callCtx(ctx)
 	defer cancel()
 	var n int64

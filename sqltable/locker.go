@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/sqltable/internal/drivers"
 )
 
@@ -44,6 +45,9 @@ type Locker struct {
 	// clean-ups.
 	endCtx  context.Context
 	endStop context.CancelFunc
+
+	renewals   lease.Batcher[*Handle] // the mutex's renewals in batches (renewmany.go)
+	renewTexts renewTexts             // their statements
 
 	initSem chan struct{} // one schema check at a time
 	inited  bool          // guarded by initSem
@@ -84,6 +88,7 @@ func New(db *sql.DB, opts ...Option) *Locker {
 		endStop: endStop,
 		initSem: make(chan struct{}, 1),
 	}
+	l.renewals.Send, l.renewals.Max = l.renewMany, renewMax
 	if db == nil && cfgErr == nil {
 		cfgErr = fmt.Errorf("%w: sqltable: nil *sql.DB", locker.ErrInvalidOption)
 	}

@@ -1,0 +1,115 @@
+package sqltable
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/bits"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Renewals in batches: the mutex's renewals that come due within a moment
+// (lease.Batcher; the Handles of one TTL form a group) go out as one UPDATE
+// of every row still held by its owner and token, with one lease for them
+// all. Its rows affected tell whether every lock was still ours; when fewer
+// rows were renewed than asked (a lock lost, its row changed or taken), each
+// lock of the batch is renewed again on its own, which is harmless for
+// those the batch renewed, and tells which one was not.
+//
+// The statement names each lock in an OR of primary-key equalities, which
+// every dialect's planner answers with index look-ups. Its text depends on
+// how many locks it names, so a batch is padded (with its last lock again)
+// to a power of two: at most renewBuckets texts per Locker, each prepared
+// and cached per connection by the driver, as the other statements.
+
+// renewMax is the most renewals one statement carries (the last bucket).
+const renewMax = 128
+
+// renewBuckets is how many statement texts renewMany uses: 1, 2, 4, ... renewMax.
+const renewBuckets = 8
+
+// renewTexts builds and keeps the batched renewal's statement texts.
+type renewTexts struct {
+	mu    sync.Mutex
+	texts [renewBuckets]string
+}
+
+// text returns the statement renewing n locks (a power of two up to
+// renewMax) of table tbl (quoted) in dialect d: its arguments are the lease
+// in microseconds, then each lock's key, owner and token.
+func (r *renewTexts) text(d Dialect, tbl string, n int) string {
+	i := bits.Len(uint(n)) - 1
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.texts[i] != "" {
+		return r.texts[i]
+	}
+	now := nowMicros(d)
+	param := func(k int) string {
+		switch d {
+		case PostgreSQL:
+			return fmt.Sprintf("$%d", k)
+		case SQLite:
+			return fmt.Sprintf("?%d", k)
+		default:
+			return "?" // MySQL: the arguments in order
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "UPDATE %s SET expires_us = %s + %s\nWHERE expires_us > %s AND (", tbl, now, param(1), now)
+	for j := range n {
+		if j > 0 {
+			b.WriteString("\nOR ")
+		}
+		k := 2 + 3*j
+		fmt.Fprintf(&b, "(lock_key = %s AND owner = %s AND token = %s)", param(k), param(k+1), param(k+2))
+	}
+	b.WriteString(")")
+	r.texts[i] = b.String()
+	return r.texts[i]
+}
+
+// renewGroup is the batch group of a Handle's renewal: one per TTL, since a
+// statement sets one lease.
+func renewGroup(ttl time.Duration) uint64 { return uint64(ttl.Microseconds()) }
+
+// renewMany renews the leases of hs, mutexes of one TTL (lease.Batcher's
+// Send): a verdict per Handle, or an error for them all.
+func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]bool, error) {
+	res := make([]bool, len(hs))
+	if len(hs) > 1 {
+		n := 1 << bits.Len(uint(len(hs)-1)) // the bucket: a power of two
+		text := l.renewTexts.text(l.dialect, l.table.quoted(l.dialect, ""), n)
+		args := make([]any, 0, 1+3*n)
+		args = append(args, hs[0].ttl.Microseconds())
+		for j := range n {
+			h := hs[min(j, len(hs)-1)] // padded with the last lock
+			args = append(args, h.key, h.owner, h.token)
+		}
+		cctx, cancel := l.callCtx(ctx)
+		n64, err := l.rowsAffected(cctx, l.retryIdem, func(ctx context.Context) (sql.Result, error) {
+			return l.db.ExecContext(ctx, text, args...)
+		})
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		if n64 == int64(len(hs)) {
+			for i := range res {
+				res[i] = true
+			}
+			return res, nil
+		}
+		// A lock of the batch is no longer ours: find which.
+	}
+	for i, h := range hs {
+		ok, err := h.renewOne(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res[i] = ok
+	}
+	return res, nil
+}
