@@ -7,6 +7,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/redis/internal/releases"
 )
 
@@ -373,14 +374,14 @@ return r
 // Send): a verdict per handle, or an error for them all. With
 // WithReplicaAck, a batch that too few replicas confirmed fails as a whole,
 // as one renewal would.
-func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]bool, error) {
+func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]lease.Verdict, error) {
 	keys := make([]string, len(hs))
 	args := make([]any, 0, 2*len(hs))
 	for i, h := range hs {
 		keys[i] = h.k.lock
 		args = append(args, h.owner, millis(h.c.TTL))
 	}
-	var res []bool
+	var res []lease.Verdict
 	err := l.execBackground(ctx, func(ctx context.Context) error {
 		cmd, acks := l.runScript(ctx, extendManyScript, keys, args...)
 		vals, err := cmd.Int64Slice()
@@ -390,10 +391,10 @@ func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]bool, error) {
 		if len(vals) != len(hs) {
 			return fmt.Errorf("redis: the batched renewal of %d locks answered %d verdicts", len(hs), len(vals))
 		}
-		out := make([]bool, len(vals))
+		out := make([]lease.Verdict, len(vals))
 		for i, v := range vals {
-			out[i] = v == 1
-			if out[i] && acks >= 0 && acks < int64(l.cfg.replicas) {
+			out[i].OK = v == 1
+			if out[i].OK && acks >= 0 && acks < int64(l.cfg.replicas) {
 				return l.notAcked("the renewal", acks)
 			}
 		}

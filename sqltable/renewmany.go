@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/go-locker/locker/internal/lease"
 )
 
 // Renewals in batches: the mutex's renewals that come due within a moment
@@ -77,8 +79,8 @@ func renewGroup(ttl time.Duration) uint64 { return uint64(ttl.Microseconds()) }
 
 // renewMany renews the leases of hs, mutexes of one TTL (lease.Batcher's
 // Send): a verdict per Handle, or an error for them all.
-func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]bool, error) {
-	res := make([]bool, len(hs))
+func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]lease.Verdict, error) {
+	res := make([]lease.Verdict, len(hs))
 	if len(hs) > 1 {
 		n := 1 << bits.Len(uint(len(hs)-1)) // the bucket: a power of two
 		text := l.renewTexts.text(l.dialect, l.table.quoted(l.dialect, ""), n)
@@ -98,7 +100,7 @@ func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]bool, error) {
 		}
 		if n64 == int64(len(hs)) {
 			for i := range res {
-				res[i] = true
+				res[i].OK = true
 			}
 			return res, nil
 		}
@@ -109,7 +111,7 @@ func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]bool, error) {
 		if err != nil {
 			return nil, err
 		}
-		res[i] = ok
+		res[i].OK = ok
 	}
 	return res, nil
 }

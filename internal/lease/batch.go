@@ -41,13 +41,22 @@ type Batcher[T any] struct {
 	// reads as a slow renewal. 0 means 50ms.
 	Gather time.Duration
 	// Send renews items in one request. It returns one verdict per item,
-	// in order: true when the item's lease was reset, false when its lock
-	// was no longer its holder's; or an error for them all (a transient
+	// in order (see Verdict), or an error for them all (a transient
 	// failure: each renewal retries on its own timing).
-	Send func(ctx context.Context, items []T) ([]bool, error)
+	Send func(ctx context.Context, items []T) ([]Verdict, error)
 
 	mu   sync.Mutex
 	open map[uint64]*batch[T] // the batch filling up, per group
+}
+
+// Verdict is a batched renewal's answer for one lease, as RenewConfig.Renew
+// gives it: OK when the lease was reset; not OK with a nil Err when the
+// lock was no longer its holder's; an Err when that could not be told for
+// this lease (a Redlock round that reached too few nodes for it), which
+// its renewal retries.
+type Verdict struct {
+	OK  bool
+	Err error
 }
 
 // batch is one request's worth of renewals.
@@ -56,7 +65,7 @@ type batch[T any] struct {
 	deadline time.Time     // the earliest deadline of the members' contexts
 	full     chan struct{} // closed when items reached Max
 	done     chan struct{} // closed once res and err are set
-	res      []bool
+	res      []Verdict
 	err      error
 }
 
@@ -101,7 +110,7 @@ func (b *Batcher[T]) Renew(ctx context.Context, group uint64, ttl time.Duration,
 			if bt.err != nil {
 				return false, bt.err
 			}
-			return bt.res[i], nil
+			return bt.res[i].OK, bt.res[i].Err
 		case <-ctx.Done():
 			return false, ctx.Err()
 		}
@@ -110,7 +119,7 @@ func (b *Batcher[T]) Renew(ctx context.Context, group uint64, ttl time.Duration,
 	if bt.err != nil {
 		return false, bt.err
 	}
-	return bt.res[0], nil
+	return bt.res[0].OK, bt.res[0].Err
 }
 
 // lead waits out bt's window (or until it is full), closes it to new

@@ -12,16 +12,17 @@ import (
 // recorder is a Batcher's Send that records each request and refuses the
 // items listed in gone.
 type recorder struct {
-	mu    sync.Mutex
-	sent  [][]int
-	dls   []time.Time
-	gone  map[int]bool
-	err   error
+	mu      sync.Mutex
+	sent    [][]int
+	dls     []time.Time
+	gone    map[int]bool
+	failed  map[int]error
+	err     error
 	block   chan struct{} // if set, Send waits for it
 	entered chan struct{} // if set, Send signals it on entry
 }
 
-func (r *recorder) send(ctx context.Context, items []int) ([]bool, error) {
+func (r *recorder) send(ctx context.Context, items []int) ([]Verdict, error) {
 	if r.entered != nil {
 		r.entered <- struct{}{}
 	}
@@ -36,9 +37,9 @@ func (r *recorder) send(ctx context.Context, items []int) ([]bool, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	res := make([]bool, len(items))
+	res := make([]Verdict, len(items))
 	for i, it := range items {
-		res[i] = !r.gone[it]
+		res[i] = Verdict{OK: !r.gone[it] && r.failed[it] == nil, Err: r.failed[it]}
 	}
 	return res, nil
 }
@@ -69,7 +70,8 @@ func renewAllTTL(b *Batcher[int], n int, group func(int) uint64, ttl time.Durati
 }
 
 func TestBatcherOneRequest(t *testing.T) {
-	r := &recorder{gone: map[int]bool{3: true}}
+	boom := errors.New("boom")
+	r := &recorder{gone: map[int]bool{3: true}, failed: map[int]error{5: boom}}
 	b := &Batcher[int]{Send: r.send, Gather: time.Second}
 	oks, errs := renewAll(b, 10, func(int) uint64 { return 0 })
 	reqs := r.requests()
@@ -77,8 +79,13 @@ func TestBatcherOneRequest(t *testing.T) {
 		t.Fatalf("requests %v, want one of 10 renewals", reqs)
 	}
 	for i := range 10 {
-		if errs[i] != nil || oks[i] != (i != 3) {
-			t.Errorf("item %d: ok %t, err %v; want ok %t (only 3 was gone)", i, oks[i], errs[i], i != 3)
+		switch {
+		case i == 5:
+			if oks[i] || !errors.Is(errs[i], boom) {
+				t.Errorf("item 5: ok %t, err %v; want its own error", oks[i], errs[i])
+			}
+		case errs[i] != nil || oks[i] != (i != 3):
+			t.Errorf("item %d: ok %t, err %v; want ok %t (3 was gone)", i, oks[i], errs[i], i != 3)
 		}
 	}
 }
@@ -124,7 +131,7 @@ func TestBatcherError(t *testing.T) {
 			t.Errorf("item %d: err %v, want the request's", i, err)
 		}
 	}
-	bad := &Batcher[int]{Gather: time.Second, Send: func(context.Context, []int) ([]bool, error) { return []bool{true}, nil }}
+	bad := &Batcher[int]{Gather: time.Second, Send: func(context.Context, []int) ([]Verdict, error) { return []Verdict{{OK: true}}, nil }}
 	_, errs = renewAll(bad, 3, func(int) uint64 { return 0 })
 	for i, err := range errs {
 		if !errors.Is(err, errBatchAnswer) {
