@@ -89,46 +89,71 @@ func (h *Handle) start() {
 // failed or did not answer), which internal/lease retries until the
 // validity ends.
 func (h *Handle) renew(ctx context.Context) (bool, error) {
+	if h.k.kind != readLock {
+		return h.l.renewals.Renew(ctx, uint64(h.tm.ttl.Microseconds()), h.tm.ttl, h)
+	}
+	return h.renewOne(ctx)
+}
+
+// renewOne is renew in a round of its own.
+func (h *Handle) renewOne(ctx context.Context) (bool, error) {
 	res, err := fanout(h.l, ctx, ctx, h.l.closing, h.l.all, h.tm.nodeTimeout,
 		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 			return runExtend(ctx, c, h.k, h.c.Owner, h.tm.ttl)
 		}, nil, func(o outcome[bool]) bool { // a majority either way
-			var yes []int
-			no := 0
-			for i := range h.l.clients {
-				switch {
-				case o.ok(i) && o.v[i]:
-					yes = append(yes, i)
-				case o.ok(i):
-					no++
-				}
-			}
-			return h.l.vet.distinct(yes) >= h.l.quorum || no >= len(h.l.clients)-h.l.quorum+1
+			return h.l.renewDecided(func(i int) (bool, bool) { return o.ok(i), o.ok(i) && o.v[i] })
 		})
 	if err != nil {
 		return false, err
 	}
+	return h.l.renewVerdict(func(i int) (bool, bool) { return res.ok(i), res.ok(i) && res.v[i] }, res.err)
+}
+
+// renewDecided reports whether a renewal round's answers so far settle it:
+// a majority of distinct servers extended the lock, or so many nodes said
+// it is not ours that no majority can be. node(i) tells whether node i
+// answered and whether it extended the lock.
+func (l *Locker) renewDecided(node func(i int) (answered, extended bool)) bool {
+	var yes []int
+	no := 0
+	for i := range l.clients {
+		switch answered, extended := node(i); {
+		case extended:
+			yes = append(yes, i)
+		case answered:
+			no++
+		}
+	}
+	return l.vet.distinct(yes) >= l.quorum || no >= len(l.clients)-l.quorum+1
+}
+
+// renewVerdict is a renewal round's outcome, from each node's answer
+// (node(i): answered, extended) and the errors of the nodes that did not
+// answer: ok when a majority of distinct servers extended the lock;
+// ok=false when so many said it is not ours that no majority can be; an
+// error otherwise.
+func (l *Locker) renewVerdict(node func(i int) (answered, extended bool), errs []error) (bool, error) {
 	var extended, gone, failed []int
-	for i := range h.l.clients {
-		switch {
-		case !res.ok(i):
+	for i := range l.clients {
+		switch answered, ext := node(i); {
+		case !answered:
 			failed = append(failed, i)
-		case res.v[i]:
+		case ext:
 			extended = append(extended, i)
 		default:
 			gone = append(gone, i)
 		}
 	}
-	n, q := len(h.l.clients), h.l.quorum
+	n, q := len(l.clients), l.quorum
 	switch {
-	case h.l.vet.distinct(extended) >= q:
+	case l.vet.distinct(extended) >= q:
 		// One per server: a node the Locker has not vetted, or two names
 		// of one server, do not make a majority (see vet.go).
 		return true, nil
 	case len(gone) >= n-q+1:
 		return false, nil
 	}
-	counted := h.l.vet.distinct(extended)
+	counted := l.vet.distinct(extended)
 	if len(failed) == 0 {
 		// Every node answered, and some that extended do not count.
 		return false, fmt.Errorf("renewal extended the lock on %d of %d nodes, but they are %d servers compared with each other (need %d): the rest answered for the first time or as another server, and count once an acquire has compared them; %d no longer held it",
@@ -136,7 +161,56 @@ func (h *Handle) renew(ctx context.Context) (bool, error) {
 	}
 	first := failed[0]
 	return false, fmt.Errorf("renewal reached only %d of %d nodes (need %d); %d no longer held it; %s: %w",
-		counted, n, q, len(gone), h.l.addrs[first], res.err[first])
+		counted, n, q, len(gone), l.addrs[first], errs[first])
+}
+
+// renewMany renews the leases of hs, locks of one TTL, in one round of a
+// script per node (lease.Batcher's Send): each lock's verdict is the one
+// its own round would have had from the same answers.
+func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]lease.Verdict, error) {
+	if len(hs) == 1 {
+		ok, err := hs[0].renewOne(ctx)
+		return []lease.Verdict{{OK: ok, Err: err}}, nil
+	}
+	keys := make([]string, len(hs))
+	args := make([]any, 0, 2*len(hs))
+	for j, h := range hs {
+		keys[j] = h.k.lock
+		args = append(args, h.c.Owner, millis(h.tm.ttl))
+	}
+	node := func(o outcome[[]bool], j int) func(i int) (bool, bool) {
+		return func(i int) (bool, bool) { return o.ok(i), o.ok(i) && o.v[i][j] }
+	}
+	res, err := fanout(l, ctx, ctx, l.closing, l.all, hs[0].tm.nodeTimeout,
+		func(ctx context.Context, _ int, c goredis.UniversalClient) ([]bool, error) {
+			vals, err := runScript(ctx, c, extendManyScript, keys, args...).Int64Slice()
+			if err != nil {
+				return nil, err
+			}
+			if len(vals) != len(keys) {
+				return nil, fmt.Errorf("redlock: the batched renewal of %d locks answered %d verdicts", len(keys), len(vals))
+			}
+			out := make([]bool, len(vals))
+			for j, v := range vals {
+				out[j] = v == 1
+			}
+			return out, nil
+		}, nil, func(o outcome[[]bool]) bool {
+			for j := range hs {
+				if !l.renewDecided(node(o, j)) {
+					return false
+				}
+			}
+			return true
+		})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]lease.Verdict, len(hs))
+	for j := range hs {
+		out[j].OK, out[j].Err = l.renewVerdict(node(res, j), res.err)
+	}
+	return out, nil
 }
 
 // releaseCounts runs the owner-checked delete on every node, announcing it,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/lease"
 	"github.com/go-locker/locker/redis/internal/guard"
 	"github.com/go-locker/locker/redis/internal/releases"
 )
@@ -51,10 +52,11 @@ type Locker struct {
 	conns      *connSet // of the clients Open made; nil with New
 	cfg        config
 	subs       *subs
-	contacted  []atomic.Bool // per node: its first request was made (see dialAllowance)
-	scripts    []scriptState // per node: what its script cache holds (see runScript)
-	down       []atomic.Bool // per node: its last request ran out of time (see dialAllowance)
-	vet        vetter        // what each node's server said it is (see vet.go)
+	contacted  []atomic.Bool          // per node: its first request was made (see dialAllowance)
+	scripts    []scriptState          // per node: what its script cache holds (see runScript)
+	down       []atomic.Bool          // per node: its last request ran out of time (see dialAllowance)
+	vet        vetter                 // what each node's server said it is (see vet.go)
+	renewals   lease.Batcher[*Handle] // renewals of one TTL in one round (renewMany)
 
 	// life admits the calls, holds the handles for Close, and counts the
 	// calls and goroutines that may still talk to the nodes (requests,
@@ -102,10 +104,12 @@ func universal[C goredis.UniversalClient](clients []C) []goredis.UniversalClient
 func newLocker(clients []goredis.UniversalClient, opts []Option) *Locker {
 	cfg, cfgErr := newConfig(opts)
 	l := &Locker{
-		clients: clients,
-		cfg:     cfg,
-		quorum:  len(clients)/2 + 1,
+		renewals: lease.Batcher[*Handle]{Max: 128},
+		clients:  clients,
+		cfg:      cfg,
+		quorum:   len(clients)/2 + 1,
 	}
+	l.renewals.Send = l.renewMany
 	l.addrs = make([]string, len(clients))
 	l.contacted = make([]atomic.Bool, len(clients))
 	l.scripts = make([]scriptState, len(clients))

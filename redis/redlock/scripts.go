@@ -174,6 +174,23 @@ end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 `)
 
+// extendManyScript is extendScript for many locks in one call: the
+// renewals of a Locker's locks of one TTL that come due together
+// (renewMany). KEYS are the lock keys; ARGV[2i-1] is KEYS[i]'s owner token,
+// ARGV[2i] its lease in milliseconds. It returns, per key, 1 when extended
+// and 0 when the lock was no longer ours.
+var extendManyScript = newScript(luaOurs + `
+local r = {}
+for i, k in ipairs(KEYS) do
+  if ours(redis.call('GET', k), ARGV[2*i-1]) then
+    r[i] = redis.call('PEXPIRE', k, ARGV[2*i])
+  else
+    r[i] = 0
+  end
+end
+return r
+`)
+
 // The mutex's release, on one node, is famReleaseScript's for kind "w": it
 // deletes the lock only if it carries our owner token, and then, if asked,
 // wakes the waiter at the head of the node's queue (PUBLISH "q <id>" on the
