@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -115,5 +116,56 @@ func (s *suite) stealLossReported(t *testing.T, ctx context.Context) {
 		t.Errorf("Err() of a holder whose lock was taken away = %v, want an error wrapping locker.ErrLost", err)
 	} else {
 		checkKeyError(t, err, k, "Err() of a robbed holder")
+	}
+}
+
+// stealOthersKept: one Locker holds several locks, taken together so that
+// their renewals come due together (a backend that renews many locks in
+// one request puts them in one batch); one of them is taken away. Its
+// holder hears of the loss within LossBound, and the others stay held past
+// the end of the lease they had when it did (a renewal whose verdict is the
+// batch's, not each lock's, ends them all, at once or at the end of their
+// lease), and their Releases succeed.
+func (s *suite) stealOthersKept(t *testing.T, ctx context.Context) {
+	s.needSteal(t)
+	a := s.newLocker(t)
+	const n = 6
+	hs := make([]locker.Handle, n)
+	for i := range hs {
+		hs[i] = mustAcquire(t, ctx, a, key(t, fmt.Sprint(i)), ttl(s))
+	}
+	robbed := hs[n/2]
+	s.h.Steal(t, robbed)
+	stolen := time.Now()
+	select {
+	case <-robbed.Done():
+	case <-time.After(s.h.LossBound + s.h.CtxSlack):
+		t.Fatalf("a holder whose lock was taken away on the server did not report it within LossBound %v", s.h.LossBound)
+	}
+	t.Logf("loss reported %v after the lock was taken away", time.Since(stolen))
+	// Past the lease the others had when the loss was found: they must
+	// have been renewed meanwhile.
+	lease := s.h.TTL
+	if lease <= 0 {
+		lease = locker.DefaultTTL
+	}
+	ended := make(chan int, n)
+	for i, h := range hs {
+		if h != robbed {
+			go func() { <-h.Done(); ended <- i }()
+		}
+	}
+	select {
+	case i := <-ended:
+		t.Fatalf("lock %d of %d ended with %v when another lock of its Locker was taken away: each lock's renewal must be judged on its own", i, n, hs[i].Err())
+	case <-time.After(lease + s.h.CtxSlack):
+	}
+	for i, h := range hs {
+		if h == robbed {
+			continue
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Errorf("Release of lock %d, held while another lock of its Locker was taken away: %v", i, err)
+		}
 	}
 }

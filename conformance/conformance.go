@@ -155,6 +155,7 @@ func (s *suite) cases() []testCase {
 		{"Steal/ReleaseKeepsNewHolder", s.stealReleaseKeepsNewHolder},
 		{"Steal/RenewalDoesNotExtend", s.stealRenewalDoesNotExtend},
 		{"Steal/LossReported", s.stealLossReported},
+		{"Steal/OthersKept", s.stealOthersKept},
 		{"Fencing/AfterRelease", s.fencingAfterRelease},
 		{"Fencing/AfterCrash", s.fencingAfterCrash},
 		{"Fencing/TokenBase", s.fencingTokenBase},

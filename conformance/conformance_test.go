@@ -103,6 +103,7 @@ var flaws = []struct {
 	{"FloorsTokenBase", floorsTokenBase, []string{"Fencing/TokenBase"}},
 	{"InspectIgnoresTokenBase", inspectIgnoresTokenBase, []string{"Fencing/TokenBase"}},
 	{"AcceptsBadTokenBase", acceptsBadTokenBase, []string{"Fencing/TokenBase"}},
+	{"SharedRenewalFate", sharedRenewalFate, []string{"Steal/OthersKept"}},
 }
 
 const flawEnv = "LOCKER_CONFORMANCE_FLAW"

@@ -61,6 +61,7 @@ const (
 	floorsTokenBase              // the token base is a floor, max(base, token), not an offset
 	inspectIgnoresTokenBase      // Handle.Token has the base, Inspect's token has not
 	acceptsBadTokenBase          // a negative token base, or one above locker.MaxTokenBase, is accepted
+	sharedRenewalFate            // a renewal that finds one lock taken away ends every lock of the Locker (a batch's verdict for all)
 )
 
 // errToyPrivate is the toy's refusal of a store private to one Locker, the
@@ -421,6 +422,13 @@ func (l *toyLocker) watchdog(h *toyHandle) {
 				// Compare-and-renew found another owner: the lock was taken
 				// away, and the holder hears of it now.
 				h.st.End(backend.KeyError("renew", h.key, locker.ErrLost))
+				if l.flaw == sharedRenewalFate {
+					l.mu.Lock()
+					for o := range l.handles {
+						o.st.End(backend.KeyError("renew", o.key, locker.ErrLost))
+					}
+					l.mu.Unlock()
+				}
 				return
 			}
 			continue
