@@ -73,7 +73,11 @@
 // lock up sooner.
 //
 // Renewal: every TTL/3 an owner-checked PEXPIRE on every node in parallel;
-// the round ends as soon as a majority has answered either way. A renewal
+// the round ends as soon as a majority has answered either way. Renewals
+// of one TTL that come due within 50ms (at most TTL/60) of each other go
+// out as one round, a script of up to 128 keys per node, and each lock gets
+// the verdict its own round would have had from the same answers (the
+// readers of a reader-writer lock renew one by one). A renewal
 // round sent at t that a majority confirmed moves the validity to
 // t + TTL − drift. When a majority answers that the lock is no longer
 // theirs, the lock is lost at once; when nodes fail, the round is retried
