@@ -35,6 +35,9 @@ type Held struct {
 	Requests func() int64
 	// Parallel is how many goroutines take the locks; default 64.
 	Parallel int
+	// Take, if set, takes one lock in place of TryAcquire (a semaphore's
+	// permit, a reader's lock): the Held case of a lock family.
+	Take func(ctx context.Context, l locker.Locker, key string, opts ...locker.Option) (locker.Handle, error)
 }
 
 func (h *Held) defaults() {
@@ -87,6 +90,12 @@ func MeasureHeld(tb testing.TB, h Held) HeldResult {
 	defer cancel()
 	base := fmt.Sprintf("held/%d/", time.Now().UnixNano())
 	handles := make([]locker.Handle, 0, h.N)
+	takeOne := h.Take
+	if takeOne == nil {
+		takeOne = func(ctx context.Context, l locker.Locker, key string, opts ...locker.Option) (locker.Handle, error) {
+			return l.TryAcquire(ctx, key, opts...)
+		}
+	}
 	take := func(from, to int) {
 		out := make([]locker.Handle, to-from)
 		errs := make([]error, to-from)
@@ -97,7 +106,7 @@ func MeasureHeld(tb testing.TB, h Held) HeldResult {
 			go func() {
 				defer wg.Done()
 				for i := range next {
-					out[i-from], errs[i-from] = l.TryAcquire(ctx, fmt.Sprintf("%s%d", base, i), locker.WithTTL(h.TTL))
+					out[i-from], errs[i-from] = takeOne(ctx, l, fmt.Sprintf("%s%d", base, i), locker.WithTTL(h.TTL))
 				}
 			}()
 		}
@@ -108,7 +117,7 @@ func MeasureHeld(tb testing.TB, h Held) HeldResult {
 		wg.Wait()
 		for i, err := range errs {
 			if err != nil {
-				tb.Fatalf("benchmark.MeasureHeld: TryAcquire of key %d: %v", from+i, err)
+				tb.Fatalf("benchmark.MeasureHeld: taking key %d: %v", from+i, err)
 			}
 		}
 		handles = append(handles, out...)
@@ -247,4 +256,24 @@ func CheckRenewalsBatched(t *testing.T, h Held) {
 	if r.Lost > 0 {
 		t.Errorf("%d held locks ended with no fault", r.Lost)
 	}
+}
+
+// TakeSemaphorePermit is a Held.Take that takes one of 2 permits of the key
+// (locker.Semaphorer): the Held case of the semaphore.
+func TakeSemaphorePermit(ctx context.Context, l locker.Locker, key string, opts ...locker.Option) (locker.Handle, error) {
+	s, ok := l.(locker.Semaphorer)
+	if !ok {
+		return nil, fmt.Errorf("benchmark: %T is not a locker.Semaphorer", l)
+	}
+	return s.TryAcquireSemaphore(ctx, key, 2, opts...)
+}
+
+// TakeRead is a Held.Take that takes a reader's lock on the key
+// (locker.ReadWriter): the Held case of the reader-writer lock.
+func TakeRead(ctx context.Context, l locker.Locker, key string, opts ...locker.Option) (locker.Handle, error) {
+	rw, ok := l.(locker.ReadWriter)
+	if !ok {
+		return nil, fmt.Errorf("benchmark: %T is not a locker.ReadWriter", l)
+	}
+	return rw.TryAcquireRead(ctx, key, opts...)
 }

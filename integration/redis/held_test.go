@@ -38,3 +38,18 @@ func BenchmarkHeld(b *testing.B) { benchmark.RunHeld(b, heldRedis(b, 10000)) }
 // TestRenewalsBatched: the renewals of 1,000 locks held by one Locker go
 // out in batches (one script per batch), not a request per lock.
 func TestRenewalsBatched(t *testing.T) { benchmark.CheckRenewalsBatched(t, heldRedis(t, 1000)) }
+
+// TestRenewalsBatchedFamilies: the same for 500 semaphore permits and 500
+// readers' locks: a batch carries the families' holders too.
+func TestRenewalsBatchedFamilies(t *testing.T) {
+	t.Run("Semaphore", func(t *testing.T) {
+		h := heldRedis(t, 500)
+		h.Take = benchmark.TakeSemaphorePermit
+		benchmark.CheckRenewalsBatched(t, h)
+	})
+	t.Run("Read", func(t *testing.T) {
+		h := heldRedis(t, 500)
+		h.Take = benchmark.TakeRead
+		benchmark.CheckRenewalsBatched(t, h)
+	})
+}

@@ -38,6 +38,21 @@ func TestRenewalsBatched(t *testing.T) {
 	})
 }
 
+// TestRenewalsBatchedFamilies: the same for 500 semaphore permits and 500
+// readers' locks on PostgreSQL: a batch renews the families table's rows.
+func TestRenewalsBatchedFamilies(t *testing.T) {
+	for name, take := range map[string]func(context.Context, locker.Locker, string, ...locker.Option) (locker.Handle, error){
+		"Semaphore": benchmark.TakeSemaphorePermit,
+		"Read":      benchmark.TakeRead,
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := heldPostgres(t, 500)
+			h.Take = take
+			benchmark.CheckRenewalsBatched(t, h)
+		})
+	}
+}
+
 // TestBatchedRenewalLosesOnlyItsLock: 20 locks of one Locker renew in
 // batches; one of them has its row taken over from outside. Its holder
 // learns of the loss at its next renewal (the batch renews fewer rows than
