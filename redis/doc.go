@@ -154,7 +154,7 @@
 // With WithoutWatchdog the lease is not renewed and the Handle reports the
 // loss a drift margin before the TTL runs out.
 //
-// Renewals of the mutex go out in batches: a renewal that comes due waits
+// Renewals go out in batches: a renewal that comes due waits
 // up to 50ms (at most TTL/60) for the Locker's other renewals that come
 // due meanwhile, and one script renews them all (at most 256 keys; on a
 // Cluster, the keys of one hash slot), each key checked against its own
@@ -162,8 +162,8 @@
 // renewal came due, before the batch left. The members of a batch come due
 // together again a third of the TTL later, so a Locker holding 10,000 locks
 // sends a few dozen renewal requests per interval instead of 10,000
-// (TestRenewalsBatched; BENCHMARKS.md). The families' locks renew one by
-// one.
+// (TestRenewalsBatched; BENCHMARKS.md). A batch carries mutexes and the
+// families' holders alike.
 //
 // # Lock families
 //

@@ -83,18 +83,20 @@ func (h *Handle) start() {
 	h.c.Start(h.sent, cfg)
 }
 
-// renew extends the lease once; ctx ends at the loss deadline. A mutex's
-// renewal goes out in a batch with the Locker's other renewals that come
-// due within a moment (lease.Batcher, renewMany); on a Cluster, with those
-// of its hash slot.
+// renew extends the lease once; ctx ends at the loss deadline. It goes
+// out in a batch with the Locker's other renewals that come due within a
+// moment (lease.Batcher, renewMany); on a Cluster, with those of its hash
+// slot.
 func (h *Handle) renew(ctx context.Context) (bool, error) {
-	if h.k.fam == famMutex {
-		var group uint64
-		if h.l.sharded {
-			group = uint64(clusterSlot(h.k.lock))
-		}
-		return h.l.renewals.Renew(ctx, group, h.c.TTL, h)
+	var group uint64
+	if h.l.sharded {
+		group = uint64(clusterSlot(h.k.lock))
 	}
+	return h.l.renewals.Renew(ctx, group, h.c.TTL, h)
+}
+
+// renewOne is renew on its own, outside a batch.
+func (h *Handle) renewOne(ctx context.Context) (bool, error) {
 	var ok bool
 	err := h.l.execBackground(ctx, func(ctx context.Context) error {
 		var err error

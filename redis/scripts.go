@@ -352,20 +352,45 @@ end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 `)
 
-// extendManyScript is extendScript for many locks in one call: the
-// renewals of a Locker's mutexes that come due together (renewMany).
+// extendManyScript renews many locks in one call: the renewals of a
+// Locker's locks that come due together (renewMany), mutexes as
+// extendScript, holders of the families as famExtendScript.
 //
-//	KEYS the lock keys (on a Cluster, of one hash slot)
-//	ARGV[2i-1] owner token of KEYS[i], ARGV[2i] its lease in milliseconds
-//	returns, per key, 1 when extended, 0 when the lock was no longer ours
+//	ARGV, per lock in turn: its kind ("m" mutex: one key, its lock; "f" a
+//	family's holder: three keys, its holders, leases and limit), its owner
+//	token, its lease in milliseconds
+//	KEYS the locks' keys in the same order (on a Cluster, of one hash slot)
+//	returns, per lock, 1 when extended, 0 when it was no longer ours
 var extendManyScript = goredis.NewScript(`
-local r = {}
-for i, k in ipairs(KEYS) do
-  if redis.call('GET', k) == ARGV[2*i-1] then
-    r[i] = redis.call('PEXPIRE', k, ARGV[2*i])
+if redis.replicate_commands then redis.replicate_commands() end
+local r, k, now = {}, 1, nil
+for i = 1, #ARGV, 3 do
+  local owner, ttl = ARGV[i+1], tonumber(ARGV[i+2])
+  local ok = 0
+  if ARGV[i] == 'm' then
+    if redis.call('GET', KEYS[k]) == owner then
+      ok = redis.call('PEXPIRE', KEYS[k], ttl)
+    end
+    k = k + 1
   else
-    r[i] = 0
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local d = redis.call('ZSCORE', KEYS[k+1], owner)
+    if d and tonumber(d) > now then
+      redis.call('ZADD', KEYS[k+1], now + ttl, owner)
+      for j = k, k + 2 do
+        local p = redis.call('PTTL', KEYS[j])
+        if p ~= -2 and p < ttl then
+          redis.call('PEXPIRE', KEYS[j], ttl)
+        end
+      end
+      ok = 1
+    end
+    k = k + 3
   end
+  r[#r+1] = ok
 end
 return r
 `)
@@ -375,11 +400,24 @@ return r
 // WithReplicaAck, a batch that too few replicas confirmed fails as a whole,
 // as one renewal would.
 func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]lease.Verdict, error) {
-	keys := make([]string, len(hs))
-	args := make([]any, 0, 2*len(hs))
-	for i, h := range hs {
-		keys[i] = h.k.lock
-		args = append(args, h.owner, millis(h.c.TTL))
+	if len(hs) == 1 {
+		// The lock's own script: no list to walk.
+		ok, err := hs[0].renewOne(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return []lease.Verdict{{OK: ok}}, nil
+	}
+	keys := make([]string, 0, len(hs))
+	args := make([]any, 0, 3*len(hs))
+	for _, h := range hs {
+		if h.k.fam == famMutex {
+			keys = append(keys, h.k.lock)
+			args = append(args, "m", h.owner, millis(h.c.TTL))
+		} else {
+			keys = append(keys, h.k.lock, h.k.leases, h.k.limit)
+			args = append(args, "f", h.owner, millis(h.c.TTL))
+		}
 	}
 	var res []lease.Verdict
 	err := l.execBackground(ctx, func(ctx context.Context) error {
