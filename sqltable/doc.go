@@ -443,16 +443,16 @@
 // outside (an operator expiring it, a restore) is therefore noticed at the
 // next renewal, within TTL/3 plus a round trip.
 //
-// The mutex's renewals go out in batches: a renewal that comes due waits up
-// to 50ms (at most TTL/60) for the Locker's other renewals of the same TTL
-// that come due meanwhile, and one UPDATE renews them all (at most 128: an
-// OR of key, owner and token matches, padded to a power of two so that a
-// Locker prepares at most 8 texts). When it renews fewer rows than it
-// names, each lock of the batch is renewed again on its own, which tells
+// Renewals go out in batches: a renewal that comes due waits up to 50ms
+// (at most TTL/60) for the Locker's other renewals of the same TTL and
+// table (the lock table's mutexes, the families table's holders) that come
+// due meanwhile, and one UPDATE renews them all (at most 128: an OR of
+// matches of the columns that name a held row, padded to a power of two so
+// that a Locker prepares at most 16 texts). When it renews fewer rows than
+// it names, each lock of the batch is renewed again on its own, which tells
 // which one is gone. The lease counts from the moment the renewal came due.
 // A Locker holding 10,000 locks sends a few dozen renewal statements per
-// interval instead of 10,000 (TestRenewalsBatched). The families' locks
-// renew one by one.
+// interval instead of 10,000 (TestRenewalsBatched).
 //
 // Locker.Inspect (locker.Inspector) reads a key's row: held, with token
 // and remaining lease, while the lease has not run out by the database's

@@ -34,6 +34,10 @@ const (
 // PostgreSQL identifier for a table name of up to maxTableName bytes).
 const famSuffix = "_fam"
 
+// famNowPostgres is the families' statements' clock on PostgreSQL (see
+// newFamStatements).
+const famNowPostgres = "(extract(epoch from clock_timestamp()) * 1000000)::bigint"
+
 // FamiliesVersion is the version of the families table's layout that this
 // release creates and expects, recorded in the meta table's
 // families_version row. (The lock table's own layout, SchemaVersion, is
@@ -148,7 +152,7 @@ func newFamStatements(d Dialect, t tableName) famStatements {
 		// The clock when the statement runs, not when its transaction
 		// began (now()): a grant made after a wait for the head lock has
 		// its whole lease on the database.
-		now = "(extract(epoch from clock_timestamp()) * 1000000)::bigint"
+		now = famNowPostgres
 	}
 	cols := "(family, lock_key, seq, owner, kind, lim, token, expires_us)"
 	var s famStatements

@@ -96,14 +96,11 @@ func (h *Handle) start(sent time.Time, drift time.Duration) {
 }
 
 // renew extends the lease when the row still carries this holder's owner
-// and token and its lease has not run out. A mutex's renewal goes out in a
-// batch with the Locker's other renewals of the same TTL that come due
-// within a moment (lease.Batcher, renewMany).
+// and token and its lease has not run out. It goes out in a batch with the
+// Locker's other renewals of the same TTL and table that come due within a
+// moment (lease.Batcher, renewMany).
 func (h *Handle) renew(ctx context.Context) (bool, error) {
-	if h.fam == 0 {
-		return h.l.renewals.Renew(ctx, renewGroup(h.ttl), h.ttl, h)
-	}
-	return h.renewOne(ctx)
+	return h.l.renewals.Renew(ctx, renewGroup(h.ttl, h.fam != 0), h.ttl, h)
 }
 
 // renewOne is renew on its own statement.

@@ -12,10 +12,11 @@ import (
 	"github.com/go-locker/locker/internal/lease"
 )
 
-// Renewals in batches: the mutex's renewals that come due within a moment
-// (lease.Batcher; the Handles of one TTL form a group) go out as one UPDATE
-// of every row still held by its owner and token, with one lease for them
-// all. Its rows affected tell whether every lock was still ours; when fewer
+// Renewals in batches: the renewals that come due within a moment
+// (lease.Batcher; the Handles of one TTL and one table form a group: the
+// mutex's rows in the lock table, the families' in the families table) go
+// out as one UPDATE of every row still held by its owner and token, with
+// one lease for them all. Its rows affected tell whether every lock was still ours; when fewer
 // rows were renewed than asked (a lock lost, its row changed or taken), each
 // lock of the batch is renewed again on its own, which is harmless for
 // those the batch renewed, and tells which one was not.
@@ -32,23 +33,39 @@ const renewMax = 128
 // renewBuckets is how many statement texts renewMany uses: 1, 2, 4, ... renewMax.
 const renewBuckets = 8
 
-// renewTexts builds and keeps the batched renewal's statement texts.
+// renewTexts builds and keeps the batched renewal's statement texts: of
+// the lock table, and of the families table.
 type renewTexts struct {
 	mu    sync.Mutex
-	texts [renewBuckets]string
+	texts [2][renewBuckets]string
 }
 
+// The columns that name a held row: in the lock table, and in the
+// families table (whose rows are holders and waiters of one key).
+var (
+	renewCols    = []string{"lock_key", "owner", "token"}
+	famRenewCols = []string{"family", "lock_key", "seq", "owner", "token"}
+)
+
 // text returns the statement renewing n locks (a power of two up to
-// renewMax) of table tbl (quoted) in dialect d: its arguments are the lease
-// in microseconds, then each lock's key, owner and token.
-func (r *renewTexts) text(d Dialect, tbl string, n int) string {
-	i := bits.Len(uint(n)) - 1
+// renewMax) of the lock table tbl (fam false) or of the families table
+// (fam true), quoted, in dialect d: its arguments are the lease in
+// microseconds, then the columns (renewCols, famRenewCols) of each lock.
+func (r *renewTexts) text(d Dialect, tbl string, fam bool, n int) string {
+	i, f := bits.Len(uint(n))-1, 0
+	cols := renewCols
+	now := nowMicros(d)
+	if fam {
+		f, cols = 1, famRenewCols
+		if d == PostgreSQL {
+			now = famNowPostgres // as the families' own statements
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.texts[i] != "" {
-		return r.texts[i]
+	if r.texts[f][i] != "" {
+		return r.texts[f][i]
 	}
-	now := nowMicros(d)
 	param := func(k int) string {
 		switch d {
 		case PostgreSQL:
@@ -65,30 +82,51 @@ func (r *renewTexts) text(d Dialect, tbl string, n int) string {
 		if j > 0 {
 			b.WriteString("\nOR ")
 		}
-		k := 2 + 3*j
-		fmt.Fprintf(&b, "(lock_key = %s AND owner = %s AND token = %s)", param(k), param(k+1), param(k+2))
+		b.WriteString("(")
+		for c, col := range cols {
+			if c > 0 {
+				b.WriteString(" AND ")
+			}
+			fmt.Fprintf(&b, "%s = %s", col, param(2+len(cols)*j+c))
+		}
+		b.WriteString(")")
 	}
 	b.WriteString(")")
-	r.texts[i] = b.String()
-	return r.texts[i]
+	r.texts[f][i] = b.String()
+	return r.texts[f][i]
 }
 
 // renewGroup is the batch group of a Handle's renewal: one per TTL, since a
-// statement sets one lease.
-func renewGroup(ttl time.Duration) uint64 { return uint64(ttl.Microseconds()) }
+// statement sets one lease, and per table (fam: the families table).
+func renewGroup(ttl time.Duration, fam bool) uint64 {
+	g := uint64(ttl.Microseconds()) << 1
+	if fam {
+		g |= 1
+	}
+	return g
+}
 
-// renewMany renews the leases of hs, mutexes of one TTL (lease.Batcher's
-// Send): a verdict per Handle, or an error for them all.
+// renewMany renews the leases of hs, locks of one TTL in one table
+// (lease.Batcher's Send): a verdict per Handle, or an error for them all.
 func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]lease.Verdict, error) {
 	res := make([]lease.Verdict, len(hs))
 	if len(hs) > 1 {
 		n := 1 << bits.Len(uint(len(hs)-1)) // the bucket: a power of two
-		text := l.renewTexts.text(l.dialect, l.table.quoted(l.dialect, ""), n)
-		args := make([]any, 0, 1+3*n)
+		fam := hs[0].fam != 0
+		suffix := ""
+		if fam {
+			suffix = famSuffix
+		}
+		text := l.renewTexts.text(l.dialect, l.table.quoted(l.dialect, suffix), fam, n)
+		args := make([]any, 0, 1+len(famRenewCols)*n)
 		args = append(args, hs[0].ttl.Microseconds())
 		for j := range n {
 			h := hs[min(j, len(hs)-1)] // padded with the last lock
-			args = append(args, h.key, h.owner, h.token)
+			if fam {
+				args = append(args, h.fam, h.key, h.seq, h.owner, h.token)
+			} else {
+				args = append(args, h.key, h.owner, h.token)
+			}
 		}
 		cctx, cancel := l.callCtx(ctx)
 		n64, err := l.rowsAffected(cctx, l.retryIdem, func(ctx context.Context) (sql.Result, error) {
