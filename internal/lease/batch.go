@@ -61,20 +61,21 @@ type Verdict struct {
 
 // batch is one request's worth of renewals.
 type batch[T any] struct {
-	items    []T
-	deadline time.Time     // the earliest deadline of the members' contexts
-	full     chan struct{} // closed when items reached Max
-	done     chan struct{} // closed once res and err are set
-	res      []Verdict
-	err      error
+	items     []T
+	deadline  time.Time     // the latest deadline of the members' contexts
+	unbounded bool          // a member's context has no deadline
+	full      chan struct{} // closed when items reached Max
+	done      chan struct{} // closed once res and err are set
+	res       []Verdict
+	err       error
 }
 
 // Renew renews item in a batch with the other renewals of group (the
 // renewals that one request may carry together: every one on a single
 // Redis server, the keys of one hash slot on a Redis Cluster) that come due
 // within the window, and reports its verdict. ttl is item's lease (it
-// sets the window of a batch item leads); ctx bounds item's wait, and its
-// deadline bounds the request.
+// sets the window of a batch item leads); ctx bounds item's wait, and the
+// latest of the members' deadlines bounds the request.
 func (b *Batcher[T]) Renew(ctx context.Context, group uint64, ttl time.Duration, item T) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -95,7 +96,9 @@ func (b *Batcher[T]) Renew(ctx context.Context, group uint64, ttl time.Duration,
 	}
 	i := len(bt.items)
 	bt.items = append(bt.items, item)
-	if hasDL && (bt.deadline.IsZero() || dl.Before(bt.deadline)) {
+	if !hasDL {
+		bt.unbounded = true
+	} else if dl.After(bt.deadline) {
 		bt.deadline = dl
 	}
 	if len(bt.items) >= max {
@@ -142,12 +145,16 @@ func (b *Batcher[T]) lead(ctx context.Context, group uint64, ttl time.Duration, 
 	if b.open[group] == bt {
 		delete(b.open, group)
 	}
-	items, dl := bt.items, bt.deadline
+	items, dl, unbounded := bt.items, bt.deadline, bt.unbounded
 	b.mu.Unlock()
 
+	// The request may take as long as the member with the most time left
+	// may wait: a member closer to its deadline (a lock whose renewals
+	// have been failing) stops waiting at its own, and does not cut the
+	// others' request short.
 	sctx := context.WithoutCancel(ctx)
 	cancel := context.CancelFunc(func() {})
-	if !dl.IsZero() {
+	if !unbounded {
 		sctx, cancel = context.WithDeadline(sctx, dl)
 	}
 	res, err := b.Send(sctx, items)

@@ -142,7 +142,7 @@ func TestBatcherError(t *testing.T) {
 
 // A member whose lease stops leaves at once; a leader whose lease stops
 // still sends the batch for the others; the request's deadline is the
-// earliest of its members'.
+// latest of its members'.
 func TestBatcherLeaving(t *testing.T) {
 	r := &recorder{block: make(chan struct{}), entered: make(chan struct{}, 1)}
 	// Full at 3: the batch goes out when the third joins, whatever the load.
@@ -161,13 +161,17 @@ func TestBatcherLeaving(t *testing.T) {
 		}()
 		return c
 	}
+	leaderCtx, stopLeaderDL := context.WithDeadline(leaderCtx, time.Now().Add(time.Minute))
+	defer stopLeaderDL()
 	leader := renew(leaderCtx, 0)
 	joined(t, b, 1)
-	early := time.Now().Add(time.Hour)
-	mctx, stopMember := context.WithDeadline(context.Background(), early)
+	late := time.Now().Add(time.Hour)
+	mctx, stopMember := context.WithDeadline(context.Background(), late)
 	member := renew(mctx, 1)
 	joined(t, b, 2)
-	stayed := renew(context.Background(), 2)
+	sctx, stopStayed := context.WithDeadline(context.Background(), time.Now().Add(30*time.Second))
+	defer stopStayed()
+	stayed := renew(sctx, 2)
 	<-r.entered // the batch of three is being sent
 	stopMember()
 	if o := <-member; !errors.Is(o.err, context.Canceled) {
@@ -183,8 +187,8 @@ func TestBatcherLeaving(t *testing.T) {
 	if len(reqs) != 1 || len(reqs[0]) != 3 {
 		t.Fatalf("requests %v, want the one batch of 3", reqs)
 	}
-	if !r.dls[0].Equal(early) {
-		t.Errorf("request deadline %v, want the earliest member's %v", r.dls[0], early)
+	if !r.dls[0].Equal(late) {
+		t.Errorf("request deadline %v, want the latest member's %v", r.dls[0], late)
 	}
 }
 
