@@ -1,7 +1,10 @@
 package redis_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -52,4 +55,57 @@ func TestRenewalsBatchedFamilies(t *testing.T) {
 		h.Take = benchmark.TakeRead
 		benchmark.CheckRenewalsBatched(t, h)
 	})
+}
+
+// TestBatchedRenewalWrongType: one of 6 locks renewed in batches has its
+// key written over from outside with a value of another type (a hash).
+// Its holder learns of the loss; the batch's other locks stay held (a key
+// of another type fails its own entry in the script, not the batch).
+func TestBatchedRenewalWrongType(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := testClient(t, srv.Addr(), true)
+	l := redis.New(testClient(t, srv.Addr(), true))
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ttl = 1500 * time.Millisecond
+	base := fmt.Sprintf("wrongtype/%d/", time.Now().UnixNano())
+	var hs []locker.Handle
+	for i := range 6 {
+		h, err := l.TryAcquire(ctx, fmt.Sprintf("%s%d", base, i), locker.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	defer func() {
+		for _, h := range hs {
+			_ = h.Release(ctx)
+		}
+	}()
+	victim := hs[2]
+	lock, _, _ := l.KeyNames(victim.Key())
+	if err := admin.Del(ctx, lock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.HSet(ctx, lock, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Del(context.Background(), lock) })
+	select {
+	case <-victim.Done():
+	case <-time.After(ttl):
+		t.Fatal("the lock whose key became a hash was not reported lost within its TTL")
+	}
+	ended := make(chan int, len(hs))
+	for i, h := range hs {
+		if h != victim {
+			go func() { <-h.Done(); ended <- i }()
+		}
+	}
+	select {
+	case i := <-ended:
+		t.Fatalf("lock %d ended with %v when another lock's key became a hash", i, hs[i].Err())
+	case <-time.After(ttl):
+	}
 }

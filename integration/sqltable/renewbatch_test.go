@@ -119,3 +119,66 @@ func TestBatchedRenewalLosesOnlyItsLock(t *testing.T) {
 		}
 	})
 }
+
+// TestBatchedRenewalPastALockedRow: another transaction keeps the row of
+// one of 10 locks renewed in batches locked (SELECT ... FOR UPDATE, as a
+// client gone silent inside a transaction would) for two TTLs. The other
+// nine stay held: a batch waits for its rows no longer than its bound (a
+// sixth of the TTL; on MySQL also the server's lock wait of a second),
+// then renews each lock on its own.
+func TestBatchedRenewalPastALockedRow(t *testing.T) {
+	for _, d := range dialects[1:] { // SQLite locks the whole database, not a row
+		t.Run(d.name, func(t *testing.T) {
+			l := open(t, d.url(t, "", nil))
+			admin := d.admin(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			// On MySQL a batch waits up to a second on the server for the
+			// locked row (innodb_lock_wait_timeout, its least), holding the
+			// other rows it updated, before they renew on their own, and a
+			// lock that joins a batch with the locked one again pays that
+			// again: 6s leaves a third of the TTL, as 30s leaves a lot.
+			ttl := 3 * time.Second
+			if d.name == "MariaDB" {
+				ttl = 6 * time.Second
+			}
+			base := fmt.Sprintf("batchlocked/%d/", time.Now().UnixNano())
+			var hs []locker.Handle
+			for i := range 10 {
+				h, err := l.TryAcquire(ctx, fmt.Sprintf("%s%d", base, i), locker.WithTTL(ttl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				hs = append(hs, h)
+			}
+			defer func() {
+				for _, h := range hs {
+					_ = h.Release(ctx)
+				}
+			}()
+			victim := hs[4]
+			tx, err := admin.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var k string
+			if err := tx.QueryRowContext(ctx, fmt.Sprintf("SELECT lock_key FROM %s WHERE lock_key = %s FOR UPDATE", d.table(""), d.ph(1)), victim.Key()).Scan(&k); err != nil {
+				_ = tx.Rollback()
+				t.Fatal(err)
+			}
+			ended := make(chan int, len(hs))
+			for i, h := range hs {
+				if h != victim {
+					go func() { <-h.Done(); ended <- i }()
+				}
+			}
+			select {
+			case i := <-ended:
+				_ = tx.Rollback()
+				t.Fatalf("lock %d ended with %v while another lock's row was locked: %v", i, hs[i].Err(), "a batch waited for the locked row")
+			case <-time.After(2 * ttl):
+			}
+			_ = tx.Rollback()
+		})
+	}
+}
