@@ -84,13 +84,14 @@ func (h *Handle) start() {
 }
 
 // renew extends the lease once; ctx ends at the loss deadline. It goes
-// out in a batch with the Locker's other renewals that come due within a
-// moment (lease.Batcher, renewMany); on a Cluster, with those of its hash
+// out in a batch with the Locker's other renewals of its TTL that come due
+// within a moment (lease.Batcher, renewMany); on a Cluster, or on a server
+// that refused keys of several slots in one script, with those of its hash
 // slot.
 func (h *Handle) renew(ctx context.Context) (bool, error) {
-	var group uint64
-	if h.l.sharded {
-		group = uint64(clusterSlot(h.k.lock))
+	group := uint64(h.c.TTL.Milliseconds())
+	if h.l.sharded || h.l.slotBatches.Load() {
+		group |= uint64(clusterSlot(h.k.lock)) << 48 // slots < 2^14, TTLs < 2^48 ms
 	}
 	return h.l.renewals.Renew(ctx, group, h.c.TTL, h)
 }

@@ -36,7 +36,11 @@ type Locker struct {
 	deadlines bool                    // the client has ContextTimeoutEnabled: see inline
 	inliner   goredis.UniversalClient // runs inline requests; nil: none run inline (see inline)
 	slowUntil atomic.Int64            // UnixNano until which requests skip inline: see inline
-	renewals  lease.Batcher[*Handle]  // sends the mutex's renewals in batches (renewMany)
+	renewals  lease.Batcher[*Handle]  // sends the renewals in batches (renewMany)
+	// slotBatches: a batch of keys of several slots was refused
+	// (CROSSSLOT: a server in cluster mode behind a plain client), so
+	// batches keep to one slot from then on.
+	slotBatches atomic.Bool
 
 	// life admits the calls, holds the handles for Close, and counts the
 	// calls and goroutines that may still talk to Redis (requests,
@@ -100,7 +104,7 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 		cfgErr = cfg.checkAck(client)
 	}
 	l.life = backend.NewLife[*Handle](cfgErr)
-	l.renewals.Send = l.renewMany
+	l.renewals.Send, l.renewals.Go = l.renewMany, l.life.Go
 	l.initArgs()
 	l.hub = newHub(l)
 	return l

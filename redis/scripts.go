@@ -360,37 +360,44 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 //	family's holder: three keys, its holders, leases and limit), its owner
 //	token, its lease in milliseconds
 //	KEYS the locks' keys in the same order (on a Cluster, of one hash slot)
-//	returns, per lock, 1 when extended, 0 when it was no longer ours
+//	returns, per lock, 1 when extended, 0 when it was no longer ours (or
+//	its key was of another type)
 var extendManyScript = goredis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
-local r, k, now = {}, 1, nil
-for i = 1, #ARGV, 3 do
-  local owner, ttl = ARGV[i+1], tonumber(ARGV[i+2])
-  local ok = 0
-  if ARGV[i] == 'm' then
-    if redis.call('GET', KEYS[k]) == owner then
-      ok = redis.call('PEXPIRE', KEYS[k], ttl)
-    end
-    k = k + 1
-  else
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
-    local d = redis.call('ZSCORE', KEYS[k+1], owner)
-    if d and tonumber(d) > now then
-      redis.call('ZADD', KEYS[k+1], now + ttl, owner)
-      for j = k, k + 2 do
-        local p = redis.call('PTTL', KEYS[j])
-        if p ~= -2 and p < ttl then
-          redis.call('PEXPIRE', KEYS[j], ttl)
-        end
-      end
-      ok = 1
-    end
-    k = k + 3
+local now
+local function mutex(k, owner, ttl)
+  if redis.call('GET', KEYS[k]) == owner then
+    return redis.call('PEXPIRE', KEYS[k], ttl)
   end
-  r[#r+1] = ok
+  return 0
+end
+local function holder(k, owner, ttl)
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local d = redis.call('ZSCORE', KEYS[k+1], owner)
+  if not d or tonumber(d) <= now then
+    return 0
+  end
+  redis.call('ZADD', KEYS[k+1], now + ttl, owner)
+  for j = k, k + 2 do
+    local p = redis.call('PTTL', KEYS[j])
+    if p ~= -2 and p < ttl then
+      redis.call('PEXPIRE', KEYS[j], ttl)
+    end
+  end
+  return 1
+end
+local r, k = {}, 1
+for i = 1, #ARGV, 3 do
+  local f, n = mutex, 1
+  if ARGV[i] ~= 'm' then f, n = holder, 3 end
+  -- A key of another type (written over from outside) fails its own
+  -- entry, not the batch: the lock is not ours.
+  local ok, v = pcall(f, k, ARGV[i+1], tonumber(ARGV[i+2]))
+  if ok then r[#r+1] = v else r[#r+1] = 0 end
+  k = k + n
 end
 return r
 `)
@@ -399,14 +406,12 @@ return r
 // Send): a verdict per handle, or an error for them all. With
 // WithReplicaAck, a batch that too few replicas confirmed fails as a whole,
 // as one renewal would.
-func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]lease.Verdict, error) {
+func (l *Locker) renewMany(ctx context.Context, hs []*Handle, report func(int, lease.Verdict)) error {
 	if len(hs) == 1 {
 		// The lock's own script: no list to walk.
 		ok, err := hs[0].renewOne(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return []lease.Verdict{{OK: ok}}, nil
+		report(0, lease.Verdict{OK: ok, Err: err})
+		return nil
 	}
 	keys := make([]string, 0, len(hs))
 	args := make([]any, 0, 3*len(hs))
@@ -439,11 +444,29 @@ func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]lease.Verdict, 
 		res = out
 		return nil
 	})
-	if err != nil {
+	switch {
+	case err == nil:
+		for i, v := range res {
+			report(i, v)
+		}
+		return nil
+	case goredis.HasErrorPrefix(err, "CROSSSLOT") || goredis.HasErrorPrefix(err, "TRYAGAIN"):
+		// A server in cluster mode behind a plain client refuses keys of
+		// several slots in one script (CROSSSLOT): batches keep to one
+		// slot from now on. A Cluster resharding the slot (TRYAGAIN)
+		// redirects single keys, not a batch. This batch: one by one.
+		if goredis.HasErrorPrefix(err, "CROSSSLOT") {
+			l.slotBatches.Store(true)
+		}
+		for i, h := range hs {
+			ok, err := h.renewOne(ctx)
+			report(i, lease.Verdict{OK: ok, Err: err})
+		}
+		return nil
+	default:
 		// An abandoned request may still write res: do not read it.
-		return nil, err
+		return err
 	}
-	return res, nil
 }
 
 // releaseMemory is how long the release script remembers a release, so that

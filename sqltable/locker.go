@@ -48,6 +48,7 @@ type Locker struct {
 
 	renewals   lease.Batcher[*Handle] // the mutex's renewals in batches (renewmany.go)
 	renewTexts renewTexts             // their statements
+	mariaDB    bool                   // MySQL dialect, the server is MariaDB; set by init
 
 	initSem chan struct{} // one schema check at a time
 	inited  bool          // guarded by initSem
@@ -88,7 +89,6 @@ func New(db *sql.DB, opts ...Option) *Locker {
 		endStop: endStop,
 		initSem: make(chan struct{}, 1),
 	}
-	l.renewals.Send, l.renewals.Max = l.renewMany, renewMax
 	if db == nil && cfgErr == nil {
 		cfgErr = fmt.Errorf("%w: sqltable: nil *sql.DB", locker.ErrInvalidOption)
 	}
@@ -105,6 +105,7 @@ func New(db *sql.DB, opts ...Option) *Locker {
 		cfgErr = checkTable(l.dialect, l.table)
 	}
 	l.life = backend.NewLife[*Handle](cfgErr)
+	l.renewals.Send, l.renewals.Go, l.renewals.Max = l.renewMany, l.life.Go, renewMax
 	if cfgErr == nil {
 		l.st = newStatements(l.dialect, l.table)
 		l.hubKey = l.dialect.String() + ":" + fmt.Sprintf("%p", db) + ":" + l.table.String() // refined by init

@@ -51,7 +51,7 @@ var (
 // renewMax) of the lock table tbl (fam false) or of the families table
 // (fam true), quoted, in dialect d: its arguments are the lease in
 // microseconds, then the columns (renewCols, famRenewCols) of each lock.
-func (r *renewTexts) text(d Dialect, tbl string, fam bool, n int) string {
+func (r *renewTexts) text(d Dialect, tbl string, fam, mariaDB bool, n int) string {
 	i, f := bits.Len(uint(n))-1, 0
 	cols := renewCols
 	now := nowMicros(d)
@@ -77,7 +77,16 @@ func (r *renewTexts) text(d Dialect, tbl string, fam bool, n int) string {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "UPDATE %s SET expires_us = %s + %s\nWHERE expires_us > %s AND (", tbl, now, param(1), now)
+	switch {
+	case d == MySQL && mariaDB:
+		b.WriteString("SET STATEMENT innodb_lock_wait_timeout=1 FOR ")
+		b.WriteString("UPDATE ")
+	case d == MySQL:
+		b.WriteString("UPDATE /*+ SET_VAR(innodb_lock_wait_timeout=1) */ ")
+	default:
+		b.WriteString("UPDATE ")
+	}
+	fmt.Fprintf(&b, "%s SET expires_us = %s + %s\nWHERE expires_us > %s AND (", tbl, now, param(1), now)
 	for j := range n {
 		if j > 0 {
 			b.WriteString("\nOR ")
@@ -107,9 +116,23 @@ func renewGroup(ttl time.Duration, fam bool) uint64 {
 }
 
 // renewMany renews the leases of hs, locks of one TTL in one table
-// (lease.Batcher's Send): a verdict per Handle, or an error for them all.
-func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]lease.Verdict, error) {
-	res := make([]lease.Verdict, len(hs))
+// (lease.Batcher's Send), reporting each lock's verdict, or returns an
+// error for them all.
+//
+// The batch's statement waits for its rows no longer than batchBound: a
+// row that another transaction keeps locked (a client gone silent inside
+// a transaction that touched it: on MySQL a families head transaction
+// locks the live holders' rows it scanned, until wait_timeout) must hold
+// up that lock's renewal only, not the batch's. On MySQL and MariaDB the
+// statement also waits for a row lock at most a second on the server
+// (innodb_lock_wait_timeout, the least it takes): a statement the client
+// gave up on goes on waiting there, holding the rows it already updated,
+// until then. Past the bound, and when
+// the batch renewed fewer rows than it names (a lock no longer ours), each
+// lock is renewed on its own, all at once, and its verdict reported as it
+// comes: the lock whose row is locked waits, as a renewal of it alone
+// would have, and the others return.
+func (l *Locker) renewMany(ctx context.Context, hs []*Handle, report func(int, lease.Verdict)) error {
 	if len(hs) > 1 {
 		n := 1 << bits.Len(uint(len(hs)-1)) // the bucket: a power of two
 		fam := hs[0].fam != 0
@@ -117,7 +140,7 @@ func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]lease.Verdict, 
 		if fam {
 			suffix = famSuffix
 		}
-		text := l.renewTexts.text(l.dialect, l.table.quoted(l.dialect, suffix), fam, n)
+		text := l.renewTexts.text(l.dialect, l.table.quoted(l.dialect, suffix), fam, l.mariaDB, n)
 		args := make([]any, 0, 1+len(famRenewCols)*n)
 		args = append(args, hs[0].ttl.Microseconds())
 		for j := range n {
@@ -129,27 +152,45 @@ func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]lease.Verdict, 
 			}
 		}
 		cctx, cancel := l.callCtx(ctx)
-		n64, err := l.rowsAffected(cctx, l.retryIdem, func(ctx context.Context) (sql.Result, error) {
+		bctx, bcancel := context.WithTimeout(cctx, batchBound(hs[0].ttl))
+		n64, err := l.rowsAffected(bctx, l.retryIdem, func(ctx context.Context) (sql.Result, error) {
 			return l.db.ExecContext(ctx, text, args...)
 		})
+		bounded := err != nil && cctx.Err() == nil && (bctx.Err() != nil || l.transient(err))
+		bcancel()
 		cancel()
-		if err != nil {
-			return nil, err
-		}
-		if n64 == int64(len(hs)) {
-			for i := range res {
-				res[i].OK = true
+		switch {
+		case err == nil && n64 == int64(len(hs)):
+			for i := range hs {
+				report(i, lease.Verdict{OK: true})
 			}
-			return res, nil
+			return nil
+		case err != nil && !bounded:
+			return err
 		}
-		// A lock of the batch is no longer ours: find which.
+		// A lock of the batch is no longer ours, or a row kept the batch
+		// waiting past its bound: ask each lock on its own.
 	}
+	if len(hs) == 1 {
+		ok, err := hs[0].renewOne(ctx)
+		report(0, lease.Verdict{OK: ok, Err: err})
+		return nil
+	}
+	var wg sync.WaitGroup
 	for i, h := range hs {
-		ok, err := h.renewOne(ctx)
-		if err != nil {
-			return nil, err
-		}
-		res[i].OK = ok
+		wg.Go(func() {
+			ok, err := h.renewOne(ctx)
+			report(i, lease.Verdict{OK: ok, Err: err})
+		})
 	}
-	return res, nil
+	wg.Wait()
+	return nil
 }
+
+// batchBound is how long a batch's statement may wait for its rows before
+// each lock is renewed on its own: a sixth of the TTL (half the renewal
+// interval), at least 100ms. A batch is one short statement; one that
+// takes this long is held up by a locked row, or by a pool that had to
+// dial under load, which the renewals on their own then wait for as they
+// would have without batches.
+func batchBound(ttl time.Duration) time.Duration { return max(ttl/6, 100*time.Millisecond) }

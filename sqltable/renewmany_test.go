@@ -28,14 +28,14 @@ OR (family = $7 AND lock_key = $8 AND seq = $9 AND owner = $10 AND token = $11))
 		if tc.fam {
 			tbl = `"t_fam"`
 		}
-		got := r.text(tc.d, tbl, tc.fam, 2)
+		got := r.text(tc.d, tbl, tc.fam, false, 2)
 		if !strings.HasSuffix(got, tc.want) {
 			t.Errorf("%v fam=%t:\n%s\nwant it to end with\n%s", tc.d, tc.fam, got, tc.want)
 		}
-		if again := r.text(tc.d, "other", tc.fam, 2); again != got {
+		if again := r.text(tc.d, "other", tc.fam, false, 2); again != got {
 			t.Errorf("%v fam=%t: the text of 2 was not kept", tc.d, tc.fam)
 		}
-		if n := strings.Count(r.text(tc.d, tbl, tc.fam, renewMax), "\nOR ("); n != renewMax-1 {
+		if n := strings.Count(r.text(tc.d, tbl, tc.fam, false, renewMax), "\nOR ("); n != renewMax-1 {
 			t.Errorf("%v fam=%t: %d ORs in the text of %d", tc.d, tc.fam, n, renewMax)
 		}
 	}

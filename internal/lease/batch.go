@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -40,10 +41,21 @@ type Batcher[T any] struct {
 	// third of the renewal's retry time, TTL/20), so that the wait never
 	// reads as a slow renewal. 0 means 50ms.
 	Gather time.Duration
-	// Send renews items in one request. It returns one verdict per item,
-	// in order (see Verdict), or an error for them all (a transient
-	// failure: each renewal retries on its own timing).
-	Send func(ctx context.Context, items []T) ([]Verdict, error)
+	// Send renews items in one request. It reports each item's verdict
+	// (see Verdict) by its index, as soon as it knows it: a renewal
+	// returns once its own is reported, so one lock that Send has to ask
+	// about on its own (its row locked by another transaction, say) holds
+	// back only itself. Items Send did not report when it returns get its
+	// error (a transient failure: each renewal retries on its own
+	// timing). report may be called from any goroutine until Send returns;
+	// a second report of an item is ignored.
+	Send func(ctx context.Context, items []T, report func(i int, v Verdict)) error
+	// Go, if set, runs Send on a goroutine of its own that the Locker's
+	// Close waits for (backend.Life.Go), so that the batch's leader, like
+	// every member, returns as soon as its own verdict is in; it reports
+	// false once the Locker is closing, and the batch then fails. Nil:
+	// Send runs on the leader's goroutine, which returns when Send does.
+	Go func(f func()) bool
 
 	mu   sync.Mutex
 	open map[uint64]*batch[T] // the batch filling up, per group
@@ -65,15 +77,30 @@ type batch[T any] struct {
 	deadline  time.Time     // the latest deadline of the members' contexts
 	unbounded bool          // a member's context has no deadline
 	full      chan struct{} // closed when items reached Max
-	done      chan struct{} // closed once res and err are set
-	res       []Verdict
-	err       error
+
+	// Per item: closed once its verdict is in res.
+	ready    []chan struct{}
+	resMu    sync.Mutex
+	res      []Verdict
+	reported []bool
 }
 
-// Renew renews item in a batch with the other renewals of group (the
-// renewals that one request may carry together: every one on a single
-// Redis server, the keys of one hash slot on a Redis Cluster) that come due
-// within the window, and reports its verdict. ttl is item's lease (it
+// report sets item i's verdict, once.
+func (bt *batch[T]) report(i int, v Verdict) {
+	bt.resMu.Lock()
+	defer bt.resMu.Unlock()
+	if i < 0 || i >= len(bt.reported) || bt.reported[i] {
+		return
+	}
+	bt.res[i], bt.reported[i] = v, true
+	close(bt.ready[i])
+}
+
+// Renew renews item in a batch with the other renewals of group that come
+// due within the window, and reports its verdict. A group is the renewals
+// that one request may carry together (the keys of one hash slot on a
+// Redis Cluster, the rows of one table), of one TTL: the window is the
+// leader's, and must be a small part of every member's retry time. ttl is item's lease (it
 // sets the window of a batch item leads); ctx bounds item's wait, and the
 // latest of the members' deadlines bounds the request.
 func (b *Batcher[T]) Renew(ctx context.Context, group uint64, ttl time.Duration, item T) (bool, error) {
@@ -91,11 +118,13 @@ func (b *Batcher[T]) Renew(ctx context.Context, group uint64, ttl time.Duration,
 	}
 	bt, member := b.open[group]
 	if !member {
-		bt = &batch[T]{full: make(chan struct{}), done: make(chan struct{})}
+		bt = &batch[T]{full: make(chan struct{})}
 		b.open[group] = bt
 	}
 	i := len(bt.items)
 	bt.items = append(bt.items, item)
+	ready := make(chan struct{})
+	bt.ready = append(bt.ready, ready)
 	if !hasDL {
 		bt.unbounded = true
 	} else if dl.After(bt.deadline) {
@@ -107,22 +136,18 @@ func (b *Batcher[T]) Renew(ctx context.Context, group uint64, ttl time.Duration,
 	}
 	b.mu.Unlock()
 
-	if member {
-		select {
-		case <-bt.done:
-			if bt.err != nil {
-				return false, bt.err
-			}
-			return bt.res[i].OK, bt.res[i].Err
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
+	if !member {
+		b.lead(ctx, group, ttl, bt)
 	}
-	b.lead(ctx, group, ttl, bt)
-	if bt.err != nil {
-		return false, bt.err
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		return false, ctx.Err()
 	}
-	return bt.res[0].OK, bt.res[0].Err
+	bt.resMu.Lock()
+	v := bt.res[i]
+	bt.resMu.Unlock()
+	return v.OK, v.Err
 }
 
 // lead waits out bt's window (or until it is full), closes it to new
@@ -146,6 +171,9 @@ func (b *Batcher[T]) lead(ctx context.Context, group uint64, ttl time.Duration, 
 		delete(b.open, group)
 	}
 	items, dl, unbounded := bt.items, bt.deadline, bt.unbounded
+	bt.resMu.Lock()
+	bt.res, bt.reported = make([]Verdict, len(items)), make([]bool, len(items))
+	bt.resMu.Unlock()
 	b.mu.Unlock()
 
 	// The request may take as long as the member with the most time left
@@ -157,21 +185,38 @@ func (b *Batcher[T]) lead(ctx context.Context, group uint64, ttl time.Duration, 
 	if !unbounded {
 		sctx, cancel = context.WithDeadline(sctx, dl)
 	}
-	res, err := b.Send(sctx, items)
-	cancel()
-	if err == nil && len(res) != len(items) {
-		err = errBatchAnswer
+	send := func() {
+		defer cancel()
+		err := b.Send(sctx, items, bt.report)
+		if err == nil {
+			err = errBatchAnswer // for the items Send did not report
+		}
+		for i := range items {
+			bt.report(i, Verdict{Err: err})
+		}
 	}
-	bt.res, bt.err = res, err
-	close(bt.done)
+	if b.Go == nil {
+		send()
+		return
+	}
+	if !b.Go(send) {
+		cancel()
+		for i := range items {
+			bt.report(i, Verdict{Err: errBatchClosing})
+		}
+	}
 }
 
-// errBatchAnswer is a backend's bug: its Send answered a batch with a
-// verdict count other than the batch's. It fails the batch (retried).
+// errBatchClosing fails the renewals of a batch that could not be sent
+// because the Locker is closing.
+var errBatchClosing = errors.New("lease: the Locker is closing: a batch of renewals was not sent")
+
+// errBatchAnswer is a backend's bug: its Send returned without a verdict
+// for every item. It fails the items left (retried).
 var errBatchAnswer = batchAnswerError{}
 
 type batchAnswerError struct{}
 
 func (batchAnswerError) Error() string {
-	return "lease: a batched renewal was answered with a verdict count other than its renewals'"
+	return "lease: a batched renewal ended without a verdict for this renewal"
 }

@@ -22,7 +22,7 @@ type recorder struct {
 	entered chan struct{} // if set, Send signals it on entry
 }
 
-func (r *recorder) send(ctx context.Context, items []int) ([]Verdict, error) {
+func (r *recorder) send(ctx context.Context, items []int, report func(int, Verdict)) error {
 	if r.entered != nil {
 		r.entered <- struct{}{}
 	}
@@ -35,13 +35,12 @@ func (r *recorder) send(ctx context.Context, items []int) ([]Verdict, error) {
 	dl, _ := ctx.Deadline()
 	r.dls = append(r.dls, dl)
 	if r.err != nil {
-		return nil, r.err
+		return r.err
 	}
-	res := make([]Verdict, len(items))
 	for i, it := range items {
-		res[i] = Verdict{OK: !r.gone[it] && r.failed[it] == nil, Err: r.failed[it]}
+		report(i, Verdict{OK: !r.gone[it] && r.failed[it] == nil, Err: r.failed[it]})
 	}
-	return res, nil
+	return nil
 }
 
 func (r *recorder) requests() [][]int {
@@ -131,12 +130,22 @@ func TestBatcherError(t *testing.T) {
 			t.Errorf("item %d: err %v, want the request's", i, err)
 		}
 	}
-	bad := &Batcher[int]{Gather: time.Second, Send: func(context.Context, []int) ([]Verdict, error) { return []Verdict{{OK: true}}, nil }}
+	bad := &Batcher[int]{Gather: time.Second, Send: func(_ context.Context, _ []int, report func(int, Verdict)) error {
+		report(0, Verdict{OK: true})
+		return nil
+	}}
 	_, errs = renewAll(bad, 3, func(int) uint64 { return 0 })
+	reported := 0
 	for i, err := range errs {
-		if !errors.Is(err, errBatchAnswer) {
+		switch {
+		case err == nil:
+			reported++
+		case !errors.Is(err, errBatchAnswer):
 			t.Errorf("item %d of a short answer: err %v, want errBatchAnswer", i, err)
 		}
+	}
+	if reported != 1 {
+		t.Errorf("%d items of a short answer without an error, want the one reported", reported)
 	}
 }
 
@@ -207,5 +216,103 @@ func joined(t *testing.T, b *Batcher[int], n int) {
 		if time.Since(start) > 10*time.Second {
 			t.Fatalf("the batch did not reach %d renewals", n)
 		}
+	}
+}
+
+// A verdict reported early returns its renewal at once, while Send is
+// still at work on another item.
+func TestBatcherReportsEarly(t *testing.T) {
+	release := make(chan struct{})
+	b := &Batcher[int]{Max: 2, Gather: time.Hour, Send: func(_ context.Context, items []int, report func(int, Verdict)) error {
+		for i, it := range items {
+			if it == 1 {
+				report(i, Verdict{OK: true})
+			}
+		}
+		<-release // item 0 is still being asked about
+		return errors.New("item 0 timed out")
+	}}
+	type out struct {
+		ok  bool
+		err error
+	}
+	outs := make([]chan out, 2)
+	for it := range 2 {
+		outs[it] = make(chan out, 1)
+		go func() {
+			ok, err := b.Renew(context.Background(), 0, 10*time.Minute, it)
+			outs[it] <- out{ok, err}
+		}()
+		if it == 0 {
+			joined(t, b, 1)
+		}
+	}
+	if o := <-outs[1]; !o.ok || o.err != nil {
+		t.Fatalf("item 1, reported early: ok %t, err %v", o.ok, o.err)
+	}
+	select {
+	case o := <-outs[0]:
+		t.Fatalf("item 0 returned %v before Send did", o)
+	default:
+	}
+	close(release)
+	if o := <-outs[0]; o.ok || o.err == nil {
+		t.Fatalf("item 0, not reported: ok %t, err %v; want Send's error", o.ok, o.err)
+	}
+}
+
+// With Go, the leader returns as soon as its own verdict is reported, and
+// a Go that refuses (a Locker closing) fails the batch.
+func TestBatcherGo(t *testing.T) {
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	b := &Batcher[int]{Max: 2, Gather: time.Hour,
+		Go: func(f func()) bool { started.Go(f); return true },
+		Send: func(_ context.Context, items []int, report func(int, Verdict)) error {
+			for i, it := range items {
+				if it == 0 {
+					report(i, Verdict{OK: true})
+				}
+			}
+			<-release
+			return errors.New("item 1 timed out")
+		}}
+	leader := make(chan error, 1)
+	go func() {
+		ok, err := b.Renew(context.Background(), 0, 10*time.Minute, 0)
+		if err == nil && !ok {
+			err = errors.New("not ok")
+		}
+		leader <- err
+	}()
+	joined(t, b, 1)
+	member := make(chan error, 1)
+	go func() {
+		ok, err := b.Renew(context.Background(), 0, 10*time.Minute, 1)
+		if ok {
+			err = errors.New("ok without a verdict")
+		}
+		member <- err
+	}()
+	// The leader returns while Send still waits for release.
+	select {
+	case err := <-leader:
+		if err != nil {
+			t.Fatalf("the leader, reported early: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader did not return while Send was still at work")
+	}
+	close(release)
+	if err := <-member; err == nil {
+		t.Error("the member not reported: no error; want Send's")
+	}
+	started.Wait()
+
+	closing := &Batcher[int]{Gather: time.Millisecond,
+		Go:   func(func()) bool { return false },
+		Send: func(context.Context, []int, func(int, Verdict)) error { t.Error("Send ran while closing"); return nil }}
+	if ok, err := closing.Renew(context.Background(), 0, time.Second, 0); ok || !errors.Is(err, errBatchClosing) {
+		t.Errorf("a batch while closing: ok %t, err %v", ok, err)
 	}
 }

@@ -167,10 +167,11 @@ func (l *Locker) renewVerdict(node func(i int) (answered, extended bool), errs [
 // renewMany renews the leases of hs, locks of one TTL, in one round of a
 // script per node (lease.Batcher's Send): each lock's verdict is the one
 // its own round would have had from the same answers.
-func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]lease.Verdict, error) {
+func (l *Locker) renewMany(ctx context.Context, hs []*Handle, report func(int, lease.Verdict)) error {
 	if len(hs) == 1 {
 		ok, err := hs[0].renewOne(ctx)
-		return []lease.Verdict{{OK: ok, Err: err}}, nil
+		report(0, lease.Verdict{OK: ok, Err: err})
+		return nil
 	}
 	keys := make([]string, len(hs))
 	args := make([]any, 0, 2*len(hs))
@@ -204,13 +205,24 @@ func (l *Locker) renewMany(ctx context.Context, hs []*Handle) ([]lease.Verdict, 
 			return true
 		})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]lease.Verdict, len(hs))
+	for i := range l.clients {
+		if !res.ok(i) && (goredis.HasErrorPrefix(res.err[i], "CROSSSLOT") || goredis.HasErrorPrefix(res.err[i], "TRYAGAIN")) {
+			// A node in cluster mode refuses keys of several slots in one
+			// script: this batch renews one by one.
+			for j, h := range hs {
+				ok, err := h.renewOne(ctx)
+				report(j, lease.Verdict{OK: ok, Err: err})
+			}
+			return nil
+		}
+	}
 	for j := range hs {
-		out[j].OK, out[j].Err = l.renewVerdict(node(res, j), res.err)
+		ok, err := l.renewVerdict(node(res, j), res.err)
+		report(j, lease.Verdict{OK: ok, Err: err})
 	}
-	return out, nil
+	return nil
 }
 
 // releaseCounts runs the owner-checked delete on every node, announcing it,

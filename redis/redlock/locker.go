@@ -109,7 +109,6 @@ func newLocker(clients []goredis.UniversalClient, opts []Option) *Locker {
 		cfg:      cfg,
 		quorum:   len(clients)/2 + 1,
 	}
-	l.renewals.Send = l.renewMany
 	l.addrs = make([]string, len(clients))
 	l.contacted = make([]atomic.Bool, len(clients))
 	l.scripts = make([]scriptState, len(clients))
@@ -122,6 +121,7 @@ func newLocker(clients []goredis.UniversalClient, opts []Option) *Locker {
 		cfgErr = err
 	}
 	l.life = backend.NewLife[*Handle](cfgErr)
+	l.renewals.Send, l.renewals.Go = l.renewMany, l.life.Go
 	l.closing = l.life.Closing().Done()
 	l.subs = newSubs(l)
 	return l

@@ -180,13 +180,18 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 // ARGV[2i] its lease in milliseconds. It returns, per key, 1 when extended
 // and 0 when the lock was no longer ours.
 var extendManyScript = newScript(luaOurs + `
+local function extend(k, owner, ttl)
+  if ours(redis.call('GET', k), owner) then
+    return redis.call('PEXPIRE', k, ttl)
+  end
+  return 0
+end
 local r = {}
 for i, k in ipairs(KEYS) do
-  if ours(redis.call('GET', k), ARGV[2*i-1]) then
-    r[i] = redis.call('PEXPIRE', k, ARGV[2*i])
-  else
-    r[i] = 0
-  end
+  -- A key of another type (written over from outside) fails its own
+  -- entry, not the batch: the lock is not ours there.
+  local ok, v = pcall(extend, k, ARGV[2*i-1], ARGV[2*i])
+  if ok then r[i] = v else r[i] = 0 end
 end
 return r
 `)
