@@ -155,10 +155,12 @@
 // loss a drift margin before the TTL runs out.
 //
 // Renewals go out in batches: a renewal that comes due waits
-// up to 50ms (at most TTL/60) for the Locker's other renewals that come
-// due meanwhile, and one script renews them all (at most 256 keys; on a
-// Cluster, the keys of one hash slot), each key checked against its own
-// owner, with its own verdict. The lease still counts from the moment the
+// up to 50ms (at most TTL/60) for the Locker's other renewals of its TTL
+// that come due meanwhile, and one script renews them all (at most 256
+// keys; on a Cluster, the keys of one hash slot, and likewise once a
+// server in cluster mode behind a plain client refused keys of several
+// slots), each key checked against its own owner, with its own verdict (a
+// key written over with another type fails only its own). The lease still counts from the moment the
 // renewal came due, before the batch left. The members of a batch come due
 // together again a third of the TTL later, so a Locker holding 10,000 locks
 // sends a few dozen renewal requests per interval instead of 10,000

@@ -450,9 +450,14 @@
 // matches of the columns that name a held row, padded to a power of two so
 // that a Locker prepares at most 16 texts). When it renews fewer rows than
 // it names, each lock of the batch is renewed again on its own, which tells
-// which one is gone. The lease counts from the moment the renewal came due.
-// A Locker holding 10,000 locks sends a few dozen renewal statements per
-// interval instead of 10,000 (TestRenewalsBatched).
+// which one is gone. A batch waits for its rows at most a sixth of the TTL
+// (on MySQL and MariaDB also at most a second for a row lock, on the
+// server: innodb_lock_wait_timeout for that statement), then each lock
+// renews on its own and returns as soon as its own answer is in, so a row
+// that another transaction keeps locked holds back only its own lock. The
+// lease counts from the moment the renewal came due. A Locker holding
+// 10,000 locks sends a few dozen renewal statements per interval instead
+// of 10,000 (TestRenewalsBatched).
 //
 // Locker.Inspect (locker.Inspector) reads a key's row: held, with token
 // and remaining lease, while the lease has not run out by the database's
