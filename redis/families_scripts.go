@@ -392,30 +392,6 @@ tidy()
 return 1
 `)
 
-// famExtendScript renews a holder's lease if it is still live.
-//
-//	KEYS[1] holders, KEYS[2] leases, KEYS[3] limit
-//	ARGV[1] owner token, ARGV[2] lease in ms
-//	returns 1 when extended, 0 when the lease was no longer ours
-var famExtendScript = goredis.NewScript(`
-if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local d = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if not d or tonumber(d) <= now then
-  return 0
-end
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
-for i = 1, 3 do
-  local p = redis.call('PTTL', KEYS[i])
-  if p ~= -2 and p < ttl then
-    redis.call('PEXPIRE', KEYS[i], ttl)
-  end
-end
-return 1
-`)
-
 // famKeys are KEYS[1..5] of the family scripts (see luaFamily).
 func (k keys) famKeys(extra string) []string {
 	return []string{k.lock, k.leases, k.queue, k.waiters, k.limit, extra}
@@ -494,11 +470,14 @@ func (l *Locker) runFamilyLeave(ctx context.Context, k keys, owner string) error
 		owner, l.args.id, l.args.sharded, k.wakeBase, k.semFlag()).Err()
 }
 
+// runFamilyExtend renews a holder's lease if it is still live: the holder
+// entry of extendManyScript, on its own.
 func (l *Locker) runFamilyExtend(ctx context.Context, k keys, owner string, ms int64) (bool, error) {
-	cmd, acks := l.runScript(ctx, famExtendScript, []string{k.lock, k.leases, k.limit}, owner, ms)
-	n, err := cmd.Int64()
-	if err == nil && n == 1 && acks >= 0 && acks < int64(l.cfg.replicas) {
+	cmd, acks := l.runScript(ctx, extendManyScript, []string{k.lock, k.leases, k.limit}, "f", owner, ms)
+	vals, err := cmd.Int64Slice()
+	ok := err == nil && len(vals) == 1 && vals[0] == 1
+	if ok && acks >= 0 && acks < int64(l.cfg.replicas) {
 		return false, l.notAcked("the renewal", acks)
 	}
-	return n == 1, err
+	return ok, err
 }

@@ -354,7 +354,9 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 
 // extendManyScript renews many locks in one call: the renewals of a
 // Locker's locks that come due together (renewMany), mutexes as
-// extendScript, holders of the families as famExtendScript.
+// extendScript; a family's holder (alone too: runFamilyExtend) if its
+// lease in the leases set is still live, which it moves, and the key's
+// holders, leases and limit keys live at least as long.
 //
 //	ARGV, per lock in turn: its kind ("m" mutex: one key, its lock; "f" a
 //	family's holder: three keys, its holders, leases and limit), its owner
