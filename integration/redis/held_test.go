@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -66,23 +65,9 @@ func TestBatchedRenewalWrongType(t *testing.T) {
 	admin := testClient(t, srv.Addr(), true)
 	l := redis.New(testClient(t, srv.Addr(), true))
 	t.Cleanup(func() { _ = l.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := context.Background()
 	const ttl = 1500 * time.Millisecond
-	base := fmt.Sprintf("wrongtype/%d/", time.Now().UnixNano())
-	var hs []locker.Handle
-	for i := range 6 {
-		h, err := l.TryAcquire(ctx, fmt.Sprintf("%s%d", base, i), locker.WithTTL(ttl))
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs = append(hs, h)
-	}
-	defer func() {
-		for _, h := range hs {
-			_ = h.Release(ctx)
-		}
-	}()
+	hs := testserver.TakeKeys(t, l, "wrongtype", 6, ttl)
 	victim := hs[2]
 	lock, _, _ := l.KeyNames(victim.Key())
 	if err := admin.Del(ctx, lock).Err(); err != nil {
@@ -92,20 +77,6 @@ func TestBatchedRenewalWrongType(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Del(context.Background(), lock) })
-	select {
-	case <-victim.Done():
-	case <-time.After(ttl):
-		t.Fatal("the lock whose key became a hash was not reported lost within its TTL")
-	}
-	ended := make(chan int, len(hs))
-	for i, h := range hs {
-		if h != victim {
-			go func() { <-h.Done(); ended <- i }()
-		}
-	}
-	select {
-	case i := <-ended:
-		t.Fatalf("lock %d ended with %v when another lock's key became a hash", i, hs[i].Err())
-	case <-time.After(ttl):
-	}
+	testserver.AwaitLost(t, victim, ttl)
+	testserver.StayHeld(t, hs, victim, ttl, "another lock's key became a hash")
 }

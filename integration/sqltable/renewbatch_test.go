@@ -2,13 +2,13 @@ package sqltable_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance/benchmark"
+	"github.com/go-locker/locker/integration/testserver"
 )
 
 // TestRenewalsBatched: the renewals of 1,000 locks held by one Locker go
@@ -62,61 +62,19 @@ func TestBatchedRenewalLosesOnlyItsLock(t *testing.T) {
 	forEach(t, func(t *testing.T, d dialect) {
 		l := open(t, d.url(t, "", nil))
 		admin := d.admin(t)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
 		const ttl = 1500 * time.Millisecond
-		base := fmt.Sprintf("batch/%d/", time.Now().UnixNano())
-		var hs []locker.Handle
-		for i := range 20 {
-			h, err := l.TryAcquire(ctx, fmt.Sprintf("%s%d", base, i), locker.WithTTL(ttl))
-			if err != nil {
-				t.Fatal(err)
-			}
-			hs = append(hs, h)
-		}
-		defer func() {
-			for _, h := range hs {
-				_ = h.Release(ctx)
-			}
-		}()
+		hs := testserver.TakeKeys(t, l, "batch", 20, ttl)
 		victim := hs[7]
-		res, err := admin.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET owner = 'intruder' WHERE lock_key = %s", d.table(""), d.ph(1)), victim.Key())
+		res, err := admin.ExecContext(context.Background(), fmt.Sprintf("UPDATE %s SET owner = 'intruder' WHERE lock_key = %s", d.table(""), d.ph(1)), victim.Key())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
 			t.Fatalf("the takeover changed %d rows", n)
 		}
-		select {
-		case <-victim.Done():
-			if !errors.Is(victim.Err(), locker.ErrLost) {
-				t.Fatalf("the taken-over lock ended with %v, want ErrLost", victim.Err())
-			}
-		case <-time.After(ttl):
-			t.Fatalf("the taken-over lock was not reported lost within its TTL")
-		}
+		testserver.AwaitLost(t, victim, ttl)
 		// Three more renewal rounds of the others.
-		deadline := time.After(ttl)
-		for {
-			select {
-			case <-deadline:
-				for i, h := range hs {
-					if h == victim {
-						continue
-					}
-					if err := h.Err(); err != nil {
-						t.Errorf("lock %d ended: %v", i, err)
-					}
-				}
-				return
-			case <-time.After(10 * time.Millisecond):
-				for i, h := range hs {
-					if h != victim && h.Err() != nil {
-						t.Fatalf("lock %d ended: %v", i, h.Err())
-					}
-				}
-			}
-		}
+		testserver.StayHeld(t, hs, victim, ttl, "another lock's row was taken over")
 	})
 }
 
@@ -142,43 +100,18 @@ func TestBatchedRenewalPastALockedRow(t *testing.T) {
 			if d.name == "MariaDB" {
 				ttl = 6 * time.Second
 			}
-			base := fmt.Sprintf("batchlocked/%d/", time.Now().UnixNano())
-			var hs []locker.Handle
-			for i := range 10 {
-				h, err := l.TryAcquire(ctx, fmt.Sprintf("%s%d", base, i), locker.WithTTL(ttl))
-				if err != nil {
-					t.Fatal(err)
-				}
-				hs = append(hs, h)
-			}
-			defer func() {
-				for _, h := range hs {
-					_ = h.Release(ctx)
-				}
-			}()
+			hs := testserver.TakeKeys(t, l, "batchlocked", 10, ttl)
 			victim := hs[4]
 			tx, err := admin.BeginTx(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer func() { _ = tx.Rollback() }()
 			var k string
 			if err := tx.QueryRowContext(ctx, fmt.Sprintf("SELECT lock_key FROM %s WHERE lock_key = %s FOR UPDATE", d.table(""), d.ph(1)), victim.Key()).Scan(&k); err != nil {
-				_ = tx.Rollback()
 				t.Fatal(err)
 			}
-			ended := make(chan int, len(hs))
-			for i, h := range hs {
-				if h != victim {
-					go func() { <-h.Done(); ended <- i }()
-				}
-			}
-			select {
-			case i := <-ended:
-				_ = tx.Rollback()
-				t.Fatalf("lock %d ended with %v while another lock's row was locked: %v", i, hs[i].Err(), "a batch waited for the locked row")
-			case <-time.After(2 * ttl):
-			}
-			_ = tx.Rollback()
+			testserver.StayHeld(t, hs, victim, 2*ttl, "another lock's row was locked (a batch waited for the locked row)")
 		})
 	}
 }
