@@ -100,9 +100,10 @@ func (bt *batch[T]) report(i int, v Verdict) {
 // due within the window, and reports its verdict. A group is the renewals
 // that one request may carry together (the keys of one hash slot on a
 // Redis Cluster, the rows of one table), of one TTL: the window is the
-// leader's, and must be a small part of every member's retry time. ttl is item's lease (it
-// sets the window of a batch item leads); ctx bounds item's wait, and the
-// latest of the members' deadlines bounds the request.
+// leader's, and must be a small part of every member's retry time. ttl is
+// item's lease (it sets the window of a batch item leads); ctx bounds
+// item's wait, and the latest of the members' deadlines bounds the
+// request.
 func (b *Batcher[T]) Renew(ctx context.Context, group uint64, ttl time.Duration, item T) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
