@@ -6,52 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-locker/locker"
-	"github.com/go-locker/locker/conformance/benchmark"
 	"github.com/go-locker/locker/integration/testserver"
 )
-
-// TestRenewalsBatched: the renewals of 1,000 locks held by one Locker go
-// out as a statement per batch, not a statement per lock. Counted by the
-// server: PostgreSQL's committed transactions, MariaDB's UPDATE statements
-// (SQLite has no server to count them; TestBatchedRenewalLosesOnlyItsLock
-// runs its batches).
-func TestRenewalsBatched(t *testing.T) {
-	t.Run("PostgreSQL", func(t *testing.T) {
-		h := heldPostgres(t, 1000)
-		benchmark.CheckRenewalsBatched(t, h)
-	})
-	t.Run("MariaDB", func(t *testing.T) {
-		d := dialects[2]
-		admin := d.admin(t)
-		updates := func() int64 {
-			var name string
-			var v int64
-			if err := admin.QueryRowContext(context.Background(), "SHOW GLOBAL STATUS LIKE 'Com_update'").Scan(&name, &v); err != nil {
-				t.Errorf("SHOW GLOBAL STATUS: %v", err)
-			}
-			return v
-		}
-		benchmark.CheckRenewalsBatched(t, benchmark.Held{N: 1000, Requests: updates, Open: func(tb testing.TB) locker.Locker {
-			return open(tb, d.url(tb, "", nil))
-		}})
-	})
-}
-
-// TestRenewalsBatchedFamilies: the same for 500 semaphore permits and 500
-// readers' locks on PostgreSQL: a batch renews the families table's rows.
-func TestRenewalsBatchedFamilies(t *testing.T) {
-	for name, take := range map[string]func(context.Context, locker.Locker, string, ...locker.Option) (locker.Handle, error){
-		"Semaphore": benchmark.TakeSemaphorePermit,
-		"Read":      benchmark.TakeRead,
-	} {
-		t.Run(name, func(t *testing.T) {
-			h := heldPostgres(t, 500)
-			h.Take = take
-			benchmark.CheckRenewalsBatched(t, h)
-		})
-	}
-}
 
 // TestBatchedRenewalLosesOnlyItsLock: 20 locks of one Locker renew in
 // batches; one of them has its row taken over from outside. Its holder
