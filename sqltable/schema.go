@@ -84,7 +84,7 @@ func (l *Locker) init(ctx context.Context) error {
 	if err := l.ps.prepare(ctx, l); err != nil {
 		return err
 	}
-	if l.dialect == MySQL {
+	if l.bell != nil {
 		var v string
 		if err := l.retryIdem(ctx, func(ctx context.Context) error {
 			return l.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v)
@@ -92,9 +92,7 @@ func (l *Locker) init(ctx context.Context) error {
 			return fmt.Errorf("sqltable: read the server's version: %w", err)
 		}
 		l.mariaDB = strings.Contains(v, "MariaDB")
-		if l.bell != nil {
-			l.bell.fractional = l.mariaDB
-		}
+		l.bell.fractional = l.mariaDB
 	}
 	if id, err := l.dbIdentity(ctx); err == nil && id != "" {
 		l.hubKey = l.dialect.String() + ":" + id + ":" + l.table.String()
