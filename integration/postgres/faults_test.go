@@ -64,6 +64,21 @@ func TestTerminatedBackend(t *testing.T) {
 	if !errors.Is(h.Err(), locker.ErrLost) {
 		t.Fatalf("Err() = %v, want ErrLost", h.Err())
 	}
+	// The client reads the FATAL message before the server has finished
+	// ending the backend (and with it the advisory lock): wait for the
+	// backend to be gone, then the key must be free at the first try.
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("backend %d still in pg_stat_activity 5s after pg_terminate_backend", pid)
+		}
+	}
 	other := newLocker(t, pool)
 	h2, err := other.TryAcquire(ctx, k)
 	if err != nil {
