@@ -31,7 +31,10 @@ import (
 // (two busy loops beside the -race test on 2 cores) batches on PostgreSQL
 // lost 1 to 3 of 1,000 locks held with a TTL of 3s, families' holders 1 to
 // 15 of 500, where the same load with renewals one by one lost none. Until
-// that is understood each lock renews on its own, as before.
+// that is understood each lock renews on its own, as before. Before
+// turning them on again: Locker.mariaDB is set only when the bell is on
+// (init), and the MariaDB form of the statement (SET STATEMENT) needs it
+// for every MySQL-dialect Locker.
 const renewBatches = false
 
 // renewMax is the most renewals one statement carries (the last bucket).
