@@ -99,6 +99,11 @@ func (p *prepared) close() error {
 // queue.go).
 func (l *Locker) runAcquire(ctx context.Context, key, owner string, ttl time.Duration, seq int64) (token int64, ok bool, err error) {
 	args := l.acquireArgs(key, owner, ttl, seq)
+	exit, err := l.pins.enter(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	defer exit()
 	err = l.retry(ctx, func(ctx context.Context) error {
 		if l.dialect == MySQL {
 			res, err := l.ps.acquire.ExecContext(ctx, args...)
@@ -275,9 +280,14 @@ func (l *Locker) cleanup(key, owner string, ttl time.Duration) bool {
 // dropOnce runs the guarded drop of key's row for owner and wakes a waiter
 // of the key when it freed the row.
 func (l *Locker) dropOnce(ctx context.Context, key, owner string) (int64, error) {
+	exit, err := l.pins.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
 	n, err := l.affectedIdem(ctx, func(ctx context.Context) (sql.Result, error) {
 		return l.ps.drop.ExecContext(ctx, key, owner)
 	})
+	exit()
 	if n > 0 {
 		l.released(key, owner)
 	}

@@ -573,6 +573,11 @@ func (l *Locker) famTx(ctx context.Context, f func(context.Context, *sql.Tx) err
 	atCommit := false // the last run's error came from the commit
 	run := func(ctx context.Context) error {
 		atCommit = false
+		exit, err := l.pins.enter(ctx) // an acquisition's share of the pool (pool.go)
+		if err != nil {
+			return err
+		}
+		defer exit()
 		tx, err := l.db.BeginTx(ctx, opts)
 		if err != nil {
 			return err
@@ -627,9 +632,14 @@ func (l *Locker) famReleased(ctx context.Context, family int, key string) {
 // famDropOnce deletes owner's row of key, holder or waiter, and wakes the
 // rows it admits.
 func (l *Locker) famDropOnce(ctx context.Context, family int, key, owner string) (int64, error) {
+	exit, err := l.pins.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
 	n, err := l.affectedIdem(ctx, func(ctx context.Context) (sql.Result, error) {
 		return l.fps.drop.ExecContext(ctx, l.fst.drop.args(family, key, owner)...)
 	})
+	exit()
 	if n > 0 {
 		l.famReleased(ctx, family, key)
 	}

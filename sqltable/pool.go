@@ -1,6 +1,7 @@
 package sqltable
 
 import (
+	"context"
 	"database/sql"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,76 @@ import (
 // connection, or by another Locker on the same *sql.DB), on a tick of each
 // Locker that holds pins. A pin that lets go comes back at its next use
 // once the limit allows it again; meanwhile waiters poll with the back-off.
+
+// The acquisitions' share. An acquisition's statement (or a families
+// transaction) may wait on the server for as long as another transaction
+// keeps the key's row locked (an operator's SELECT ... FOR UPDATE, a
+// client gone silent inside a transaction), holding its connection all
+// that time. Enough of them would hold every connection of a limited pool,
+// and the renewals of the locks already held, which need a connection
+// too, would wait behind them until their leases ran out: a stuck key
+// would cost its Locker every other lock. So the acquisitions of the
+// Lockers on one *sql.DB (and their background clean-ups, which may wait
+// on the same rows) take at most the pool's limit less the pins and less
+// acquireReserve connections at once; a further one waits (within its
+// context) until one of them ends, and the connections left serve the
+// renewals and releases. A pool without a limit, or whose limit leaves no
+// room (below acquireReserve + 1 connections beside the pins), lets one
+// acquisition at a time through at least, as before. Other users of a
+// *sql.DB shared with the application are not counted: give the Locker a
+// pool of its own (Open does) where they may hold every connection.
+
+// acquireReserve is how many connections of a limited pool the
+// acquisitions leave to the renewals and releases.
+const acquireReserve = 1
+
+// gateRecheck is how often an acquisition waiting for its share reads
+// the pool's limit again (the caller may raise it; pins come and go).
+const gateRecheck = 100 * time.Millisecond
+
+// enter waits until an acquisition may use the pool and returns the
+// function that ends its use; ctx bounds the wait.
+func (ps *pinSet) enter(ctx context.Context) (func(), error) {
+	if ps == nil {
+		return func() {}, nil
+	}
+	for {
+		ps.busyMu.Lock()
+		limit := ps.limit()
+		share := limit - int(ps.n.Load()) - acquireReserve
+		if limit == 0 || ps.busy < max(share, 1) {
+			ps.busy++
+			ps.busyMu.Unlock()
+			var once sync.Once
+			return func() { once.Do(ps.exit) }, nil
+		}
+		if ps.freed == nil {
+			ps.freed = make(chan struct{})
+		}
+		freed := ps.freed
+		ps.busyMu.Unlock()
+		t := time.NewTimer(gateRecheck)
+		select {
+		case <-freed:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		t.Stop()
+	}
+}
+
+// exit ends an acquisition's use of the pool and lets a waiting one in.
+func (ps *pinSet) exit() {
+	ps.busyMu.Lock()
+	ps.busy--
+	if ps.freed != nil {
+		close(ps.freed)
+		ps.freed = nil
+	}
+	ps.busyMu.Unlock()
+}
 
 // minListenPool is the least pool limit at which a Locker pins connections:
 // below it one pin could take the connection that a renewal needs.
@@ -50,6 +121,11 @@ type pinSet struct {
 	mu    sync.Mutex
 	pins  map[*pin]struct{}
 	waits int // pins that are bell waits
+
+	// The acquisitions' share of the pool (see enter).
+	busyMu sync.Mutex
+	busy   int           // acquisitions in flight on the pool, of every Locker
+	freed  chan struct{} // closed (and replaced) when one ends
 }
 
 type pin struct {
