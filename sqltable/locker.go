@@ -48,7 +48,7 @@ type Locker struct {
 
 	renewals   lease.Batcher[*Handle] // the mutex's renewals in batches (renewmany.go)
 	renewTexts renewTexts             // their statements
-	mariaDB    bool                   // MySQL dialect, the server is MariaDB; set by init when the bell is on
+	mariaDB    bool                   // MySQL dialect, the server is MariaDB; set by init when the bell is on (else see serverMariaDB)
 
 	initSem chan struct{} // one schema check at a time
 	inited  bool          // guarded by initSem

@@ -27,15 +27,15 @@ import (
 // to a power of two: at most renewBuckets texts per Locker, each prepared
 // and cached per connection by the driver, as the other statements.
 
-// renewBatches turns the batches on (Handle.renew). Off: under CPU load
-// (two busy loops beside the -race test on 2 cores) batches on PostgreSQL
-// lost 1 to 3 of 1,000 locks held with a TTL of 3s, families' holders 1 to
-// 15 of 500, where the same load with renewals one by one lost none. Until
-// that is understood each lock renews on its own, as before. Before
-// turning them on again: Locker.mariaDB is set only when the bell is on
-// (init), and the MariaDB form of the statement (SET STATEMENT) needs it
-// for every MySQL-dialect Locker.
-const renewBatches = false
+// renewBatches turns the batches on (Handle.renew). They were off for a
+// while: under CPU load (two busy loops beside the -race test on 2 cores)
+// 1 to 3 of 1,000 locks held with a TTL of 3s were lost on PostgreSQL. The
+// cause was not the batches (one by one, renewals lost locks under the
+// same load too): the takers' transactions held every connection of the
+// pool, and the renewals waited for one (up to 0.4s) before their
+// statements (slow too under that load) ran; the acquisitions' share of
+// the pool (pool.go) now keeps a connection for them.
+const renewBatches = true
 
 // renewMax is the most renewals one statement carries (the last bucket).
 const renewMax = 128
@@ -48,6 +48,37 @@ const renewBuckets = 8
 type renewTexts struct {
 	mu    sync.Mutex
 	texts [2][renewBuckets]string
+
+	// Whether a MySQL-dialect server is MariaDB, once read (serverMariaDB).
+	flavorMu    sync.Mutex
+	flavorKnown bool
+	mariaDB     bool
+}
+
+// serverMariaDB reports whether the server is MariaDB (whose batch bounds
+// its lock wait with SET STATEMENT; MySQL's with a SET_VAR hint, which
+// MariaDB would read as a comment). init reads it when the bell is on;
+// otherwise the first batch of a MySQL-dialect Locker reads it, once.
+func (l *Locker) serverMariaDB(ctx context.Context) (bool, error) {
+	if l.dialect != MySQL {
+		return false, nil
+	}
+	if l.bell != nil {
+		return l.mariaDB, nil
+	}
+	r := &l.renewTexts
+	r.flavorMu.Lock()
+	defer r.flavorMu.Unlock()
+	if !r.flavorKnown {
+		var v string
+		if err := l.retryIdem(ctx, func(ctx context.Context) error {
+			return l.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v)
+		}); err != nil {
+			return false, fmt.Errorf("sqltable: read the server's version: %w", err)
+		}
+		r.mariaDB, r.flavorKnown = strings.Contains(v, "MariaDB"), true
+	}
+	return r.mariaDB, nil
 }
 
 // The columns that name a held row: in the lock table, and in the
@@ -163,7 +194,11 @@ func (l *Locker) renewMany(ctx context.Context, hs []*Handle, report func(int, l
 		if fam {
 			suffix = famSuffix
 		}
-		text := l.renewTexts.text(l.dialect, l.table.quoted(l.dialect, suffix), fam, l.mariaDB, n)
+		mariaDB, err := l.serverMariaDB(ctx)
+		if err != nil {
+			return err
+		}
+		text := l.renewTexts.text(l.dialect, l.table.quoted(l.dialect, suffix), fam, mariaDB, n)
 		args := make([]any, 0, 1+len(famRenewCols)*n)
 		args = append(args, hs[0].ttl.Microseconds())
 		for j := range n {

@@ -10,8 +10,8 @@ import (
 // Batcher sends the renewals of many leases of one Locker together: a
 // renewal that comes due waits a short window (Gather) for the others that
 // come due meanwhile, and one request renews them all (a script with many
-// keys on Redis and on each Redlock node; on the SQL table one statement,
-// built but off: see sqltable's renewBatches). A Locker holding ten
+// keys on Redis and on each Redlock node; on the SQL table one statement).
+// A Locker holding ten
 // thousand locks then sends a renewal request per batch, not per lock.
 //
 // It needs no change to the timing of a lease: Renewal calls its
