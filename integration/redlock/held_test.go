@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -17,14 +18,35 @@ import (
 // On 3820ce4 (a round per lock) the Locker did not get as far: under -race
 // its renewals so loaded the nodes that a TryAcquire of the 1,000 failed
 // its node timeout.
-func TestRenewalsBatched(t *testing.T) {
+func TestRenewalsBatched(t *testing.T) { benchmark.CheckRenewalsBatched(t, heldRounds(t, 1000)) }
+
+// TestRenewalsBatchedFamilies: the same for 500 semaphore permits and 500
+// readers' locks: a reader renews in the same batches as the mutexes,
+// permits and writers (on 4263d61 each reader renewed in a round of its
+// own).
+func TestRenewalsBatchedFamilies(t *testing.T) {
+	for name, take := range map[string]func(context.Context, locker.Locker, string, ...locker.Option) (locker.Handle, error){
+		"Semaphore": benchmark.TakeSemaphorePermit,
+		"Read":      benchmark.TakeRead,
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := heldRounds(t, 500)
+			h.Take = take
+			benchmark.CheckRenewalsBatched(t, h)
+		})
+	}
+}
+
+// heldRounds is the Held case of n locks on 3 nodes, its requests counted
+// in rounds: the requests to all three nodes' clients over 3.
+func heldRounds(t *testing.T, n int) benchmark.Held {
 	addrs := nodeAddrs(t, 3)
 	var rt roundTrips
 	rounds := func() int64 { return rt.trips.Load() / int64(len(addrs)) }
-	// 8 takers, and a node timeout of 500ms instead of 150: the 1,000
+	// 8 takers, and a node timeout of 500ms instead of 150: the
 	// TryAcquires are not what is tested, and under -race on a loaded
 	// machine 64 at once have run past 150ms.
-	benchmark.CheckRenewalsBatched(t, benchmark.Held{N: 1000, Parallel: 8, Requests: rounds, Open: func(tb testing.TB) locker.Locker {
+	return benchmark.Held{N: n, Parallel: 8, Requests: rounds, Open: func(tb testing.TB) locker.Locker {
 		var cs []goredis.UniversalClient
 		for _, a := range addrs {
 			c := newClient(tb, a)
@@ -34,5 +56,5 @@ func TestRenewalsBatched(t *testing.T) {
 		l := redlock.New(cs, redlock.WithNodeTimeout(500*time.Millisecond))
 		tb.Cleanup(func() { _ = l.Close() })
 		return l
-	}})
+	}}
 }
