@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance/benchmark"
+	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/redis/redlock"
 )
 
@@ -57,4 +59,44 @@ func heldRounds(t *testing.T, n int) benchmark.Held {
 		tb.Cleanup(func() { _ = l.Close() })
 		return l
 	}}
+}
+
+// TestBatchedRenewalLosesOnlyItsReader: one Locker holds 4 readers of 4
+// keys and 4 mutexes, renewed in batches (one TTL, taken together); an
+// operator deletes one key's readers' set on every node. That reader
+// learns of it at its next renewal; the other 7 locks stay held through
+// several more.
+func TestBatchedRenewalLosesOnlyItsReader(t *testing.T) {
+	addrs := nodeAddrs(t, 3)
+	adm := admins(t, addrs)
+	ctx := testCtx(t, 60*time.Second)
+	a := newLocker(t, addrs)
+	const ttl = 1500 * time.Millisecond
+	var hs []locker.Handle
+	var victimKey string
+	for i := range 4 {
+		key := uniqueKey(t)
+		r, err := locker.ReadLock(a.l).TryAcquire(ctx, key, locker.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Release(context.Background()) })
+		hs = append(hs, r)
+		if i == 2 {
+			victimKey = key
+		}
+	}
+	hs = append(hs, testserver.TakeKeys(t, a.l, "batchreader", 4, ttl)...)
+	victim := hs[2]
+	_, rw := a.l.FamilyNames(victimKey)
+	for i, c := range adm {
+		if err := c.Del(ctx, rw+":r").Err(); err != nil {
+			t.Fatalf("DEL readers on node %d: %v", i+1, err)
+		}
+	}
+	testserver.AwaitLost(t, victim, ttl)
+	if !errors.Is(victim.Err(), locker.ErrLost) {
+		t.Errorf("Err: %v, want ErrLost", victim.Err())
+	}
+	testserver.StayHeld(t, hs, victim, ttl, "another reader's record was deleted")
 }

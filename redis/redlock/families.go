@@ -340,6 +340,10 @@ func (l *Locker) withdraw(k keys, owner string, granted []int, q *queued, tm tim
 	}()
 }
 
+// readersSuffix names, under a reader-writer lock's base, the sorted set of
+// its readers (R in the family scripts' prelude, luaFamily).
+const readersSuffix = ":r"
+
 // FamilyNames returns the prefixes of the names under which the Locker
 // keeps key's semaphore and reader-writer lock on every node, for
 // operators and tests. Under the semaphore's, ":s:<i>" is permit slot i

@@ -41,7 +41,8 @@ var luaFamily = luaOurs + releases.Lua + `
 if redis.replicate_commands then redis.replicate_commands() end
 local B = KEYS[1]
 local Q, QX, FENCE, R, W = B .. ':q', B .. ':qx', B .. ':fence', B .. ':r', B .. ':w'
--- The mutex (kind 'w' on its own names) passes its lock key as KEYS[3].
+-- (R is readersSuffix in Go.) The mutex (kind 'w' on its own names)
+-- passes its lock key as KEYS[3].
 if KEYS[3] then W = KEYS[3] end
 local function now_ms()
   local t = redis.call('TIME')
@@ -413,8 +414,9 @@ func runClaim(ctx context.Context, c goredis.UniversalClient, k keys, owner stri
 }
 
 // famExtendScript renews a reader's lease on one node if it is still
-// there (a permit's and a writer's are renewed by extendScript, on their
-// own keys).
+// there, in a round of its own (a permit's and a writer's are renewed by
+// extendScript, on their own keys; in a batch, extendManyScript's "r"
+// entries do the same for many readers).
 //
 //	KEYS[1] B; ARGV[1] owner token, ARGV[2] lease (ms)
 //	returns 1 when renewed, 0 when the reader was not there

@@ -89,10 +89,7 @@ func (h *Handle) start() {
 // failed or did not answer), which internal/lease retries until the
 // validity ends.
 func (h *Handle) renew(ctx context.Context) (bool, error) {
-	if h.k.kind != readLock {
-		return h.l.renewals.Renew(ctx, uint64(h.tm.ttl.Microseconds()), h.tm.ttl, h)
-	}
-	return h.renewOne(ctx)
+	return h.l.renewals.Renew(ctx, uint64(h.tm.ttl.Microseconds()), h.tm.ttl, h)
 }
 
 // renewOne is renew in a round of its own.
@@ -174,10 +171,14 @@ func (l *Locker) renewMany(ctx context.Context, hs []*Handle, report func(int, l
 		return nil
 	}
 	keys := make([]string, len(hs))
-	args := make([]any, 0, 2*len(hs))
+	args := make([]any, 0, 3*len(hs))
 	for j, h := range hs {
+		kind := "m"
 		keys[j] = h.k.lock
-		args = append(args, h.c.Owner, millis(h.tm.ttl))
+		if h.k.kind == readLock {
+			kind, keys[j] = "r", h.k.base+readersSuffix
+		}
+		args = append(args, kind, h.c.Owner, millis(h.tm.ttl))
 	}
 	node := func(o outcome[[]bool], j int) func(i int) (bool, bool) {
 		return func(i int) (bool, bool) { return o.ok(i), o.ok(i) && o.v[i][j] }

@@ -176,21 +176,42 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 
 // extendManyScript is extendScript for many locks in one call: the
 // renewals of a Locker's locks of one TTL that come due together
-// (renewMany). KEYS are the lock keys; ARGV[2i-1] is KEYS[i]'s owner token,
-// ARGV[2i] its lease in milliseconds. It returns, per key, 1 when extended
-// and 0 when the lock was no longer ours.
+// (renewMany). Entry i is KEYS[i] and ARGV[3i-2..3i]: its kind ("m": a
+// lock key holding its owner token, the mutex's, a writer's or a permit's
+// slot; "r": a reader, KEYS[i] the readers' sorted set of its key, as
+// famExtendScript renews it), its owner token, and its lease in
+// milliseconds. It returns, per entry, 1 when extended and 0 when the
+// lock was no longer ours.
 var extendManyScript = newScript(luaOurs + `
-local function extend(k, owner, ttl)
+if redis.replicate_commands then redis.replicate_commands() end
+local now
+local function lock(k, owner, ttl)
   if ours(redis.call('GET', k), owner) then
     return redis.call('PEXPIRE', k, ttl)
   end
   return 0
 end
+local function reader(k, owner, ttl)
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local s = redis.call('ZSCORE', k, owner)
+  if not s or tonumber(s) <= now then return 0 end
+  redis.call('ZADD', k, 'XX', now + ttl, owner)
+  local p = redis.call('PTTL', k)
+  if p == -1 or (p >= 0 and p < ttl) then
+    redis.call('PEXPIRE', k, math.max(ttl, 1))
+  end
+  return 1
+end
 local r = {}
 for i, k in ipairs(KEYS) do
+  local f = lock
+  if ARGV[3*i-2] == 'r' then f = reader end
   -- A key of another type (written over from outside) fails its own
   -- entry, not the batch: the lock is not ours there.
-  local ok, v = pcall(extend, k, ARGV[2*i-1], ARGV[2*i])
+  local ok, v = pcall(f, k, ARGV[3*i-1], tonumber(ARGV[3*i]))
   if ok then r[i] = v else r[i] = 0 end
 end
 return r
