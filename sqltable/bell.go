@@ -260,7 +260,7 @@ func (b *bell) giveBackLocked(ctx context.Context, name string) {
 func (b *bell) connLocked(ctx context.Context, f func(*sql.Conn) error) error {
 	if b.conn == nil {
 		var p *pin
-		p = b.l.pins.take(b.l, false, func() { b.l.life.Go(func() { b.dropPin(&p) }) })
+		p = b.l.pins.take(b.l, false, true, func() { b.l.life.Go(func() { b.dropPin(&p) }) })
 		if p == nil {
 			return errNoRoom
 		}
@@ -370,10 +370,9 @@ func (b *bell) await(ctx context.Context, key string, limit time.Duration) (rang
 	// the driver then closes the connection, which ends the wait on the
 	// server), so a waiter never oversleeps its retry interval or the
 	// holder's lease by more.
-	start := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, limit+100*time.Millisecond)
 	defer cancel()
-	p := b.l.pins.take(b.l, true, cancel)
+	p := b.l.pins.take(b.l, true, true, cancel)
 	if p == nil {
 		return false, false // too many waits, or no room in the pool now
 	}
@@ -385,6 +384,10 @@ func (b *bell) await(ctx context.Context, key string, limit time.Duration) (rang
 	defer c.Close()
 	name := b.name(key)
 	var got sql.NullInt64
+	// Timed from here, not from before the connection: a connection that
+	// had to be dialled, or waited for, would make a bell that came at
+	// once look rung, and the waiter would poll from 2ms again.
+	start := time.Now()
 	if err := c.QueryRowContext(sctx, getLock(name, limit, b.fractional)).Scan(&got); err != nil || !got.Valid {
 		return false, false
 	}

@@ -737,15 +737,19 @@
 //     ... FOR UPDATE, a client gone silent inside a transaction) hold
 //     their connections while they wait. The Lockers on one *sql.DB let
 //     their acquisitions (and background clean-ups) take at most the
-//     pool's limit less the listener's and bells' connections less one at
-//     once; a further one waits for its turn within its context, and the
-//     connection left serves the held locks' renewals and the releases,
-//     so a stuck key does not cost a Locker its other locks. A pool
-//     without a limit needs no share; one too small for it (one or two
-//     connections beside the pins) lets one acquisition through at a time.
-//     The application's own statements on a shared *sql.DB are not
-//     counted: where they may hold every connection, give the Locker a
-//     pool of its own (Open does).
+//     pool's limit less the connections their bells keep (MySQL) less one
+//     at once; a further one, TryAcquire's too, waits for its turn within
+//     its context, and a bell is not rung while it would take the last
+//     connection. The connection left serves the held locks' renewals, the
+//     releases and the waiters' short statements, so a stuck key does not
+//     cost a Locker its other locks. A pool without a limit needs no
+//     share; one too small for it lets one acquisition through at a time.
+//     Not covered: a renewal or a release of a lock whose own row is kept
+//     locked waits too, on its connection (a batch of renewals does not:
+//     see renewMany), and several such can take what is left; nor are the
+//     application's own statements on a shared *sql.DB counted: where they
+//     may hold every connection, give the Locker a pool of its own (Open
+//     does).
 //   - An Acquire whose statement failed or was cancelled after it may have
 //     reached the database frees the row in the background (guarded by the
 //     attempt's own owner) if it took it. On PostgreSQL and MySQL the

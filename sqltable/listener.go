@@ -133,7 +133,7 @@ func (ls *listener) run(ctx context.Context) {
 func (ls *listener) listenOnce(ctx context.Context) (listened bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	p := ls.l.pins.take(ls.l, false, cancel)
+	p := ls.l.pins.take(ls.l, false, false, cancel)
 	if p == nil {
 		return false // no room in the pool now: waiters poll
 	}

@@ -31,10 +31,12 @@ import (
 // too, would wait behind them until their leases ran out: a stuck key
 // would cost its Locker every other lock. So the acquisitions of the
 // Lockers on one *sql.DB (and their background clean-ups, which may wait
-// on the same rows) take at most the pool's limit less the pins and less
-// acquireReserve connections at once; a further one waits (within its
-// context) until one of them ends, and the connections left serve the
-// renewals and releases. A pool without a limit, or whose limit leaves no
+// on the same rows) take at most the pool's limit less the pins on pool
+// connections (the bells', not the listener's, which has a connection of
+// its own) and less acquireReserve connections at once; a further one
+// waits (within its context) until one of them ends, and the connections
+// left serve the renewals and releases. A bell's pin is not taken where it
+// would eat into them (take). A pool without a limit, or whose limit leaves no
 // room (below acquireReserve + 1 connections beside the pins), lets one
 // acquisition at a time through at least, as before. Other users of a
 // *sql.DB shared with the application are not counted: give the Locker a
@@ -57,7 +59,7 @@ func (ps *pinSet) enter(ctx context.Context) (func(), error) {
 	for {
 		ps.busyMu.Lock()
 		limit := ps.limit()
-		share := limit - int(ps.n.Load()) - acquireReserve
+		share := limit - int(ps.pooled.Load()) - acquireReserve
 		if limit == 0 || ps.busy < max(share, 1) {
 			ps.busy++
 			ps.busyMu.Unlock()
@@ -115,8 +117,11 @@ var pinSets = struct {
 
 type pinSet struct {
 	db   *sql.DB
-	refs int // guarded by pinSets
-	n    atomic.Int32
+	refs int          // guarded by pinSets
+	n    atomic.Int32 // the pins
+	// The pins that hold a connection of the pool (the listener's is a
+	// connection of its own, made with a pooled one's settings).
+	pooled atomic.Int32
 
 	mu    sync.Mutex
 	pins  map[*pin]struct{}
@@ -131,6 +136,7 @@ type pinSet struct {
 type pin struct {
 	owner   *Locker
 	wait    bool
+	pooled  bool   // holds one of the pool's connections
 	letGo   func() // makes the holder give its connection back; may be called more than once
 	evicted bool   // letGo has been called; guarded by pinSet.mu
 }
@@ -169,15 +175,26 @@ func (ps *pinSet) fits() bool { return ps != nil && roomFor(ps.limit()) }
 
 // take records a pin of owner that letGo ends, if the pool has room for
 // one now (for a bell wait: if fewer than a quarter of a limited pool, at
-// most maxBellWaits, are in flight); nil when it has not. The holder calls
+// most maxBellWaits, are in flight; for a pin on a connection of the pool
+// (pooled): if it leaves the acquisitions in flight their connections and
+// the renewals theirs, see enter); nil when it has not. The holder calls
 // drop once it has given the connection back.
-func (ps *pinSet) take(owner *Locker, wait bool, letGo func()) *pin {
+func (ps *pinSet) take(owner *Locker, wait, pooled bool, letGo func()) *pin {
 	if ps == nil {
 		return nil
 	}
 	limit := ps.limit()
 	if !roomFor(limit) {
 		return nil
+	}
+	if pooled {
+		// Held across the rest, so that no acquisition enters between
+		// the check and the count.
+		ps.busyMu.Lock()
+		defer ps.busyMu.Unlock()
+		if limit != 0 && ps.busy+int(ps.pooled.Load())+1+acquireReserve > limit {
+			return nil
+		}
 	}
 	ps.mu.Lock()
 	if wait {
@@ -191,9 +208,12 @@ func (ps *pinSet) take(owner *Locker, wait bool, letGo func()) *pin {
 		}
 		ps.waits++
 	}
-	p := &pin{owner: owner, wait: wait, letGo: letGo}
+	p := &pin{owner: owner, wait: wait, pooled: pooled, letGo: letGo}
 	ps.pins[p] = struct{}{}
 	ps.n.Add(1)
+	if pooled {
+		ps.pooled.Add(1)
+	}
 	ps.mu.Unlock()
 	owner.pinned.Add(1)
 	if owner.watching.CompareAndSwap(false, true) && !owner.life.Go(owner.watchPool) {
@@ -211,6 +231,9 @@ func (ps *pinSet) drop(p *pin) {
 	if _, ok := ps.pins[p]; ok {
 		delete(ps.pins, p)
 		ps.n.Add(-1)
+		if p.pooled {
+			ps.pooled.Add(-1)
+		}
 		if p.wait {
 			ps.waits--
 		}

@@ -1,0 +1,75 @@
+package sqltable
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-locker/locker/backend"
+)
+
+// noConnector is a database/sql connector that never connects: a pool
+// whose limit the tests set and read, with no server behind it.
+type noConnector struct{}
+
+func (noConnector) Connect(context.Context) (driver.Conn, error) {
+	return nil, errors.New("no server")
+}
+func (noConnector) Driver() driver.Driver { return nil }
+
+// TestAcquisitionShare: on a pool of 6, the acquisitions take at most 6
+// less the pins on pool connections less one; a further one waits for one
+// of them to end; a bell's pin is refused where it would take the
+// connection left to the renewals, a listener's (a connection of its own)
+// is not.
+func TestAcquisitionShare(t *testing.T) {
+	db := sql.OpenDB(noConnector{})
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(6)
+	ps := joinPins(db)
+	t.Cleanup(ps.leave)
+	l := &Locker{life: backend.NewLife[*Handle](nil), pins: ps}
+	ctx := context.Background()
+	enter := func(want bool) func() {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		defer cancel()
+		exit, err := ps.enter(cctx)
+		if got := err == nil; got != want {
+			t.Fatalf("enter with %d in flight and %d pooled pins: let in %t, want %t", ps.busy, ps.pooled.Load(), got, want)
+		}
+		return exit
+	}
+	var exits []func()
+	for range 4 {
+		exits = append(exits, enter(true))
+	}
+	bell := ps.take(l, false, true, func() {})
+	if bell == nil {
+		t.Fatal("a bell's pin refused with 4 of 6 connections taken: it leaves one")
+	}
+	enter(false) // 4 acquisitions + the bell + the reserve
+	if p := ps.take(l, true, true, func() {}); p != nil {
+		t.Fatal("a bell wait's pin taken where it takes the renewals' connection")
+	}
+	listener := ps.take(l, false, false, func() {})
+	if listener == nil {
+		t.Fatal("the listener's pin, on a connection of its own, refused")
+	}
+	exits[0]()
+	exits[0]() // a second call does nothing
+	exits[0] = enter(true)
+	enter(false)
+	ps.drop(bell)
+	exits = append(exits, enter(true))
+	ps.drop(listener)
+	for _, exit := range exits {
+		exit()
+	}
+	if ps.busy != 0 {
+		t.Fatalf("%d acquisitions counted after every one ended", ps.busy)
+	}
+}
