@@ -449,8 +449,9 @@
 // and token. When it renews fewer rows than it names (a lock no longer
 // ours, a row locked by another transaction: PostgreSQL skips it with FOR
 // UPDATE SKIP LOCKED, MySQL and MariaDB wait for it a second at most),
-// each lock of the batch renews on its own, so one lock's fate is never
-// another's. 10,000 locks held cost a few statements a second instead of
+// the locks it did not renew (on MySQL and MariaDB, whose UPDATE cannot
+// say which, every lock of the batch) renew on their own, so one lock's
+// fate is never another's. 10,000 locks held cost a few statements a second instead of
 // one per lock per TTL/3 (BENCHMARKS.md, "Renewals in batches").
 //
 // Locker.Inspect (locker.Inspector) reads a key's row: held, with token
