@@ -99,10 +99,7 @@ func (h *Handle) start(sent time.Time, drift time.Duration) {
 // and token and its lease has not run out: in a batch with the Locker's
 // other renewals of one TTL and table that come due together (renewMany).
 func (h *Handle) renew(ctx context.Context) (bool, error) {
-	if renewBatches {
-		return h.l.renewals.Renew(ctx, renewGroup(h.ttl, h.fam != 0), h.ttl, h)
-	}
-	return h.renewOne(ctx)
+	return h.l.renewals.Renew(ctx, renewGroup(h.ttl, h.fam != 0), h.ttl, h)
 }
 
 // renewOne is renew on its own statement.

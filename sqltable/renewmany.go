@@ -28,15 +28,14 @@ import (
 // to a power of two: at most renewBuckets texts per Locker, each prepared
 // and cached per connection by the driver, as the other statements.
 
-// renewBatches turns the batches on (Handle.renew). They were off for a
-// while: under CPU load (two busy loops beside the -race test on 2 cores)
-// 1 to 3 of 1,000 locks held with a TTL of 3s were lost on PostgreSQL. The
+// The batches were off for a while (6 Dec 2026): under CPU load (two
+// busy loops beside the -race test on 2 cores) 1 to 3 of 1,000 locks held
+// with a TTL of 3s were lost on PostgreSQL. The
 // cause was not the batches (one by one, renewals lost locks under the
 // same load too): the takers' transactions held every connection of the
 // pool, and the renewals waited for one (up to 0.4s) before their
 // statements (slow too under that load) ran; the acquisitions' share of
 // the pool (pool.go) now keeps a connection for them.
-const renewBatches = true
 
 // renewMax is the most renewals one statement carries (the last bucket).
 const renewMax = 128
