@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,8 +71,18 @@ type HeldResult struct {
 	// were held and nothing else ran (0 without Requests).
 	RenewalsPerSec float64
 	// Lost is how many of the N locks ended during the measurement (none
-	// should: nothing faults).
-	Lost int
+	// should: nothing faults). LostErrs says how the first few ended:
+	// the key's index in the order taken and the handle's Err.
+	Lost     int
+	LostErrs []string
+}
+
+// lostReport is the failure message's tail for r's lost locks.
+func (r HeldResult) lostReport() string {
+	if r.Lost == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; the first of them:\n%s", strings.Join(r.LostErrs, "\n"))
 }
 
 // GoroutinesPerLock is the goroutines each held lock adds.
@@ -172,10 +183,13 @@ func MeasureHeld(tb testing.TB, h Held) HeldResult {
 		time.Sleep(h.Window)
 		r.RenewalsPerSec = float64(h.Requests()-from) / time.Since(start).Seconds()
 	}
-	for _, hd := range handles {
+	for i, hd := range handles {
 		select {
 		case <-hd.Done():
 			r.Lost++
+			if len(r.LostErrs) < 5 {
+				r.LostErrs = append(r.LostErrs, fmt.Sprintf("key %d of %d taken: %v", i, len(handles), hd.Err()))
+			}
 		default:
 		}
 	}
@@ -188,7 +202,7 @@ func MeasureHeld(tb testing.TB, h Held) HeldResult {
 func RunHeld(b *testing.B, h Held) {
 	r := MeasureHeld(b, h)
 	if r.Lost > 0 {
-		b.Fatalf("%d of %d held locks ended while held, with no fault", r.Lost, r.N)
+		b.Fatalf("%d of %d held locks ended while held, with no fault%s", r.Lost, r.N, r.lostReport())
 	}
 	b.ReportMetric(r.GoroutinesPerLock(), "goroutines/lock")
 	b.ReportMetric(r.BytesPerLock, "B/lock")
@@ -222,7 +236,7 @@ func CheckHeldGoroutines(t *testing.T, h Held) {
 		t.Errorf("%d goroutines more with %d locks held than with %d: a held lock must not cost a goroutine", d, r.N, r.Small)
 	}
 	if r.Lost > 0 {
-		t.Errorf("%d held locks ended with no fault", r.Lost)
+		t.Errorf("%d held locks ended with no fault%s", r.Lost, r.lostReport())
 	}
 }
 
@@ -256,7 +270,7 @@ func CheckRenewalsBatched(t *testing.T, h Held) {
 		t.Errorf("%.1f requests per renewal interval for %d held locks: the renewals are not batched (at most %d expected)", perRound, r.N, r.N/10)
 	}
 	if r.Lost > 0 {
-		t.Errorf("%d held locks ended with no fault", r.Lost)
+		t.Errorf("%d held locks ended with no fault%s", r.Lost, r.lostReport())
 	}
 }
 

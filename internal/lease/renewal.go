@@ -88,6 +88,7 @@ type Renewal struct {
 	sentAt   time.Time          // when the renewal in flight was sent
 	slow     bool               // the renewal in flight was reported slow (Failed)
 	gen      uint64             // counts the renewals sent
+	tries    int                // renewals sent since the last that succeeded (for the loss message)
 	cbMu     sync.Mutex         // orders the calls of Failed and Renewed
 	due      time.Time          // when the next renewal is due (the renew timer's)
 	lastErr  error              // the last failed renewal, for the loss message
@@ -198,7 +199,7 @@ func (l *Renewal) extend(sent time.Time) {
 	if d := sent.Add(l.cfg.TTL - l.cfg.Drift); d.After(l.deadline) {
 		l.deadline = d
 	}
-	l.lastErr = nil
+	l.lastErr, l.tries = nil, 0
 }
 
 // Stop stops renewals and the loss check, and cancels a renewal in flight
@@ -258,14 +259,23 @@ func (l *Renewal) check() {
 		l.mu.Unlock()
 		return
 	}
+	// What the renewals did, so that the loss says whether they failed,
+	// hung (a server or a pool that did not answer) or were never sent (a
+	// process starved of CPU, whose timers did not run).
+	var inflight string
+	if l.inflight != nil {
+		inflight = fmt.Sprintf("; a renewal sent %v ago has not answered", time.Since(l.sentAt).Round(time.Millisecond))
+	}
 	var cause error
 	switch {
 	case l.cfg.Renew == nil:
 		cause = fmt.Errorf("%w: not renewed within TTL %v minus drift margin %v", ErrExpired, l.cfg.TTL, l.cfg.Drift)
 	case l.lastErr != nil:
-		cause = fmt.Errorf("%w: no renewal succeeded within TTL %v minus drift margin %v; last renewal error: %w", ErrExpired, l.cfg.TTL, l.cfg.Drift, l.lastErr)
+		cause = fmt.Errorf("%w: no renewal succeeded within TTL %v minus drift margin %v (%d sent)%s; last renewal error: %w", ErrExpired, l.cfg.TTL, l.cfg.Drift, l.tries, inflight, l.lastErr)
+	case l.tries == 0:
+		cause = fmt.Errorf("%w: no renewal was sent within TTL %v minus drift margin %v (the renewal timer did not run in time)", ErrExpired, l.cfg.TTL, l.cfg.Drift)
 	default:
-		cause = fmt.Errorf("%w: no renewal succeeded within TTL %v minus drift margin %v", ErrExpired, l.cfg.TTL, l.cfg.Drift)
+		cause = fmt.Errorf("%w: no renewal succeeded within TTL %v minus drift margin %v (%d sent)%s", ErrExpired, l.cfg.TTL, l.cfg.Drift, l.tries, inflight)
 	}
 	l.mu.Unlock()
 	l.lose(cause)
@@ -317,6 +327,7 @@ func (l *Renewal) renewOnce() {
 	ctx, cancel := context.WithDeadline(context.Background(), l.deadline)
 	l.inflight, l.sentAt, l.slow = cancel, now, false
 	l.gen++
+	l.tries++
 	l.renew.Reset(l.retry)
 	l.mu.Unlock()
 

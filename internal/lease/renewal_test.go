@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"errors"
+	"regexp"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,6 +114,25 @@ func TestRenewHangsUntilDeadline(t *testing.T) {
 	}
 }
 
+// TestLossSaysARenewalHangs: the loss of a lock whose renewal never
+// answered (a server or a pool that holds the request, past its context)
+// says so, with how long it has been waiting, so that a loss under load
+// tells a hung renewal from failing ones and from a starved timer.
+func TestLossSaysARenewalHangs(t *testing.T) {
+	lost, lostCh := lostChan()
+	unblock := make(chan struct{})
+	defer close(unblock)
+	StartRenewal(time.Now(), RenewConfig{TTL: ttl, Lost: lost,
+		Renew: func(context.Context) (bool, error) {
+			<-unblock // deaf to its context: still in flight at the deadline
+			return true, nil
+		}})
+	err := waitLost(t, lostCh, 3*ttl)
+	if msg := err.Error(); !errors.Is(err, ErrExpired) || !strings.Contains(msg, "(1 sent); a renewal sent ") || !strings.Contains(msg, "ago has not answered") {
+		t.Fatalf("cause %q: want ErrExpired saying one renewal was sent and has not answered", msg)
+	}
+}
+
 func TestRenewTransientErrorsThenLoss(t *testing.T) {
 	lost, lostCh := lostChan()
 	var calls atomic.Int32
@@ -124,6 +145,9 @@ func TestRenewTransientErrorsThenLoss(t *testing.T) {
 	err := waitLost(t, lostCh, 3*ttl)
 	if !errors.Is(err, ErrExpired) || !errors.Is(err, boom) {
 		t.Fatalf("cause %v, want ErrExpired wrapping the last renewal error", err)
+	}
+	if !regexp.MustCompile(`\(([3-9]|\d\d+) sent\)`).MatchString(err.Error()) {
+		t.Errorf("cause %q: want the number of renewals sent since the last success (3 or more)", err)
 	}
 	// First renewal at TTL/3, then every 10ms until the deadline at TTL:
 	// several retries, not one.
