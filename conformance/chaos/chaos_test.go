@@ -121,7 +121,15 @@ func (h *hiddenHandle) Release(ctx context.Context) error {
 // processes (a frozen holder that never learns its lock went).
 func TestCatchesHiddenLoss(t *testing.T) {
 	t.Run("memlock", func(t *testing.T) {
-		r := exercise(t, memlockHarness(func(l locker.Locker) locker.Locker { return hideLoss{l} }))
+		h := memlockHarness(func(l locker.Locker) locker.Locker { return hideLoss{l} })
+		// One key: a revoke then always hands the lock to a waiter while
+		// its holder, never told, goes on using it. With the default two
+		// keys the other three workers were sometimes all on the other
+		// key when both of a run's revokes came: nobody took the lock
+		// over, the holder released it, and the hidden loss left no trace
+		// (CI of 9d5c651, seed 696875641904765831).
+		h.Keys = 1
+		r := exercise(t, h)
 		if !hasViolation(r, "two holders") {
 			t.Errorf("a memlock that hides revoked locks passed the checks: %v\n%s", r, strings.Join(r.Violations, "\n"))
 		}
