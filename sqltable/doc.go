@@ -740,7 +740,7 @@
 //     their acquisitions (and background clean-ups) take at most the
 //     pool's limit less the connections their bells keep (MySQL) less one
 //     at once; a further one, TryAcquire's too, waits for its turn within
-//     its context, and a bell is not rung while it would take the last
+//     its context (first come, first served), and a bell is not rung while it would take the last
 //     connection. The connection left serves the held locks' renewals, the
 //     releases and the waiters' short statements, so a stuck key does not
 //     cost a Locker its other locks. A pool without a limit needs no

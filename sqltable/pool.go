@@ -3,6 +3,7 @@ package sqltable
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,46 +52,89 @@ const acquireReserve = 1
 const gateRecheck = 100 * time.Millisecond
 
 // enter waits until an acquisition may use the pool and returns the
-// function that ends its use; ctx bounds the wait.
+// function that ends its use; ctx bounds the wait. Waiting acquisitions
+// enter in the order they came (first come, first served, as
+// semaphore.Weighted serves them): one that ends lets the first waiting
+// one in, not every one at once to race for the place.
 func (ps *pinSet) enter(ctx context.Context) (func(), error) {
 	if ps == nil {
 		return func() {}, nil
 	}
-	for {
-		ps.busyMu.Lock()
-		limit := ps.limit()
-		share := limit - int(ps.pooled.Load()) - acquireReserve
-		if limit == 0 || ps.busy < max(share, 1) {
-			ps.busy++
-			ps.busyMu.Unlock()
-			var once sync.Once
-			return func() { once.Do(ps.exit) }, nil
-		}
-		if ps.freed == nil {
-			ps.freed = make(chan struct{})
-		}
-		freed := ps.freed
+	entered := func() (func(), error) {
+		var once sync.Once
+		return func() { once.Do(ps.exit) }, nil
+	}
+	ps.busyMu.Lock()
+	if len(ps.queue) == 0 && ps.roomLocked() {
+		ps.busy++
 		ps.busyMu.Unlock()
-		t := time.NewTimer(gateRecheck)
+		return entered()
+	}
+	w := make(chan struct{}, 1)
+	ps.queue = append(ps.queue, w)
+	ps.busyMu.Unlock()
+	t := time.NewTimer(gateRecheck)
+	defer t.Stop()
+	for {
 		select {
-		case <-freed:
+		case <-w:
 		case <-t.C:
+			t.Reset(gateRecheck) // the limit and the pins may have changed
 		case <-ctx.Done():
-			t.Stop()
+			ps.busyMu.Lock()
+			ps.dequeueLocked(w)
+			ps.busyMu.Unlock()
 			return nil, ctx.Err()
 		}
-		t.Stop()
+		ps.busyMu.Lock()
+		if ps.queue[0] == w && ps.roomLocked() {
+			ps.dequeueLocked(w)
+			ps.busy++
+			ps.busyMu.Unlock()
+			return entered()
+		}
+		ps.busyMu.Unlock()
 	}
 }
 
-// exit ends an acquisition's use of the pool and lets a waiting one in.
+// roomLocked reports whether one more acquisition fits in the share: the
+// pool's limit less the pins on pool connections less acquireReserve, and
+// one at least; every one fits a pool without a limit.
+func (ps *pinSet) roomLocked() bool {
+	limit := ps.limit()
+	return limit == 0 || ps.busy < max(limit-int(ps.pooled.Load())-acquireReserve, 1)
+}
+
+// dequeueLocked takes waiter w out of the queue; if the queue has a new
+// first waiter, it wakes it (it may fit now).
+func (ps *pinSet) dequeueLocked(w chan struct{}) {
+	i := slices.Index(ps.queue, w)
+	if i < 0 {
+		return
+	}
+	ps.queue = slices.Delete(ps.queue, i, i+1)
+	if i == 0 {
+		ps.wakeFirstLocked()
+	}
+}
+
+// wakeFirstLocked wakes the first waiting acquisition, if any, to look
+// whether it fits.
+func (ps *pinSet) wakeFirstLocked() {
+	if len(ps.queue) > 0 {
+		select {
+		case ps.queue[0] <- struct{}{}:
+		default: // woken already
+		}
+	}
+}
+
+// exit ends an acquisition's use of the pool and wakes the first waiting
+// one.
 func (ps *pinSet) exit() {
 	ps.busyMu.Lock()
 	ps.busy--
-	if ps.freed != nil {
-		close(ps.freed)
-		ps.freed = nil
-	}
+	ps.wakeFirstLocked()
 	ps.busyMu.Unlock()
 }
 
@@ -129,8 +173,8 @@ type pinSet struct {
 
 	// The acquisitions' share of the pool (see enter).
 	busyMu sync.Mutex
-	busy   int           // acquisitions in flight on the pool, of every Locker
-	freed  chan struct{} // closed (and replaced) when one ends
+	busy   int             // acquisitions in flight on the pool, of every Locker
+	queue  []chan struct{} // the waiting ones, first come first; each woken by a send
 }
 
 type pin struct {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,5 +72,80 @@ func TestAcquisitionShare(t *testing.T) {
 	}
 	if ps.busy != 0 {
 		t.Fatalf("%d acquisitions counted after every one ended", ps.busy)
+	}
+}
+
+// TestAcquisitionShareFIFO: acquisitions waiting for their share enter in
+// the order they came, one per acquisition that ends; one that stops
+// waiting (its context ended) passes its turn to the next.
+func TestAcquisitionShareFIFO(t *testing.T) {
+	db := sql.OpenDB(noConnector{})
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(2) // a share of one acquisition
+	ps := joinPins(db)
+	t.Cleanup(ps.leave)
+	ctx := context.Background()
+	queued := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			ps.busyMu.Lock()
+			q := len(ps.queue)
+			ps.busyMu.Unlock()
+			if q == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d acquisitions waiting, want %d", q, n)
+			}
+		}
+	}
+	first, err := ps.enter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter that gives up first: it must not keep the others out.
+	gaveUp := make(chan error, 1)
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		exit, err := ps.enter(cctx)
+		if err == nil {
+			exit()
+		}
+		gaveUp <- err
+	}()
+	queued(1)
+	const n = 8
+	order := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			exit, err := ps.enter(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			exit()
+		})
+		queued(i + 2)
+	}
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiter whose context ended: %v, want context.Canceled", err)
+	}
+	first()
+	for want := range n {
+		select {
+		case got := <-order:
+			if got != want {
+				t.Fatalf("acquisition %d entered where %d, which waited longer, was next", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("acquisition %d did not enter after the ones before it ended", want)
+		}
+	}
+	wg.Wait()
+	if ps.busy != 0 || len(ps.queue) != 0 {
+		t.Fatalf("%d acquisitions counted and %d waiting after every one ended", ps.busy, len(ps.queue))
 	}
 }
