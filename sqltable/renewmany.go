@@ -209,7 +209,7 @@ func renewGroup(ttl time.Duration, fam bool) uint64 {
 // comes: the lock whose row is locked waits, as a renewal of it alone would
 // have, and the others return.
 func (l *Locker) renewMany(ctx context.Context, hs []*Handle, report func(int, lease.Verdict)) error {
-	ask := hs // the locks to ask on their own
+	var ask []int // the locks to ask on their own, by index in hs; nil: every one
 	if len(hs) > 1 {
 		renewed, all, err := l.renewBatch(ctx, hs)
 		switch {
@@ -225,30 +225,32 @@ func (l *Locker) renewMany(ctx context.Context, hs []*Handle, report func(int, l
 		// ask each lock on its own that the batch did not renew (every
 		// one where the batch does not say which it did).
 		if renewed != nil {
-			ask = nil
+			ask = make([]int, 0, len(hs))
 			for i, h := range hs {
 				if _, ok := renewed[h.owner]; ok {
 					report(i, lease.Verdict{OK: true})
 				} else {
-					ask = append(ask, h)
+					ask = append(ask, i)
 				}
 			}
 		}
 	}
-	if len(ask) == len(hs) && len(hs) == 1 {
-		ok, err := hs[0].renewOne(ctx)
-		report(0, lease.Verdict{OK: ok, Err: err})
-		return nil
-	}
-	index := make(map[*Handle]int, len(hs))
-	for i, h := range hs {
-		index[h] = i
+	if ask == nil {
+		if len(hs) == 1 {
+			ok, err := hs[0].renewOne(ctx)
+			report(0, lease.Verdict{OK: ok, Err: err})
+			return nil
+		}
+		ask = make([]int, len(hs))
+		for i := range ask {
+			ask[i] = i
+		}
 	}
 	var wg sync.WaitGroup
-	for _, h := range ask {
+	for _, i := range ask {
 		wg.Go(func() {
-			ok, err := h.renewOne(ctx)
-			report(index[h], lease.Verdict{OK: ok, Err: err})
+			ok, err := hs[i].renewOne(ctx)
+			report(i, lease.Verdict{OK: ok, Err: err})
 		})
 	}
 	wg.Wait()
