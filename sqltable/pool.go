@@ -48,8 +48,10 @@ import (
 const acquireReserve = 1
 
 // gateRecheck is how often an acquisition waiting for its share reads
-// the pool's limit again (the caller may raise it; pins come and go).
-const gateRecheck = 100 * time.Millisecond
+// the pool's limit again (the caller may raise it; pins come and go). A
+// variable for the tests, which make it long to see that the waiters are
+// woken, not found by the re-check.
+var gateRecheck = 100 * time.Millisecond
 
 // enter waits until an acquisition may use the pool and returns the
 // function that ends its use; ctx bounds the wait. Waiting acquisitions
@@ -63,6 +65,9 @@ func (ps *pinSet) enter(ctx context.Context) (func(), error) {
 	entered := func() (func(), error) {
 		var once sync.Once
 		return func() { once.Do(ps.exit) }, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	ps.busyMu.Lock()
 	if len(ps.queue) == 0 && ps.roomLocked() {
@@ -87,6 +92,11 @@ func (ps *pinSet) enter(ctx context.Context) (func(), error) {
 			return nil, ctx.Err()
 		}
 		ps.busyMu.Lock()
+		if ctx.Err() != nil { // woken as it gave up: it passes its turn on
+			ps.dequeueLocked(w)
+			ps.busyMu.Unlock()
+			return nil, ctx.Err()
+		}
 		if ps.queue[0] == w && ps.roomLocked() {
 			ps.dequeueLocked(w)
 			ps.busy++
@@ -236,7 +246,9 @@ func (ps *pinSet) take(owner *Locker, wait, pooled bool, letGo func()) *pin {
 		// the check and the count.
 		ps.busyMu.Lock()
 		defer ps.busyMu.Unlock()
-		if limit != 0 && ps.busy+int(ps.pooled.Load())+1+acquireReserve > limit {
+		// Nor while acquisitions wait for their share: the place one
+		// that ends frees is the first waiter's, not a pin's.
+		if limit != 0 && (ps.busy+int(ps.pooled.Load())+1+acquireReserve > limit || len(ps.queue) > 0) {
 			return nil
 		}
 	}

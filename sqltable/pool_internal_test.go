@@ -79,6 +79,9 @@ func TestAcquisitionShare(t *testing.T) {
 // the order they came, one per acquisition that ends; one that stops
 // waiting (its context ended) passes its turn to the next.
 func TestAcquisitionShareFIFO(t *testing.T) {
+	// Woken by the ends, never by the re-check of the limit.
+	defer func(d time.Duration) { gateRecheck = d }(gateRecheck)
+	gateRecheck = time.Hour
 	db := sql.OpenDB(noConnector{})
 	t.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(2) // a share of one acquisition
@@ -145,6 +148,72 @@ func TestAcquisitionShareFIFO(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	if ps.busy != 0 || len(ps.queue) != 0 {
+		t.Fatalf("%d acquisitions counted and %d waiting after every one ended", ps.busy, len(ps.queue))
+	}
+}
+
+// TestAcquisitionShareGiveUpRace: the first waiter gives up just as the
+// acquisition ahead of it ends (either may come first); whether it took
+// its turn or gave it up, the waiter behind it enters, woken, not found by
+// the re-check of the limit.
+func TestAcquisitionShareGiveUpRace(t *testing.T) {
+	defer func(d time.Duration) { gateRecheck = d }(gateRecheck)
+	gateRecheck = time.Hour
+	db := sql.OpenDB(noConnector{})
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(2) // a share of one acquisition
+	ps := joinPins(db)
+	t.Cleanup(ps.leave)
+	ctx := context.Background()
+	waiting := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+			ps.busyMu.Lock()
+			q := len(ps.queue)
+			ps.busyMu.Unlock()
+			if q == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d acquisitions waiting, want %d", q, n)
+			}
+		}
+	}
+	for range 200 {
+		first, err := ps.enter(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		quitter := make(chan struct{})
+		go func() {
+			defer close(quitter)
+			if exit, err := ps.enter(cctx); err == nil {
+				exit()
+			}
+		}()
+		waiting(1)
+		behind := make(chan struct{})
+		go func() {
+			defer close(behind)
+			exit, err := ps.enter(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			exit()
+		}()
+		waiting(2)
+		go cancel()
+		first()
+		select {
+		case <-behind:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter behind one that gave up as its turn came was not let in")
+		}
+		<-quitter
+	}
 	if ps.busy != 0 || len(ps.queue) != 0 {
 		t.Fatalf("%d acquisitions counted and %d waiting after every one ended", ps.busy, len(ps.queue))
 	}
