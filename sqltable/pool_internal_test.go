@@ -79,29 +79,8 @@ func TestAcquisitionShare(t *testing.T) {
 // the order they came, one per acquisition that ends; one that stops
 // waiting (its context ended) passes its turn to the next.
 func TestAcquisitionShareFIFO(t *testing.T) {
-	// Woken by the ends, never by the re-check of the limit.
-	defer func(d time.Duration) { gateRecheck = d }(gateRecheck)
-	gateRecheck = time.Hour
-	db := sql.OpenDB(noConnector{})
-	t.Cleanup(func() { db.Close() })
-	db.SetMaxOpenConns(2) // a share of one acquisition
-	ps := joinPins(db)
-	t.Cleanup(ps.leave)
+	ps, queued := shareOfOne(t)
 	ctx := context.Background()
-	queued := func(n int) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			ps.busyMu.Lock()
-			q := len(ps.queue)
-			ps.busyMu.Unlock()
-			if q == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d acquisitions waiting, want %d", q, n)
-			}
-		}
-	}
 	first, err := ps.enter(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -158,28 +137,8 @@ func TestAcquisitionShareFIFO(t *testing.T) {
 // its turn or gave it up, the waiter behind it enters, woken, not found by
 // the re-check of the limit.
 func TestAcquisitionShareGiveUpRace(t *testing.T) {
-	defer func(d time.Duration) { gateRecheck = d }(gateRecheck)
-	gateRecheck = time.Hour
-	db := sql.OpenDB(noConnector{})
-	t.Cleanup(func() { db.Close() })
-	db.SetMaxOpenConns(2) // a share of one acquisition
-	ps := joinPins(db)
-	t.Cleanup(ps.leave)
+	ps, waiting := shareOfOne(t)
 	ctx := context.Background()
-	waiting := func(n int) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
-			ps.busyMu.Lock()
-			q := len(ps.queue)
-			ps.busyMu.Unlock()
-			if q == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d acquisitions waiting, want %d", q, n)
-			}
-		}
-	}
 	for range 200 {
 		first, err := ps.enter(ctx)
 		if err != nil {
@@ -216,5 +175,33 @@ func TestAcquisitionShareGiveUpRace(t *testing.T) {
 	}
 	if ps.busy != 0 || len(ps.queue) != 0 {
 		t.Fatalf("%d acquisitions counted and %d waiting after every one ended", ps.busy, len(ps.queue))
+	}
+}
+
+// shareOfOne returns the pins of a pool of 2 (a share of one acquisition)
+// whose waiters are woken only by the ends of the others (the limit's
+// re-check off), and a function that waits until n acquisitions wait.
+func shareOfOne(t *testing.T) (*pinSet, func(n int)) {
+	old := gateRecheck
+	gateRecheck = time.Hour
+	t.Cleanup(func() { gateRecheck = old })
+	db := sql.OpenDB(noConnector{})
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(2)
+	ps := joinPins(db)
+	t.Cleanup(ps.leave)
+	return ps, func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+			ps.busyMu.Lock()
+			q := len(ps.queue)
+			ps.busyMu.Unlock()
+			if q == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d acquisitions waiting, want %d", q, n)
+			}
+		}
 	}
 }
