@@ -59,7 +59,8 @@ func TestRenewalsBatchedFamilies(t *testing.T) {
 			// of six runs, each with its one renewal "sent 1.84s ago" and
 			// not answered (the batch statement, 1.5s, behind 63 takers'
 			// transactions on a starved server). With 6s: none lost in 4
-			// runs beside a loop of -race builds.
+			// runs beside the same packages later in their run (load
+			// average 6-9).
 			h.TTL = 6 * time.Second
 			benchmark.CheckRenewalsBatched(t, h)
 		})
