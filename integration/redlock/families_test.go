@@ -132,9 +132,11 @@ func TestFamilyWaiterLapses(t *testing.T) {
 	if waited < faultTTL-faultTTL/3-100*time.Millisecond {
 		t.Errorf("the waiter behind a dead one got the permit %v after the crash: before the dead waiter's lease (%v) could end", waited, faultTTL)
 	}
-	if q := queueLen(t, adm, base); q[0]+q[1]+q[2] != 0 {
-		t.Errorf("the dead waiter's entry is still queued on the nodes: %v", q)
-	}
+	// The dead waiter's entry and the granted one's leave every node: the
+	// grant returns with a majority, and the last node's round may still
+	// be on its way (in the CI run of 977e824 the check right after the
+	// grant found [0 0 2]); awaitQueued fails after 10s.
+	awaitQueued(t, adm, base, 0)
 	if err := r.h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
