@@ -116,21 +116,30 @@ func (l writeIsRead) TryAcquireWrite(ctx context.Context, key string, opts ...lo
 // TestCatchesFamilyFlaws: the family runs fail a semaphore that admits
 // n+1 and a write lock that is a read lock.
 func TestCatchesFamilyFlaws(t *testing.T) {
-	t.Parallel()              // with TestFamilyWorkerProcesses: neither times anything closely
-	const d = 6 * time.Second // the flaws show at once
+	t.Parallel()               // with TestFamilyWorkerProcesses: neither times anything closely
+	const d = 12 * time.Second // see the semaphore's case below
 	for _, c := range []struct {
 		name string
 		h    Harness
 		want []string
 	}{
-		{"SemaphoreAdmitsNPlus1", memlockFamilyHarness(Semaphore(semLimit), d, func(l *memlock.Locker) locker.Locker { return overAdmits{l} }),
-			[]string{"more holders than a semaphore of 2 admits", "none of which had lost its permit"}},
+		{"SemaphoreAdmitsNPlus1", memlockFamilyHarness(Semaphore(1), d, func(l *memlock.Locker) locker.Locker { return overAdmits{l} }),
+			[]string{"more holders than a semaphore of 1 admits", "none of which had lost its permit"}},
 		{"WriteLockIsReadLock", memlockFamilyHarness(ReadWrite(), d, func(l *memlock.Locker) locker.Locker { return writeIsRead{l} }),
 			[]string{"a writer beside other holders"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.h.Settle = 2 * time.Second // faults in the first 4s too
+			// The register sees the semaphore's flaw only when n+1
+			// holders are each between their first write and their leave,
+			// and a revoke can explain one such sighting. On two keys with
+			// a semaphore of 2 in 6s it saw it 0 to 6 times a run, and a
+			// run with none, or whose only one a revoke explained, missed
+			// the flaw (CI of 92ae42f, seed 14125642429623671673; 1 of 12
+			// runs here). So: a semaphore of 1 (two admitted) on one key
+			// that all six workers queue on, for 12s.
+			c.h.Keys = 1
 			r := exercise(t, c.h)
 			for _, w := range c.want {
 				if !hasViolation(r, w) {
