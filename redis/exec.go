@@ -70,29 +70,44 @@ var errNoReply = fmt.Errorf("redis: no reply within %v, the request was abandone
 // short that way has finished, since its effect on the server is unknown.
 // exec must run inside an active call (see enter) or an active goroutine.
 func (l *Locker) exec(ctx context.Context, call func(context.Context) error, abandoned func()) error {
-	return l.detach(ctx, l.life.Closing(), call, abandoned, true)
+	return l.detach(ctx, l.life.Closing(), call, abandoned, inlineWatch)
 }
+
+// execEntered is exec for a ctx that ends when the Locker's Close begins
+// (one from Life.Enter, or made from one): a request that runs inline need
+// not watch Close itself (see inline).
+func (l *Locker) execEntered(ctx context.Context, call func(context.Context) error, abandoned func()) error {
+	return l.detach(ctx, l.life.Closing(), call, abandoned, inlineEntered)
+}
+
+// How detach may run a request: inline, watching life (inlineWatch) or
+// not, since ctx ends with it (inlineEntered); or never inline (noInline).
+const (
+	noInline = iota
+	inlineWatch
+	inlineEntered
+)
 
 // execBackground is exec for requests nobody waits on with a user's latency
 // at stake (renewals): always off the caller's goroutine, never inline, so
 // that a slow link costs them no timed-out attempt and no connection (see
 // inline).
 func (l *Locker) execBackground(ctx context.Context, call func(context.Context) error) error {
-	return l.detach(ctx, l.life.Closing(), call, nil, false)
+	return l.detach(ctx, l.life.Closing(), call, nil, noInline)
 }
 
 // detach is exec with life in place of the Locker's Closing context: the
 // call also ends, with locker.ErrClosed, when life ends. Close releases the
 // locks it holds with a life of its own, since Closing has ended by then.
-func (l *Locker) detach(ctx, life context.Context, call func(context.Context) error, abandoned func(), mayInline bool) error {
+func (l *Locker) detach(ctx, life context.Context, call func(context.Context) error, abandoned func(), how int) error {
 	if ctx.Err() != nil {
 		return l.life.Why(ctx, nil)
 	}
 	if life.Err() != nil {
 		return locker.ErrClosed
 	}
-	if mayInline && l.inlineOK(ctx) {
-		err, done := l.inline(ctx, life, call, abandoned)
+	if how != noInline && l.inlineOK(ctx) {
+		err, done := l.inline(ctx, life, how == inlineWatch, call, abandoned)
 		if done {
 			return err
 		}
@@ -211,7 +226,13 @@ const slowPause = 10 * time.Second
 // request by itself anyway. A request that takes more than half of
 // inlineWait turns inline off for slowPause, so that a slow link does not
 // lose a connection to every timed-out attempt.
-func (l *Locker) inline(ctx, life context.Context, call func(context.Context) error, abandoned func()) (err error, done bool) {
+//
+// The request's context is one allocation and one timer where it can be: a
+// ctx that ends with life already (watch false: execEntered) is not made
+// to watch life too, and on a client that sets the socket deadline from the
+// context (ContextTimeoutEnabled) the deadline context itself goes to
+// go-redis, as the clone that via picks by boundCtx is that client.
+func (l *Locker) inline(ctx, life context.Context, watch bool, call func(context.Context) error, abandoned func()) (err error, done bool) {
 	start := time.Now()
 	bound := start.Add(inlineWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(bound) {
@@ -226,9 +247,18 @@ func (l *Locker) inline(ctx, life context.Context, call func(context.Context) er
 	// does (Close): those waits end then too, and a stalled server costs a
 	// request one connection, not one per retry.
 	rctx, cancel := context.WithDeadline(ctx, bound)
-	stop := context.AfterFunc(life, cancel)
-	err = call(boundCtx{rctx, bound})
-	stop()
+	var stop func() bool
+	if watch {
+		stop = context.AfterFunc(life, cancel)
+	}
+	if l.deadlines {
+		err = call(rctx)
+	} else {
+		err = call(boundCtx{rctx, bound})
+	}
+	if stop != nil {
+		stop()
+	}
 	cancel()
 	if took := time.Since(start); took > inlineWait/2 {
 		l.slowUntil.Store(time.Now().Add(slowPause).UnixNano())

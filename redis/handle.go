@@ -20,6 +20,7 @@ type Handle struct {
 	k     keys
 	key   string // c.Key and c.Owner, for the Locker's Close
 	owner string
+	oarg  any // owner as a script argument (see evalsha): the attempt's
 	drift time.Duration
 	sent  time.Time    // when the acquiring request left: the lease starts no earlier
 	c     lease.Handle // identity, state, lease and the verdicts (internal/lease)
@@ -28,7 +29,7 @@ type Handle struct {
 func newHandle(l *Locker, key string, k keys, owner string, token int64, ttl, drift time.Duration, sent time.Time) *Handle {
 	h := &Handle{l: l, k: k, key: key, owner: owner, drift: drift, sent: sent}
 	h.c.Init(key, owner, token, ttl, backend.NewState(), lease.Proto{
-		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: lease.Counted(l.enter, l.exit),
+		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: l.enterFn,
 		Server: "the server", Gone: "it was deleted on the server", Log: backend.Log{L: l.cfg.Logger},
 	})
 	return h
@@ -76,7 +77,7 @@ func (h *Handle) TTL() time.Duration { return h.c.TTL }
 // held lock costs no goroutine while it waits. It runs inside the acquiring
 // call, which the Locker counts as active.
 func (h *Handle) start() {
-	cfg := lease.RenewConfig{Drift: h.drift, Go: h.l.run}
+	cfg := lease.RenewConfig{Drift: h.drift, Go: h.l.runFn}
 	if !h.l.cfg.NoWatchdog {
 		cfg.Renew = h.renew
 	}
@@ -116,7 +117,11 @@ func (h *Handle) release(ctx context.Context) (bool, error) {
 	var released bool
 	err := h.l.exec(ctx, func(ctx context.Context) error {
 		var err error
-		released, err = h.l.runRelease(ctx, h.k, h.owner)
+		oarg := h.oarg
+		if oarg == nil {
+			oarg = h.owner
+		}
+		released, err = h.l.runRelease(ctx, &h.k, oarg)
 		return err
 	}, nil)
 	switch {

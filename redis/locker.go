@@ -50,6 +50,12 @@ type Locker struct {
 	// locker.ErrClosed. Its config error is an invalid Option or client,
 	// reported by every call.
 	life *backend.Life[*Handle]
+
+	// enterFn and runFn are the handles' lease.Proto.Enter and
+	// lease.RenewConfig.Go, made once: a func value of a method or a
+	// closure allocates, and every acquisition would pay for them.
+	enterFn func() (bool, func())
+	runFn   func(func()) bool
 }
 
 // New returns a Locker that takes locks through client, which may be a
@@ -105,6 +111,7 @@ func New(client goredis.UniversalClient, opts ...Option) *Locker {
 	}
 	l.life = backend.NewLife[*Handle](cfgErr)
 	l.renewals.Send, l.renewals.Go = l.renewMany, l.life.Go
+	l.enterFn, l.runFn = lease.Counted(l.enter, l.exit), l.run
 	l.initArgs()
 	l.hub = newHub(l)
 	return l
@@ -130,6 +137,23 @@ type keys struct {
 	waiters  string // the same entries, by deadline
 	wakeBase string // a Locker's wake-up channel is wakeBase + its id
 	wake     string // this Locker's wake-up channel for the key
+
+	// argv is the mutex's names as script arguments (see evalsha), made
+	// by box once per acquisition and shared by its acquire and release.
+	argv keyArgs
+}
+
+// keyArgs is a mutex's names converted to interfaces once: converting a
+// string to an interface allocates, and the acquire and release scripts
+// name four keys each.
+type keyArgs struct{ lock, fence, released, queue, waiters any }
+
+// box fills k.argv in, unless it has been.
+func (k *keys) box() *keyArgs {
+	if k.argv.lock == nil {
+		k.argv = keyArgs{lock: k.lock, fence: k.fence, released: k.released, queue: k.queue, waiters: k.waiters}
+	}
+	return &k.argv
 }
 
 // keysFor encodes a user key injectively: base64url of its bytes, which
@@ -282,6 +306,16 @@ type attempt struct {
 	drift time.Duration
 	mode  string // modeTry or modeWait
 	limit int    // a semaphore's n; 0 otherwise
+	oarg  any    // owner as a script argument (see ownerArg)
+}
+
+// ownerArg is a.owner converted to an interface once for all the
+// attempt's requests and the Handle's release (see evalsha).
+func (a *attempt) ownerArg() any {
+	if a.oarg == nil {
+		a.oarg = a.owner
+	}
+	return a.oarg
 }
 
 // run makes the attempt's request: the mutex's acquire script, or the
@@ -290,7 +324,7 @@ func (a *attempt) run(ctx context.Context) (acquireResult, error) {
 	if a.k.fam != famMutex {
 		return a.l.runFamilyAcquire(ctx, a)
 	}
-	return a.l.runAcquire(ctx, a.k, a.owner, a.mode, a.ttl)
+	return a.l.runAcquire(ctx, &a.k, a.ownerArg(), a.mode, a.ttl)
 }
 
 // tryFresh is try, made again at once while the grant comes back too late
@@ -323,7 +357,7 @@ func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 		// ... and the queue entry it may have made.
 		abandoned = func() { l.leave(a.k, a.owner) }
 	}
-	err := l.exec(ctx, func(ctx context.Context) error {
+	err := l.execEntered(ctx, func(ctx context.Context) error {
 		var err error
 		res, err = a.run(ctx)
 		return err
@@ -356,6 +390,7 @@ func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 		return nil, acquireResult{}, err
 	}
 	h := newHandle(l, a.key, a.k, a.owner, token, a.ttl, a.drift, start)
+	h.oarg = a.oarg
 	if !l.register(h) {
 		// Close ran while we were acquiring: give the lock back.
 		l.cleanup(a.k, a.owner)
@@ -370,7 +405,7 @@ func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 // first or the request fails.
 func (l *Locker) giveBack(ctx context.Context, a *attempt) {
 	if err := l.exec(ctx, func(ctx context.Context) error {
-		_, err := l.runRelease(ctx, a.k, a.owner)
+		_, err := l.runRelease(ctx, &a.k, a.ownerArg())
 		return err
 	}, func() { l.cleanup(a.k, a.owner) }); err != nil {
 		l.cleanup(a.k, a.owner)
@@ -392,7 +427,7 @@ const cleanupTimeout = 5 * time.Second
 // abandoned acquire that went through must not leave a lock behind for its
 // whole TTL.
 func (l *Locker) cleanup(k keys, owner string) {
-	l.background(func(ctx context.Context) { _, _ = l.runRelease(ctx, k, owner) })
+	l.background(func(ctx context.Context) { _, _ = l.runRelease(ctx, &k, owner) })
 }
 
 // background runs f on a goroutine of the Locker's (Life.Go) with a
@@ -484,7 +519,7 @@ func (l *Locker) releaseAll(held []*Handle) error {
 			return err
 		}
 		return nil
-	}, nil, true)
+	}, nil, inlineWatch)
 	if err != nil {
 		// The pipeline is abandoned: its results are not ours to read.
 		var errs []error

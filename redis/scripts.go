@@ -530,11 +530,11 @@ func (l *Locker) ttlArgs(ttl time.Duration) (ms, lease any) {
 	return millis(ttl), millis(queueLease(ttl))
 }
 
-func (l *Locker) runAcquire(ctx context.Context, k keys, owner, mode string, ttl time.Duration) (acquireResult, error) {
+func (l *Locker) runAcquire(ctx context.Context, k *keys, owner any, mode string, ttl time.Duration) (acquireResult, error) {
 	ms, lease := l.ttlArgs(ttl)
-	a := &l.args
-	cmd, acks := l.runScript(ctx, acquireScript, []string{k.lock, k.fence, k.queue, k.waiters},
-		owner, ms, a.clock, a.fenceExpiry, mode, a.id, lease, a.sharded)
+	a, kv := &l.args, k.box()
+	cmd, acks := l.runScriptArgs(ctx, acquireScript, []any{"evalsha", acquireSHA, "4", kv.lock, kv.fence, kv.queue, kv.waiters,
+		owner, ms, a.clock, a.fenceExpiry, modeArg(mode), a.id, lease, a.sharded})
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		return acquireResult{}, err
@@ -561,11 +561,15 @@ func (l *Locker) runAcquire(ctx context.Context, k keys, owner, mode string, ttl
 	return res, nil
 }
 
-func (l *Locker) runRelease(ctx context.Context, k keys, owner string) (bool, error) {
+// runRelease runs the release script; owner is a string, or one already
+// converted to an interface (see evalsha).
+func (l *Locker) runRelease(ctx context.Context, k *keys, owner any) (bool, error) {
 	if k.fam != famMutex {
-		return l.runFamilyRelease(ctx, k, owner)
+		return l.runFamilyRelease(ctx, *k, owner.(string))
 	}
-	n, err := releaseScript.Run(ctx, l.via(ctx), k.releaseKeys(), l.releaseArgs(owner)...).Int64()
+	kv := k.box()
+	args := []any{"evalsha", releaseSHA, "4", kv.lock, kv.released, kv.queue, kv.waiters, owner, l.args.sharded, l.args.remember}
+	n, err := evalsha(ctx, l.via(ctx), releaseScript, args).Int64()
 	return n == 1, err
 }
 
@@ -573,6 +577,15 @@ func (k keys) releaseKeys() []string { return []string{k.lock, k.released, k.que
 
 func (l *Locker) releaseArgs(owner string) []any {
 	return []any{owner, l.args.sharded, l.args.remember}
+}
+
+// modeArg is mode as a script argument: a constant, so that converting it
+// to an interface allocates nothing.
+func modeArg(mode string) any {
+	if mode == modeWait {
+		return modeWait
+	}
+	return modeTry
 }
 
 // runLeave takes owner's entry out of k's queue (see leaveScript).

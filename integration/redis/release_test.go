@@ -136,3 +136,35 @@ func TestFenceExpiry(t *testing.T) {
 		t.Errorf("fence counter's expiry without WithFenceExpiry = %v, want none (-1)", pttl)
 	}
 }
+
+// TestScriptsFlushed: a server that has lost the Locker's scripts
+// (restarted, or SCRIPT FLUSH) is sent them again (EVAL after the EVALSHA
+// it refused with NOSCRIPT), by the acquire and by the release alike, on
+// the Locker's own command path (see evalsha in package redis).
+func TestScriptsFlushed(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := testCtx(t)
+	c := testClient(t, srv.Addr(), true)
+	l := redis.New(c)
+	t.Cleanup(func() { _ = l.Close() })
+	key := "flushed/" + t.Name()
+	for round := range 3 {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		h, err := l.Acquire(ctx, key)
+		if err != nil {
+			t.Fatalf("round %d: Acquire after SCRIPT FLUSH: %v", round, err)
+		}
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatalf("round %d: Release after SCRIPT FLUSH: %v", round, err)
+		}
+		lock, _, _ := l.KeyNames(key)
+		if n, err := c.Exists(ctx, lock).Result(); err != nil || n != 0 {
+			t.Fatalf("round %d: the lock key %s is still there after Release (%d, %v)", round, lock, n, err)
+		}
+	}
+}

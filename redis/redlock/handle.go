@@ -30,7 +30,7 @@ type Handle struct {
 func newHandle(l *Locker, key string, k keys, owner string, token int64, tm timing, sent time.Time) *Handle {
 	h := &Handle{l: l, k: k, tm: tm, sent: sent}
 	h.c.Init(key, owner, token, tm.ttl, backend.NewState(), lease.Proto{
-		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: lease.Counted(l.enter, l.exit),
+		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: l.enterFn,
 		Server: "the nodes", Gone: "it was deleted on a majority of the nodes", Log: backend.Log{L: l.cfg.Logger},
 	})
 	return h
@@ -80,7 +80,7 @@ func (h *Handle) Validity() time.Time {
 // declared at the validity's end when no renewal round succeeded on a
 // majority in time (internal/lease: runtime timers, no goroutine).
 func (h *Handle) start() {
-	h.c.Start(h.sent, lease.RenewConfig{Drift: h.tm.drift, Renew: h.renew, Go: h.l.run})
+	h.c.Start(h.sent, lease.RenewConfig{Drift: h.tm.drift, Renew: h.renew, Go: h.l.runFn})
 }
 
 // renew extends the lease on every node where the lock is still ours. It

@@ -63,6 +63,12 @@ type Locker struct {
 	// renewals, clean-ups, Pub/Sub readers and writers), which Close waits
 	// for, boundedly. Its config error is that of the clients or options.
 	life *backend.Life[*Handle]
+
+	// enterFn and runFn are the handles' lease.Proto.Enter and
+	// lease.RenewConfig.Go, made once: a func value of a method or a
+	// closure allocates, and every acquisition would pay for them.
+	enterFn func() (bool, func())
+	runFn   func(func()) bool
 	// closing is life.Closing().Done(): the rounds' fanout stops waiting
 	// when Close begins.
 	closing <-chan struct{}
@@ -122,6 +128,7 @@ func newLocker(clients []goredis.UniversalClient, opts []Option) *Locker {
 	}
 	l.life = backend.NewLife[*Handle](cfgErr)
 	l.renewals.Send, l.renewals.Go = l.renewMany, l.life.Go
+	l.enterFn, l.runFn = lease.Counted(l.enter, l.exit), l.run
 	l.closing = l.life.Closing().Done()
 	l.subs = newSubs(l)
 	return l
