@@ -291,7 +291,12 @@ func (g *SentinelGroup) Rejoin(t testing.TB, s *Server) {
 	s.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m, err := g.master(ctx)
+	// Right after a failover the Sentinels may still disagree: WaitFailover
+	// returns once one of them names the new master, and the others learn
+	// of it from its hello messages (every 2s). Wait until they agree (a CI
+	// rehearsal of 31ba7ce failed here: "the Sentinels disagree", when B's
+	// acquisition after the failover took 1ms).
+	m, err := g.agreedMaster(ctx)
 	if err != nil {
 		t.Fatalf("testserver: Rejoin %s: %v", s, err)
 	}
@@ -306,11 +311,24 @@ func (g *SentinelGroup) Rejoin(t testing.TB, s *Server) {
 	}
 }
 
+// agreedMaster is master, asked again while the Sentinels disagree or
+// name no known master (see retry).
+func (g *SentinelGroup) agreedMaster(ctx context.Context) (m *Server, err error) {
+	err = retry(ctx, func(ctx context.Context) error {
+		m, err = g.master(ctx)
+		return err
+	})
+	return m, err
+}
+
 // waitHealthy waits until the group can fail over: see Rejoin.
-func (g *SentinelGroup) waitHealthy(ctx context.Context) error {
-	var last error
+func (g *SentinelGroup) waitHealthy(ctx context.Context) error { return retry(ctx, g.healthy) }
+
+// retry runs f every 100ms until it returns nil or ctx ends.
+func retry(ctx context.Context, f func(context.Context) error) error {
 	for {
-		if last = g.healthy(ctx); last == nil {
+		last := f(ctx)
+		if last == nil {
 			return nil
 		}
 		select {
