@@ -20,7 +20,7 @@ type Handle struct {
 	k     keys
 	key   string // c.Key and c.Owner, for the Locker's Close
 	owner string
-	oarg  any // owner as a script argument (see evalsha): the attempt's
+	oarg  any // owner as a script argument (see evalsha), the attempt's (attempt.ownerArg); nil in handles made without one
 	drift time.Duration
 	sent  time.Time    // when the acquiring request left: the lease starts no earlier
 	c     lease.Handle // identity, state, lease and the verdicts (internal/lease)
