@@ -52,8 +52,10 @@
 // timeout) unless a majority has already refused. It succeeds iff
 //
 //   - at least N/2+1 nodes granted,
-//   - the fencing write-back (below) confirmed the lock on at least N/2+1
-//     of them, and
+//   - the fencing token (below) is confirmed on at least N/2+1 of them:
+//     the nodes whose grant returned the token itself, and those where the
+//     write-back raised the counter to it while the lock was still there,
+//     and
 //   - the validity TTL − elapsed − drift, measured on the client's monotonic
 //     clock from the moment the round's requests left, is at least a tenth of
 //     the TTL.
@@ -107,10 +109,15 @@
 // by the write-back (c_j := max(c_j, T)) and, in a lock family, by a
 // refused claim (INCR, see below), so it never decreases. A
 // round of holder A that got grants from the set G_A (a majority) takes the
-// candidate T_A = max of the values v_A(j) the nodes of G_A returned, then
-// runs the write-back on G_A: on each node, if A's lock is still there,
-// c_j := max(c_j, T_A). Let W_A ⊆ G_A be the nodes where it confirmed; the
-// lock counts as acquired only if W_A is a majority.
+// candidate T_A = max of the values v_A(j) the nodes of G_A returned. On a
+// node that returned T_A, c_j = T_A at the grant, while A's lock was there;
+// on the nodes of G_A that returned less, the round runs the write-back:
+// if A's lock is still there, c_j := max(c_j, T_A). Let W_A ⊆ G_A be the
+// nodes that returned T_A and those where the write-back confirmed; the
+// lock counts as acquired only if W_A is a majority. When a majority
+// returned T_A there is no write-back round at all: the nodes' counters
+// agree unless one missed grants (it was down or cut off, or a lock ended
+// early there), so an acquisition is usually one round.
 //
 // Claim: for two acquisitions A and B that both succeeded, if A's lock came
 // first on any node of W_A ∩ W_B then T_B > T_A. In particular a holder that
@@ -118,28 +125,34 @@
 // out, it was paused, it crashed, it released) gets a larger token.
 //
 // Proof. W_A and W_B are majorities of the same N nodes, so they share a
-// node j. On j, A's lock was present from the grant whose value A used until
-// at least A's write-back (the write-back checked it; A's owner token is
-// fresh for the round, and no request of A that could set it again is in
-// flight after A read the grant's reply); likewise for B. Two locks are
-// never present on one node at once (SET NX), so one of these intervals
-// ends before the other begins. If A's comes first, B's grant on j ran
-// after A's write-back on j, so c_j ≥ T_A then and the grant's INCR
-// returned v_B(j) ≥ T_A + 1, hence T_B ≥ v_B(j) > T_A. If B's came first,
-// T_A > T_B by the same argument, so the order on every common node is the
-// same. An acquisition B that began after A completed has its grant on j
-// after A's write-back, so A's interval came first on j. ∎
+// node j. Call A's confirmation on j the moment c_j ≥ T_A held with A's
+// lock there: the grant, if j returned T_A, else the write-back. On j,
+// A's lock was present from the grant whose value A used until at least
+// that moment (the write-back checked it; A's owner token is fresh for the
+// round, and no request of A that could set it again is in flight after A
+// read the grant's reply); likewise for B. Two locks are never present on
+// one node at once (SET NX), so one of these intervals ends before the
+// other begins. If A's comes first, B's grant on j ran after A's
+// confirmation on j, so c_j ≥ T_A then and the grant's INCR returned
+// v_B(j) ≥ T_A + 1, hence T_B ≥ v_B(j) > T_A. If B's came first, T_A > T_B
+// by the same argument, so the order on every common node is the same. An
+// acquisition B that began after A completed has its grant on j after A's
+// confirmation, so A's interval came first on j. ∎
 //
 // The argument needs no clock: leases that expire early on some nodes, a
 // clock that jumps, a holder paused for minutes, or deleted lock keys
 // change which acquisitions succeed, never the order of their tokens. A
 // retried acquire request (go-redis retries one whose reply was lost) that
-// finds our lock returns the node's counter, which is at least its grant's
-// value; one that finds it gone grants again, and its reply is the one
-// used. The cost is the write-back round: one more round trip per
-// acquisition (see BENCHMARKS.md).
+// finds our lock returns the node's counter, read while our lock is there
+// and at least its grant's value (if that is T_A, the node is confirmed as
+// by its grant); one that finds it gone grants again, and its reply is the
+// one used. The cost is the write-back round, one more round trip, in the
+// acquisitions whose majority returned different values (see
+// BENCHMARKS.md).
 //
-// Lock families (see "Lock families"): the write-back is a claim. The
+// Lock families (see "Lock families"): the write-back is a claim, a round
+// of its own even when the nodes' values agree (a grant records no
+// claim). The
 // proof orders two acquisitions whose locks exclude each other on a node;
 // two permits of a semaphore, or two readers, hold at once, and both may
 // take the same largest value of a majority's counters (node 1 gives A 5
@@ -162,8 +175,8 @@
 // claim may have been dropped), and only as long as the longest lease of
 // the lock's holders there at the last claim: a holder granted after a
 // claim takes a greater token (its grant's INCR reads a counter the claim
-// raised), and a holder can claim only while it holds. Uncontended, the
-// claim is the write-back, with no round added; a collision costs a round
+// raised), and a holder can claim only while it holds. Uncontended, a
+// family's acquisition is two rounds, the grant and the claim; a collision costs a round
 // trip per claim retried (in bursts of 24 readers or permits taken at
 // once, on 3 and 5 nodes, about a quarter claimed more than once, a few
 // up to five times).
@@ -354,7 +367,8 @@
 //
 // Costs and limits. A TryAcquire is one round. An Acquire that waits
 // adds a round to take its ticket, a round per wake-up (each with the
-// write-back on success), and a withdrawal of its entry from the nodes
+// claim on success, or the mutex's write-back when its nodes' values
+// differ), and a withdrawal of its entry from the nodes
 // that did not grant, in the background. A grant looks at every slot of
 // the semaphore on the node, in one script: n is at most
 // MaxSemaphoreLimit. Each node records a semaphore's n while it has
@@ -373,7 +387,8 @@
 //
 // Locker implements locker.Inspector: it reads the lock on every node and
 // reports the key held when one owner has it on a majority, with the token
-// its write-back recorded in the lock's value ("<owner>:<token>"), the
+// recorded in the lock's value ("<owner>:<token>", by the grant or by the
+// write-back where one ran: the largest of a majority is the token), the
 // time until it stops holding a majority unless renewed, and the holder's
 // locker.WithOwner description: the owner token is "<random> <description,
 // query-escaped>" when the holder gave one, set by the same SET that takes

@@ -266,7 +266,7 @@ end
 if kind == 'p' then
   redis.call('SET', slot_key(slot), owner, 'PX', ttl)
 elseif kind == 'w' then
-  redis.call('SET', W, owner, 'PX', ttl)
+  redis.call('SET', W, owner .. ':' .. v, 'PX', ttl)
 else
   redis.call('ZADD', R, now + ttl, owner)
   extend_to(R, now + ttl, now)

@@ -15,7 +15,7 @@ var _ locker.Inspector = (*Locker)(nil)
 
 // Inspect reports who holds key: held when one owner has the lock on a
 // majority of the nodes, with the fencing token recorded there by its
-// write-back and the time until it stops holding a majority (if nobody
+// grant or write-back and the time until it stops holding a majority (if nobody
 // renews it). It reads every node in parallel, takes nothing and changes
 // nothing. When too few nodes answer to tell, the error wraps ErrNoQuorum.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {

@@ -175,7 +175,7 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing, q *qu
 		return nil, r, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, false, q, queueKeep)
 	}
 	if k.kind == mutexLock {
-		r.why, err = l.writeBack(ctx, k, owner, granted, candidate, tm)
+		r.why, err = l.writeBack(ctx, k, owner, granted, grants, candidate, tm)
 	} else {
 		candidate, err = l.claim(ctx, &r, k, owner, granted, candidate, tm, sent)
 	}
@@ -376,20 +376,38 @@ func mayHold(grants outcome[grant]) []int {
 
 // writeBack is a round's second step (see "Fencing tokens" in doc.go), on
 // the granting nodes only: the argument needs the value each of them
-// returned to come from the grant that started our lock there. It returns
-// why the round failed when the write-back confirmed the lock on less than
-// a majority ("" when it did).
-func (l *Locker) writeBack(ctx context.Context, k keys, owner string, granted []int, candidate int64, tm timing) (why string, err error) {
-	wb, err := fanout(l, ctx, ctx, l.closing, granted, tm.nodeTimeout,
+// returned to come from the grant that started our lock there. A node
+// whose grant returned the candidate itself has its work done: its
+// counter held the candidate while our lock was there, which is all the
+// write-back makes sure of. So the round writes back only to the nodes
+// that returned less, and not at all when a majority returned the
+// candidate (the nodes' counters agree: every round not preceded by a
+// failure or an early expiry). It returns why the round failed when the
+// candidate is confirmed with our lock on less than a majority ("" when
+// it is).
+func (l *Locker) writeBack(ctx context.Context, k keys, owner string, granted []int, grants outcome[grant], candidate int64, tm timing) (why string, err error) {
+	settled := 0
+	var behind []int
+	for _, i := range granted {
+		if grants.v[i].token == candidate {
+			settled++
+		} else {
+			behind = append(behind, i)
+		}
+	}
+	if settled >= l.quorum {
+		return "", nil
+	}
+	wb, err := fanout(l, ctx, ctx, l.closing, behind, tm.nodeTimeout,
 		func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 			return runWriteback(ctx, c, k, owner, candidate)
 		}, nil, nil)
 	if err != nil {
 		return "", err
 	}
-	confirmed, gone := 0, 0
+	confirmed, gone := settled, 0
 	var wbErr error
-	for _, i := range granted {
+	for _, i := range behind {
 		switch {
 		case wb.ok(i) && wb.v[i]:
 			confirmed++

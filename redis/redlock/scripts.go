@@ -18,10 +18,12 @@ import (
 // The scripts run atomically on one node each; no script touches two
 // nodes. The lock key holds the holder's owner token (random, fresh for
 // every acquisition round, without ':'; see withDescription for the
-// holder's description it may carry), followed after the write-back by
-// ':' and the fencing token (for Inspect), and expires with the lease; the
-// fence key is the node's own counter for the key, which never expires and
-// only grows (INCR on a grant, max on a write-back).
+// holder's description it may carry), followed by ':' and a token (for
+// Inspect): the node's counter at the grant (a mutex's or a writer's lock
+// key), replaced by the fencing token where a write-back or a claim runs;
+// it expires with the lease. The fence key is the node's own counter for
+// the key, which never expires and only grows (INCR on a grant, max on a
+// write-back).
 
 // scriptIndex numbers the scripts the Locker runs on the nodes (newScript),
 // for scriptState.
