@@ -115,7 +115,13 @@ func warm(t *testing.T, l locker.Locker, key string) {
 //
 // TTL 9s, node timeout 3s (a third of it), drift 4.4s: each request takes
 // 2.5s through the proxies (within the node timeout), so grant and
-// write-back take 5s, beyond TTL − drift = 4.6s.
+// write-back take 5s, beyond TTL − drift = 4.6s. The write-back runs only
+// when the granting nodes' counters differ: node 1's counter is set ahead
+// of the others' before TryAcquire, and kept ahead during Acquire (every
+// round's write-back raises the others to it). A round without a
+// write-back is one request, within the node timeout (at most TTL/3),
+// which leaves more than the minimum validity whenever the drift is below
+// TTL/2, as it must be (the dial allowance aside).
 func TestAcquireSlowerThanValidity(t *testing.T) {
 	addrs := nodeAddrs(t, 3)
 	// Clients whose ReadTimeout is above the latency: the node timeout
@@ -136,10 +142,15 @@ func TestAcquireSlowerThanValidity(t *testing.T) {
 	t.Cleanup(func() { _ = c.l.Close() })
 	key := uniqueKey(t)
 	warm(t, c.l, key)
+	adm := admins(t, addrs)
+	_, fence, _ := namer.KeyNames(key)
+	ctx := testCtx(t, 120*time.Second)
+	if err := adm[0].Set(ctx, fence, 100, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	for _, px := range c.pxs {
 		px.Latency(t, 2500*time.Millisecond)
 	}
-	ctx := testCtx(t, 120*time.Second)
 	start := time.Now()
 	h, err := c.l.TryAcquire(ctx, key)
 	elapsed := time.Since(start)
@@ -166,7 +177,23 @@ func TestAcquireSlowerThanValidity(t *testing.T) {
 	}
 	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	ahead := make(chan struct{})
+	go func() {
+		defer close(ahead)
+		for actx.Err() == nil {
+			if err := adm[0].IncrBy(ctx, fence, 1000).Err(); err != nil {
+				t.Errorf("raising node 1's counter: %v", err)
+				return
+			}
+			select {
+			case <-actx.Done():
+			case <-time.After(200 * time.Millisecond): // well within a round's 2.5s requests
+			}
+		}
+	}()
 	h, err = c.l.Acquire(actx, key)
+	cancel()
+	<-ahead
 	switch {
 	case err == nil:
 		t.Errorf("Acquire with every round slower than its validity returned a lock (token %d)", h.Token())
