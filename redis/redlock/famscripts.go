@@ -42,11 +42,16 @@ if redis.replicate_commands then redis.replicate_commands() end
 local B = KEYS[1]
 local Q, QX, FENCE, R, W = B .. ':q', B .. ':qx', B .. ':fence', B .. ':r', B .. ':w'
 -- (R is readersSuffix in Go.) The mutex (kind 'w' on its own names)
--- passes its lock key as KEYS[3].
-if KEYS[3] then W = KEYS[3] end
+-- passes its lock key as KEYS[3]; it has no readers, and its waiters are
+-- all writers, so its scripts skip what only readers need (MUTEX).
+local MUTEX = false
+if KEYS[3] then W, MUTEX = KEYS[3], true end
+-- now_ms reads the node's clock; CLOCK keeps TIME's reply for
+-- remember_release_at.
+local CLOCK
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  CLOCK = redis.call('TIME')
+  return tonumber(CLOCK[1]) * 1000 + math.floor(tonumber(CLOCK[2]) / 1000)
 end
 local function slot_key(i) return B .. ':s:' .. i end
 local function counter() return tonumber(redis.call('GET', FENCE) or '0') end
@@ -57,6 +62,17 @@ local function extend_to(key, at, now)
     redis.call('PEXPIRE', key, math.max(at - now, 1))
   end
 end
+-- extend_queue makes the queue's two keys live at least until at (ms,
+-- node clock), giving them twice what is needed when they have less,
+-- so that most refreshes need no PEXPIRE.
+local function extend_queue(at, now)
+  for _, key in ipairs({Q, QX}) do
+    local p = redis.call('PTTL', key)
+    if p == -1 or (p >= 0 and now + p < at) then
+      redis.call('PEXPIRE', key, math.max(2 * (at - now), 1))
+    end
+  end
+end
 -- purge drops the queue entries and readers whose leases ended.
 local function purge(now)
   local gone = redis.call('ZRANGEBYSCORE', QX, '-inf', now)
@@ -64,7 +80,7 @@ local function purge(now)
     redis.call('ZREM', QX, m)
     redis.call('ZREM', Q, m)
   end
-  redis.call('ZREMRANGEBYSCORE', R, '-inf', now)
+  if not MUTEX then redis.call('ZREMRANGEBYSCORE', R, '-inf', now) end
 end
 -- limit is the semaphore's current limit (0 when none is recorded).
 local function limit() return tonumber(redis.call('GET', B .. ':n') or '0') end
@@ -97,14 +113,16 @@ end
 -- the first (free permits) of a semaphore's queue; on a reader-writer lock
 -- with no writer, the readers at the head of the queue, or the writer at
 -- its head when nobody holds.
-local function wake(kind, channel)
+-- wfree: the caller knows that no writer holds (it deleted W).
+local function wake(kind, channel, wfree)
   local ids = {}
   if kind == 'p' then
     local free = #free_slots(limit())
     if free > 0 then ids = redis.call('ZRANGE', Q, 0, free - 1) end
-  elseif redis.call('EXISTS', W) == 0 then
-    local readers = redis.call('ZCARD', R)
-    for _, m in ipairs(redis.call('ZRANGE', Q, 0, 999)) do
+  elseif (wfree or redis.call('EXISTS', W) == 0) then
+    local readers, upto = 0, 0
+    if not MUTEX then readers, upto = redis.call('ZCARD', R), 999 end
+    for _, m in ipairs(redis.call('ZRANGE', Q, 0, upto)) do
       if string.sub(m, 1, 1) == 'w' then
         if #ids == 0 and readers == 0 then ids = {m} end
         break
@@ -116,7 +134,9 @@ local function wake(kind, channel)
     redis.call('PUBLISH', channel, 'q ' .. table.concat(ids, ' '))
   end
 end
--- holds tells whether owner holds B on this node, and in which slot.
+-- holds tells whether owner holds B on this node, and in which slot; for
+-- kind 'w' it keeps the writer's lock value in WVAL (false: none).
+local WVAL
 local function holds(kind, owner, now)
   if kind == 'p' then
     for i = 0, limit() - 1 do
@@ -124,7 +144,8 @@ local function holds(kind, owner, now)
     end
     return false, -1
   elseif kind == 'w' then
-    return ours(redis.call('GET', W), owner), 0
+    WVAL = redis.call('GET', W)
+    return ours(WVAL, owner), 0
   end
   local s = redis.call('ZSCORE', R, owner)
   return s ~= false and tonumber(s) > now, 0
@@ -178,7 +199,7 @@ if kind == 'p' then
   local other = set_limit(n)
   if other then return {-2, other} end
 end
-local rank, joined
+local rank, joined, queued
 if id ~= '' and released_before(KEYS[2], id) then
   return {0, -1, owner}
 end
@@ -186,14 +207,18 @@ if id ~= '' and ticket > 0 then
   redis.call('ZADD', Q, ticket, id)
   if counter() < ticket then redis.call('SET', FENCE, ticket) end
   redis.call('ZADD', QX, now + lease, id)
-  extend_to(Q, now + lease, now)
-  extend_to(QX, now + lease, now)
+  extend_queue(now + lease, now)
   rank = redis.call('ZRANK', Q, id)
-elseif id ~= '' and redis.call('ZSCORE', Q, id) then
-  joined = tonumber(redis.call('ZSCORE', Q, id))
-  rank = redis.call('ZRANK', Q, id)
+  queued = true
 else
-  rank = redis.call('ZCARD', Q)
+  if id ~= '' then joined = redis.call('ZSCORE', Q, id) end
+  if joined then
+    joined, queued = tonumber(joined), true
+    rank = redis.call('ZRANK', Q, id)
+  else
+    joined = nil
+    rank = redis.call('ZCARD', Q)
+  end
 end
 local ok, wait, free = false, -1, {}
 slot = 0
@@ -211,8 +236,9 @@ if kind == 'p' then
     end
   end
 elseif kind == 'w' then
-  local wp = redis.call('PTTL', W)
-  local first = redis.call('ZRANGE', R, 0, 0, 'WITHSCORES')
+  local wp, first = -2, {}
+  if WVAL then wp = redis.call('PTTL', W) end
+  if not MUTEX then first = redis.call('ZRANGE', R, 0, 0, 'WITHSCORES') end
   ok = wp == -2 and #first == 0 and rank == 0
   if wp >= 0 then
     wait = wp
@@ -241,8 +267,7 @@ if not ok then
     joined = redis.call('INCR', FENCE)
     redis.call('ZADD', Q, joined, id)
     redis.call('ZADD', QX, now + lease, id)
-    extend_to(Q, now + lease, now)
-    extend_to(QX, now + lease, now)
+    extend_queue(now + lease, now)
   end
   -- Refused while the node would admit waiters ahead of the caller now:
   -- remind them. The release's wake-up may have named another waiter
@@ -255,11 +280,11 @@ if not ok then
   -- The writer's owner token when one holds (a mutex's round tells a
   -- holder of a majority from contenders that split the nodes), else '*'.
   local holder = '*'
-  if kind == 'w' then holder = redis.call('GET', W) or '*' end
+  if kind == 'w' then holder = WVAL or '*' end
   return {0, wait, holder, free, joined or 0}
 end
 local v = redis.call('INCR', FENCE)
-if id ~= '' then
+if queued then
   redis.call('ZREM', Q, id)
   redis.call('ZREM', QX, id)
 end
@@ -300,8 +325,7 @@ if not t then
   redis.call('ZADD', Q, t, id)
 end
 redis.call('ZADD', QX, now + lease, id)
-extend_to(Q, now + lease, now)
-extend_to(QX, now + lease, now)
+extend_queue(now + lease, now)
 return {1, tonumber(t)}
 `)
 
@@ -462,12 +486,11 @@ if id ~= '' and what == 'keep' and not released_before(KEYS[2], id) then
   local lease = tonumber(ARGV[9])
   redis.call('ZADD', Q, 'NX', tonumber(ARGV[8]), id)
   redis.call('ZADD', QX, now + lease, id)
-  extend_to(Q, now + lease, now)
-  extend_to(QX, now + lease, now)
+  extend_queue(now + lease, now)
 elseif id ~= '' and what == 'drop' then
   left = redis.call('ZREM', Q, id) == 1
   redis.call('ZREM', QX, id)
-  remember_release(KEYS[2], id, ms)
+  remember_release_at(KEYS[2], id, ms, CLOCK)
 end
 if kind == 'p' and not live() then
   redis.call('DEL', B .. ':n')
@@ -475,11 +498,11 @@ end
 if not held then
   if left then wake(kind, channel) end
   if released_before(KEYS[2], owner) then return 1 end
-  if announce ~= '1' then remember_release(KEYS[2], owner, ms) end
+  if announce ~= '1' then remember_release_at(KEYS[2], owner, ms, CLOCK) end
   return 0
 end
-remember_release(KEYS[2], owner, ms)
-if announce == '1' or left then wake(kind, channel) end
+remember_release_at(KEYS[2], owner, ms, CLOCK)
+if announce == '1' or left then wake(kind, channel, kind == 'w') end
 return 1
 `)
 
