@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,5 +221,115 @@ func TestReleaseWakesHeadAfterMisorderedQueue(t *testing.T) {
 		_ = b.h.Release(ctx)
 	case <-time.After(3 * time.Second):
 		t.Fatal("the second waiter did not hold the key within 3s of the first's release")
+	}
+}
+
+// A Locker that waits on a key again and again (a contended key: its
+// holders come back, its waiters stay queued) keeps the key's channel
+// subscribed between its waits: it subscribes once, not once per wait, and
+// a wait costs the waiter's clients its first round, the round its wake-up
+// starts and, later, its release, 3 requests per node. Before the channel
+// lingered, each wait subscribed and unsubscribed on every node, and ran a
+// round right after subscribing (to hear of a release between its first
+// round and the subscription): a round more.
+func TestRepeatedWaitsSubscribeOnce(t *testing.T) {
+	const nodes, cycles = 3, 10
+	addrs := nodeAddrs(t, nodes)
+	key := uniqueKey(t)
+	ctx := testCtx(t, 60*time.Second)
+	opts := []redlock.Option{redlock.WithRetryInterval(time.Minute)}
+	holder := redlock.New(universal(benchClients(t, addrs)), opts...)
+	t.Cleanup(func() { _ = holder.Close() })
+	trips := &roundTrips{}
+	cs := benchClients(t, addrs)
+	for _, c := range cs {
+		c.AddHook(trips)
+	}
+	waiter := redlock.New(universal(cs), opts...)
+	t.Cleanup(func() { _ = waiter.Close() })
+	adm := admins(t, addrs)
+	lockName, _, _ := holder.KeyNames(key)
+	base := strings.TrimSuffix(lockName, ":lock")
+	subscribes := func() (n int64) {
+		for _, a := range adm {
+			info, err := a.Info(ctx, "commandstats").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(info, "\n") {
+				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_subscribe:calls="); ok {
+					v, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+					n += v
+				}
+			}
+		}
+		return n
+	}
+	cycle := func() {
+		t.Helper()
+		// The last release ends when a majority deleted the lock: until
+		// the third node did, the holder may not get it there, and the
+		// waiter's first round would be granted there instead of queued.
+		deadline := time.Now().Add(10 * time.Second)
+		for on := lockOn(t, addrs, key); on[0] || on[1] || on[2]; on = lockOn(t, addrs, key) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the last release did not reach every node within 10s: %v", on)
+			}
+			time.Sleep(time.Millisecond) // polling the servers' state: no signal to wait on
+		}
+		h, err := holder.TryAcquire(ctx, key, locker.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := goAcq(ctx, waiter, key)
+		// Queued on a majority: its first round stops waiting for the
+		// last node once a majority refused, and the clean-up it sends
+		// there may overtake the round's request, which that node then
+		// refuses without queueing the waiter (a late request of a round
+		// given up).
+		deadline = time.Now().Add(10 * time.Second)
+		for {
+			on := 0
+			for _, n := range queueLen(t, adm, base) {
+				if n == 1 {
+					on++
+				}
+			}
+			if on >= nodes/2+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the waiter not queued on a majority within 10s: queue lengths %v", queueLen(t, adm, base))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a := awaitAcq(t, got, 10*time.Second, "the waiter")
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if err := a.h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // the first wait subscribes
+	subs0, trips0 := subscribes(), trips.trips.Load()
+	for range cycles {
+		cycle()
+	}
+	subs := subscribes() - subs0
+	perWait := float64(trips.trips.Load()-trips0) / cycles
+	t.Logf("%d SUBSCRIBE commands on the nodes in %d waits after the first; %.1f requests per wait by the waiter's clients", subs, cycles, perWait)
+	if subs > nodes {
+		t.Errorf("%d SUBSCRIBE commands in %d waits on one key by one Locker (%d nodes): the channel is subscribed again for every wait", subs, cycles, nodes)
+	}
+	// 3 per node, and the clean-up of the first round on the node that
+	// answered last (the round stops waiting once a majority refused);
+	// at times a round woken before a majority deleted the lock. Before
+	// the channel lingered: 14 (a round more on every node).
+	if perWait > 4*nodes {
+		t.Errorf("%.1f requests per wait by the waiter's clients, want about %d (3 per node: first round, woken round, release; and the first round's clean-up on one node)", perWait, 3*nodes+1)
 	}
 }

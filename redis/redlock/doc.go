@@ -248,8 +248,18 @@
 // agree on; it subscribes to the key's channel on every node (one Pub/Sub
 // connection per node and Locker, shared by all its waiters), waits until
 // a majority confirmed the subscription (at most the node timeout), and
-// tries again. Then it sleeps until a release names it (a release wakes
-// the head of the node's queue only, not every waiter of the key), or its
+// tries again, since a release may have come between its first round and
+// the subscription. A channel stays subscribed for a second after its last
+// waiter left (at most 1024 channels per node linger so): a waiter that
+// finds its key's channel confirmed on a majority watches it before its
+// first round, and when a majority queued it with the ticket itself, it
+// skips that round (and the SUBSCRIBE and UNSUBSCRIBE): on a contended
+// key a wait costs its first round, the round its wake-up starts and the
+// release. Then it sleeps until a release names it (a release wakes
+// the head of the node's queue only, not every waiter of the key; woken by
+// fewer than a majority of the nodes' messages, it waits up to 2ms for
+// the others, since a round that reaches a majority before their deletes
+// is refused), or its
 // back-off ends: at most the holder's remaining lease on the nodes that
 // block a majority, at most the retry interval (WithRetryInterval, default
 // 1s; the safety net for a lost message) and TTL/3 (the refresh of its
@@ -366,7 +376,9 @@
 // late acquire requests are (the recent releases record the waiter's id).
 //
 // Costs and limits. A TryAcquire is one round. An Acquire that waits
-// adds a round to take its ticket, a round per wake-up (each with the
+// adds a round to take its ticket (none when its key's channel was
+// subscribed before its first round and a majority agreed on the ticket:
+// see "Waiting"), a round per wake-up (each with the
 // claim on success, or the mutex's write-back when its nodes' values
 // differ), and a withdrawal of its entry from the nodes
 // that did not grant, in the background. A grant looks at every slot of

@@ -161,6 +161,15 @@ func (l *Locker) famWait(ctx context.Context, key string, k keys, tm timing) (h 
 			l.dequeue(k, q, tm)
 		}
 	}()
+	// When the key's channel is subscribed already on a majority (another
+	// waiter of this Locker, or the linger of the last one: see
+	// pubsub.go), the waiter watches it before its first round, so that it
+	// hears every release that round does not see.
+	var w *waiter
+	if l.subs.subscribed(k.channel, l.quorum) {
+		w = l.subs.watch(k.channel, q.id)
+		defer w.leave()
+	}
 	h, r, err := l.round(ctx, key, k, tm, q, -1)
 	if h != nil || err != nil {
 		return h, err
@@ -168,8 +177,18 @@ func (l *Locker) famWait(ctx context.Context, key string, k keys, tm timing) (h 
 	if r.queued >= l.quorum {
 		q.ticket = r.ticket
 	}
-	w := l.subs.watch(k.channel, q.id)
-	defer w.leave()
+	// The round right after the subscription covers a release between the
+	// first round and the subscription, and writes the waiter's ticket on
+	// the nodes: needless when the waiter watched before its first round
+	// and a majority queued it with the ticket itself (a node that gave it
+	// a lower one, or did not queue it, is corrected by its next round:
+	// safety never depends on the queue, and its order holds on that
+	// majority).
+	settled := w != nil && r.queued >= l.quorum && r.ticketAgree >= l.quorum
+	if w == nil {
+		w = l.subs.watch(k.channel, q.id)
+		defer w.leave()
+	}
 	if err := w.awaitSubscribed(ctx, l.quorum, tm.nodeTimeout); err != nil {
 		return nil, l.life.Why(ctx, err)
 	}
@@ -191,7 +210,7 @@ func (l *Locker) famWait(ctx context.Context, key string, k keys, tm timing) (h 
 				return nil, err
 			}
 		}
-		if q.ticket != 0 {
+		if q.ticket != 0 && !settled {
 			h, r, err = l.round(ctx, key, k, tm, q, prefer)
 			if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 				return nil, l.waitEnded(ctx, last)
@@ -233,11 +252,16 @@ func (l *Locker) famWait(ctx context.Context, key string, k keys, tm timing) (h 
 		timer.Reset(d)
 		select {
 		case <-w.wake:
+			// The other nodes' messages are on their way: a round before
+			// a majority deleted the lock would be refused.
+			w.awaitMajority(ctx, l.quorum)
 		case <-timer.C:
+			w.woke.Store(0)
 		case <-ctx.Done(): // also when Close begins (Life.Enter)
 			return nil, l.waitEnded(ctx, r)
 		}
 		timer.Stop()
+		settled = false
 	}
 }
 

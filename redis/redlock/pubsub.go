@@ -3,8 +3,10 @@ package redlock
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -23,6 +25,21 @@ import (
 // confirmed again, since a release may have gone unheard meanwhile.
 //
 // Notifications only make waiting prompt; safety never depends on them.
+//
+// A channel nobody waits on any more stays subscribed for a while
+// (linger): a key contended once is often contended again at once (the
+// holder that released it comes back; the others are still queued), and a
+// waiter that finds its key's channel subscribed already skips the
+// SUBSCRIBE and UNSUBSCRIBE, and the round that would cover a release
+// between its first round and its subscription (see famWait).
+
+// linger is how long a channel stays subscribed after its last waiter
+// left; at most maxLinger channels of a node linger at once (the rest are
+// dropped when their last waiter leaves).
+const (
+	linger    = time.Second
+	maxLinger = 1024
+)
 
 // quietPing is how long the reader waits for a message before it pings.
 const quietPing = 5 * time.Second
@@ -54,10 +71,14 @@ type chanState struct {
 	sent    bool // SUBSCRIBE issued
 	ready   bool // confirmed by the node since the last (re)connect
 	was     bool // confirmed at least once before
+	// idle: subscribed with no waiter since idleAt, until linger passed.
+	idle   bool
+	idleAt time.Time
 }
 
 type nodeSub struct {
 	s      *subs
+	idx    int // the node's index among the Locker's clients
 	ps     *goredis.PubSub
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -66,6 +87,7 @@ type nodeSub struct {
 	mu    sync.Mutex
 	chans map[string]*chanState
 	dirty map[string]struct{} // channels the writer must look at
+	idle  int                 // channels lingering (chanState.idle)
 }
 
 // waiter is one Acquire waiting on one key's channel on every node.
@@ -75,7 +97,46 @@ type waiter struct {
 	id      string // a family's waiter id: only messages naming it wake it (see wakeTargets)
 	nodes   []*nodeSub
 	wake    chan struct{} // a release was announced (or may have been missed)
+	woke    atomic.Uint64 // bit i: node i announced it (see wakeGrace)
 	confirm chan struct{} // one signal per node that confirmed the subscription
+}
+
+// rouse records that node announced a release to w, and wakes it.
+func (w *waiter) rouse(node int) {
+	w.woke.Or(1 << node)
+	signal(w.wake)
+}
+
+// wakeGrace is how long a waiter woken by fewer than a majority of the
+// nodes waits for the others' messages before its round: a release
+// deletes the lock on every node in parallel, and a round that reaches
+// the majority before their deletes is refused, which costs a request per
+// node and another round.
+const wakeGrace = 2 * time.Millisecond
+
+// awaitMajority waits, after a wake-up, until need nodes announced a
+// release since the last call, at most wakeGrace, or until ctx ends; it
+// then forgets the announcements.
+func (w *waiter) awaitMajority(ctx context.Context, need int) {
+	if bits.OnesCount64(w.woke.Load()) < need {
+		t := time.NewTimer(wakeGrace)
+	wait:
+		for bits.OnesCount64(w.woke.Load()) < need {
+			select {
+			case <-w.wake:
+			case <-t.C:
+				break wait
+			case <-ctx.Done():
+				break wait
+			}
+		}
+		t.Stop()
+	}
+	w.woke.Store(0)
+	select { // a wake-up the announcements above account for
+	case <-w.wake:
+	default:
+	}
 }
 
 // watch subscribes a waiter to channel on every node (asynchronously; see
@@ -88,8 +149,8 @@ func (s *subs) watch(channel, id string) *waiter {
 		return w
 	}
 	if s.nodes == nil {
-		for _, c := range s.l.clients {
-			s.nodes = append(s.nodes, s.start(c))
+		for i, c := range s.l.clients {
+			s.nodes = append(s.nodes, s.start(i, c))
 		}
 	}
 	w.nodes = s.nodes
@@ -102,6 +163,10 @@ func (s *subs) watch(channel, id string) *waiter {
 			n.chans[channel] = cs
 		}
 		cs.waiters[w] = struct{}{}
+		if cs.idle {
+			cs.idle = false
+			n.idle--
+		}
 		if cs.ready {
 			signal(w.confirm)
 		}
@@ -115,6 +180,25 @@ func (s *subs) watch(channel, id string) *waiter {
 		}
 	}
 	return w
+}
+
+// subscribed reports whether channel's subscription is confirmed on at
+// least need nodes now (a waiter of it, or its linger, keeps it): a
+// waiter that watches it before its first round hears every release
+// that round does not see.
+func (s *subs) subscribed(channel string, need int) bool {
+	s.mu.Lock()
+	nodes := s.nodes
+	s.mu.Unlock()
+	got := 0
+	for _, n := range nodes {
+		n.mu.Lock()
+		if cs := n.chans[channel]; cs != nil && cs.ready {
+			got++
+		}
+		n.mu.Unlock()
+	}
+	return got >= need
 }
 
 // awaitSubscribed waits until need nodes confirmed the subscription, or at
@@ -168,9 +252,9 @@ func signal(c chan struct{}) {
 
 // start makes the Pub/Sub connection of one node and its two goroutines,
 // which the Locker counts as active until they end.
-func (s *subs) start(c goredis.UniversalClient) *nodeSub {
+func (s *subs) start(idx int, c goredis.UniversalClient) *nodeSub {
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &nodeSub{s: s, ps: c.Subscribe(ctx), ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), chans: map[string]*chanState{}, dirty: map[string]struct{}{}}
+	n := &nodeSub{s: s, idx: idx, ps: c.Subscribe(ctx), ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), chans: map[string]*chanState{}, dirty: map[string]struct{}{}}
 	// subs closes before Close begins (see Close): Life.Go refuses
 	// neither.
 	s.l.life.Go(n.writer)
@@ -190,6 +274,7 @@ func (n *nodeSub) writer() {
 		case <-n.kick:
 		}
 		var add, drop []string
+		now := time.Now()
 		n.mu.Lock()
 		for ch := range n.dirty {
 			delete(n.dirty, ch)
@@ -199,7 +284,18 @@ func (n *nodeSub) writer() {
 			case len(cs.waiters) > 0 && !cs.sent:
 				cs.sent = true
 				add = append(add, ch)
-			case len(cs.waiters) == 0:
+			case len(cs.waiters) > 0:
+			case cs.sent && !cs.idle && n.idle < maxLinger:
+				cs.idle, cs.idleAt = true, now
+				n.idle++
+				time.AfterFunc(linger, func() { n.look(ch) })
+			case cs.idle && now.Sub(cs.idleAt) < linger:
+				// A waiter came and went since: its own linger's timer
+				// looks again.
+			default:
+				if cs.idle {
+					n.idle--
+				}
 				delete(n.chans, ch)
 				if cs.sent {
 					drop = append(drop, ch)
@@ -218,6 +314,14 @@ func (n *nodeSub) writer() {
 		}
 		cancel()
 	}
+}
+
+// look has the writer look at channel again.
+func (n *nodeSub) look(channel string) {
+	n.mu.Lock()
+	n.dirty[channel] = struct{}{}
+	n.mu.Unlock()
+	signal(n.kick)
 }
 
 // reader reads the node's messages and wakes the waiters they concern.
@@ -274,7 +378,7 @@ func (n *nodeSub) deliver(m *goredis.Message) {
 	}
 	if targets == nil {
 		for w := range cs.waiters {
-			signal(w.wake)
+			w.rouse(n.idx)
 		}
 		return
 	}
@@ -284,7 +388,7 @@ func (n *nodeSub) deliver(m *goredis.Message) {
 	}
 	for w := range cs.waiters {
 		if named[w.id] {
-			signal(w.wake)
+			w.rouse(n.idx)
 		}
 	}
 }
@@ -303,7 +407,7 @@ func (n *nodeSub) confirmed(ch string) {
 	for w := range cs.waiters {
 		signal(w.confirm)
 		if cs.was {
-			signal(w.wake)
+			w.rouse(n.idx)
 		}
 	}
 	cs.was = true

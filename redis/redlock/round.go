@@ -68,9 +68,11 @@ type roundResult struct {
 	prefer     int
 
 	// An Acquire's first round on a lock family: the nodes that queued
-	// the waiter, and the largest of their provisional tickets.
-	queued int
-	ticket int64
+	// the waiter, the largest of their provisional tickets, and how many
+	// of them gave that one.
+	queued      int
+	ticket      int64
+	ticketAgree int
 
 	// A family's round whose claims of a token kept colliding with
 	// other holders' (see claim): a retry after a pause may win.
@@ -309,6 +311,9 @@ func (l *Locker) tally(r *roundResult, grants outcome[grant], counts []bool) (gr
 		if grants.ok(i) {
 			for _, s := range grants.v[i].free {
 				freeOn[s]++
+			}
+			if g := grants.v[i]; !g.ok && r.ticket > 0 && g.ticket == r.ticket {
+				r.ticketAgree++
 			}
 		}
 	}

@@ -13,7 +13,8 @@ import (
 // famWait (families.go). A first round that does not get the key queues the
 // waiter on the nodes that refuse it (the queue of the key's names, ":q" and
 // ":qx", ordered by tickets that the nodes agree on); the waiter then
-// subscribes to the key's channel, and runs a round when a release names it
+// subscribes to the key's channel (or had watched it before its first round,
+// when it was subscribed already: see pubsub.go), and runs a round when a release names it
 // (the release wakes the head of the queue, not every waiter), when the
 // holder's lease ends (a crashed holder announces nothing), or when its place
 // in the queue needs refreshing. After a round that no holder of a majority
