@@ -231,7 +231,10 @@ func TestReleaseWakesHeadAfterMisorderedQueue(t *testing.T) {
 // starts and, later, its release, 3 requests per node. Before the channel
 // lingered, each wait subscribed and unsubscribed on every node, and ran a
 // round right after subscribing (to hear of a release between its first
-// round and the subscription): a round more.
+// round and the subscription): a round more. The test counts what a wait
+// sends until it sleeps, with no release in between to race with (a
+// round woken before a majority of the nodes deleted the lock costs one
+// more at times).
 func TestRepeatedWaitsSubscribeOnce(t *testing.T) {
 	const nodes, cycles = 3, 10
 	addrs := nodeAddrs(t, nodes)
@@ -265,6 +268,7 @@ func TestRepeatedWaitsSubscribeOnce(t *testing.T) {
 		}
 		return n
 	}
+	var toWait int64 // requests from the start of each wait until it slept
 	cycle := func() {
 		t.Helper()
 		// The last release ends when a majority deleted the lock: until
@@ -281,6 +285,7 @@ func TestRepeatedWaitsSubscribeOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		start := trips.trips.Load()
 		got := goAcq(ctx, waiter, key)
 		// Queued on a majority: its first round stops waiting for the
 		// last node once a majority refused, and the clean-up it sends
@@ -303,6 +308,10 @@ func TestRepeatedWaitsSubscribeOnce(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+		// Then asleep until the release: what it sent so far is what it
+		// costs to start waiting, with no release to race with.
+		awaitQuiet(t, trips.trips.Load)
+		toWait += trips.trips.Load() - start
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -316,20 +325,26 @@ func TestRepeatedWaitsSubscribeOnce(t *testing.T) {
 	}
 	cycle() // the first wait subscribes
 	subs0, trips0 := subscribes(), trips.trips.Load()
+	toWait = 0
 	for range cycles {
 		cycle()
 	}
 	subs := subscribes() - subs0
 	perWait := float64(trips.trips.Load()-trips0) / cycles
-	t.Logf("%d SUBSCRIBE commands on the nodes in %d waits after the first; %.1f requests per wait by the waiter's clients", subs, cycles, perWait)
+	before := float64(toWait) / cycles
+	t.Logf("%d SUBSCRIBE commands on the nodes in %d waits after the first; per wait, %.1f requests by the waiter's clients until it slept, %.1f in all",
+		subs, cycles, before, perWait)
 	if subs > nodes {
 		t.Errorf("%d SUBSCRIBE commands in %d waits on one key by one Locker (%d nodes): the channel is subscribed again for every wait", subs, cycles, nodes)
 	}
-	// 3 per node, and the clean-up of the first round on the node that
-	// answered last (the round stops waiting once a majority refused);
-	// at times a round woken before a majority deleted the lock. Before
-	// the channel lingered: 14 (a round more on every node).
-	if perWait > 4*nodes {
-		t.Errorf("%.1f requests per wait by the waiter's clients, want about %d (3 per node: first round, woken round, release; and the first round's clean-up on one node)", perWait, 3*nodes+1)
+	// The first round, and its clean-up on the node that answered last
+	// when the round stopped waiting for it once a majority refused: 4.
+	// The round after subscribing is still needed when the nodes that
+	// answered first gave different provisional tickets (a node that
+	// refused a late request of an earlier round without queueing lags
+	// by one): 4.1-5.0 here. Before the channel lingered that round came
+	// every time: 2 per node at least, 8.2 here.
+	if before >= 2*nodes {
+		t.Errorf("%.1f requests per wait by the waiter's clients before it slept, want fewer than %d (its first round, that round's clean-up on one node, and only at times a round after subscribing): the round after subscribing that the lingering subscription makes needless came every time", before, 2*nodes)
 	}
 }
