@@ -55,23 +55,19 @@ local function now_ms()
 end
 local function slot_key(i) return B .. ':s:' .. i end
 local function counter() return tonumber(redis.call('GET', FENCE) or '0') end
--- extend_to makes key live at least until at (ms, node clock).
-local function extend_to(key, at, now)
+-- extend_to makes key live at least until at (ms, node clock): when it
+-- has less, it gets (at - now) times spare (1 when not given).
+local function extend_to(key, at, now, spare)
   local p = redis.call('PTTL', key)
   if p == -1 or (p >= 0 and now + p < at) then
-    redis.call('PEXPIRE', key, math.max(at - now, 1))
+    redis.call('PEXPIRE', key, math.max((at - now) * (spare or 1), 1))
   end
 end
--- extend_queue makes the queue's two keys live at least until at (ms,
--- node clock), giving them twice what is needed when they have less,
--- so that most refreshes need no PEXPIRE.
+-- extend_queue does it for the queue's two keys, giving them twice what
+-- is needed, so that most refreshes need no PEXPIRE.
 local function extend_queue(at, now)
-  for _, key in ipairs({Q, QX}) do
-    local p = redis.call('PTTL', key)
-    if p == -1 or (p >= 0 and now + p < at) then
-      redis.call('PEXPIRE', key, math.max(2 * (at - now), 1))
-    end
-  end
+  extend_to(Q, at, now, 2)
+  extend_to(QX, at, now, 2)
 end
 -- purge drops the queue entries and readers whose leases ended.
 local function purge(now)
