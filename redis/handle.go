@@ -20,14 +20,20 @@ type Handle struct {
 	k     keys
 	key   string // c.Key and c.Owner, for the Locker's Close
 	owner string
-	oarg  any // owner as a script argument (see evalsha), the attempt's (attempt.ownerArg); nil in handles made without one
+	oarg  any // owner as a script argument (see evalsha), the attempt's (attempt.ownerArg)
 	drift time.Duration
 	sent  time.Time    // when the acquiring request left: the lease starts no earlier
 	c     lease.Handle // identity, state, lease and the verdicts (internal/lease)
 }
 
-func newHandle(l *Locker, key string, k keys, owner string, token int64, ttl, drift time.Duration, sent time.Time) *Handle {
-	h := &Handle{l: l, k: k, key: key, owner: owner, drift: drift, sent: sent}
+// newHandle makes the Handle of an acquisition; oarg is the owner as the
+// attempt's requests passed it (attempt.ownerArg), nil for the owner
+// itself.
+func newHandle(l *Locker, key string, k keys, owner string, oarg any, token int64, ttl, drift time.Duration, sent time.Time) *Handle {
+	if oarg == nil {
+		oarg = owner
+	}
+	h := &Handle{l: l, k: k, key: key, owner: owner, oarg: oarg, drift: drift, sent: sent}
 	h.c.Init(key, owner, token, ttl, backend.NewState(), lease.Proto{
 		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: l.enterFn,
 		Server: "the server", Gone: "it was deleted on the server", Log: backend.Log{L: l.cfg.Logger},
@@ -117,11 +123,7 @@ func (h *Handle) release(ctx context.Context) (bool, error) {
 	var released bool
 	err := h.l.exec(ctx, func(ctx context.Context) error {
 		var err error
-		oarg := h.oarg
-		if oarg == nil {
-			oarg = h.owner
-		}
-		released, err = h.l.runRelease(ctx, &h.k, oarg)
+		released, err = h.l.runRelease(ctx, &h.k, h.oarg)
 		return err
 	}, nil)
 	switch {

@@ -13,7 +13,7 @@ import (
 // testHandle returns a Handle of l as an acquisition would make it, without
 // a server.
 func testHandle(l *Locker, key string) *Handle {
-	return newHandle(l, key, l.keysFor(key), lease.NewOwner(), 1, time.Minute, time.Second, time.Now())
+	return newHandle(l, key, l.keysFor(key), lease.NewOwner(), nil, 1, time.Minute, time.Second, time.Now())
 }
 
 // TestSecondReleaseHonoursItsContext: a Release while another Release of the

@@ -389,8 +389,7 @@ func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 		l.cleanup(a.k, a.owner)
 		return nil, acquireResult{}, err
 	}
-	h := newHandle(l, a.key, a.k, a.owner, token, a.ttl, a.drift, start)
-	h.oarg = a.oarg
+	h := newHandle(l, a.key, a.k, a.owner, a.oarg, token, a.ttl, a.drift, start)
 	if !l.register(h) {
 		// Close ran while we were acquiring: give the lock back.
 		l.cleanup(a.k, a.owner)

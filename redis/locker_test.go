@@ -90,7 +90,7 @@ func TestKeyNames(t *testing.T) {
 func TestHandleOwner(t *testing.T) {
 	l := New(nil)
 	owner := lease.NewOwner()
-	h := newHandle(l, "k", l.keysFor("k"), owner, 1, time.Second, 100*time.Millisecond, time.Now())
+	h := newHandle(l, "k", l.keysFor("k"), owner, nil, 1, time.Second, 100*time.Millisecond, time.Now())
 	if h.Owner() != owner {
 		t.Errorf("Owner() = %q, want %q", h.Owner(), owner)
 	}
