@@ -63,7 +63,11 @@
 // Otherwise the lock is deleted (owner-checked) on every node that may hold
 // it — those that granted and those whose reply was lost — before the round
 // returns; a grant that arrives after the round stopped waiting for it is
-// deleted when it arrives. TryAcquire makes one round; Acquire retries (see
+// deleted when it arrives. A round that a majority refused still waits for
+// the other nodes' answers as long again as the majority's took (at least
+// a millisecond): most are refusals, which need no clean-up, and the
+// answer in flight comes sooner than a clean-up's round trip would.
+// TryAcquire makes one round; Acquire retries (see
 // Waiting) and gives up with ErrNoQuorum when, three rounds in a row, so
 // many nodes failed that no majority could answer.
 //

@@ -87,6 +87,25 @@ type outcome[T any] struct {
 func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, nodes []int, timeout time.Duration,
 	call func(ctx context.Context, node int, c goredis.UniversalClient) (T, error), late func(node int, v T, err error),
 	decided func(outcome[T]) bool) (outcome[T], error) {
+	return fanoutSettle(l, wait, base, life, nodes, timeout, call, late, decided, false)
+}
+
+// minSettle is the least time fanoutSettle waits for the rest of the
+// answers once the outcome is decided.
+const minSettle = time.Millisecond
+
+// fanoutSettle is fanout; with settle, a decided outcome still waits for
+// the rest of the answers as long again as the decided ones took (at least
+// minSettle, within the node timeout). The grant round settles: a refused
+// round must clean up on every node that may have granted (mayHold), and
+// the answers still in flight when a majority refused mostly come within
+// that time, most often refusals, which need no clean-up. Waiting for them
+// costs less than the clean-up's round trip it saves (issue 32: that
+// clean-up was a tenth of a contended acquisition's requests).
+func fanoutSettle[T any](l *Locker, wait, base context.Context, life <-chan struct{}, nodes []int, timeout time.Duration,
+	call func(ctx context.Context, node int, c goredis.UniversalClient) (T, error), late func(node int, v T, err error),
+	decided func(outcome[T]) bool, settle bool) (outcome[T], error) {
+	start := time.Now()
 	n := len(l.clients)
 	out := outcome[T]{v: make([]T, n), err: make([]error, n), answered: make([]bool, n)}
 	var (
@@ -141,13 +160,21 @@ func fanout[T any](l *Locker, wait, base context.Context, life <-chan struct{}, 
 	}
 	timer := time.NewTimer(wait4)
 	defer timer.Stop()
+	settling := false
 	for pending := len(nodes); pending > 0; pending-- {
 		select {
 		case a := <-ch:
 			out.v[a.node], out.err[a.node], out.answered[a.node] = a.v, a.err, true
-			if decided != nil && pending > 1 && decided(out) {
-				stop()
-				return out, nil
+			if !settling && decided != nil && pending > 1 && decided(out) {
+				if !settle {
+					stop()
+					return out, nil
+				}
+				settling = true
+				took := time.Since(start)
+				if left := wait4 - took; left > 0 {
+					timer.Reset(min(max(took, minSettle), left))
+				}
 			}
 		case <-timer.C:
 			stop()

@@ -222,7 +222,7 @@ func (l *Locker) grant(ctx context.Context, k keys, owner string, tm timing, pla
 	// The requests read a copy: one that starts late (fanout has stopped
 	// waiting for it) must not read plan.ask while confirm writes it.
 	ask := slices.Clone(plan.ask)
-	grants, err := fanout(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
+	grants, err := fanoutSettle(l, ctx, ctx, l.closing, l.all, tm.nodeTimeout,
 		func(ctx context.Context, i int, c goredis.UniversalClient) (grant, error) {
 			if ask[i] {
 				return runAcquireVetted(ctx, c, k, owner, tm.ttl, q, prefer, !l.cfg.AllowEviction, l.idKey())
@@ -249,7 +249,7 @@ func (l *Locker) grant(ctx context.Context, k keys, owner string, tm timing, pla
 				}
 			}
 			return denied >= len(l.clients)-l.quorum+1
-		})
+		}, true)
 	if err != nil {
 		return grants, nil, err
 	}
