@@ -227,19 +227,20 @@ func (l *Locker) famWait(ctx context.Context, key string, k keys, tm timing) (h 
 		} else {
 			unreachable = 0
 		}
-		// Refused by a majority where a holder has the key: the message
-		// that names this waiter wakes it, else the end of the lease that
-		// blocks it (a crashed holder announces nothing), else the
-		// refresh. Otherwise a short back-off: after a split or failed
-		// nodes, and after a refusal by nodes where the key is free but
-		// other waiters are queued ahead. Nothing will announce that
-		// one: the queue may be about to hand the key to its head, or
-		// the nodes' queues may not agree yet (a waiter's ticket is
-		// written on a node by its first round that reaches it), so that
-		// every waiter was refused, and the head's wake-up went out
-		// before it subscribed.
+		// Refused by a majority where a holder has the key, or where it
+		// is free with other waiters queued ahead: the message that names
+		// this waiter wakes it, else the end of the lease that blocks it
+		// (a crashed holder announces nothing), else the refresh. A node
+		// that refuses a free key for the waiters ahead reminds them
+		// (famAcquireScript), so the head, when it is not this waiter,
+		// has been told, whether the release's wake-up named another
+		// waiter (the nodes' queues did not agree yet: a waiter's ticket
+		// is written on a node by its first round that reaches it) or went
+		// out before the head subscribed; and the head's own rounds, when
+		// it is refused, remind this waiter if it is ahead there.
+		// Otherwise (a split, failed nodes) a short back-off.
 		var d time.Duration
-		if r.held && r.blocked >= l.quorum {
+		if r.held {
 			pause.Reset()
 			d = refresh
 			if r.holderLeft > 0 {

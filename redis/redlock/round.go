@@ -53,13 +53,8 @@ type roundResult struct {
 	firstErr        error // of a failed node, with its name
 	held            bool  // one other owner holds the lock on a majority
 	maxHolder       int   // the most nodes that one other owner holds it on
-	// blocked counts the refusals of nodes where a holder has the lock
-	// (or every permit slot). Nodes where it is free, refusing only for
-	// the waiters queued ahead, do not count: no release is coming from
-	// them for the waiter to wait for (see famWait).
-	blocked    int
-	holderLeft time.Duration
-	why        string // set when a majority granted but the round failed later
+	holderLeft      time.Duration
+	why             string // set when a majority granted but the round failed later
 
 	// Semaphores: grants of other slots than the one most nodes granted
 	// (given back), and the slot free on most nodes (-1: none known),
@@ -302,9 +297,6 @@ func (l *Locker) tally(r *roundResult, grants outcome[grant], counts []bool) (gr
 				r.ticket = max(r.ticket, g.ticket)
 			}
 			byHolder[g.holder] = append(byHolder[g.holder], g.pttl)
-			if g.pttl >= 0 || g.holder != "*" {
-				r.blocked++
-			}
 		}
 	}
 	for i := range l.clients {
