@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -69,4 +70,82 @@ func TestUncontendedRequests(t *testing.T) {
 	if !info.Held || info.Token != h.Token() {
 		t.Fatalf("Inspect: held %v, token %d; the holder's token is %d", info.Held, info.Token, h.Token())
 	}
+}
+
+// When one node's counter is ahead of the others' (two rounds reached the
+// nodes in different orders: a newcomer's first round took a provisional
+// ticket there before the woken waiter's grant, and after it elsewhere),
+// the token is the value the other nodes, a majority, returned: the grant
+// is the whole acquisition, with no write-back, and the token is still
+// above every earlier holder's (see "Fencing tokens"). Inspect reports the
+// token a majority records, not the larger value of the node ahead, and
+// the next holder gets a larger token.
+func TestOneNodeAheadNeedsNoWriteBack(t *testing.T) {
+	const nodes = 3
+	addrs := nodeAddrs(t, nodes)
+	ctx := testCtx(t, 60*time.Second)
+	key := uniqueKey(t)
+	trips := &roundTrips{}
+	cs := benchClients(t, addrs)
+	for _, c := range cs {
+		c.AddHook(trips)
+	}
+	l := redlock.New(universal(cs))
+	t.Cleanup(func() { _ = l.Close() })
+	adm := admins(t, addrs)
+	lockName, _, _ := l.KeyNames(key)
+	fence := strings.TrimSuffix(lockName, ":lock") + ":fence"
+
+	// The first acquisition also vets the nodes and caches the scripts.
+	h, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := h.Token()
+	for i, a := range adm {
+		if err := a.Set(ctx, fence, 100+boolInt(i == nodes-1), 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := trips.trips.Load()
+	h, err = l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := trips.trips.Load() - before
+	t.Logf("token %d after %d; %d requests, counters 100, 100 and 101 before", h.Token(), first, sent)
+	if h.Token() != 101 {
+		t.Errorf("token %d, want 101: the value two of the three nodes returned", h.Token())
+	}
+	if sent != nodes {
+		t.Errorf("%d requests for the acquisition, want %d (the grant alone): a write-back round the majority's common value made needless", sent, nodes)
+	}
+	info, err := l.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Held || info.Token != h.Token() {
+		t.Errorf("Inspect: held %v, token %d; the holder's token is %d", info.Held, info.Token, h.Token())
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if next.Token() <= h.Token() {
+		t.Errorf("the next holder's token is %d, want above %d", next.Token(), h.Token())
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -112,16 +112,24 @@
 // Each node j keeps a counter c_j per key, changed only by a grant (INCR),
 // by the write-back (c_j := max(c_j, T)) and, in a lock family, by a
 // refused claim (INCR, see below), so it never decreases. A
-// round of holder A that got grants from the set G_A (a majority) takes the
-// candidate T_A = max of the values v_A(j) the nodes of G_A returned. On a
-// node that returned T_A, c_j = T_A at the grant, while A's lock was there;
-// on the nodes of G_A that returned less, the round runs the write-back:
-// if A's lock is still there, c_j := max(c_j, T_A). Let W_A ⊆ G_A be the
-// nodes that returned T_A and those where the write-back confirmed; the
-// lock counts as acquired only if W_A is a majority. When a majority
-// returned T_A there is no write-back round at all: the nodes' counters
-// agree unless one missed grants (it was down or cut off, or a lock ended
-// early there), so an acquisition is usually one round.
+// round of holder A that got grants from the set G_A (a majority) takes as
+// its candidate T_A the value v_A(j) that a majority of the nodes of G_A
+// returned, when there is one; otherwise the largest value the nodes of
+// G_A returned. On a node that returned T_A, c_j = T_A at the grant, while
+// A's lock was there; when no majority returned T_A, the round runs the
+// write-back on the nodes of G_A that returned less: if A's lock is still
+// there, c_j := max(c_j, T_A). Let W_A ⊆ G_A be the nodes that returned
+// T_A and those where the write-back confirmed; the lock counts as
+// acquired only if W_A is a majority. Either way, every node of W_A either
+// returned T_A or T_A is the largest value G_A returned: T_A ≥ v_A(j) for
+// every j in W_A, which is all the proof below needs of the choice. When a
+// majority returned one value there is no write-back round at all: the
+// nodes' counters agree unless one missed grants (it was down or cut off,
+// or a lock ended early there), and when two rounds reach the nodes in
+// different orders (the woken waiter's and a newcomer's first round, which
+// takes a provisional ticket from the same counter), one node gives each
+// the other's value, and a majority still gave each its own: so an
+// acquisition is usually one round.
 //
 // Claim: for two acquisitions A and B that both succeeded, if A's lock came
 // first on any node of W_A ∩ W_B then T_B > T_A. In particular a holder that
@@ -138,7 +146,7 @@
 // one node at once (SET NX), so one of these intervals ends before the
 // other begins. If A's comes first, B's grant on j ran after A's
 // confirmation on j, so c_j ≥ T_A then and the grant's INCR returned
-// v_B(j) ≥ T_A + 1, hence T_B ≥ v_B(j) > T_A. If B's came first, T_A > T_B
+// v_B(j) ≥ T_A + 1, hence T_B ≥ v_B(j) > T_A (j is in W_B). If B's came first, T_A > T_B
 // by the same argument, so the order on every common node is the same. An
 // acquisition B that began after A completed has its grant on j after A's
 // confirmation, so A's interval came first on j. ∎
@@ -340,10 +348,10 @@
 //   - The order of waiters is a queue on each node (a sorted set of waiter
 //     ids scored by ticket, each entry leased). A waiter takes a ticket as a
 //     holder takes a token: each node gives it its next counter value, the
-//     ticket is the largest of a majority's, and the waiter's first round
-//     writes it back (its entry's score and the counter, on every node it
-//     reaches). So a waiter that arrives after another's first round
-//     completed has a greater ticket, every waiter that has run a round has
+//     ticket is the value a majority gave (else the largest of a
+//     majority's), and the waiter's next round writes it back (its entry's
+//     score and the counter, on every node it reaches). So a waiter that
+//     arrives after another's first round completed has a greater ticket, every waiter that has run a round has
 //     the same score on every node, and the nodes order the queue alike:
 //     the waiter with the smallest ticket is at the head wherever it is
 //     queued, which rules out the cycle of independent per-node queues
@@ -404,7 +412,9 @@
 // Locker implements locker.Inspector: it reads the lock on every node and
 // reports the key held when one owner has it on a majority, with the token
 // recorded in the lock's value ("<owner>:<token>", by the grant or by the
-// write-back where one ran: the largest of a majority is the token), the
+// write-back where one ran: the value a majority of the nodes record is
+// the token; when the holder's nodes that answered have none, Inspect
+// cannot tell the token and its error wraps ErrNoQuorum), the
 // time until it stops holding a majority unless renewed, and the holder's
 // locker.WithOwner description: the owner token is "<random> <description,
 // query-escaped>" when the holder gave one, set by the same SET that takes

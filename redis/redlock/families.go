@@ -42,7 +42,8 @@ const (
 )
 
 // queued is a waiter's place in a family's queue: its id on the nodes, its
-// ticket (the largest of the provisional tickets a majority gave it), and
+// ticket (the provisional ticket a majority gave it, else the largest of
+// those a majority gave), and
 // how long its entry lives on a node unless its rounds refresh it.
 type queued struct {
 	id     string
@@ -267,8 +268,8 @@ func (l *Locker) famWait(ctx context.Context, key string, k keys, tm timing) (h 
 }
 
 // enqueue puts q in k's queue on every node and sets its ticket, the
-// largest of the nodes' provisional tickets, as soon as a majority
-// answered (its first round writes it back: see famAcquireScript).
+// provisional ticket a majority of the nodes gave (else the largest: see
+// agreed), as soon as a majority answered (its first round writes it back: see famAcquireScript).
 // Otherwise q.ticket stays 0 and the result says how many nodes failed.
 func (l *Locker) enqueue(ctx context.Context, k keys, q *queued, tm timing) (roundResult, error) {
 	r := roundResult{n: len(l.clients), quorum: l.quorum, prefer: -1}
@@ -296,8 +297,7 @@ func (l *Locker) enqueue(ctx context.Context, k keys, q *queued, tm timing) (rou
 	if err != nil {
 		return r, err
 	}
-	var ticket int64
-	answered := 0
+	var tickets []int64
 	for i := range l.clients {
 		switch {
 		case !res.ok(i):
@@ -308,12 +308,11 @@ func (l *Locker) enqueue(ctx context.Context, k keys, q *queued, tm timing) (rou
 		case res.v[i].mismatch > 0:
 			return r, fmt.Errorf("%w: the key is a semaphore of %d on %s", locker.ErrLimitMismatch, res.v[i].mismatch, l.addrs[i])
 		default:
-			answered++
-			ticket = max(ticket, res.v[i].ticket)
+			tickets = append(tickets, res.v[i].ticket)
 		}
 	}
-	if answered >= l.quorum {
-		q.ticket = ticket
+	if len(tickets) >= l.quorum {
+		q.ticket, _ = agreed(tickets, l.quorum)
 	}
 	return r, nil
 }

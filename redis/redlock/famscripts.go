@@ -174,7 +174,8 @@ end
 // agree on the order of the queue (see "Lock families" in doc.go). An
 // Acquire's first round (ticket 0) joins the queue where it is refused,
 // with the node's next counter value as its provisional ticket (the
-// waiter's ticket is the largest of a majority's). A permit is admitted when fewer waiters are ahead of it than slots are
+// waiter's ticket is the one a majority gave, else the largest of a
+// majority's). A permit is admitted when fewer waiters are ahead of it than slots are
 // free, a reader when no writer holds or waits ahead of it, a writer when
 // nobody holds and nobody waits ahead of it. The grant takes the waiter
 // out of the queue; a round that fails puts it back (famReleaseScript).
@@ -297,8 +298,8 @@ return {1, v, slot, free}
 
 // famEnqueueScript puts a waiter in B's queue on one node, with the
 // node's next counter value as its provisional ticket (the waiter's ticket
-// is the largest of a majority's, written back by its first admission
-// round).
+// is the one a majority gave, else the largest of a majority's, written
+// back by its first admission round).
 //
 //	KEYS[1] B, KEYS[2] recent releases; ARGV[1] kind, ARGV[2] waiter id,
 //	ARGV[3] entry lease (ms), ARGV[4] limit n (permits)

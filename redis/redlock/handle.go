@@ -39,7 +39,8 @@ func newHandle(l *Locker, key string, k keys, owner string, token int64, tm timi
 // Key returns the key as the caller gave it.
 func (h *Handle) Key() string { return h.c.Key }
 
-// Token returns the fencing token: the largest of the granting nodes'
+// Token returns the fencing token: the counter value a majority of the
+// nodes returned to the grant, else the largest of the granting nodes'
 // counters, written back to a majority of them before Acquire returned
 // (a lock family's, claimed there: greater when another holder had
 // claimed that value), plus the Locker's token base (WithTokenBase).

@@ -18,6 +18,14 @@ var _ locker.Inspector = (*Locker)(nil)
 // grant or write-back and the time until it stops holding a majority (if nobody
 // renews it). It reads every node in parallel, takes nothing and changes
 // nothing. When too few nodes answer to tell, the error wraps ErrNoQuorum.
+//
+// The token is the value a majority of the nodes record for the holder:
+// a holder's token is recorded on a majority (those whose grant returned
+// it, and those the write-back raised to it), and a node that granted but
+// returned another value keeps that one. When the holder's nodes that
+// answered do not have one value on a majority (a node that records the
+// token did not answer, or lost the lock early), the holder's token cannot
+// be told, and the error wraps ErrNoQuorum.
 func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, error) {
 	info := locker.LockInfo{Key: key}
 	ctx, done, err := l.life.Enter(ctx, "inspect", key)
@@ -57,9 +65,17 @@ func (l *Locker) Inspect(ctx context.Context, key string) (locker.LockInfo, erro
 		}
 		info.Held = true
 		var pttls []time.Duration
-		for _, st := range sts {
-			info.Token = max(info.Token, st.token)
+		tokens := make([]int64, len(sts))
+		for j, st := range sts {
+			tokens[j] = st.token
 			pttls = append(pttls, st.pttl)
+		}
+		if t, n := agreed(tokens, l.quorum); n >= l.quorum {
+			info.Token = t
+		} else {
+			return locker.LockInfo{Key: key}, backend.KeyError("inspect", key, fmt.Errorf(
+				"%w: the holder has the lock on %d of %d nodes (%d answered), but no token is recorded on a majority: %v",
+				ErrNoQuorum, len(sts), len(l.clients), answered, tokens))
 		}
 		info.TTL = holderLeft(pttls, l.quorum)
 		info.Owner = description(sts[0].owner)

@@ -310,3 +310,26 @@ func TestRoundResultUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// agreed takes the value a majority has, else the largest.
+func TestAgreed(t *testing.T) {
+	for _, c := range []struct {
+		vals   []int64
+		quorum int
+		v      int64
+		n      int
+	}{
+		{nil, 2, 0, 0},
+		{[]int64{7, 7, 8}, 2, 7, 2},
+		{[]int64{8, 7, 7}, 2, 7, 2},
+		{[]int64{7, 8, 9}, 2, 9, 1},
+		{[]int64{7, 8}, 2, 8, 1},
+		{[]int64{5, 5}, 2, 5, 2},
+		{[]int64{3, 9, 3, 9, 3}, 3, 3, 3},
+		{[]int64{3, 9, 4, 9, 5}, 3, 9, 2},
+	} {
+		if v, n := agreed(c.vals, c.quorum); v != c.v || n != c.n {
+			t.Errorf("agreed(%v, %d) = %d, %d; want %d, %d", c.vals, c.quorum, v, n, c.v, c.n)
+		}
+	}
+}

@@ -63,8 +63,8 @@ type roundResult struct {
 	prefer     int
 
 	// An Acquire's first round on a lock family: the nodes that queued
-	// the waiter, the largest of their provisional tickets, and how many
-	// of them gave that one.
+	// the waiter, the provisional ticket a majority of them gave (else the
+	// largest: see agreed), and how many of them gave that one.
 	queued      int
 	ticket      int64
 	ticketAgree int
@@ -126,9 +126,10 @@ func (r roundResult) err() error {
 }
 
 // round makes one Redlock attempt with a fresh owner token: grant on every
-// node in parallel (grant); if a majority granted (tally), write the
-// candidate token (the largest counter among the granting nodes) back to
-// them (writeBack); success iff the write-back confirmed our lock on a
+// node in parallel (grant); if a majority granted (tally), take as the
+// candidate token the value a majority of the nodes returned (agreed),
+// else the largest, and write it back to the granting nodes that returned
+// less (writeBack); success iff the write-back confirmed our lock on a
 // majority and the validity left is at least the minimum. Otherwise the
 // lock is deleted on every node that may hold it (granted, or did not
 // answer) before round returns.
@@ -172,6 +173,13 @@ func (l *Locker) round(ctx context.Context, key string, k keys, tm timing, q *qu
 		return nil, r, l.cleanup(ctx, k, owner, mayHold(grants), tm.nodeTimeout, false, q, queueKeep)
 	}
 	if k.kind == mutexLock {
+		vals := make([]int64, len(granted))
+		for j, i := range granted {
+			vals[j] = grants.v[i].token
+		}
+		if v, n := agreed(vals, l.quorum); n >= l.quorum {
+			candidate = v
+		}
 		r.why, err = l.writeBack(ctx, k, owner, granted, grants, candidate, tm)
 	} else {
 		candidate, err = l.claim(ctx, &r, k, owner, granted, candidate, tm, sent)
@@ -273,6 +281,7 @@ func (l *Locker) tally(r *roundResult, grants outcome[grant], counts []bool) (gr
 	byHolder := map[string][]time.Duration{}
 	bySlot := map[int][]int{}
 	freeOn := map[int]int{}
+	var tickets []int64
 	for i := range l.clients {
 		switch {
 		case !grants.ok(i):
@@ -294,18 +303,16 @@ func (l *Locker) tally(r *roundResult, grants outcome[grant], counts []bool) (gr
 			g := grants.v[i]
 			if g.ticket > 0 {
 				r.queued++
-				r.ticket = max(r.ticket, g.ticket)
+				tickets = append(tickets, g.ticket)
 			}
 			byHolder[g.holder] = append(byHolder[g.holder], g.pttl)
 		}
 	}
+	r.ticket, r.ticketAgree = agreed(tickets, l.quorum)
 	for i := range l.clients {
 		if grants.ok(i) {
 			for _, s := range grants.v[i].free {
 				freeOn[s]++
-			}
-			if g := grants.v[i]; !g.ok && r.ticket > 0 && g.ticket == r.ticket {
-				r.ticketAgree++
 			}
 		}
 	}
@@ -357,6 +364,35 @@ func (l *Locker) tally(r *roundResult, grants outcome[grant], counts []bool) (gr
 		}
 	}
 	return granted, others, candidate
+}
+
+// agreed returns the value that at least quorum of vals are, and how many
+// are; when none is, the largest and how many are that (0, 0 for none).
+// A round takes as its token (the mutex's) or its waiter's ticket the
+// value a majority of the nodes returned, and only when they do not agree
+// the largest: a majority's common value orders this round after every
+// acquisition (or waiter's first round) confirmed before it, as the
+// largest does (see "Fencing tokens" in doc.go), and needs no write-back.
+// Values differ between nodes even when no node missed a grant: two rounds
+// whose requests reach the nodes in different orders (a newcomer's first
+// round beside the woken waiter's) take the counter's next values in
+// different orders, one node giving each the other's value.
+func agreed(vals []int64, quorum int) (v int64, n int) {
+	for _, x := range vals {
+		c := 0
+		for _, y := range vals {
+			if y == x {
+				c++
+			}
+		}
+		if c >= quorum {
+			return x, c
+		}
+		if x > v {
+			v, n = x, c
+		}
+	}
+	return v, n
 }
 
 // mayHold returns the nodes where a round's lock may be: those that
