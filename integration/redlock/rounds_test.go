@@ -116,9 +116,10 @@ func warm(t *testing.T, l locker.Locker, key string) {
 // TTL 9s, node timeout 3s (a third of it), drift 4.4s: each request takes
 // 2.5s through the proxies (within the node timeout), so grant and
 // write-back take 5s, beyond TTL − drift = 4.6s. The write-back runs only
-// when the granting nodes' counters differ: node 1's counter is set ahead
-// of the others' before TryAcquire, and kept ahead during Acquire (every
-// round's write-back raises the others to it). A round without a
+// when no majority of the granting nodes returned one value: nodes 1 and
+// 2 have their counters set ahead of node 3's, by different amounts,
+// before TryAcquire, and kept so during Acquire (every round's write-back
+// raises the others to the largest). A round without a
 // write-back is one request, within the node timeout (at most TTL/3),
 // which leaves more than the minimum validity whenever the drift is below
 // TTL/2, as it must be (the dial allowance aside).
@@ -145,8 +146,10 @@ func TestAcquireSlowerThanValidity(t *testing.T) {
 	adm := admins(t, addrs)
 	_, fence, _ := namer.KeyNames(key)
 	ctx := testCtx(t, 120*time.Second)
-	if err := adm[0].Set(ctx, fence, 100, 0).Err(); err != nil {
-		t.Fatal(err)
+	for i, v := range []int{100, 200} {
+		if err := adm[i].Set(ctx, fence, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, px := range c.pxs {
 		px.Latency(t, 2500*time.Millisecond)
@@ -181,9 +184,11 @@ func TestAcquireSlowerThanValidity(t *testing.T) {
 	go func() {
 		defer close(ahead)
 		for actx.Err() == nil {
-			if err := adm[0].IncrBy(ctx, fence, 1000).Err(); err != nil {
-				t.Errorf("raising node 1's counter: %v", err)
-				return
+			for i, by := range []int64{1000, 2000} {
+				if err := adm[i].IncrBy(ctx, fence, by).Err(); err != nil {
+					t.Errorf("raising node %d's counter: %v", i+1, err)
+					return
+				}
 			}
 			select {
 			case <-actx.Done():
