@@ -180,15 +180,29 @@ func TestAcquireSlowerThanValidity(t *testing.T) {
 	}
 	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	// TryAcquire's write-back raised the counters to one value: set them
+	// apart again before the first round, then after every round's, by
+	// amounts whose sums never meet (a grant may read a counter before
+	// or after a raise: node 1 after k raises must not equal node 2 after
+	// k-1, nor node 3, which is never raised).
+	raise := func() bool {
+		for i, by := range []int64{1000, 1_000_000} {
+			if err := adm[i].IncrBy(ctx, fence, by).Err(); err != nil {
+				t.Errorf("raising node %d's counter: %v", i+1, err)
+				return false
+			}
+		}
+		return true
+	}
+	if !raise() {
+		return
+	}
 	ahead := make(chan struct{})
 	go func() {
 		defer close(ahead)
 		for actx.Err() == nil {
-			for i, by := range []int64{1000, 2000} {
-				if err := adm[i].IncrBy(ctx, fence, by).Err(); err != nil {
-					t.Errorf("raising node %d's counter: %v", i+1, err)
-					return
-				}
+			if !raise() {
+				return
 			}
 			select {
 			case <-actx.Done():
