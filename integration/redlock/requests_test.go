@@ -1,9 +1,13 @@
 package redlock_test
 
 import (
+	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-locker/locker/redis/redlock"
 )
@@ -15,7 +19,11 @@ import (
 // tokens" in the package documentation): the write-back round is needed
 // only when the values of a majority differ (TestTokensAfterEarlyExpiry
 // and TestTokensAfterNodeLostCounter are that case). The token the grant
-// recorded is the one Inspect reports.
+// recorded is the one Inspect reports. And the scripts run few commands on
+// the node: with nobody queued, the grant reads no clock and purges no
+// queue (GET the lock, the two late-request checks, ZCARD the queue, INCR,
+// SET: 6), nor does the release purge (TIME, ZRANGE the queue's head, GET,
+// DEL and the release record's ZADD, ZREMRANGEBYRANK, PEXPIRE: 7).
 func TestUncontendedRequests(t *testing.T) {
 	const nodes, cycles = 3, 20
 	addrs := nodeAddrs(t, nodes)
@@ -38,6 +46,8 @@ func TestUncontendedRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := h.Token()
+	adm := admins(t, addrs)
+	cmds0 := scriptCommands(t, adm)
 	before := trips.trips.Load()
 	for i := range cycles {
 		h, err := l.Acquire(ctx, key)
@@ -53,7 +63,11 @@ func TestUncontendedRequests(t *testing.T) {
 		}
 	}
 	perNode := float64(trips.trips.Load()-before) / cycles / nodes
-	t.Logf("%.2f requests per node per uncontended Acquire+Release", perNode)
+	cmdsPerNode := float64(scriptCommands(t, adm)-cmds0) / cycles / nodes
+	t.Logf("%.2f requests and %.2f commands run by the scripts per node per uncontended Acquire+Release", perNode, cmdsPerNode)
+	if cmdsPerNode > 13 {
+		t.Errorf("%.2f commands run by the scripts per node per uncontended Acquire+Release, want at most 13: the clock and the queue's purge with nobody queued", cmdsPerNode)
+	}
 	if perNode > 2 {
 		t.Errorf("%.2f requests per node per uncontended Acquire+Release, want 2 (the grant and the release): a write-back round the nodes' agreeing counters made needless", perNode)
 	}
@@ -148,4 +162,34 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// scriptCommands sums, over the nodes, the calls of the commands that
+// scripts run (INFO commandstats, without the scripts themselves and the
+// clients' own commands).
+func scriptCommands(t *testing.T, adm []*goredis.Client) (n int64) {
+	t.Helper()
+	skip := []string{"evalsha", "eval", "info", "config", "hello", "client", "ping", "script", "select", "subscribe", "unsubscribe", "command"}
+	for _, a := range adm {
+		info, err := a.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+	lines:
+		for _, line := range strings.Split(info, "\n") {
+			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+			if !ok {
+				continue
+			}
+			name, stats, _ := strings.Cut(rest, ":calls=")
+			for _, s := range skip {
+				if name == s || strings.HasPrefix(name, s+"|") {
+					continue lines
+				}
+			}
+			v, _ := strconv.ParseInt(stats[:strings.IndexByte(stats, ',')], 10, 64)
+			n += v
+		}
+	}
+	return n
 }

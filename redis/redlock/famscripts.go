@@ -69,7 +69,8 @@ local function extend_queue(at, now)
   extend_to(Q, at, now, 2)
   extend_to(QX, at, now, 2)
 end
--- purge drops the queue entries and readers whose leases ended.
+-- purge drops the queue entries and readers whose leases ended, and
+-- returns how many queue entries it dropped.
 local function purge(now)
   local gone = redis.call('ZRANGEBYSCORE', QX, '-inf', now)
   for _, m in ipairs(gone) do
@@ -77,6 +78,7 @@ local function purge(now)
     redis.call('ZREM', Q, m)
   end
   if not MUTEX then redis.call('ZREMRANGEBYSCORE', R, '-inf', now) end
+  return #gone
 end
 -- limit is the semaphore's current limit (0 when none is recorded).
 local function limit() return tonumber(redis.call('GET', B .. ':n') or '0') end
@@ -109,8 +111,9 @@ end
 -- the first (free permits) of a semaphore's queue; on a reader-writer lock
 -- with no writer, the readers at the head of the queue, or the writer at
 -- its head when nobody holds.
--- wfree: the caller knows that no writer holds (it deleted W).
-local function wake(kind, channel, wfree)
+-- wfree: the caller knows that no writer holds (it deleted W); head, if
+-- given, is the mutex's queue's head as ZRANGE Q 0 0 read it.
+local function wake(kind, channel, wfree, head)
   local ids = {}
   if kind == 'p' then
     local free = #free_slots(limit())
@@ -118,7 +121,7 @@ local function wake(kind, channel, wfree)
   elseif (wfree or redis.call('EXISTS', W) == 0) then
     local readers, upto = 0, 0
     if not MUTEX then readers, upto = redis.call('ZCARD', R), 999 end
-    for _, m in ipairs(redis.call('ZRANGE', Q, 0, upto)) do
+    for _, m in ipairs(head or redis.call('ZRANGE', Q, 0, upto)) do
       if string.sub(m, 1, 1) == 'w' then
         if #ids == 0 and readers == 0 then ids = {m} end
         break
@@ -183,8 +186,20 @@ var famAcquireScript = newScript(luaFamily + `
 local kind, owner, ttl, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local id, ticket, lease, prefer = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local channel = ARGV[9]
-local now = now_ms()
-purge(now)
+-- The mutex reads the clock and purges its queue only when the queue has
+-- entries (qlen: its length, nil when not known): an empty queue has
+-- nothing to purge, and a grant with nobody queued needs no time.
+local now, qlen
+if MUTEX then
+  qlen = redis.call('ZCARD', Q)
+  if qlen > 0 then
+    now = now_ms()
+    if purge(now) > 0 then qlen = nil end
+  end
+else
+  now = now_ms()
+  purge(now)
+end
 local held, slot = holds(kind, owner, now)
 if held then
   return {1, counter(), slot, {}}
@@ -201,6 +216,7 @@ if id ~= '' and released_before(KEYS[2], id) then
   return {0, -1, owner}
 end
 if id ~= '' and ticket > 0 then
+  now = now or now_ms()
   redis.call('ZADD', Q, ticket, id)
   if counter() < ticket then redis.call('SET', FENCE, ticket) end
   redis.call('ZADD', QX, now + lease, id)
@@ -208,13 +224,13 @@ if id ~= '' and ticket > 0 then
   rank = redis.call('ZRANK', Q, id)
   queued = true
 else
-  if id ~= '' then joined = redis.call('ZSCORE', Q, id) end
+  if id ~= '' and qlen ~= 0 then joined = redis.call('ZSCORE', Q, id) end
   if joined then
     joined, queued = tonumber(joined), true
     rank = redis.call('ZRANK', Q, id)
   else
     joined = nil
-    rank = redis.call('ZCARD', Q)
+    rank = qlen or redis.call('ZCARD', Q)
   end
 end
 local ok, wait, free = false, -1, {}
@@ -261,6 +277,7 @@ else
 end
 if not ok then
   if id ~= '' and ticket == 0 and not joined then
+    now = now or now_ms()
     joined = redis.call('INCR', FENCE)
     redis.call('ZADD', Q, joined, id)
     redis.call('ZADD', QX, now + lease, id)
@@ -471,7 +488,16 @@ var famReleaseScript = newScript(luaFamily + `
 local kind, owner, channel, announce, ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local id, what = ARGV[6], ARGV[7]
 local now = now_ms()
-purge(now)
+-- The mutex's release with no queue entry of the caller's to keep or drop
+-- purges the queue only when it has entries, and wakes its head as read
+-- then (head: nil when not read, or when the purge dropped entries).
+local head
+if MUTEX and id == '' then
+  head = redis.call('ZRANGE', Q, 0, 0)
+  if #head > 0 and purge(now) > 0 then head = nil end
+else
+  purge(now)
+end
 local held, slot = holds(kind, owner, now)
 if held then
   if kind == 'p' then redis.call('DEL', slot_key(slot))
@@ -499,7 +525,7 @@ if not held then
   return 0
 end
 remember_release_at(KEYS[2], owner, ms, CLOCK)
-if announce == '1' or left then wake(kind, channel, kind == 'w') end
+if announce == '1' or left then wake(kind, channel, kind == 'w', head) end
 return 1
 `)
 
