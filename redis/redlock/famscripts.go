@@ -188,9 +188,10 @@ local id, ticket, lease, prefer = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]),
 local channel = ARGV[9]
 -- The mutex reads the clock and purges its queue only when the queue has
 -- entries (qlen: its length, nil when not known): an empty queue has
--- nothing to purge, and a grant with nobody queued needs no time.
+-- nothing to purge, and a grant with nobody queued needs no time. (A
+-- waiter's round with its ticket writes its entry: it reads the clock.)
 local now, qlen
-if MUTEX then
+if MUTEX and not (id ~= '' and ticket > 0) then
   qlen = redis.call('ZCARD', Q)
   if qlen > 0 then
     now = now_ms()
