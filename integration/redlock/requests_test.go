@@ -26,26 +26,7 @@ import (
 // DEL and the release record's ZADD, ZREMRANGEBYRANK, PEXPIRE: 7).
 func TestUncontendedRequests(t *testing.T) {
 	const nodes, cycles = 3, 20
-	addrs := nodeAddrs(t, nodes)
-	ctx := testCtx(t, 60*time.Second)
-	key := uniqueKey(t)
-	trips := &roundTrips{}
-	cs := benchClients(t, addrs)
-	for _, c := range cs {
-		c.AddHook(trips)
-	}
-	l := redlock.New(universal(cs))
-	t.Cleanup(func() { _ = l.Close() })
-
-	// The first acquisition also vets the nodes and caches the scripts.
-	h, err := l.Acquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	last := h.Token()
+	addrs, ctx, key, trips, l, last := warmLocker(t, nodes)
 	adm := admins(t, addrs)
 	cmds0 := scriptCommands(t, adm)
 	before := trips.trips.Load()
@@ -72,7 +53,7 @@ func TestUncontendedRequests(t *testing.T) {
 		t.Errorf("%.2f requests per node per uncontended Acquire+Release, want 2 (the grant and the release): a write-back round the nodes' agreeing counters made needless", perNode)
 	}
 
-	h, err = l.Acquire(ctx, key)
+	h, err := l.Acquire(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,36 +77,17 @@ func TestUncontendedRequests(t *testing.T) {
 // the next holder gets a larger token.
 func TestOneNodeAheadNeedsNoWriteBack(t *testing.T) {
 	const nodes = 3
-	addrs := nodeAddrs(t, nodes)
-	ctx := testCtx(t, 60*time.Second)
-	key := uniqueKey(t)
-	trips := &roundTrips{}
-	cs := benchClients(t, addrs)
-	for _, c := range cs {
-		c.AddHook(trips)
-	}
-	l := redlock.New(universal(cs))
-	t.Cleanup(func() { _ = l.Close() })
+	addrs, ctx, key, trips, l, first := warmLocker(t, nodes)
 	adm := admins(t, addrs)
 	lockName, _, _ := l.KeyNames(key)
 	fence := strings.TrimSuffix(lockName, ":lock") + ":fence"
-
-	// The first acquisition also vets the nodes and caches the scripts.
-	h, err := l.Acquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	first := h.Token()
 	for i, a := range adm {
 		if err := a.Set(ctx, fence, 100+boolInt(i == nodes-1), 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	before := trips.trips.Load()
-	h, err = l.Acquire(ctx, key)
+	h, err := l.Acquire(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +124,31 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// warmLocker is a Locker on nodes nodes whose clients' requests trips
+// counts, and a key it acquired and released once (which also vets the
+// nodes and caches the scripts), with that acquisition's token.
+func warmLocker(t *testing.T, nodes int) (addrs []string, ctx context.Context, key string, trips *roundTrips, l *redlock.Locker, token int64) {
+	t.Helper()
+	addrs = nodeAddrs(t, nodes)
+	ctx = testCtx(t, 60*time.Second)
+	key = uniqueKey(t)
+	trips = &roundTrips{}
+	cs := benchClients(t, addrs)
+	for _, c := range cs {
+		c.AddHook(trips)
+	}
+	l = redlock.New(universal(cs))
+	t.Cleanup(func() { _ = l.Close() })
+	h, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return addrs, ctx, key, trips, l, h.Token()
 }
 
 // scriptCommands sums, over the nodes, the calls of the commands that
