@@ -101,7 +101,9 @@ const minSettle = time.Millisecond
 // the answers still in flight when a majority refused mostly come within
 // that time, most often refusals, which need no clean-up. Waiting for them
 // costs less than the clean-up's round trip it saves (issue 32: that
-// clean-up was a tenth of a contended acquisition's requests).
+// clean-up was a tenth of a contended acquisition's requests). A decided
+// outcome stands: the end of wait or of life while it settles only ends
+// the settling, as the timer does.
 func fanoutSettle[T any](l *Locker, wait, base context.Context, life <-chan struct{}, nodes []int, timeout time.Duration,
 	call func(ctx context.Context, node int, c goredis.UniversalClient) (T, error), late func(node int, v T, err error),
 	decided func(outcome[T]) bool, settle bool) (outcome[T], error) {
@@ -181,9 +183,15 @@ func fanoutSettle[T any](l *Locker, wait, base context.Context, life <-chan stru
 			return out, nil
 		case <-wait.Done():
 			stop()
+			if settling {
+				return out, nil // decided: the end of the wait only ends the settling
+			}
 			return out, l.life.Why(wait, nil)
 		case <-life:
 			stop()
+			if settling {
+				return out, nil
+			}
 			return out, locker.ErrClosed
 		}
 	}

@@ -333,3 +333,35 @@ func TestAgreed(t *testing.T) {
 		}
 	}
 }
+
+// A round whose outcome is decided while the rest of its answers are on
+// their way (fanoutSettle) keeps that outcome when its caller's context
+// ends while it waits for them: the end only ends the waiting, and the
+// answers that came are the round's.
+func TestSettlingOutcomeStandsWhenWaitEnds(t *testing.T) {
+	l := New(clientsFor(t, deadAddrs(t, 3)))
+	defer l.Close()
+	wait, cancel := context.WithCancel(context.Background())
+	release := make(chan struct{})
+	defer close(release)
+	out, err := fanoutSettle(l, wait, context.Background(), nil, l.all, time.Minute,
+		func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
+			if i == 2 {
+				<-release // the last node answers after the test
+				return false, nil
+			}
+			return false, nil
+		}, nil, func(o outcome[bool]) bool {
+			if o.answered[0] && o.answered[1] {
+				cancel() // the caller gives up while the round settles
+				return true
+			}
+			return false
+		}, true)
+	if err != nil {
+		t.Fatalf("fanoutSettle: %v, want the decided outcome", err)
+	}
+	if !out.answered[0] || !out.answered[1] || out.answered[2] {
+		t.Fatalf("answered %v, want the first two nodes", out.answered)
+	}
+}
