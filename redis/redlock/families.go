@@ -269,7 +269,8 @@ func (l *Locker) famWait(ctx context.Context, key string, k keys, tm timing) (h 
 
 // enqueue puts q in k's queue on every node and sets its ticket, the
 // provisional ticket a majority of the nodes gave (else the largest: see
-// agreed), as soon as a majority answered (its first round writes it back: see famAcquireScript).
+// agreed), as soon as a majority answered (its first round writes it
+// back: see famAcquireScript).
 // Otherwise q.ticket stays 0 and the result says how many nodes failed.
 func (l *Locker) enqueue(ctx context.Context, k keys, q *queued, tm timing) (roundResult, error) {
 	r := roundResult{n: len(l.clients), quorum: l.quorum, prefer: -1}
@@ -298,6 +299,7 @@ func (l *Locker) enqueue(ctx context.Context, k keys, q *queued, tm timing) (rou
 		return r, err
 	}
 	var tickets []int64
+	answered := 0
 	for i := range l.clients {
 		switch {
 		case !res.ok(i):
@@ -308,10 +310,13 @@ func (l *Locker) enqueue(ctx context.Context, k keys, q *queued, tm timing) (rou
 		case res.v[i].mismatch > 0:
 			return r, fmt.Errorf("%w: the key is a semaphore of %d on %s", locker.ErrLimitMismatch, res.v[i].mismatch, l.addrs[i])
 		default:
-			tickets = append(tickets, res.v[i].ticket)
+			answered++
+			if t := res.v[i].ticket; t > 0 { // 0: a late request, the waiter gone
+				tickets = append(tickets, t)
+			}
 		}
 	}
-	if len(tickets) >= l.quorum {
+	if answered >= l.quorum {
 		q.ticket, _ = agreed(tickets, l.quorum)
 	}
 	return r, nil
