@@ -18,15 +18,17 @@ import (
 )
 
 // roundTrips counts what a client sends: one per single command, one per
-// pipeline (however many commands it carries), and the commands.
-type roundTrips struct{ trips, cmds atomic.Int64 }
+// pipeline (however many commands it carries), the commands, and the
+// scripts among them (EVALSHA and EVAL: the rounds' requests, not a fresh
+// connection's handshake or a subscription).
+type roundTrips struct{ trips, cmds, scripts atomic.Int64 }
 
 func (r *roundTrips) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
 func (r *roundTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		r.trips.Add(1)
-		r.cmds.Add(1)
+		r.count(cmd)
 		return next(ctx, cmd)
 	}
 }
@@ -34,25 +36,47 @@ func (r *roundTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 func (r *roundTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		r.trips.Add(1)
-		r.cmds.Add(int64(len(cmds)))
+		for _, cmd := range cmds {
+			r.count(cmd)
+		}
 		return next(ctx, cmds)
 	}
 }
 
-// evalshaCalls reads how many EVALSHA calls a node has served.
-func evalshaCalls(b *testing.B, c *goredis.Client) int64 {
+func (r *roundTrips) count(cmd goredis.Cmder) {
+	r.cmds.Add(1)
+	if name := cmd.Name(); name == "evalsha" || name == "eval" {
+		r.scripts.Add(1)
+	}
+}
+
+// commandCalls reads how many calls of each command a node has served
+// (INFO commandstats, by the command's name there: "evalsha",
+// "config|get").
+func commandCalls(tb testing.TB, c *goredis.Client) map[string]int64 {
+	tb.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
+	calls := map[string]int64{}
 	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
-			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			return n
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
 		}
+		name, stats, _ := strings.Cut(rest, ":calls=")
+		if i := strings.IndexByte(stats, ','); i >= 0 {
+			stats = stats[:i]
+		}
+		n, _ := strconv.ParseInt(stats, 10, 64)
+		calls[name] = n
 	}
-	return 0
+	return calls
 }
+
+// evalshaCalls reads how many EVALSHA calls a node has served.
+func evalshaCalls(b *testing.B, c *goredis.Client) int64 { return commandCalls(b, c)["evalsha"] }
 
 // cpuTime is the CPU time (user and system) this process has used.
 func cpuTime() time.Duration {

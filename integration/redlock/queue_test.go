@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,16 +254,7 @@ func TestRepeatedWaitsSubscribeOnce(t *testing.T) {
 	base := strings.TrimSuffix(lockName, ":lock")
 	subscribes := func() (n int64) {
 		for _, a := range adm {
-			info, err := a.Info(ctx, "commandstats").Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, line := range strings.Split(info, "\n") {
-				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_subscribe:calls="); ok {
-					v, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-					n += v
-				}
-			}
+			n += commandCalls(t, a)["subscribe"]
 		}
 		return n
 	}
@@ -351,32 +340,6 @@ func TestRepeatedWaitsSubscribeOnce(t *testing.T) {
 	}
 }
 
-// scriptCalls counts the scripts a client runs (EVALSHA and EVAL): the
-// rounds' requests, not a fresh connection's handshake or a subscription.
-type scriptCalls struct{ n atomic.Int64 }
-
-func (s *scriptCalls) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-
-func (s *scriptCalls) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
-			s.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (s *scriptCalls) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		for _, cmd := range cmds {
-			if name := cmd.Name(); name == "evalsha" || name == "eval" {
-				s.n.Add(1)
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // A waiter refused by nodes where the key is free but another waiter is
 // queued ahead sleeps until a message wakes it, as behind a holder: the
 // nodes that refused it reminded the head (famAcquireScript), whose
@@ -391,10 +354,10 @@ func TestWaiterBehindFreeKeyWaitsForWakeUp(t *testing.T) {
 	addrs := nodeAddrs(t, nodes)
 	key := uniqueKey(t)
 	ctx := testCtx(t, 60*time.Second)
-	calls := &scriptCalls{}
+	trips := &roundTrips{}
 	cs := benchClients(t, addrs)
 	for _, c := range cs {
-		c.AddHook(calls)
+		c.AddHook(trips)
 	}
 	waiter := redlock.New(universal(cs), redlock.WithRetryInterval(time.Minute))
 	t.Cleanup(func() { _ = waiter.Close() })
@@ -412,8 +375,8 @@ func TestWaiterBehindFreeKeyWaitsForWakeUp(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	got := goAcq(wctx, waiter, key, locker.WithTTL(30*time.Second))
 	awaitQueued(t, adm, base, 2)
-	awaitQuiet(t, calls.n.Load)
-	sent := calls.n.Load()
+	awaitQuiet(t, trips.scripts.Load)
+	sent := trips.scripts.Load()
 	t.Logf("%d scripts run by the waiter until it slept behind a free key's head", sent)
 	// Its first round, and the round after subscribing (its key's channel
 	// was not subscribed before it).

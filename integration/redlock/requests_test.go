@@ -2,7 +2,6 @@ package redlock_test
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -158,24 +157,14 @@ func scriptCommands(t *testing.T, adm []*goredis.Client) (n int64) {
 	t.Helper()
 	skip := []string{"evalsha", "eval", "info", "config", "hello", "client", "ping", "script", "select", "subscribe", "unsubscribe", "command"}
 	for _, a := range adm {
-		info, err := a.Info(context.Background(), "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-	lines:
-		for _, line := range strings.Split(info, "\n") {
-			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-			if !ok {
-				continue
-			}
-			name, stats, _ := strings.Cut(rest, ":calls=")
+	names:
+		for name, calls := range commandCalls(t, a) {
 			for _, s := range skip {
 				if name == s || strings.HasPrefix(name, s+"|") {
-					continue lines
+					continue names
 				}
 			}
-			v, _ := strconv.ParseInt(stats[:strings.IndexByte(stats, ',')], 10, 64)
-			n += v
+			n += calls
 		}
 	}
 	return n
