@@ -146,8 +146,9 @@
 // one node at once (SET NX), so one of these intervals ends before the
 // other begins. If A's comes first, B's grant on j ran after A's
 // confirmation on j, so c_j ≥ T_A then and the grant's INCR returned
-// v_B(j) ≥ T_A + 1, hence T_B ≥ v_B(j) > T_A (j is in W_B). If B's came first, T_A > T_B
-// by the same argument, so the order on every common node is the same. An
+// v_B(j) ≥ T_A + 1, hence T_B ≥ v_B(j) > T_A (j is in W_B). If B's came
+// first, T_A > T_B by the same argument, so the order on every common node
+// is the same. An
 // acquisition B that began after A completed has its grant on j after A's
 // confirmation, so A's interval came first on j. ∎
 //
@@ -351,7 +352,8 @@
 //     ticket is the value a majority gave (else the largest of a
 //     majority's), and the waiter's next round writes it back (its entry's
 //     score and the counter, on every node it reaches). So a waiter that
-//     arrives after another's first round completed has a greater ticket, every waiter that has run a round has
+//     arrives after another's first round completed has a greater ticket,
+//     every waiter that has run a round has
 //     the same score on every node, and the nodes order the queue alike:
 //     the waiter with the smallest ticket is at the head wherever it is
 //     queued, which rules out the cycle of independent per-node queues
