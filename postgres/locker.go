@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/internal/backoff"
 	"github.com/go-locker/locker/internal/pgrace"
 	"github.com/go-locker/locker/internal/timerq"
 )
@@ -529,12 +530,35 @@ func (l *Locker) ensureSequence(ctx context.Context) error {
 		if err := l.checkSearchPath(ctx, seq); err != nil {
 			return err
 		}
+		// Another relation of that name? Only then is the name wrong. A
+		// sequence that another session has just created may be found by
+		// name (to_regclass reads the catalog as of now) while its
+		// pg_sequence row is not in the statement's older snapshot: CI
+		// found it so once, right after this Locker's CREATE lost the race
+		// to another's, and took it for a table. The next statement sees
+		// it.
+		var kind string
+		switch err := l.pool.QueryRow(ctx,
+			`SELECT c.relkind::text FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1)`, seq).Scan(&kind); {
+		case err == nil && kind == "S" && attempt < maxSequenceAttempts:
+			continue
+		case err == nil && kind == "S":
+			return fmt.Errorf("fencing-token sequence %s: found by name, but not in pg_sequence, %d times", seq, attempt+1)
+		case err == nil:
+			return fmt.Errorf("%s exists but is not a sequence (pg_class.relkind %q); name another with WithSequence", seq, kind)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("checking fencing-token sequence %s: %w", seq, err)
+		}
 		switch {
 		case l.cfg.NoDDL:
 			return fmt.Errorf("fencing-token sequence %s does not exist (or is not visible in the search_path), and WithoutDDL forbids creating it; run: %s",
 				seq, createSequenceSQL(seq))
+		case attempt >= maxSequenceAttempts:
+			return fmt.Errorf("fencing-token sequence %s: created %d times, and still not found in the search_path; check that the search_path's first schema is one this role may create in", seq, attempt)
 		case attempt > 0:
-			return fmt.Errorf("%s exists but is not a sequence; name another with WithSequence", seq)
+			if !backoff.Sleep(ctx, time.Duration(attempt)*10*time.Millisecond) {
+				return fmt.Errorf("creating fencing-token sequence %s: %w", seq, l.ctxErr(ctx))
+			}
 		}
 		if _, err := l.pool.Exec(ctx, createSequenceSQL(seq)); err != nil && !pgrace.Lost(err) {
 			return fmt.Errorf("creating fencing-token sequence: %w (if this role may not create it, create it once with a role that may, grant USAGE on it, and use WithoutDDL: %s)",
@@ -542,6 +566,9 @@ func (l *Locker) ensureSequence(ctx context.Context) error {
 		}
 	}
 }
+
+// maxSequenceAttempts bounds ensureSequence's CREATE SEQUENCE statements.
+const maxSequenceAttempts = 5
 
 // seqParams are the settings of a token sequence that decide whether its
 // values can serve as tokens.

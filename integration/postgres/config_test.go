@@ -307,3 +307,25 @@ func TestSequenceCreatedByManyAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A WithSequence name taken by a table: the first Acquire says so, and
+// names the relation's kind, rather than create nothing or lock without
+// tokens.
+func TestSequenceNameTakenByTable(t *testing.T) {
+	ctx := testCtx(t)
+	pool := sharedPool(t, 2)
+	name := fmt.Sprintf("locker_test_not_seq_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+name+" (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+name) })
+	l := newLocker(t, pool, postgres.WithSequence(name))
+	h, err := l.TryAcquire(ctx, testKey(t, ""))
+	if err == nil {
+		_ = h.Release(ctx)
+		t.Fatalf("TryAcquire with a table named as the token sequence succeeded (token %d)", h.Token())
+	}
+	if !strings.Contains(err.Error(), name+" exists but is not a sequence") || !strings.Contains(err.Error(), `relkind "r"`) {
+		t.Fatalf("TryAcquire with a table named as the token sequence: %v, want it to say the name is a table's", err)
+	}
+}
