@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/conformance/benchmark"
+	"github.com/go-locker/locker/integration/testserver"
 	"github.com/go-locker/locker/redis"
 	"github.com/go-locker/locker/redis/redlock"
 )
@@ -63,7 +65,27 @@ func newRedsync(cs []*goredis.Client) *redsync.Redsync {
 //	cd integration && go test -run '^$' -bench '^BenchmarkLock$' -benchtime 400x ./redlock
 func BenchmarkLock(b *testing.B) {
 	addrs := nodeAddrs(b, 3)
-	benchmark.Run(b, benchmark.Harness{Sides: []benchmark.Side{
+	benchmark.Run(b, benchmark.Harness{Sides: lockSides(addrs)})
+}
+
+// BenchmarkInstructions counts the client's instructions per uncontended
+// Acquire+Release under valgrind's callgrind (benchmark.RunInstructions:
+// the test binary runs again as a child per side, on the nodes this run
+// uses), for BenchmarkLock's sides: a figure of the client's own cost that
+// neither the loopback nor the machine's load moves.
+//
+//	cd integration && go test -run '^$' -bench '^BenchmarkInstructions$' ./redlock
+func BenchmarkInstructions(b *testing.B) {
+	addrs := nodeAddrs(b, 3)
+	benchmark.RunInstructions(b, benchmark.Instructions{
+		Sides: lockSides(addrs), Runs: 2,
+		Env: []string{testserver.EnvRedisNodes + "=" + strings.Join(nodesAddrs, ",")}, // every node nodeAddrs knows
+	})
+}
+
+// lockSides are BenchmarkLock's sides on the nodes addrs.
+func lockSides(addrs []string) []benchmark.Side {
+	return []benchmark.Side{
 		benchmark.LockerSide("redlock", 0, func(tb testing.TB) locker.Locker {
 			return redlock.New(benchClients(tb, addrs))
 		}),
@@ -78,7 +100,7 @@ func BenchmarkLock(b *testing.B) {
 			}
 		}},
 		benchmark.LockerSide("single", 0, func(tb testing.TB) locker.Locker { return redis.New(newClient(tb, addrs[0])) }),
-	}})
+	}
 }
 
 // BenchmarkSemaphore measures a semaphore of 4 permits under 16 contending
