@@ -22,7 +22,26 @@ import (
 //
 //	cd integration && go test -run '^$' -bench '^BenchmarkLock$' -benchtime 400x ./etcd
 func BenchmarkLock(b *testing.B) {
+	benchmark.Run(b, benchmark.Harness{Sides: lockSides(testserver.Etcd(b).Addr())})
+}
+
+// BenchmarkInstructions counts the client's instructions per uncontended
+// Acquire+Release under valgrind's callgrind (benchmark.RunInstructions:
+// the test binary runs again as a child per side, on this run's server)
+// for BenchmarkLock's sides: a figure of the client's own cost that neither
+// the loopback nor the machine's load moves.
+//
+//	cd integration && go test -run '^$' -bench '^BenchmarkInstructions$' ./etcd
+func BenchmarkInstructions(b *testing.B) {
 	addr := testserver.Etcd(b).Addr()
+	benchmark.RunInstructions(b, benchmark.Instructions{
+		Sides: lockSides(addr), Runs: 2,
+		Env: []string{testserver.EnvEtcdAddr + "=" + addr},
+	})
+}
+
+// lockSides are BenchmarkLock's sides on the etcd server at addr.
+func lockSides(addr string) []benchmark.Side {
 	var lockerRPC, mutexRPC, floorRPC rpcCounter
 	client := func(tb testing.TB, rc *rpcCounter) *clientv3.Client {
 		cli := newEtcdClient(tb, addr)
@@ -31,7 +50,7 @@ func BenchmarkLock(b *testing.B) {
 	}
 	lockerSide := benchmark.LockerSide("locker", 0, func(tb testing.TB) locker.Locker { return etcd.New(client(tb, &lockerRPC)) })
 	lockerSide.Requests = lockerRPC.n.Load
-	benchmark.Run(b, benchmark.Harness{Sides: []benchmark.Side{
+	return []benchmark.Side{
 		lockerSide,
 		{Name: "mutex", Requests: mutexRPC.n.Load, New: func(tb testing.TB, key string, _ int) benchmark.Lock {
 			s, err := concurrency.NewSession(client(tb, &mutexRPC), concurrency.WithTTL(10))
@@ -65,5 +84,5 @@ func BenchmarkLock(b *testing.B) {
 				return func(ctx context.Context) error { _, err := cli.Delete(ctx, key); return err }, nil
 			}
 		}},
-	}})
+	}
 }

@@ -51,8 +51,28 @@ func benchLocker(b testing.TB, addr string) *zookeeper.Locker {
 //
 //	cd integration && go test -run '^$' -bench '^BenchmarkLock$' -benchtime 400x ./zookeeper
 func BenchmarkLock(b *testing.B) {
+	benchmark.Run(b, benchmark.Harness{Hold: handoffHold, Sides: lockSides(testserver.ZooKeeper(b).Addr())})
+}
+
+// BenchmarkInstructions counts the client's instructions per uncontended
+// Acquire+Release under valgrind's callgrind (benchmark.RunInstructions:
+// the test binary runs again as a child per side, on this run's server)
+// for BenchmarkLock's sides: a figure of the client's own cost that neither
+// the loopback nor the machine's load moves. (The sessions' pings, which
+// come with time and not with cycles, are counted too.)
+//
+//	cd integration && go test -run '^$' -bench '^BenchmarkInstructions$' ./zookeeper
+func BenchmarkInstructions(b *testing.B) {
 	addr := testserver.ZooKeeper(b).Addr()
-	benchmark.Run(b, benchmark.Harness{Hold: handoffHold, Sides: []benchmark.Side{
+	benchmark.RunInstructions(b, benchmark.Instructions{
+		Sides: lockSides(addr), Runs: 2,
+		Env: []string{testserver.EnvZooKeeperAddr + "=" + addr},
+	})
+}
+
+// lockSides are BenchmarkLock's sides on the ZooKeeper server at addr.
+func lockSides(addr string) []benchmark.Side {
+	return []benchmark.Side{
 		benchmark.LockerSide("locker", 0, func(tb testing.TB) locker.Locker { return benchLocker(tb, addr) }),
 		{Name: "zk.Lock", New: func(tb testing.TB, key string, _ int) benchmark.Lock {
 			lk := zk.NewLock(benchConn(tb, addr), zookeeper.LockDir("/locker-zklock", key), zk.WorldACL(zk.PermAll))
@@ -81,7 +101,7 @@ func BenchmarkLock(b *testing.B) {
 				return func(context.Context) error { return c.Delete(p, -1) }, nil
 			}
 		}},
-	}})
+	}
 }
 
 // BenchmarkSemaphore runs the shared cases on a semaphore of 4 (through
