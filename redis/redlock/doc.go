@@ -148,9 +148,8 @@
 // confirmation on j, so c_j ≥ T_A then and the grant's INCR returned
 // v_B(j) ≥ T_A + 1, hence T_B ≥ v_B(j) > T_A (j is in W_B). If B's came
 // first, T_A > T_B by the same argument, so the order on every common node
-// is the same. An
-// acquisition B that began after A completed has its grant on j after A's
-// confirmation, so A's interval came first on j. ∎
+// is the same. An acquisition B that began after A completed has its grant
+// on j after A's confirmation, so A's interval came first on j. ∎
 //
 // The argument needs no clock: leases that expire early on some nodes, a
 // clock that jumps, a holder paused for minutes, or deleted lock keys
@@ -353,16 +352,16 @@
 //     majority's), and the waiter's next round writes it back (its entry's
 //     score and the counter, on every node it reaches). So a waiter that
 //     arrives after another's first round completed has a greater ticket,
-//     every waiter that has run a round has
-//     the same score on every node, and the nodes order the queue alike:
-//     the waiter with the smallest ticket is at the head wherever it is
-//     queued, which rules out the cycle of independent per-node queues
-//     (X ahead on node 1, Y on node 2, Z on node 3: nobody at the head of a
-//     majority). A node admits a waiter in queue order only: a permit when
-//     fewer waiters are ahead of it than slots are free, a reader when no
-//     writer holds or waits ahead of it, a writer when nobody holds or waits
-//     ahead of it; a TryAcquire, and an Acquire's first round, come behind
-//     every waiter. While a waiter X keeps its entries on a majority, a
+//     every waiter that has run a round has the same score on every node,
+//     and the nodes order the queue alike: the waiter with the smallest
+//     ticket is at the head wherever it is queued, which rules out the
+//     cycle of independent per-node queues (X ahead on node 1, Y on node
+//     2, Z on node 3: nobody at the head of a majority). A node admits a
+//     waiter in queue order only: a permit when fewer waiters are ahead of
+//     it than slots are free, a reader when no writer holds or waits ahead
+//     of it, a writer when nobody holds or waits ahead of it; a
+//     TryAcquire, and an Acquire's first round, come behind every waiter.
+//     While a waiter X keeps its entries on a majority, a
 //     later waiter cannot be admitted on a majority without a node where X
 //     is ahead of it: a writer is never overtaken, a reader behind a waiting
 //     writer waits (TryAcquireRead fails), and readers queued together are
