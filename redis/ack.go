@@ -94,7 +94,7 @@ func (l *Locker) runScriptArgs(ctx context.Context, s *goredis.Script, args []an
 // SHA (an interface made once: see acquireSHA), the number of keys as a
 // constant string, the keys, then the arguments. The caller makes one slice for the whole
 // command, where Script.Run makes three, and passes the strings it sends
-// more than once converted to interfaces once (keys.box, attempt.ownerArg):
+// more than once converted to interfaces once (keys.boxed, attempt.oarg):
 // each conversion allocates. An uncontended Acquire and Release made 90
 // allocations where a bare SET NX and INCR script and its delete made 27;
 // see BENCHMARKS.md. A server that lacks the script (NOSCRIPT: restarted,

@@ -20,14 +20,14 @@ type Handle struct {
 	k     keys
 	key   string // c.Key and c.Owner, for the Locker's Close
 	owner string
-	oarg  any // owner as a script argument (see evalsha), the attempt's (attempt.ownerArg)
+	oarg  any // owner as a script argument (see evalsha), the attempt's (attempt.oarg)
 	drift time.Duration
 	sent  time.Time    // when the acquiring request left: the lease starts no earlier
 	c     lease.Handle // identity, state, lease and the verdicts (internal/lease)
 }
 
 // newHandle makes the Handle of an acquisition; oarg is the owner as the
-// attempt's requests passed it (attempt.ownerArg), nil for the owner
+// attempt's requests passed it (attempt.oarg), nil for the owner
 // itself.
 func newHandle(l *Locker, key string, k keys, owner string, oarg any, token int64, ttl, drift time.Duration, sent time.Time) *Handle {
 	if oarg == nil {

@@ -139,7 +139,8 @@ type keys struct {
 	wake     string // this Locker's wake-up channel for the key
 
 	// argv is the mutex's names as script arguments (see evalsha), made
-	// by box once per acquisition and shared by its acquire and release.
+	// once per acquisition (see acquire) and shared by its acquire and
+	// release; unset elsewhere (see args).
 	argv keyArgs
 }
 
@@ -148,12 +149,24 @@ type keys struct {
 // name four keys each.
 type keyArgs struct{ lock, fence, released, queue, waiters any }
 
-// box fills k.argv in, unless it has been.
-func (k *keys) box() *keyArgs {
-	if k.argv.lock == nil {
-		k.argv = keyArgs{lock: k.lock, fence: k.fence, released: k.released, queue: k.queue, waiters: k.waiters}
+// boxed returns k with argv filled in. It is for the caller's goroutine,
+// before any request of the acquisition is made.
+func (k keys) boxed() keys {
+	k.argv = keyArgs{lock: k.lock, fence: k.fence, released: k.released, queue: k.queue, waiters: k.waiters}
+	return k
+}
+
+// args returns the mutex's names as script arguments: argv when it is
+// filled in, else made afresh. It never writes to k: a request runs on a
+// goroutine that its caller may stop waiting for (see exec), and goes on
+// after the caller has returned and reads k again (to leave the queue, to
+// delete what the request may have taken); a name filled in by the request
+// then would be a write nothing orders with those reads.
+func (k *keys) args() *keyArgs {
+	if k.argv.lock != nil {
+		return &k.argv
 	}
-	return &k.argv
+	return &keyArgs{lock: k.lock, fence: k.fence, released: k.released, queue: k.queue, waiters: k.waiters}
 }
 
 // keysFor encodes a user key injectively: base64url of its bytes, which
@@ -253,7 +266,7 @@ func (l *Locker) acquire(ctx context.Context, op, key string, spec famSpec, opts
 	var k keys
 	owner := lease.NewOwner()
 	if spec.fam == famMutex {
-		k = l.keysFor(key)
+		k = l.keysFor(key).boxed()
 		owner = withDescription(owner, backend.Owner(opts))
 	} else {
 		k = l.famKeysFor(spec.fam, key)
@@ -262,7 +275,9 @@ func (l *Locker) acquire(ctx context.Context, op, key string, spec famSpec, opts
 	if err := l.checkPolicy(ctx, k); err != nil {
 		return nil, backend.KeyError(op, key, err)
 	}
-	a := &attempt{l: l, key: key, k: k, owner: owner, ttl: ttl, drift: drift, mode: modeTry, limit: spec.limit}
+	// Everything the attempt's requests read is made here, on the caller's
+	// goroutine: they write nothing of the attempt's (see keys.args).
+	a := &attempt{l: l, key: key, k: k, owner: owner, oarg: owner, ttl: ttl, drift: drift, mode: modeTry, limit: spec.limit}
 	if !wait {
 		// One round trip; a TryAcquire never queues. A grant that came
 		// back too late is given back and tried again, a few times.
@@ -306,16 +321,9 @@ type attempt struct {
 	drift time.Duration
 	mode  string // modeTry or modeWait
 	limit int    // a semaphore's n; 0 otherwise
-	oarg  any    // owner as a script argument (see ownerArg)
-}
-
-// ownerArg is a.owner converted to an interface once for all the
-// attempt's requests and the Handle's release (see evalsha).
-func (a *attempt) ownerArg() any {
-	if a.oarg == nil {
-		a.oarg = a.owner
-	}
-	return a.oarg
+	// oarg is owner as a script argument, converted once for all the
+	// attempt's requests and the Handle's release (see evalsha).
+	oarg any
 }
 
 // run makes the attempt's request: the mutex's acquire script, or the
@@ -324,7 +332,7 @@ func (a *attempt) run(ctx context.Context) (acquireResult, error) {
 	if a.k.fam != famMutex {
 		return a.l.runFamilyAcquire(ctx, a)
 	}
-	return a.l.runAcquire(ctx, &a.k, a.ownerArg(), a.mode, a.ttl)
+	return a.l.runAcquire(ctx, &a.k, a.oarg, a.mode, a.ttl)
 }
 
 // tryFresh is try, made again at once while the grant comes back too late
@@ -404,7 +412,7 @@ func (a *attempt) try(ctx context.Context) (*Handle, acquireResult, error) {
 // first or the request fails.
 func (l *Locker) giveBack(ctx context.Context, a *attempt) {
 	if err := l.exec(ctx, func(ctx context.Context) error {
-		_, err := l.runRelease(ctx, &a.k, a.ownerArg())
+		_, err := l.runRelease(ctx, &a.k, a.oarg)
 		return err
 	}, func() { l.cleanup(a.k, a.owner) }); err != nil {
 		l.cleanup(a.k, a.owner)

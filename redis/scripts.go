@@ -532,7 +532,7 @@ func (l *Locker) ttlArgs(ttl time.Duration) (ms, lease any) {
 
 func (l *Locker) runAcquire(ctx context.Context, k *keys, owner any, mode string, ttl time.Duration) (acquireResult, error) {
 	ms, lease := l.ttlArgs(ttl)
-	a, kv := &l.args, k.box()
+	a, kv := &l.args, k.args()
 	cmd, acks := l.runScriptArgs(ctx, acquireScript, []any{"evalsha", acquireSHA, "4", kv.lock, kv.fence, kv.queue, kv.waiters,
 		owner, ms, a.clock, a.fenceExpiry, modeArg(mode), a.id, lease, a.sharded})
 	v, err := cmd.Int64Slice()
@@ -567,7 +567,7 @@ func (l *Locker) runRelease(ctx context.Context, k *keys, owner any) (bool, erro
 	if k.fam != famMutex {
 		return l.runFamilyRelease(ctx, *k, owner.(string))
 	}
-	kv := k.box()
+	kv := k.args()
 	args := []any{"evalsha", releaseSHA, "4", kv.lock, kv.released, kv.queue, kv.waiters, owner, l.args.sharded, l.args.remember}
 	n, err := evalsha(ctx, l.via(ctx), releaseScript, args).Int64()
 	return n == 1, err
