@@ -2,12 +2,15 @@ package testserver
 
 import (
 	"context"
+	"net/http/httptrace"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/client"
 )
 
 func TestHostPortFromDSN(t *testing.T) {
@@ -105,5 +108,39 @@ func TestCPUPaths(t *testing.T) {
 	t.Logf("cgroup %v, stats %v, cgroup %v", before, stats, after)
 	if stats < before || stats > after {
 		t.Errorf("the engine's stats say %v of CPU, outside the cgroup's %v..%v read before and after", stats, before, after)
+	}
+}
+
+// TestProviderCloseKeepsConnections: testcontainers closes its provider's
+// client after most of its calls (a container's Start, Stop and Terminate,
+// the provider's CreateContainer: testcontainers-go issue 2776), and closing
+// a Docker client closes every idle connection of its transport. The engine's
+// provider is shared by every server a test binary starts, many at once, so
+// one test's Close broke another's request in flight: CI failed on 2cb1d3a in
+// TestKillStopStartEveryKind/zookeeper with "container start: ... net/http:
+// HTTP/1.x transport connection broken: http: CloseIdleConnections called".
+// The shared client's connections must outlive testcontainers' Close: a
+// request after it reuses the idle connection of the one before.
+func TestProviderCloseKeepsConnections(t *testing.T) {
+	e, err := getEngine()
+	if err != nil {
+		unavailable(t, "docker", "", err)
+	}
+	ping := func() (reused bool) {
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused },
+		})
+		if _, err := e.api.Ping(ctx, client.PingOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return reused
+	}
+	ping()
+	if !ping() {
+		t.Fatal("a second ping did not reuse the first one's connection: the test cannot tell a closed connection from a new one")
+	}
+	_ = e.provider.Close() // as testcontainers does after its calls
+	if !ping() {
+		t.Fatal("the provider's Close (which testcontainers calls after most of its calls) closed the idle connections of the Docker client every server of the test binary shares: requests in flight on them fail")
 	}
 }
