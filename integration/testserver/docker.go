@@ -103,6 +103,15 @@ func connectEngine() (*engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no Docker engine answers: %w", err)
 	}
+	// testcontainers closes the provider's client after most of its calls
+	// (testcontainers-go issue 2776), which closes every idle connection of
+	// its transport; this provider is shared by every server of the test
+	// binary, started and stopped many at once, and a request that was
+	// taking one of those connections failed ("http: CloseIdleConnections
+	// called"). Its Close is made a no-op: the transport bounds its idle
+	// connections (and their idle time) by itself, and the process ends
+	// them.
+	p.SetClient(keepOpen{p.Client()})
 	e := &engine{profile: profile, provider: p, api: p.Client()}
 	if _, err := e.api.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		return nil, fmt.Errorf("no Docker engine answers: %w", err)
@@ -130,6 +139,11 @@ func connectEngine() (*engine, error) {
 	reapDead(ctx, e.api)
 	return e, nil
 }
+
+// keepOpen is a Docker client whose Close does nothing (see connectEngine).
+type keepOpen struct{ client.APIClient }
+
+func (keepOpen) Close() error { return nil }
 
 // newProvider makes the testcontainers provider; it can panic deep inside on broken
 // environments, which must become an error here, not a crashed test binary.

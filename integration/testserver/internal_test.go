@@ -116,9 +116,10 @@ func TestCPUPaths(t *testing.T) {
 // the provider's CreateContainer: testcontainers-go issue 2776), and closing
 // a Docker client closes every idle connection of its transport. The engine's
 // provider is shared by every server a test binary starts, many at once, so
-// one test's Close broke another's request in flight: CI failed on 2cb1d3a in
-// TestKillStopStartEveryKind/zookeeper with "container start: ... net/http:
-// HTTP/1.x transport connection broken: http: CloseIdleConnections called".
+// one test's Close broke another's request in flight: a CI rehearsal of
+// 738dbea failed in TestKillStopStartEveryKind/zookeeper with "container
+// start: ... net/http: HTTP/1.x transport connection broken: http:
+// CloseIdleConnections called".
 // The shared client's connections must outlive testcontainers' Close: a
 // request after it reuses the idle connection of the one before.
 func TestProviderCloseKeepsConnections(t *testing.T) {
