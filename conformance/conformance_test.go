@@ -13,7 +13,7 @@ import (
 
 func toyHarness(f flaw) conformance.Harness {
 	store := newToyStore()
-	return conformance.Harness{
+	h := conformance.Harness{
 		NewLocker: func(t *testing.T) locker.Locker { return newToy(store, f) },
 		NewLockerWithTokenBase: func(t *testing.T, n int64) (locker.Locker, error) {
 			return newToyWithTokenBase(store, f, n)
@@ -50,6 +50,12 @@ func toyHarness(f flaw) conformance.Harness {
 			},
 		},
 	}
+	if f == sessionResetSilent {
+		// The allowance a backend whose locks end with their connection
+		// gets must not let a holder that never hears of the loss pass.
+		h.ResetEndsLocks = "the toy's reset frees its locks, as a session backend's does"
+	}
+	return h
 }
 
 // TestToy runs the suite on the flawless toy: the control for the flaws below.
@@ -90,6 +96,7 @@ var flaws = []struct {
 	{"FaultGrantsWaiter", faultGrantsWaiter, []string{"Waiters/WaiterCut", "Waiters/WaiterCrashes"}},
 	{"StrandsCutWaiter", strandsCutWaiter, []string{"Waiters/SessionLapse"}},
 	{"ResetFreesSilently", resetFreesSilently, []string{"Loss/ConnectionsReset"}},
+	{"SessionResetSilent", sessionResetSilent, []string{"Loss/ConnectionsReset"}},
 	{"DropsCause", dropsCause, []string{"Context/Cause"}},
 	{"CloseCutClaimsRelease", closeCutClaimsRelease, []string{"Close/WhileCut"}},
 	{"RefusesLongTTL", refusesLongTTL, []string{"TTL/Range"}},

@@ -45,6 +45,20 @@ type Harness struct {
 	// all its connections. Optional: without it Loss/ConnectionsReset skips.
 	Reset func(t *testing.T, l locker.Locker)
 
+	// ResetEndsLocks, when set, says why the backend's locks end on the
+	// server the moment their holder's connection does (a PostgreSQL
+	// session advisory lock lives as long as its session). A Reset then
+	// frees them at the instant the holder's connection breaks, and the
+	// holder hears of it from that same break: its notice cannot come
+	// before another client can acquire, only just after (a wake-up on a
+	// loaded machine can take milliseconds). Loss/ConnectionsReset then
+	// holds a lock that another client took to its loss reported within a
+	// quarter of a second after that (a wake-up, not a check on a timer),
+	// and the next holder's token to be greater. Empty: a lock survives a
+	// reset, or is reported lost no later than another client can take its
+	// key.
+	ResetEndsLocks string
+
 	// Steal takes h's lock away on the server without telling its holder,
 	// as an eviction, a failover or an operator would: delete or overwrite
 	// the lock (Redis: DEL of the lock key; PostgreSQL: terminate the

@@ -48,6 +48,7 @@ const (
 	faultGrantsWaiter            // a waiter woken by another waiter's crash or cut takes the key, held or not
 	strandsCutWaiter             // a waiter whose Locker was cut off waits until its ctx ends, whatever happens
 	resetFreesSilently           // a reset of its connections frees the Locker's keys, its handles unaware
+	sessionResetSilent           // the same, on a harness that declares its locks end with their connection (ResetEndsLocks)
 	dropsCause                   // a call its context ended reports ctx.Err() without the cause
 	refusesLongTTL               // a TTL above an hour, inside the portable range, is refused
 	roundsLeaseUp                // the lease given (and reported) is the TTL asked plus a second
@@ -647,7 +648,7 @@ func (l *toyLocker) crash() {
 // keeps its locks through it (they live in the store, not in a connection),
 // but resetFreesSilently frees them in the store and tells nobody.
 func (l *toyLocker) reset() {
-	if l.flaw != resetFreesSilently {
+	if l.flaw != resetFreesSilently && l.flaw != sessionResetSilent {
 		return
 	}
 	l.mu.Lock()
