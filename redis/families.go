@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-locker/locker"
 	"github.com/go-locker/locker/backend"
+	"github.com/go-locker/locker/redis/internal/releases"
 )
 
 // The Locker has every lock family: semaphores and reader-writer locks, each
@@ -67,7 +68,7 @@ func (l *Locker) famKeysFor(f family, key string) keys {
 		leases:   tag + "leases",
 		fence:    tag + "fence",
 		limit:    tag + "limit",
-		released: tag + "recent-releases",
+		released: tag + releases.Suffix[1:],
 		queue:    tag + "queue",
 		waiters:  tag + "waiters",
 		wakeBase: wakeBase,

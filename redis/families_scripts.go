@@ -25,7 +25,7 @@ import (
 //	fence            the key's fencing counter (as the mutex's, own to the family)
 //	limit            a semaphore's n, while the key has holders or waiters
 //	queue, waiters   the waiters, by arrival and by deadline (as the mutex's)
-//	recent-releases  the latest releases (package releases)
+//	released-by:<o>  a release by owner token o (package releases)
 //	wake:<id>        Pub/Sub channel of the Locker with that id
 //
 // An owner token starts with its holder's kind: 'p' a permit of a

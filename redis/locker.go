@@ -223,8 +223,8 @@ func (l *Locker) keysFor(key string) keys {
 // Cluster slot, watching its handoffs, writing ACLs. Never delete or
 // overwrite the fence counter: tokens would start again (see "Fencing tokens
 // and persistence"). The other names of the key are the lock's with
-// ":recent-releases" (a sorted set: the owner tokens of the latest
-// releases, for a few seconds), ":queue" and ":waiters" (the waiters'
+// ":released-by:" followed by an owner token (a record of that owner's
+// release, for a few seconds), ":queue" and ":waiters" (the waiters'
 // queue) in place of ":lock" (see "How it works"). KeyNames neither
 // validates key nor talks to Redis.
 func (l *Locker) KeyNames(key string) (lock, fence, wake string) {

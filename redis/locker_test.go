@@ -52,7 +52,7 @@ func TestKeyEncoding(t *testing.T) {
 
 // TestKeyNames: the exported names are the ones the scripts use, laid out
 // as the package documentation says: <prefix>{base64url(key)}:lock, :fence
-// and :wake:<Locker id> (and :recent-releases, :queue and :waiters, which KeyNames
+// and :wake:<Locker id> (and :released-by:, :queue and :waiters, which KeyNames
 // does not return); each Locker has a wake-up channel of its own.
 func TestKeyNames(t *testing.T) {
 	for _, tc := range []struct {
@@ -72,7 +72,7 @@ func TestKeyNames(t *testing.T) {
 		if lock != base+":lock" || fence != base+":fence" || wake != base+":wake:"+l.id {
 			t.Errorf("prefix %q, key %q: KeyNames = %q, %q, %q; want %q + :lock, :fence, :wake:%s", tc.prefix, tc.key, lock, fence, wake, base, l.id)
 		}
-		want := keys{lock: lock, fence: fence, wake: wake, released: base + ":recent-releases", queue: base + ":queue", waiters: base + ":waiters", wakeBase: base + ":wake:"}
+		want := keys{lock: lock, fence: fence, wake: wake, released: base + ":released-by:", queue: base + ":queue", waiters: base + ":waiters", wakeBase: base + ":wake:"}
 		if k := l.keysFor(tc.key); k != want {
 			t.Errorf("prefix %q, key %q: KeyNames = %q, %q, %q, but the scripts use %+v", tc.prefix, tc.key, lock, fence, wake, k)
 		}

@@ -185,7 +185,7 @@ func lockSides(b *testing.B, addr string, ctxAware bool) []benchmark.Side {
 		}}
 	}
 	fc, freqs := client()
-	fenced := benchmark.Side{Name: "raw-fenced", Floor: true, Requests: freqs.n.Load, New: func(_ testing.TB, key string, _ int) benchmark.Lock {
+	fenced := benchmark.Side{Name: implRawFenced, Floor: true, Requests: freqs.n.Load, New: func(_ testing.TB, key string, _ int) benchmark.Lock {
 		fid := randomID() // one hash tag: the script's two keys share a Cluster slot
 		lockKey, fenceKey := "bench/{"+fid+"}/"+key, "bench/{"+fid+"}/fence"
 		return func(ctx context.Context) (func(context.Context) error, error) {
@@ -238,6 +238,7 @@ const (
 	implRaw          = "raw"           // SET NX PX polled every rawPoll, compare-and-delete
 	implRedislock    = "redislock"     // bsm/redislock, retrying every rawPoll
 	implRedsync      = "redsync"       // go-redsync/redsync v4 on one pool, retrying every rawPoll
+	implRawFenced    = "raw-fenced"    // rawFencedAcquire retried every rawPoll, compare-and-delete (BenchmarkScale)
 	implSemaphore4   = "semaphore-4"   // a permit of a semaphore of 4, a Locker for each competitor
 )
 

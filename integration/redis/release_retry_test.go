@@ -90,31 +90,43 @@ func TestReleaseRetriedAfterNextHolderReleased(t *testing.T) {
 	}
 }
 
-// TestReleaseRecordsBounded: the record of a key's recent releases keeps
-// the latest 32 owner tokens only, the newest among them, and expires
-// within 15 seconds of the last release.
-func TestReleaseRecordsBounded(t *testing.T) {
+// TestReleaseRecordsExpire: every release of a key is recorded, however
+// many came after it (the record of a retried release must not be lost to
+// the holders that came and went before the retry), each in a key of its own
+// that expires within 15 seconds; nothing else of the key's is left once
+// the records expire but its fence counter.
+func TestReleaseRecordsExpire(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := testCtx(t)
 	admin := testClient(t, srv.Addr(), true)
 	l := newTestLocker(t, srv.Addr())
 	key := uniqueKey(t)
-	lock, _, _ := l.KeyNames(key)
-	record := strings.TrimSuffix(lock, ":lock") + ":recent-releases"
+	lock, fence, _ := l.KeyNames(key)
+	prefix := strings.TrimSuffix(lock, ":lock") + ":released-by:"
 	var owners []string
 	for range 40 {
 		h := mustGet(t, ctx, l, key)
 		mustRelease(t, ctx, h)
 		owners = append(owners, h.Owner())
 	}
-	got, err := admin.ZRange(ctx, record, 0, -1).Result()
+	for i, o := range owners {
+		pttl, err := admin.PTTL(ctx, prefix+o).Result()
+		if err != nil || pttl <= 0 || pttl > 15*time.Second {
+			t.Errorf("record of release %d (%s): PTTL = %v, %v; want in (0, 15s]", i, prefix+o, pttl, err)
+		}
+	}
+	tag := strings.TrimSuffix(lock, "lock")
+	names, err := admin.Keys(ctx, strings.NewReplacer("{", `\{`, "}", `\}`).Replace(tag)+"*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := owners[len(owners)-32:]; !slices.Equal(got, want) {
-		t.Errorf("record %s holds %d owner tokens %v, want the latest 32 in release order %v", record, len(got), got, want)
+	slices.Sort(names)
+	want := []string{fence}
+	for _, o := range owners {
+		want = append(want, prefix+o)
 	}
-	if pttl := admin.PTTL(ctx, record).Val(); pttl <= 0 || pttl > 15*time.Second {
-		t.Errorf("record's expiry = %v, want in (0, 15s]", pttl)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("the key's names after 40 releases: %v, want its fence counter and the 40 records %v", names, want)
 	}
 }

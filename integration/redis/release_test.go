@@ -39,10 +39,10 @@ func (r *replayReleases) ProcessHook(next goredis.ProcessHook) goredis.ProcessHo
 }
 
 // isRelease reports whether cmd runs the release script, which names the
-// key's ":recent-releases" record.
+// key's record prefix (":released-by:"; see package releases).
 func isRelease(cmd goredis.Cmder) bool {
 	for _, a := range cmd.Args() {
-		if s, ok := a.(string); ok && strings.HasSuffix(s, ":recent-releases") {
+		if s, ok := a.(string); ok && strings.HasSuffix(s, ":released-by:") {
 			return true
 		}
 	}

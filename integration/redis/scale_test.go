@@ -2,9 +2,13 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/go-redsync/redsync/v4"
 	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
@@ -17,7 +21,9 @@ import (
 
 // BenchmarkScale is the shared Scale case (conformance/benchmark.RunScale)
 // on the Locker (a Locker per client, like separate processes) beside
-// redsync (an instance per client, retrying every rawPoll), each side on a
+// redsync (an instance per client, retrying every rawPoll) and raw-fenced
+// (the least a lock with a fencing token costs: rawFencedAcquire, retried
+// every rawPoll, and the compare-and-delete release), each side on a
 // go-redis client of its own whose requests are counted, on the one test
 // server, phase by phase. Two shapes:
 //
@@ -43,7 +49,7 @@ func BenchmarkScale(b *testing.B) {
 		b.Run(fmt.Sprintf("keys=%d,clients=%d", shape.keys, shape.clients), func(b *testing.B) {
 			benchmark.RunScale(b, benchmark.Scale{
 				Keys: shape.keys, Clients: shape.clients, Hold: contendedHold, Usage: usage,
-				Sides: []benchmark.ScaleSide{scaleSide(b, addr, implLocker), scaleSide(b, addr, implRedsync)},
+				Sides: []benchmark.ScaleSide{scaleSide(b, addr, implLocker), scaleSide(b, addr, implRedsync), scaleSide(b, addr, implRawFenced)},
 			})
 		})
 	}
@@ -75,6 +81,29 @@ func scaleSide(b *testing.B, addr, impl string) benchmark.ScaleSide {
 						}
 						return nil
 					}, nil
+				}
+			}
+		}
+	case implRawFenced:
+		s.Client = func(testing.TB, int) benchmark.Client {
+			return func(key string) benchmark.Lock {
+				lockKey, fenceKey := "bench/{"+key+"}/lock", "bench/{"+key+"}/fence"
+				return func(ctx context.Context) (func(context.Context) error, error) {
+					owner := randomID()
+					for {
+						token, err := rawFencedAcquire.Run(ctx, c, []string{lockKey, fenceKey}, owner, benchTTL.Milliseconds()).Int64()
+						if err == nil && token > 0 {
+							return func(ctx context.Context) error { return rawUnlock(ctx, c, lockKey, owner) }, nil
+						}
+						if err != nil && !errors.Is(err, goredis.Nil) {
+							return nil, err
+						}
+						select {
+						case <-time.After(rawPoll):
+						case <-ctx.Done():
+							return nil, ctx.Err()
+						}
+					}
 				}
 			}
 		}

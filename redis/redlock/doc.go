@@ -97,9 +97,9 @@
 // deleted. It succeeds when a majority deleted; when nodes failed it gives
 // the lock up all the same and says on how many nodes it remains until its
 // TTL ends; when every node answered and fewer than a majority held it, the
-// error wraps locker.ErrLost. Each node remembers the key's latest 32
-// releases for 15 seconds after the last (their owner tokens, in a sorted
-// set under the key's ":recent-releases" name), so that a release whose
+// error wraps locker.ErrLost. Each node remembers each release of the
+// key for 15 seconds (a string named by the key's ":released-by:" and the
+// owner token), so that a release whose
 // reply was lost and which go-redis sends again is counted as done, not as
 // a lock that had expired, even when other holders came and went
 // meanwhile. The clean-up of a failed round is remembered the same way,

@@ -30,7 +30,7 @@ import (
 //	B:fence    the node's counter: tickets and tokens come from it
 //	B:claims   the tokens claimed on the node: owner tokens scored by
 //	           the token each claimed (see famClaimScript)
-//	B:recent-releases, as the mutex's (see releases)
+//	B:released-by:<owner>, as the mutex's (see releases)
 //
 // A waiter id starts with the mode it waits for ("r" or "w" on a
 // reader-writer lock, "p" on a semaphore), so that a reader can tell a
@@ -46,12 +46,10 @@ local Q, QX, FENCE, R, W = B .. ':q', B .. ':qx', B .. ':fence', B .. ':r', B ..
 -- all writers, so its scripts skip what only readers need (MUTEX).
 local MUTEX = false
 if KEYS[3] then W, MUTEX = KEYS[3], true end
--- now_ms reads the node's clock; CLOCK keeps TIME's reply for
--- remember_release_at.
-local CLOCK
+-- now_ms reads the node's clock.
 local function now_ms()
-  CLOCK = redis.call('TIME')
-  return tonumber(CLOCK[1]) * 1000 + math.floor(tonumber(CLOCK[2]) / 1000)
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function slot_key(i) return B .. ':s:' .. i end
 local function counter() return tonumber(redis.call('GET', FENCE) or '0') end
@@ -514,7 +512,7 @@ if id ~= '' and what == 'keep' and not released_before(KEYS[2], id) then
 elseif id ~= '' and what == 'drop' then
   left = redis.call('ZREM', Q, id) == 1
   redis.call('ZREM', QX, id)
-  remember_release_at(KEYS[2], id, ms, CLOCK)
+  remember_release(KEYS[2], id, ms)
 end
 if kind == 'p' and not live() then
   redis.call('DEL', B .. ':n')
@@ -522,10 +520,10 @@ end
 if not held then
   if left then wake(kind, channel) end
   if released_before(KEYS[2], owner) then return 1 end
-  if announce ~= '1' then remember_release_at(KEYS[2], owner, ms, CLOCK) end
+  if announce ~= '1' then remember_release(KEYS[2], owner, ms) end
   return 0
 end
-remember_release_at(KEYS[2], owner, ms, CLOCK)
+remember_release(KEYS[2], owner, ms)
 if announce == '1' or left then wake(kind, channel, kind == 'w', head) end
 return 1
 `)

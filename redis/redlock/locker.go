@@ -235,9 +235,8 @@ func (l *Locker) keysFor(key string) keys {
 // node: the lock (a string holding the holder's owner token, expiring with
 // the lease), the node's fencing counter (an integer that never expires)
 // and the Pub/Sub channel on which releases are announced. (A fourth key,
-// the name of lock with ":lock" replaced by ":recent-releases", a sorted set,
-// holds the owner tokens of the key's latest releases for 15 seconds after
-// the last one, so that a release retried by go-redis is recognised, and a
+// the name of lock with ":lock" replaced by ":released-by:", followed by an
+// owner token, is the record of that owner's release, for 15 seconds, so that a release retried by go-redis is recognised, and a
 // late acquire request of a round that gave up is refused. The waiters'
 // queue is beside it: ":q", a sorted set of waiter ids scored by ticket,
 // and ":qx", their entries' leases; see "Waiting".) It is for operators

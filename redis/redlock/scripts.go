@@ -225,14 +225,13 @@ return r
 // key's channel: only that waiter runs a round, not every waiter of the
 // key).
 //
-// The release is remembered (our owner token in the recent releases,
-// a sorted set scored in the order of the releases, which holds the latest
-// releases.Records owner tokens of the key and
-// expires releaseMemory after the last release), as the redis
+// The release is remembered (a record of its own, named by the key's
+// record prefix and our owner token, which expires releaseMemory after the
+// release; see package releases), as the redis
 // package's release is, because go-redis retries a request whose reply was
 // lost (a connection reset): the retry finds the lock gone, and without
 // the record a Release that worked on a majority would report a lost lock.
-// A set, not one record per key: the next holder may take the key and
+// A record per release, not one per key: the next holder may take the key and
 // release it before the retry comes (its waiters are woken at once), and
 // its record must not hide ours. The clean-up of a failed round records
 // its owner token too, whether or not its lock was there: an acquire
