@@ -180,7 +180,24 @@ end
 // free, a reader when no writer holds or waits ahead of it, a writer when
 // nobody holds and nobody waits ahead of it. The grant takes the waiter
 // out of the queue; a round that fails puts it back (famReleaseScript).
-var famAcquireScript = newScript(luaFamily + `
+var famAcquireScript = newScript(`
+-- The mutex's grant with nobody queued and nobody holding, before the
+-- prelude's functions are made (they cost every call that does not use
+-- them: issue 32): ZCARD, GET, EXISTS (a round given up: see the
+-- mutex's grant in scripts.go), INCR and SET, as below. FAST_QLEN is the
+-- queue's length when read here.
+local FAST_QLEN
+if KEYS[3] and not (ARGV[5] ~= '' and tonumber(ARGV[6]) > 0) then
+  FAST_QLEN = redis.call('ZCARD', KEYS[1] .. ':q')
+  if FAST_QLEN == 0 and not redis.call('GET', KEYS[3])
+      and not (` + releases.Released("KEYS[2]", "ARGV[2]") + `)
+      and (ARGV[5] == '' or not (` + releases.Released("KEYS[2]", "ARGV[5]") + `)) then
+    local v = redis.call('INCR', KEYS[1] .. ':fence')
+    redis.call('SET', KEYS[3], ARGV[2] .. ':' .. v, 'PX', ARGV[3])
+    return {1, v, 0, {}}
+  end
+end
+` + luaFamily + `
 local kind, owner, ttl, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local id, ticket, lease, prefer = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local channel = ARGV[9]
@@ -190,7 +207,7 @@ local channel = ARGV[9]
 -- waiter's round with its ticket writes its entry: it reads the clock.)
 local now, qlen
 if MUTEX and not (id ~= '' and ticket > 0) then
-  qlen = redis.call('ZCARD', Q)
+  qlen = FAST_QLEN
   if qlen > 0 then
     now = now_ms()
     if purge(now) > 0 then qlen = nil end
@@ -483,7 +500,21 @@ return 1
 // A waiter taken out of the queue wakes the waiters it held back (a
 // writer that gave up its wait lets the readers behind it in), whatever
 // ARGV[4] says.
-var famReleaseScript = newScript(luaFamily + `
+var famReleaseScript = newScript(`
+-- The mutex's release with nobody queued and no queue entry of the
+-- caller's, before the prelude's functions are made (see
+-- famAcquireScript): GET, EXISTS, DEL and the record, as below (which
+-- would wake nobody).
+if KEYS[3] and ARGV[6] == '' then
+  local v, o = redis.call('GET', KEYS[3]), ARGV[2]
+  if (v == o or (v and string.sub(v, 1, #o + 1) == o .. ':'))
+      and redis.call('EXISTS', KEYS[1] .. ':q') == 0 then
+    redis.call('DEL', KEYS[3])
+    ` + releases.Remember("KEYS[2]", "o", "ARGV[5]") + `
+    return 1
+  end
+end
+` + luaFamily + `
 local kind, owner, channel, announce, ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local id, what = ARGV[6], ARGV[7]
 local now = now_ms()

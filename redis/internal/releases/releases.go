@@ -45,6 +45,13 @@ func Remember(rec, owner, ms string) string {
 	return "redis.call('SET', " + rec + " .. " + owner + ", '1', 'PX', " + ms + ")"
 }
 
+// Released is the Lua expression that tells whether a release of owner is
+// recorded under the record prefix rec (each a Lua expression), for a
+// script that reads it before Lua is defined.
+func Released(rec, owner string) string {
+	return "redis.call('EXISTS', " + rec + " .. " + owner + ") == 1"
+}
+
 // Lua defines two functions for a script that includes it (prepend it):
 //
 //	remember_release(rec, owner, ms)
@@ -63,6 +70,6 @@ local function remember_release(rec, owner, ms)
   ` + Remember("rec", "owner", "ms") + `
 end
 local function released_before(rec, owner)
-  return redis.call('EXISTS', rec .. owner) == 1
+  return ` + Released("rec", "owner") + `
 end
 `
