@@ -183,18 +183,25 @@ end
 var famAcquireScript = newScript(`
 -- The mutex's grant with nobody queued and nobody holding, before the
 -- prelude's functions are made (they cost every call that does not use
--- them: issue 32): ZCARD, GET, EXISTS (a round given up: see the
+-- them: issue 32): ZCARD, GET, one EXISTS of the release records of the
+-- owner token and the waiter id (a round or a wait given up: see the
 -- mutex's grant in scripts.go), INCR and SET, as below. FAST_QLEN is the
 -- queue's length when read here.
 local FAST_QLEN
 if KEYS[3] and not (ARGV[5] ~= '' and tonumber(ARGV[6]) > 0) then
   FAST_QLEN = redis.call('ZCARD', KEYS[1] .. ':q')
-  if FAST_QLEN == 0 and not redis.call('GET', KEYS[3])
-      and not (` + releases.Released("KEYS[2]", "ARGV[2]") + `)
-      and (ARGV[5] == '' or not (` + releases.Released("KEYS[2]", "ARGV[5]") + `)) then
-    local v = redis.call('INCR', KEYS[1] .. ':fence')
-    redis.call('SET', KEYS[3], ARGV[2] .. ':' .. v, 'PX', ARGV[3])
-    return {1, v, 0, {}}
+  if FAST_QLEN == 0 and not redis.call('GET', KEYS[3]) then
+    local late
+    if ARGV[5] == '' then
+      late = ` + releases.Released("KEYS[2]", "ARGV[2]") + `
+    else
+      late = ` + releases.ReleasedAny("KEYS[2]", "ARGV[2]", "ARGV[5]") + `
+    end
+    if not late then
+      local v = redis.call('INCR', KEYS[1] .. ':fence')
+      redis.call('SET', KEYS[3], ARGV[2] .. ':' .. v, 'PX', ARGV[3])
+      return {1, v, 0, {}}
+    end
   end
 end
 ` + luaFamily + `

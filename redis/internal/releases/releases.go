@@ -52,6 +52,13 @@ func Released(rec, owner string) string {
 	return "redis.call('EXISTS', " + rec + " .. " + owner + ") == 1"
 }
 
+// ReleasedAny is the Lua expression that tells whether a release of owner
+// or of other is recorded under rec (each a Lua expression): one EXISTS
+// for both.
+func ReleasedAny(rec, owner, other string) string {
+	return "redis.call('EXISTS', " + rec + " .. " + owner + ", " + rec + " .. " + other + ") > 0"
+}
+
 // Lua defines two functions for a script that includes it (prepend it):
 //
 //	remember_release(rec, owner, ms)
