@@ -303,7 +303,7 @@
 // waits' (SUBSCRIBE, UNSUBSCRIBE, PING), the connection's (HELLO) and the
 // eviction check's (INFO):
 //
-//	ACL SETUSER app on >password resetkeys ~app:* resetchannels &app:* -@all +evalsha +eval +get +set +incr +pttl +del +exists +pexpire +time +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +zrank +zremrangebyrank +zcard +hget +hset +hdel +publish +subscribe +unsubscribe +ping +hello +info
+//	ACL SETUSER app on >password resetkeys ~app:* resetchannels &app:* -@all +evalsha +eval +get +set +incr +pttl +del +exists +pexpire +time +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +zrank +zcard +hget +hset +hdel +publish +subscribe +unsubscribe +ping +hello +info
 //
 // The integration tests run the conformance suite as a user with this
 // rule, as written here. A user without one of these rights gets the
