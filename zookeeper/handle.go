@@ -98,7 +98,9 @@ func (h *Handle) lostErr(why string) error {
 // Release deletes the holder's node (by its own, unique path: never another
 // holder's) and so wakes the next waiter. A node already gone (deleted from
 // outside, or the session expired) makes it fail with an error wrapping
-// locker.ErrLost. When the server cannot be reached before ctx ends, the
+// locker.ErrLost. A connection that closes with the delete unanswered is
+// waited for (within ctx) and the delete sent again, as long as the
+// session lives. When the server cannot be reached before ctx ends, the
 // lock is given up all the same: the deletion goes on when the connection
 // comes back, and the node ends with the session otherwise.
 func (h *Handle) Release(ctx context.Context) error {
@@ -121,11 +123,30 @@ func (h *Handle) Release(ctx context.Context) error {
 		s.deleteDetached(h.node)
 		return backend.KeyError("release", h.key, h.state.Err())
 	}
-	err := s.l.call(ctx, func() error { return s.conn.Delete(h.node, -1) }, func(err error) {
+	del := func() error { return s.conn.Delete(h.node, -1) }
+	late := func(err error) {
 		if isConnErr(err) && !errors.Is(err, zk.ErrClosing) {
 			s.deleteDetached(h.node)
 		}
-	})
+	}
+	err := s.l.call(ctx, del, late)
+	for isConnErr(err) && !errors.Is(err, zk.ErrClosing) {
+		// The connection closed with the delete sent or queued: whether
+		// the server deleted the node is unknown. While the session
+		// lives its node stays until deleted, so once the connection is
+		// back (within ctx) the delete is sent again, and a node gone
+		// then was deleted by the first (nothing else removes a live
+		// session's node but a delete from outside, which the holder
+		// would have been told of as a loss). If the session ended
+		// meanwhile, the node went with it: the lock is given up below.
+		sid, _, werr := s.awaitConnected(ctx)
+		if werr != nil || sid != h.sid || s.expiredBy(time.Now()) != "" {
+			break
+		}
+		if err = s.l.call(ctx, del, late); errors.Is(err, zk.ErrNoNode) {
+			err = nil
+		}
+	}
 	s.l.life.Drop(h)
 	switch {
 	case err == nil:

@@ -1071,3 +1071,40 @@ func TestWaiterNodeDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReleaseAnswerLost: a Release whose delete reached the server, but
+// whose answer was lost with the connection, reports success once the
+// session is back: the node is gone because that delete took effect (the
+// session lives, so nothing else removed it). (It used to fail with "the
+// server did not confirm the deletion": a CI rehearsal of e750acb met it in
+// TestEnsembleConformance/Loss/ConnectionsReset, whose Release of a lock
+// that survived the reset met a connection that closed.)
+func TestReleaseAnswerLost(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	a := newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	settleDir(t, ctx, a.l, k)
+	for round := range 3 {
+		h, err := a.l.Acquire(ctx, k)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		a.px.Latency(t, time.Second) // answers are held in the proxy
+		ch := make(chan error, 1)
+		go func() { ch <- h.Release(ctx) }()
+		// Wait until the delete reached the server, then break the
+		// connection with its answer still in the proxy.
+		waitNodes(t, admin, k, 5*time.Second, "the delete never reached the server",
+			func(kids []string) bool { return len(kids) == 0 })
+		a.px.ResetAll(t)
+		a.px.Heal(t)
+		if err := <-ch; err != nil {
+			t.Fatalf("round %d: Release whose answer was lost with the connection: %v, want nil (its delete took effect)", round, err)
+		}
+		if err := h.Err(); !errors.Is(err, locker.ErrReleased) {
+			t.Fatalf("round %d: Err() after the Release = %v, want locker.ErrReleased", round, err)
+		}
+	}
+}
