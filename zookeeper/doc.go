@@ -370,9 +370,12 @@
 //     the holder's watch on its own node fires and the lock is lost (for
 //     a lock whose watch was not set while it waited, at the latest when
 //     the watch is set, 50ms after the acquisition).
-//   - A Release that cannot reach the server before its context ends gives
-//     the lock up anyway (Done closes, the error says so); the node is
-//     deleted when the connection returns, or ends with the session.
+//   - A Release whose connection closes before the server answers waits
+//     for the connection to come back and deletes again (a node gone by
+//     then was deleted by the first attempt, as the session lived). One
+//     that cannot reach the server before its context ends gives the lock
+//     up anyway (Done closes, the error says so); the node is deleted when
+//     the connection returns, or ends with the session.
 //   - Clock rates: the holder measures the session timeout on its own
 //     clock and the server on its own; the drift margin covers a rate
 //     difference up to a tenth, and the time a ping takes to reach the
