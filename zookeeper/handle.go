@@ -136,11 +136,19 @@ func (h *Handle) Release(ctx context.Context) error {
 		// lives its node stays until deleted, so once the connection is
 		// back (within ctx) the delete is sent again, and a node gone
 		// then was deleted by the first (nothing else removes a live
-		// session's node but a delete from outside, which the holder
-		// would have been told of as a loss). If the session ended
-		// meanwhile, the node went with it: the lock is given up below.
-		sid, _, werr := s.awaitConnected(ctx)
-		if werr != nil || sid != h.sid || s.expiredBy(time.Now()) != "" {
+		// session's node but a delete from outside, and the holder was
+		// deleting it anyway). If the session ended meanwhile, the node
+		// went with it: the lock is given up below. The wait ends, at
+		// the latest, when the session's deadline passes while
+		// disconnected and the lock is given up as lost (awaitRetry).
+		if !h.awaitRetry(ctx) {
+			if lost := h.state.Err(); lost != nil {
+				// The session's deadline passed while it waited: the
+				// lock was given up as lost (loseSessionLocked), its
+				// node to be deleted should the session come back.
+				s.l.life.Drop(h)
+				return backend.KeyError("release", h.key, lost)
+			}
 			break
 		}
 		if err = s.l.call(ctx, del, late); errors.Is(err, zk.ErrNoNode) {
@@ -168,6 +176,37 @@ func (h *Handle) Release(ctx context.Context) error {
 	}
 	h.state.End(locker.ErrReleased)
 	return backend.KeyError("release", h.key, fmt.Errorf("zookeeper: the server did not confirm the deletion of the lock node (the lock is given up; the node is deleted when the connection comes back, or ends with the session): %w", err))
+}
+
+// awaitRetry waits until the connection of h's session is back, and
+// reports whether h's delete may be sent again: false once ctx ends, the
+// Locker closes, the session is another one, or h's lock was given up (the
+// session's deadline passed while disconnected: see loseSessionLocked),
+// which also bounds the wait when ctx has no deadline.
+func (h *Handle) awaitRetry(ctx context.Context) bool {
+	s := h.s
+	for {
+		s.mu.Lock()
+		connected, sid, ch := s.connected, s.sessID, s.sessCh
+		s.mu.Unlock()
+		if sid != h.sid || h.state.Ended() {
+			return false
+		}
+		if connected {
+			return s.expiredBy(time.Now()) == ""
+		}
+		select {
+		case <-ch:
+		case <-h.state.Done():
+			return false
+		case <-ctx.Done():
+			return false
+		case <-s.l.life.Closing().Done():
+			return false
+		case <-s.stop:
+			return false
+		}
+	}
 }
 
 // setDup records, for a node whose create was retried, where a duplicate

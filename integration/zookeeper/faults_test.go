@@ -1108,3 +1108,39 @@ func TestReleaseAnswerLost(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseServerGone: a Release whose connection closes (the server
+// silent, then the connection reset) and never comes back, on a context
+// without a deadline, does not wait for ever for the connection: it ends
+// once the session's deadline passes, the lock reported lost.
+func TestReleaseServerGone(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	a := newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	h, err := a.l.Acquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.px.Blackhole(t)
+	start := time.Now()
+	ch := make(chan error, 1)
+	go func() { ch <- h.Release(context.Background()) }()
+	var rerr error
+	select {
+	case rerr = <-ch:
+	case <-time.After(3 * sessionTimeout):
+		a.px.Heal(t)
+		t.Fatalf("Release with the server gone, on a context without a deadline, still waiting after %v (session timeout %v)", 3*sessionTimeout, sessionTimeout)
+	}
+	if !errors.Is(rerr, locker.ErrLost) && !strings.Contains(fmt.Sprint(rerr), "did not confirm") {
+		t.Errorf("Release with the server gone: %v, want an error wrapping locker.ErrLost or one saying the deletion was not confirmed", rerr)
+	}
+	select {
+	case <-h.Done():
+	default:
+		t.Errorf("Done() still open after a Release that gave up")
+	}
+	t.Logf("Release with the server gone returned after %v: %v", time.Since(start).Round(time.Millisecond), rerr)
+	a.px.Heal(t)
+}
