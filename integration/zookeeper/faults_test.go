@@ -351,27 +351,14 @@ func TestLockDirDeletedBetweenHolders(t *testing.T) {
 // The create's answer is lost with the connection: the Locker adopts the
 // node that carries its GUID, leaving no ghost behind.
 func TestGhostNodeAdoption(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
-	admin := adminConn(t, srv.Addr())
-	a := newClient(t, srv.Addr())
-	ctx := ctxFor(t, time.Minute)
-	k := testKey(t)
-	settleDir(t, ctx, a.l, k)
+	_, admin, a, ctx, k := answerLossSetup(t)
 	for round := range 3 {
-		a.px.Latency(t, time.Second) // answers are held in the proxy
-		ch := make(chan error, 1)
 		var h locker.Handle
-		go func() {
-			var err error
+		err := loseAnswer(t, a, admin, k, "the create never reached the server", nonEmpty, func() (err error) {
 			h, err = a.l.Acquire(ctx, k)
-			ch <- err
-		}()
-		// Wait until the create reached the server, then break the
-		// connection with its answer still in the proxy.
-		waitNodes(t, admin, k, 5*time.Second, "the create never reached the server", nonEmpty)
-		a.px.ResetAll(t)
-		a.px.Heal(t)
-		if err := <-ch; err != nil {
+			return err
+		})
+		if err != nil {
 			t.Fatalf("round %d: Acquire after the lost answer: %v", round, err)
 		}
 		kids := lockNodes(t, admin, k)
@@ -393,12 +380,7 @@ func TestGhostNodeAdoption(t *testing.T) {
 // it. Without that the node, ephemeral but of a session that lives on,
 // would block every other client for as long as this Locker stays open.
 func TestGhostNodeAbandoned(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
-	admin := adminConn(t, srv.Addr())
-	a := newClient(t, srv.Addr())
-	ctx := ctxFor(t, time.Minute)
-	k := testKey(t)
-	settleDir(t, ctx, a.l, k)
+	addr, admin, a, ctx, k := answerLossSetup(t)
 	a.px.Latency(t, time.Second) // answers are held in the proxy
 	actx, cancel := context.WithCancel(ctx)
 	ch := make(chan error, 1)
@@ -418,7 +400,7 @@ func TestGhostNodeAbandoned(t *testing.T) {
 	waitNodes(t, admin, k, 15*time.Second, "the abandoned Acquire left a ghost node of a live session",
 		func(kids []string) bool { return len(kids) == 0 })
 	// And the key is free for another client.
-	b := newClient(t, srv.Addr())
+	b := newClient(t, addr)
 	tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer tcancel()
 	h, err := b.l.TryAcquire(tctx, k)
@@ -1080,27 +1062,15 @@ func TestWaiterNodeDeleted(t *testing.T) {
 // TestEnsembleConformance/Loss/ConnectionsReset, whose Release of a lock
 // that survived the reset met a connection that closed.)
 func TestReleaseAnswerLost(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
-	admin := adminConn(t, srv.Addr())
-	a := newClient(t, srv.Addr())
-	ctx := ctxFor(t, time.Minute)
-	k := testKey(t)
-	settleDir(t, ctx, a.l, k)
+	_, admin, a, ctx, k := answerLossSetup(t)
 	for round := range 3 {
 		h, err := a.l.Acquire(ctx, k)
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		a.px.Latency(t, time.Second) // answers are held in the proxy
-		ch := make(chan error, 1)
-		go func() { ch <- h.Release(ctx) }()
-		// Wait until the delete reached the server, then break the
-		// connection with its answer still in the proxy.
-		waitNodes(t, admin, k, 5*time.Second, "the delete never reached the server",
-			func(kids []string) bool { return len(kids) == 0 })
-		a.px.ResetAll(t)
-		a.px.Heal(t)
-		if err := <-ch; err != nil {
+		err = loseAnswer(t, a, admin, k, "the delete never reached the server",
+			func(kids []string) bool { return len(kids) == 0 }, func() error { return h.Release(ctx) })
+		if err != nil {
 			t.Fatalf("round %d: Release whose answer was lost with the connection: %v, want nil (its delete took effect)", round, err)
 		}
 		if err := h.Err(); !errors.Is(err, locker.ErrReleased) {
@@ -1143,4 +1113,32 @@ func TestReleaseServerGone(t *testing.T) {
 	}
 	t.Logf("Release with the server gone returned after %v: %v", time.Since(start).Round(time.Millisecond), rerr)
 	a.px.Heal(t)
+}
+
+// answerLossSetup is the set-up of the tests that lose an answer: a
+// server's address, an admin connection to it, a client behind a proxy, a
+// context, and a key whose lock directory exists.
+func answerLossSetup(t *testing.T) (string, *zk.Conn, client, context.Context, string) {
+	srv := testserver.ZooKeeper(t)
+	admin := adminConn(t, srv.Addr())
+	a := newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	k := testKey(t)
+	settleDir(t, ctx, a.l, k)
+	return srv.Addr(), admin, a, ctx, k
+}
+
+// loseAnswer runs op with the server's answers held in a's proxy, waits
+// until its request reached the server (done, on k's lock directory), then
+// breaks the connection with the answer still in the proxy and heals the
+// link; it returns op's error.
+func loseAnswer(t *testing.T, a client, admin *zk.Conn, k, what string, done func([]string) bool, op func() error) error {
+	t.Helper()
+	a.px.Latency(t, time.Second)
+	ch := make(chan error, 1)
+	go func() { ch <- op() }()
+	waitNodes(t, admin, k, 5*time.Second, what, done)
+	a.px.ResetAll(t)
+	a.px.Heal(t)
+	return <-ch
 }
