@@ -4,11 +4,17 @@
 // client's own monotonic clock once no renewal has succeeded in time, even
 // while a renewal request hangs.
 //
-// A Renewal costs two runtime timers and no goroutine while it waits: the Go
+// A Renewal costs one runtime timer and no goroutine while it waits: the Go
 // runtime keeps every timer of the process in a per-P min-heap, so a Locker
 // holding ten thousand locks has ten thousand timers in that heap, not ten
-// thousand parked goroutines with their stacks. A renewal runs on the timer's
-// goroutine, started by the runtime when it is due.
+// thousand parked goroutines with their stacks. The timer is armed for the
+// Renewal's next event, whichever comes first: the next renewal, the check
+// of a renewal in flight for slowness, or the deadline (a renewal is due
+// well before it, so the deadline is the next event only while a renewal
+// hangs, or without a watchdog). Each firing runs on a goroutine of its own,
+// started by the runtime: a renewal that hangs does not hold the loss back.
+// (Until December 2026 there were two timers, the loss's and the renewal's:
+// one more to make and stop on every acquisition; issue 32.)
 //
 // The deadline is sent + TTL − Drift, where sent is when the acquiring (or
 // the last successful renewing) request left the client: the server started
@@ -82,8 +88,7 @@ type Renewal struct {
 
 	mu       sync.Mutex
 	deadline time.Time          // until when the lock is surely ours (monotonic)
-	loss     *time.Timer        // fires at the deadline, re-arms if it moved
-	renew    *time.Timer        // the next renewal; nil without Renew
+	timer    *time.Timer        // armed for the next event (see rearm)
 	inflight context.CancelFunc // cancels the renewal in flight, if any
 	sentAt   time.Time          // when the renewal in flight was sent
 	slow     bool               // the renewal in flight was reported slow (Failed)
@@ -113,21 +118,22 @@ func StartRenewal(sent time.Time, cfg RenewConfig) *Renewal {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.loss = time.AfterFunc(time.Until(l.deadline), func() { l.run(l.check) })
+	next := l.deadline
 	if cfg.Renew != nil {
 		l.due = sent.Add(l.interval)
-		l.renew = time.AfterFunc(time.Until(l.due), func() { l.run(l.renewOnce) })
+		next = earlier(next, l.due)
 	}
+	l.timer = time.AfterFunc(time.Until(next), l.fire)
 	return l
 }
 
-// run runs f inside the owner's Go, if any.
-func (l *Renewal) run(f func()) {
+// run runs f inside the owner's Go, if any; false when Go refused it.
+func (l *Renewal) run(f func()) bool {
 	if l.cfg.Go == nil {
 		f()
-		return
+		return true
 	}
-	l.cfg.Go(f)
+	return l.cfg.Go(f)
 }
 
 // Deadline returns until when the lock is surely held, on the monotonic
@@ -217,10 +223,7 @@ func (l *Renewal) Stop() bool {
 
 func (l *Renewal) stopLocked() {
 	l.stopped = true
-	l.loss.Stop()
-	if l.renew != nil {
-		l.renew.Stop()
-	}
+	l.timer.Stop()
 	if l.inflight != nil {
 		l.inflight()
 		l.inflight = nil
@@ -241,11 +244,58 @@ func (l *Renewal) lose(cause error) {
 	l.cfg.Lost(cause)
 }
 
-// check runs when the loss timer fires. The timer is not moved on every
-// renewal; it fires at the old deadline and re-arms itself if a renewal has
-// moved the deadline since.
+// fire runs when the timer fires, on a goroutine of its own: the loss
+// check once the deadline has passed, else what renewOnce has to do.
+func (l *Renewal) fire() {
+	l.mu.Lock()
+	stopped, past := l.stopped, !time.Now().Before(l.deadline)
+	l.mu.Unlock()
+	switch {
+	case stopped:
+	case past || l.cfg.Renew == nil:
+		l.run(l.check)
+	case !l.run(l.renewOnce):
+		// The owner is closing and ends the lock itself; the loss is
+		// still checked for at the deadline (and refused too, unless
+		// the owner has stopped the lease by then).
+		l.mu.Lock()
+		if now := time.Now(); !l.stopped && now.Before(l.deadline) {
+			l.timer.Reset(l.deadline.Sub(now))
+		}
+		l.mu.Unlock()
+	}
+}
+
+// rearm arms the timer for the next event: the deadline, or before it
+// the next renewal (none in flight), or the slow check of the renewal in
+// flight (not reported slow yet). l.mu is held. A firing that finds nothing
+// due (a timer run late, raced by a renewal's answer) re-arms it; a
+// firing early costs a look, never a missed event, since each path of
+// fire ends with the timer armed for what is left.
+func (l *Renewal) rearm(now time.Time) {
+	next := l.deadline
+	if l.cfg.Renew != nil {
+		switch {
+		case l.inflight == nil:
+			next = earlier(next, l.due)
+		case !l.slow:
+			next = earlier(next, l.sentAt.Add(l.retry))
+		}
+	}
+	l.timer.Reset(max(next.Sub(now), 0))
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// check declares the loss once the deadline has passed, and re-arms the
+// timer otherwise (a renewal moved the deadline since it was armed).
 //
-// This timer, not the renewal, declares the loss: a renewal request may hang
+// The timer, not the renewal, declares the loss: a renewal request may hang
 // (a partition, a paused server) past the deadline, and the holder must hear
 // of the loss before the server lets anyone else in.
 func (l *Renewal) check() {
@@ -254,8 +304,8 @@ func (l *Renewal) check() {
 		l.mu.Unlock()
 		return
 	}
-	if rem := time.Until(l.deadline); rem > 0 {
-		l.loss.Reset(rem)
+	if now := time.Now(); now.Before(l.deadline) {
+		l.rearm(now)
 		l.mu.Unlock()
 		return
 	}
@@ -286,10 +336,10 @@ func (l *Renewal) check() {
 // request, and it may not answer before the lease runs out.
 var ErrSlow = errors.New("renewal has not answered")
 
-// renewOnce runs when the renew timer fires: when a renewal is due, and
-// Retry after a renewal was sent, to report it slow if it has not
-// answered (a request that hangs fails only at the deadline, too late to
-// warn of anything).
+// renewOnce runs when the timer fires before the deadline: when a renewal
+// is due, and Retry after a renewal was sent, to report it slow if it has
+// not answered (a request that hangs fails only at the deadline, too late
+// to warn of anything).
 func (l *Renewal) renewOnce() {
 	l.mu.Lock()
 	if l.stopped {
@@ -303,6 +353,7 @@ func (l *Renewal) renewOnce() {
 		if report {
 			l.slow = true
 		}
+		l.rearm(now)
 		since, gen := now.Sub(l.sentAt), l.gen
 		l.mu.Unlock()
 		if report && l.cfg.Failed != nil {
@@ -320,7 +371,8 @@ func (l *Renewal) renewOnce() {
 		return
 	}
 	if now.Before(l.due) {
-		// A stale run of the timer, re-armed meanwhile for l.due.
+		// An early or stale run of the timer.
+		l.rearm(now)
 		l.mu.Unlock()
 		return
 	}
@@ -328,7 +380,7 @@ func (l *Renewal) renewOnce() {
 	l.inflight, l.sentAt, l.slow = cancel, now, false
 	l.gen++
 	l.tries++
-	l.renew.Reset(l.retry)
+	l.rearm(now) // the slow check, or the deadline
 	l.mu.Unlock()
 
 	sent := now
@@ -345,7 +397,7 @@ func (l *Renewal) renewOnce() {
 	case err == nil && ok:
 		l.extend(sent)
 		l.due = sent.Add(l.interval)
-		l.renew.Reset(max(time.Until(l.due), 0))
+		l.rearm(time.Now())
 		l.mu.Unlock()
 		l.renewed()
 		return
@@ -357,8 +409,9 @@ func (l *Renewal) renewOnce() {
 		// Transient (network, failover, timeout): retry soon; the loss
 		// timer ends the lock if no renewal succeeds in time.
 		l.lastErr = err
-		l.due = time.Now().Add(l.retry)
-		l.renew.Reset(l.retry)
+		now := time.Now()
+		l.due = now.Add(l.retry)
+		l.rearm(now)
 		l.mu.Unlock()
 		if l.cfg.Failed != nil {
 			l.cbMu.Lock()
