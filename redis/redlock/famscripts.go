@@ -183,25 +183,20 @@ end
 var famAcquireScript = newScript(`
 -- The mutex's grant with nobody queued and nobody holding, before the
 -- prelude's functions are made (they cost every call that does not use
--- them: issue 32): ZCARD, GET, one EXISTS of the release records of the
--- owner token and the waiter id (a round or a wait given up: see the
--- mutex's grant in scripts.go), INCR and SET, as below. FAST_QLEN is the
--- queue's length when read here.
-local FAST_QLEN
+-- them: issue 32): one EXISTS of the lock, the queue and the release
+-- records of the owner token and the waiter id (a round or a wait given
+-- up: see the mutex's grant in scripts.go), then INCR and SET, as below.
 if KEYS[3] and not (ARGV[5] ~= '' and tonumber(ARGV[6]) > 0) then
-  FAST_QLEN = redis.call('ZCARD', KEYS[1] .. ':q')
-  if FAST_QLEN == 0 and not redis.call('GET', KEYS[3]) then
-    local late
-    if ARGV[5] == '' then
-      late = ` + releases.Released("KEYS[2]", "ARGV[2]") + `
-    else
-      late = ` + releases.ReleasedAny("KEYS[2]", "ARGV[2]", "ARGV[5]") + `
-    end
-    if not late then
-      local v = redis.call('INCR', KEYS[1] .. ':fence')
-      redis.call('SET', KEYS[3], ARGV[2] .. ':' .. v, 'PX', ARGV[3])
-      return {1, v, 0, {}}
-    end
+  local busy
+  if ARGV[5] == '' then
+    busy = redis.call('EXISTS', KEYS[3], KEYS[1] .. ':q', ` + releases.Name("KEYS[2]", "ARGV[2]") + `)
+  else
+    busy = redis.call('EXISTS', KEYS[3], KEYS[1] .. ':q', ` + releases.Name("KEYS[2]", "ARGV[2]") + `, ` + releases.Name("KEYS[2]", "ARGV[5]") + `)
+  end
+  if busy == 0 then
+    local v = redis.call('INCR', KEYS[1] .. ':fence')
+    redis.call('SET', KEYS[3], ARGV[2] .. ':' .. v, 'PX', ARGV[3])
+    return {1, v, 0, {}}
   end
 end
 ` + luaFamily + `
@@ -214,7 +209,7 @@ local channel = ARGV[9]
 -- waiter's round with its ticket writes its entry: it reads the clock.)
 local now, qlen
 if MUTEX and not (id ~= '' and ticket > 0) then
-  qlen = FAST_QLEN
+  qlen = redis.call('ZCARD', Q)
   if qlen > 0 then
     now = now_ms()
     if purge(now) > 0 then qlen = nil end

@@ -38,25 +38,25 @@ package releases
 // release is retried only by the process that sent it.
 const Suffix = ":released-by:"
 
+// Name is the Lua expression of the name of owner's record under the
+// record prefix rec (each a Lua expression): for a script that asks one
+// EXISTS of a record and other keys together.
+func Name(rec, owner string) string {
+	return rec + " .. " + owner
+}
+
 // Remember is the Lua statement that records owner's release under the
 // record prefix rec for ms milliseconds, each argument a Lua expression: for
 // a script that writes the record before Lua (the functions) is defined.
 func Remember(rec, owner, ms string) string {
-	return "redis.call('SET', " + rec + " .. " + owner + ", '1', 'PX', " + ms + ")"
+	return "redis.call('SET', " + Name(rec, owner) + ", '1', 'PX', " + ms + ")"
 }
 
 // Released is the Lua expression that tells whether a release of owner is
 // recorded under the record prefix rec (each a Lua expression), for a
 // script that reads it before Lua is defined.
 func Released(rec, owner string) string {
-	return "redis.call('EXISTS', " + rec + " .. " + owner + ") == 1"
-}
-
-// ReleasedAny is the Lua expression that tells whether a release of owner
-// or of other is recorded under rec (each a Lua expression): one EXISTS
-// for both.
-func ReleasedAny(rec, owner, other string) string {
-	return "redis.call('EXISTS', " + rec + " .. " + owner + ", " + rec + " .. " + other + ") > 0"
+	return "redis.call('EXISTS', " + Name(rec, owner) + ") == 1"
 }
 
 // Lua defines two functions for a script that includes it (prepend it):
