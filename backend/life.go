@@ -31,6 +31,7 @@ type Life[H comparable] struct {
 	closed             bool // Close has begun: no calls admitted, no handles held
 	drained            bool // Close has stopped waiting: no goroutines started
 	held               map[H]struct{}
+	calls              *entered[H]   // the calls Enter admitted, for Close to end
 	active             int           // calls and goroutines in progress
 	idle               chan struct{} // closed when active drops to 0 while Close waits
 	closeDone          chan struct{} // closed when the first Close returns
@@ -79,20 +80,56 @@ func (l *Life[H]) Enter(ctx context.Context, op, key string) (context.Context, f
 	if l.cfgErr != nil {
 		return nil, nil, KeyError(op, key, l.cfgErr)
 	}
-	if !l.add(false) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	e := &entered[H]{l: l, cancel: cancel}
+	l.mu.Lock()
+	if l.drained || l.closed {
+		l.mu.Unlock()
+		cancel(locker.ErrClosed)
 		return nil, nil, KeyError(op, key, locker.ErrClosed)
 	}
 	if ctx.Err() != nil {
-		l.done()
+		l.mu.Unlock()
+		cancel(context.Canceled)
 		return nil, nil, KeyError(op, key, ContextError(ctx))
 	}
-	cctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.closing, func() { cancel(locker.ErrClosed) })
-	return cctx, func() {
-		stop()
-		cancel(context.Canceled)
-		l.done()
-	}, nil
+	l.active++
+	e.next = l.calls
+	if l.calls != nil {
+		l.calls.prev = e
+	}
+	l.calls = e
+	l.mu.Unlock()
+	return cctx, e.exit, nil
+}
+
+// entered is a call that Enter admitted: Close cancels its context (the
+// list in Life.calls, under Life.mu), and exit ends it. Until December 2026
+// each call's context watched Closing with context.AfterFunc: two
+// allocations more per call, and an entry in Closing's map of children,
+// under a lock that every call of the Locker shares (issue 32).
+type entered[H comparable] struct {
+	l          *Life[H]
+	cancel     context.CancelCauseFunc
+	prev, next *entered[H]
+}
+
+// exit is the done that Enter returns.
+func (e *entered[H]) exit() {
+	l := e.l
+	l.mu.Lock()
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else if l.calls == e {
+		l.calls = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	}
+	e.prev, e.next = nil, nil
+	l.doneLocked()
+	l.mu.Unlock()
+	e.cancel(context.Canceled)
 }
 
 // Why is the error of a call whose context (from Enter) may have ended: an
@@ -160,6 +197,11 @@ func (l *Life[H]) add(bg bool) bool {
 func (l *Life[H]) done() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.doneLocked()
+}
+
+// doneLocked is done with l.mu held.
+func (l *Life[H]) doneLocked() {
 	l.active--
 	if l.active < 0 {
 		panic("backend: Life: more calls ended than began")
@@ -247,9 +289,16 @@ func (l *Life[H]) Close(c Closer[H]) error {
 		held = append(held, h)
 	}
 	clear(l.held)
+	var calls []context.CancelCauseFunc
+	for e := l.calls; e != nil; e = e.next {
+		calls = append(calls, e.cancel)
+	}
 	l.mu.Unlock()
 
 	l.closeNow(locker.ErrClosed)
+	for _, cancel := range calls {
+		cancel(locker.ErrClosed)
+	}
 	var err error
 	if c.Release != nil && len(held) > 0 {
 		err = c.Release(held)

@@ -161,3 +161,77 @@ func TestAsHandleNeverTypedNil(t *testing.T) {
 		t.Errorf("AsHandle(h, nil) = %v, %v", h, err)
 	}
 }
+
+// TestCloseEndsEveryCallInProgress: calls that ended before Close, in any
+// order, are forgotten; each call still in progress when Close begins
+// sees its context end with locker.ErrClosed, and Close waits for it.
+func TestCloseEndsEveryCallInProgress(t *testing.T) {
+	l := NewLife[int](nil)
+	type call struct {
+		ctx  context.Context
+		done func()
+	}
+	var calls []call
+	for range 8 {
+		ctx, done, err := l.Enter(context.Background(), "acquire", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, call{ctx, done})
+	}
+	// End the first, the last and two in the middle, out of order.
+	ended := map[int]bool{7: true, 0: true, 3: true, 4: true}
+	for _, i := range []int{7, 0, 3, 4} {
+		calls[i].done()
+		if got := context.Cause(calls[i].ctx); !errors.Is(got, context.Canceled) {
+			t.Errorf("call %d: cause %v after done, want context.Canceled", i, got)
+		}
+	}
+	if got := l.Active(); got != 4 {
+		t.Fatalf("Active() = %d, want 4", got)
+	}
+	if got := listed(l); got != 4 {
+		t.Fatalf("%d calls listed for Close, want the 4 in progress", got)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(Closer[int]{Grace: time.Minute}) }()
+	for i, c := range calls {
+		if ended[i] {
+			continue
+		}
+		<-c.ctx.Done()
+		if got := context.Cause(c.ctx); !errors.Is(got, locker.ErrClosed) {
+			t.Errorf("call %d: cause %v after Close, want locker.ErrClosed", i, got)
+		}
+	}
+	for i, c := range calls {
+		if !ended[i] {
+			c.done()
+		}
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Active(); got != 0 {
+		t.Errorf("Active() = %d after Close", got)
+	}
+	if got := listed(l); got != 0 {
+		t.Errorf("%d calls still listed after they ended", got)
+	}
+}
+
+// listed counts the calls in l's list for Close, checking its back links.
+func listed(l *Life[int]) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	var prev *entered[int]
+	for e := l.calls; e != nil; e = e.next {
+		if e.prev != prev {
+			return -1
+		}
+		prev = e
+		n++
+	}
+	return n
+}
