@@ -111,7 +111,7 @@ func (h *Handle) LostErr(why string) error { return LostErr(h.Key, why) }
 // Lose). A handle that has ended already (Close took it over before its
 // lease started) keeps no lease: it is stopped at once.
 func (h *Handle) Start(sent time.Time, cfg RenewConfig) {
-	cfg.TTL, cfg.Lost, cfg.Failed, cfg.Renewed = h.TTL, h.leaseLost, h.renewFailed, h.renewed
+	cfg.TTL, cfg.events = h.TTL, h
 	h.watchdog = cfg.Renew != nil
 	h.lease.Set(StartRenewal(sent, cfg))
 	if h.State.Ended() {

@@ -73,11 +73,22 @@ type RenewConfig struct {
 	// Both run outside the Renewal's lock, on the renewing goroutine.
 	Failed  func(err error)
 	Renewed func()
+	// events, if set, receives the reports instead of Lost, Failed and
+	// Renewed: a Handle passes itself, so that keeping a lease makes no
+	// closure of those three per lock (issue 32).
+	events events
 	// Go, if set, runs f while the owner counts it as active, on the calling
 	// goroutine, so that the owner's Close can wait for renewals and loss
 	// reports in progress; it returns false without running f when the owner
 	// is closing (the owner then ends the lock itself).
 	Go func(f func()) bool
+}
+
+// events is what a lease reports to its Handle (see RenewConfig.events).
+type events interface {
+	leaseLost(cause error)
+	renewFailed(err error)
+	renewed()
 }
 
 // Lease keeps one lease. Its methods are safe for concurrent use.
@@ -106,8 +117,8 @@ type Renewal struct {
 // TTL or Drift are out of range or Lost is nil: those are the backend's bugs,
 // not the user's input, and are checked where the user's options are.
 func StartRenewal(sent time.Time, cfg RenewConfig) *Renewal {
-	if cfg.TTL <= 0 || cfg.Drift < 0 || cfg.Drift >= cfg.TTL || cfg.Lost == nil {
-		panic(fmt.Sprintf("renew.Start: bad config: TTL %v, Drift %v, Lost set %t", cfg.TTL, cfg.Drift, cfg.Lost != nil))
+	if cfg.TTL <= 0 || cfg.Drift < 0 || cfg.Drift >= cfg.TTL || cfg.Lost == nil && cfg.events == nil {
+		panic(fmt.Sprintf("renew.Start: bad config: TTL %v, Drift %v, Lost set %t", cfg.TTL, cfg.Drift, cfg.Lost != nil || cfg.events != nil))
 	}
 	l := &Renewal{cfg: cfg, interval: cfg.Interval, retry: cfg.Retry, deadline: sent.Add(cfg.TTL - cfg.Drift), lostDone: make(chan struct{})}
 	if l.interval <= 0 {
@@ -241,6 +252,10 @@ func (l *Renewal) lose(cause error) {
 	l.stopLocked()
 	l.mu.Unlock()
 	defer close(l.lostDone)
+	if l.cfg.events != nil {
+		l.cfg.events.leaseLost(cause)
+		return
+	}
 	l.cfg.Lost(cause)
 }
 
@@ -356,7 +371,7 @@ func (l *Renewal) renewOnce() {
 		l.rearm(now)
 		since, gen := now.Sub(l.sentAt), l.gen
 		l.mu.Unlock()
-		if report && l.cfg.Failed != nil {
+		if report && l.hasFailed() {
 			// Unless the renewal answered meanwhile: its Renewed must
 			// come after, not before, this report.
 			l.cbMu.Lock()
@@ -364,7 +379,7 @@ func (l *Renewal) renewOnce() {
 			still := l.inflight != nil && l.gen == gen && !l.stopped
 			l.mu.Unlock()
 			if still {
-				l.cfg.Failed(fmt.Errorf("%w in %v", ErrSlow, since.Round(time.Millisecond)))
+				l.failed(fmt.Errorf("%w in %v", ErrSlow, since.Round(time.Millisecond)))
 			}
 			l.cbMu.Unlock()
 		}
@@ -413,19 +428,34 @@ func (l *Renewal) renewOnce() {
 		l.due = now.Add(l.retry)
 		l.rearm(now)
 		l.mu.Unlock()
-		if l.cfg.Failed != nil {
+		if l.hasFailed() {
 			l.cbMu.Lock()
-			l.cfg.Failed(err)
+			l.failed(err)
 			l.cbMu.Unlock()
 		}
 	}
 }
 
+func (l *Renewal) hasFailed() bool { return l.cfg.events != nil || l.cfg.Failed != nil }
+
+// failed reports a failed renewal (Failed, or events). l.cbMu is held.
+func (l *Renewal) failed(err error) {
+	if l.cfg.events != nil {
+		l.cfg.events.renewFailed(err)
+		return
+	}
+	l.cfg.Failed(err)
+}
+
 // renewed calls Renewed, in order with Failed.
 func (l *Renewal) renewed() {
-	if l.cfg.Renewed != nil {
+	if l.cfg.events != nil || l.cfg.Renewed != nil {
 		l.cbMu.Lock()
-		l.cfg.Renewed()
+		if l.cfg.events != nil {
+			l.cfg.events.renewed()
+		} else {
+			l.cfg.Renewed()
+		}
 		l.cbMu.Unlock()
 	}
 }
