@@ -260,8 +260,8 @@
 //
 // Cost: an uncontended acquisition or release is one script call, as the
 // mutex's, each running about a dozen commands on the server (against the
-// mutex's four or five); under contention a handoff costs two (the
-// release, the woken waiter's attempt).
+// mutex's three to acquire and four to release); under contention a
+// handoff costs two (the release, the woken waiter's attempt).
 //
 // # URL
 //
