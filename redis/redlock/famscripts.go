@@ -509,7 +509,7 @@ var famReleaseScript = newScript(`
 -- would wake nobody).
 if KEYS[3] and ARGV[6] == '' then
   local v, o = redis.call('GET', KEYS[3]), ARGV[2]
-  if (v == o or (v and string.sub(v, 1, #o + 1) == o .. ':'))
+  if (` + oursExpr("v", "o") + `)
       and redis.call('EXISTS', KEYS[1] .. ':q') == 0 then
     redis.call('DEL', KEYS[3])
     ` + releases.Remember("KEYS[2]", "o", "ARGV[5]") + `

@@ -108,11 +108,19 @@ func runScript(ctx context.Context, c goredis.UniversalClient, s *goredis.Script
 }
 
 // luaOurs tells whether a lock value v belongs to owner o.
-const luaOurs = `
+var luaOurs = `
 local function ours(v, o)
-  return v == o or (type(v) == 'string' and string.sub(v, 1, #o + 1) == o .. ':')
+  return ` + oursExpr("v", "o") + `
 end
 `
+
+// oursExpr is the Lua expression that tells whether the lock value v
+// belongs to owner o (each a Lua expression evaluated more than once: a
+// name): the owner token alone, or followed by ':' and the token. For a
+// script that checks before luaOurs is defined (a fast path).
+func oursExpr(v, o string) string {
+	return v + " == " + o + " or (type(" + v + ") == 'string' and string.sub(" + v + ", 1, #" + o + " + 1) == " + o + " .. ':')"
+}
 
 // The mutex's grant, on one node, is famAcquireScript's for kind "w" on the
 // mutex's names (its lock key as the writer's): the lock is granted if it
