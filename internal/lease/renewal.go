@@ -106,7 +106,7 @@ type Renewal struct {
 	gen      uint64             // counts the renewals sent
 	tries    int                // renewals sent since the last that succeeded (for the loss message)
 	cbMu     sync.Mutex         // orders the calls of Failed and Renewed
-	due      time.Time          // when the next renewal is due (the renew timer's)
+	due      time.Time          // when the next renewal is due (see rearm)
 	lastErr  error              // the last failed renewal, for the loss message
 	stopped  bool
 	lost     bool
