@@ -91,9 +91,32 @@ type events interface {
 	renewed()
 }
 
+// funcEvents gives a RenewConfig's Lost, Failed and Renewed as events, so
+// that a Renewal has one way to report (StartRenewal makes it when events
+// is not set).
+type funcEvents struct {
+	lost, failed func(error)
+	ok           func()
+}
+
+func (f *funcEvents) leaseLost(cause error) { f.lost(cause) }
+
+func (f *funcEvents) renewFailed(err error) {
+	if f.failed != nil {
+		f.failed(err)
+	}
+}
+
+func (f *funcEvents) renewed() {
+	if f.ok != nil {
+		f.ok()
+	}
+}
+
 // Lease keeps one lease. Its methods are safe for concurrent use.
 type Renewal struct {
 	cfg      RenewConfig
+	ev       events // cfg.events, or cfg's Lost, Failed and Renewed
 	interval time.Duration
 	retry    time.Duration
 
@@ -120,7 +143,10 @@ func StartRenewal(sent time.Time, cfg RenewConfig) *Renewal {
 	if cfg.TTL <= 0 || cfg.Drift < 0 || cfg.Drift >= cfg.TTL || cfg.Lost == nil && cfg.events == nil {
 		panic(fmt.Sprintf("renew.Start: bad config: TTL %v, Drift %v, Lost set %t", cfg.TTL, cfg.Drift, cfg.Lost != nil || cfg.events != nil))
 	}
-	l := &Renewal{cfg: cfg, interval: cfg.Interval, retry: cfg.Retry, deadline: sent.Add(cfg.TTL - cfg.Drift), lostDone: make(chan struct{})}
+	l := &Renewal{cfg: cfg, ev: cfg.events, interval: cfg.Interval, retry: cfg.Retry, deadline: sent.Add(cfg.TTL - cfg.Drift), lostDone: make(chan struct{})}
+	if l.ev == nil {
+		l.ev = &funcEvents{lost: cfg.Lost, failed: cfg.Failed, ok: cfg.Renewed}
+	}
 	if l.interval <= 0 {
 		l.interval = cfg.TTL / 3
 	}
@@ -252,11 +278,7 @@ func (l *Renewal) lose(cause error) {
 	l.stopLocked()
 	l.mu.Unlock()
 	defer close(l.lostDone)
-	if l.cfg.events != nil {
-		l.cfg.events.leaseLost(cause)
-		return
-	}
-	l.cfg.Lost(cause)
+	l.ev.leaseLost(cause)
 }
 
 // fire runs when the timer fires, on a goroutine of its own: the loss
@@ -371,7 +393,7 @@ func (l *Renewal) renewOnce() {
 		l.rearm(now)
 		since, gen := now.Sub(l.sentAt), l.gen
 		l.mu.Unlock()
-		if report && l.hasFailed() {
+		if report {
 			// Unless the renewal answered meanwhile: its Renewed must
 			// come after, not before, this report.
 			l.cbMu.Lock()
@@ -379,7 +401,7 @@ func (l *Renewal) renewOnce() {
 			still := l.inflight != nil && l.gen == gen && !l.stopped
 			l.mu.Unlock()
 			if still {
-				l.failed(fmt.Errorf("%w in %v", ErrSlow, since.Round(time.Millisecond)))
+				l.ev.renewFailed(fmt.Errorf("%w in %v", ErrSlow, since.Round(time.Millisecond)))
 			}
 			l.cbMu.Unlock()
 		}
@@ -428,36 +450,17 @@ func (l *Renewal) renewOnce() {
 		l.due = now.Add(l.retry)
 		l.rearm(now)
 		l.mu.Unlock()
-		if l.hasFailed() {
-			l.cbMu.Lock()
-			l.failed(err)
-			l.cbMu.Unlock()
-		}
+		l.cbMu.Lock()
+		l.ev.renewFailed(err)
+		l.cbMu.Unlock()
 	}
-}
-
-func (l *Renewal) hasFailed() bool { return l.cfg.events != nil || l.cfg.Failed != nil }
-
-// failed reports a failed renewal (Failed, or events). l.cbMu is held.
-func (l *Renewal) failed(err error) {
-	if l.cfg.events != nil {
-		l.cfg.events.renewFailed(err)
-		return
-	}
-	l.cfg.Failed(err)
 }
 
 // renewed calls Renewed, in order with Failed.
 func (l *Renewal) renewed() {
-	if l.cfg.events != nil || l.cfg.Renewed != nil {
-		l.cbMu.Lock()
-		if l.cfg.events != nil {
-			l.cfg.events.renewed()
-		} else {
-			l.cfg.Renewed()
-		}
-		l.cbMu.Unlock()
-	}
+	l.cbMu.Lock()
+	l.ev.renewed()
+	l.cbMu.Unlock()
 }
 
 // Slot holds a handle's Lease, stored once renew.Start has returned; until
