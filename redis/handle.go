@@ -35,11 +35,21 @@ func newHandle(l *Locker, key string, k keys, owner string, oarg any, token int6
 	}
 	h := &Handle{l: l, k: k, key: key, owner: owner, oarg: oarg, drift: drift, sent: sent}
 	h.c.Init(key, owner, token, ttl, backend.NewState(), lease.Proto{
-		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: l.enterFn,
-		Server: "the server", Gone: "it was deleted on the server", Log: backend.Log{L: l.cfg.Logger},
+		Ops: (*leaseOps)(h), Server: "the server", Gone: "it was deleted on the server", Log: backend.Log{L: l.cfg.Logger},
 	})
 	return h
 }
+
+// leaseOps is the Handle as its lease handle's protocol calls
+// (lease.Ops): (*leaseOps)(h) is a pointer of another type, so it costs no
+// allocation and adds no methods to Handle's own.
+type leaseOps Handle
+
+func (o *leaseOps) Release(ctx context.Context) (bool, error) { return (*Handle)(o).release(ctx) }
+func (o *leaseOps) Cleanup() bool                             { return (*Handle)(o).cleanup() }
+func (o *leaseOps) Forget()                                   { o.l.unregister((*Handle)(o)) }
+func (o *leaseOps) Enter() (bool, func())                     { return o.l.enterFn() }
+func (o *leaseOps) Renew(ctx context.Context) (bool, error)   { return (*Handle)(o).renew(ctx) }
 
 // Key returns the key as the caller gave it.
 func (h *Handle) Key() string { return h.c.Key }
@@ -83,11 +93,7 @@ func (h *Handle) TTL() time.Duration { return h.c.TTL }
 // held lock costs no goroutine while it waits. It runs inside the acquiring
 // call, which the Locker counts as active.
 func (h *Handle) start() {
-	cfg := lease.RenewConfig{Drift: h.drift, Go: h.l.runFn}
-	if !h.l.cfg.NoWatchdog {
-		cfg.Renew = h.renew
-	}
-	h.c.Start(h.sent, cfg)
+	h.c.Start(h.sent, !h.l.cfg.NoWatchdog, lease.RenewConfig{Drift: h.drift, Go: h.l.runFn})
 }
 
 // renew extends the lease once; ctx ends at the loss deadline. It goes
@@ -118,7 +124,7 @@ func (h *Handle) renewOne(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
-// release is the owner-checked delete of Release (lease.Proto.Release).
+// release is the owner-checked delete of Release (lease.Ops.Release).
 func (h *Handle) release(ctx context.Context) (bool, error) {
 	var released bool
 	err := h.l.exec(ctx, func(ctx context.Context) error {
@@ -138,7 +144,7 @@ func (h *Handle) release(ctx context.Context) (bool, error) {
 }
 
 // cleanup deletes the lock in the background if it is still ours
-// (lease.Proto.Cleanup), unless the Locker is closing.
+// (lease.Ops.Cleanup), unless the Locker is closing.
 func (h *Handle) cleanup() bool {
 	if !h.l.enter() {
 		return false

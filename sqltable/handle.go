@@ -85,15 +85,21 @@ func (h *Handle) AtRisk() (bool, <-chan struct{}) { return h.c.AtRisk() }
 // the Handle's own fields) may touch it.
 func (h *Handle) start(sent time.Time, drift time.Duration) {
 	h.c.Init(h.key, h.owner, h.fence, h.ttl, h.st, lease.Proto{
-		Release: h.release, Cleanup: h.cleanup, Forget: h.forget, Enter: h.enter,
-		Server: "the database", Gone: "the row was changed or deleted outside this Locker", Log: backend.Log{L: h.l.cfg.Logger},
+		Ops: (*leaseOps)(h), Server: "the database", Gone: "the row was changed or deleted outside this Locker", Log: backend.Log{L: h.l.cfg.Logger},
 	})
-	cfg := lease.RenewConfig{Drift: drift, Go: h.l.run}
-	if !h.l.cfg.NoWatchdog {
-		cfg.Renew = h.renew
-	}
-	h.c.Start(sent, cfg)
+	h.c.Start(sent, !h.l.cfg.NoWatchdog, lease.RenewConfig{Drift: drift, Go: h.l.runFn})
 }
+
+// leaseOps is the Handle as its lease handle's protocol calls
+// (lease.Ops): (*leaseOps)(h) is a pointer of another type, so it costs no
+// allocation and adds no methods to Handle's own.
+type leaseOps Handle
+
+func (o *leaseOps) Release(ctx context.Context) (bool, error) { return (*Handle)(o).release(ctx) }
+func (o *leaseOps) Cleanup() bool                             { return (*Handle)(o).cleanup() }
+func (o *leaseOps) Forget()                                   { (*Handle)(o).forget() }
+func (o *leaseOps) Enter() (bool, func())                     { return (*Handle)(o).enter() }
+func (o *leaseOps) Renew(ctx context.Context) (bool, error)   { return (*Handle)(o).renew(ctx) }
 
 // renew extends the lease when the row still carries this holder's owner
 // and token and its lease has not run out: in a batch with the Locker's
@@ -127,7 +133,7 @@ func (h *Handle) renewOne(ctx context.Context) (bool, error) {
 	return n == 1, nil
 }
 
-// release is Release's guarded statement (lease.Proto.Release). Close, if
+// release is Release's guarded statement (lease.Ops.Release). Close, if
 // it has begun, left this lock to the Release (which claimed it first); the
 // statement is bounded by ctx and by Close's own bound.
 func (h *Handle) release(ctx context.Context) (bool, error) {
@@ -141,17 +147,17 @@ func (h *Handle) release(ctx context.Context) (bool, error) {
 }
 
 // enter counts a Release as in flight for Close to wait for, until Close
-// has begun waiting (lease.Proto.Enter). Close never takes over a Release:
+// has begun waiting (lease.Ops.Enter). Close never takes over a Release:
 // it leaves a lock that a Release claimed to it.
 func (h *Handle) enter() (bool, func()) {
 	if !h.l.life.Begin() {
 		return true, func() {}
 	}
-	return true, h.l.life.End
+	return true, h.l.endFn
 }
 
 // cleanup frees the row in the background if it still carries the owner
-// (lease.Proto.Cleanup).
+// (lease.Ops.Cleanup).
 func (h *Handle) cleanup() bool {
 	if h.fam != 0 {
 		return h.l.famCleanup(h.fam, h.key, h.owner, h.ttl)
@@ -159,7 +165,7 @@ func (h *Handle) cleanup() bool {
 	return h.l.cleanup(h.key, h.owner, h.ttl)
 }
 
-// forget drops the Handle from the Locker and its bell (lease.Proto.Forget).
+// forget drops the Handle from the Locker and its bell (lease.Ops.Forget).
 func (h *Handle) forget() {
 	h.l.unregister(h)
 	h.l.bell.unring(h)

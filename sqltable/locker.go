@@ -39,6 +39,11 @@ type Locker struct {
 	// life admits the calls, holds the Handles, counts what Close waits
 	// for and runs Close.
 	life *backend.Life[*Handle]
+	// runFn and endFn are the handles' lease.RenewConfig.Go and the exit
+	// of their lease.Ops.Enter, made once: a method value allocates, and
+	// every acquisition would pay for it.
+	runFn func(func()) bool
+	endFn func()
 	// endCtx ends locker.ReleaseTimeout after Close began (or when Close
 	// stops waiting, Life.Abandoned): it bounds the releases Close waits
 	// for, its own and those of Releases already in flight, and the
@@ -105,6 +110,7 @@ func New(db *sql.DB, opts ...Option) *Locker {
 		cfgErr = checkTable(l.dialect, l.table)
 	}
 	l.life = backend.NewLife[*Handle](cfgErr)
+	l.runFn, l.endFn = l.run, l.life.End
 	l.renewals.Send, l.renewals.Go, l.renewals.Max = l.renewMany, l.life.Go, renewMax
 	if cfgErr == nil {
 		l.st = newStatements(l.dialect, l.table)

@@ -16,21 +16,18 @@ import (
 func riskHandle(t *testing.T, mode *atomic.Int32) *Handle {
 	t.Helper()
 	h := &Handle{}
-	h.Init("k", "owner", 1, time.Second, backend.NewState(), Proto{
-		Release: func(context.Context) (bool, error) { return true, nil },
-		Server:  "the server", Gone: "it was deleted",
-	})
-	h.Start(time.Now(), RenewConfig{Drift: 50 * time.Millisecond, Interval: 100 * time.Millisecond, Retry: 50 * time.Millisecond,
-		Renew: func(ctx context.Context) (bool, error) {
-			switch mode.Load() {
-			case 1:
-				return false, errors.New("connection refused")
-			case 2:
-				<-ctx.Done()
-				return false, ctx.Err()
-			}
-			return true, nil
-		}})
+	f := &fake{ours: true, admitted: true, renew: func(ctx context.Context) (bool, error) {
+		switch mode.Load() {
+		case 1:
+			return false, errors.New("connection refused")
+		case 2:
+			<-ctx.Done()
+			return false, ctx.Err()
+		}
+		return true, nil
+	}}
+	h.Init("k", "owner", 1, time.Second, backend.NewState(), f.proto())
+	h.Start(time.Now(), true, RenewConfig{Drift: 50 * time.Millisecond, Interval: 100 * time.Millisecond, Retry: 50 * time.Millisecond})
 	t.Cleanup(func() { _ = h.Release(context.Background()) })
 	return h
 }

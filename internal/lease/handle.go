@@ -38,29 +38,11 @@ type Handle struct {
 	releasing bool // a Release, Close or the loss has claimed the lock
 }
 
-// Proto is what a lease handle needs from its backend.
+// Proto is what a lease handle needs from its backend: its protocol calls
+// (Ops) and the words and logger of its messages.
 type Proto struct {
-	// Release gives the lock up on the server if it still carries the
-	// owner (never another holder's lock), bounded by ctx. It reports
-	// ours=true when it did, ours=false with a nil error when the lock was
-	// no longer ours, and an error when it could not tell (the server
-	// could not be reached, ctx ended). An error wrapping ErrToClose says
-	// that Close began and releases the lock itself; one wrapping
-	// locker.ErrClosed, that Close cut the release short.
-	Release func(ctx context.Context) (ours bool, err error)
-	// Cleanup gives the lock up in the background, in case it is still
-	// ours on the server, after a loss or a release that failed, so that
-	// it does not block others for the rest of its lease. It reports
-	// whether it started (false once the Locker is closing). Nil: none.
-	Cleanup func() bool
-	// Forget drops the handle from its Locker, which then no longer
-	// releases it on Close. It may be called more than once.
-	Forget func()
-	// Enter counts a Release as in progress, so that Close waits for it,
-	// and runs exit when it ends. admitted=false says that Close has begun
-	// and releases the lock itself: Release then waits for Close's
-	// verdict. Nil: always admitted, not counted.
-	Enter func() (admitted bool, exit func())
+	// Ops makes the protocol calls.
+	Ops Ops
 	// Server names what answers Release in messages: "the server", "the
 	// database", "the nodes".
 	Server string
@@ -72,6 +54,40 @@ type Proto struct {
 	Log backend.Log
 }
 
+// Ops is a lease handle's protocol calls, made by its backend. A
+// backend's Handle gives itself converted to an unexported type of the
+// same layout (type leaseOps Handle; (*leaseOps)(h)), which costs no
+// allocation (an interface of a pointer) and adds no methods to the
+// Handle users see; until December 2026 these were four func fields,
+// method values made on every acquisition (issue 32).
+type Ops interface {
+	// Release gives the lock up on the server if it still carries the
+	// owner (never another holder's lock), bounded by ctx. It reports
+	// ours=true when it did, ours=false with a nil error when the lock was
+	// no longer ours, and an error when it could not tell (the server
+	// could not be reached, ctx ended). An error wrapping ErrToClose says
+	// that Close began and releases the lock itself; one wrapping
+	// locker.ErrClosed, that Close cut the release short.
+	Release(ctx context.Context) (ours bool, err error)
+	// Cleanup gives the lock up in the background, in case it is still
+	// ours on the server, after a loss or a release that failed, so that
+	// it does not block others for the rest of its lease. It reports
+	// whether it started (false once the Locker is closing, or when the
+	// backend has none).
+	Cleanup() bool
+	// Forget drops the handle from its Locker, which then no longer
+	// releases it on Close. It may be called more than once.
+	Forget()
+	// Enter counts a Release as in progress, so that Close waits for it,
+	// and runs exit when it ends. admitted=false says that Close has begun
+	// and releases the lock itself: Release then waits for Close's
+	// verdict.
+	Enter() (admitted bool, exit func())
+	// Renew extends the lease on the server (RenewConfig.Renew's
+	// contract), when Start's config asks for the watchdog.
+	Renew(ctx context.Context) (ok bool, err error)
+}
+
 // Init sets the lock's identity, state and protocol up, before the lease
 // starts (Start) and the handle is handed out.
 func (h *Handle) Init(key, owner string, token int64, ttl time.Duration, st *backend.State, p Proto) {
@@ -80,7 +96,7 @@ func (h *Handle) Init(key, owner string, token int64, ttl time.Duration, st *bac
 	h.Key, h.Owner, h.Token, h.TTL, h.State, h.Proto = key, owner, token, ttl, st, p
 }
 
-// Counted is a Proto.Enter from a Locker's own count of calls in progress:
+// Counted is an Ops.Enter from a Locker's own count of calls in progress:
 // enter counts one and reports true, or reports false once Close has begun;
 // exit ends one that enter counted.
 func Counted(enter func() bool, exit func()) func() (bool, func()) {
@@ -92,7 +108,7 @@ func Counted(enter func() bool, exit func()) func() (bool, func()) {
 	}
 }
 
-// ErrToClose is returned by a Proto.Release whose Locker's Close began
+// ErrToClose is returned by an Ops.Release whose Locker's Close began
 // while it was at work and abandoned it: Close, which still holds the
 // handle, releases the lock, and Release reports Close's verdict.
 var ErrToClose = errors.New("lease: Close releases the lock")
@@ -107,12 +123,16 @@ func LostErr(key, why string) error {
 func (h *Handle) LostErr(why string) error { return LostErr(h.Key, why) }
 
 // Start keeps the lease whose acquiring request was sent at sent: cfg
-// without TTL and Lost, which Start fills in (the loss ends the handle, see
-// Lose). A handle that has ended already (Close took it over before its
-// lease started) keeps no lease: it is stopped at once.
-func (h *Handle) Start(sent time.Time, cfg RenewConfig) {
-	cfg.TTL, cfg.events = h.TTL, h
-	h.watchdog = cfg.Renew != nil
+// without TTL, Lost, Failed, Renewed and Renew, which Start fills in (the
+// loss ends the handle, see Lose; the watchdog, when watchdog is true,
+// renews through Proto.Ops). A handle that has ended already (Close took it
+// over before its lease started) keeps no lease: it is stopped at once.
+func (h *Handle) Start(sent time.Time, watchdog bool, cfg RenewConfig) {
+	cfg.TTL, cfg.events, cfg.Renew, cfg.renewer = h.TTL, h, nil, nil
+	if watchdog {
+		cfg.renewer = h.Proto.Ops
+	}
+	h.watchdog = watchdog
 	h.lease.Set(StartRenewal(sent, cfg))
 	if h.State.Ended() {
 		h.lease.Stop()
@@ -215,13 +235,9 @@ func (h *Handle) Lose(why string) {
 	h.cleanup()
 }
 
-func (h *Handle) forget() {
-	if h.Proto.Forget != nil {
-		h.Proto.Forget()
-	}
-}
+func (h *Handle) forget() { h.Proto.Ops.Forget() }
 
-func (h *Handle) cleanup() bool { return h.Proto.Cleanup != nil && h.Proto.Cleanup() }
+func (h *Handle) cleanup() bool { return h.Proto.Ops.Cleanup() }
 
 // Release is the backend Handle's Release: it gives the lock up on the
 // server if it is still ours and tells which of four things happened.
@@ -236,10 +252,7 @@ func (h *Handle) cleanup() bool { return h.Proto.Cleanup != nil && h.Proto.Clean
 //     within its TTL; if the lease's deadline had passed before Release
 //     came, the lock may have gone to another holder: a loss.
 func (h *Handle) Release(ctx context.Context) error {
-	admitted, exit := true, func() {}
-	if h.Proto.Enter != nil {
-		admitted, exit = h.Proto.Enter()
-	}
+	admitted, exit := h.Proto.Ops.Enter()
 	if !h.Claim() {
 		exit()
 		return h.EndedErr(ctx)
@@ -252,7 +265,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	// process was paused past it, and this ran first on resuming).
 	expired := h.lease.Expired(time.Now())
 	h.lease.Stop()
-	ours, err := h.Proto.Release(ctx)
+	ours, err := h.Proto.Ops.Release(ctx)
 	if errors.Is(err, ErrToClose) {
 		return h.closeVerdict(ctx)
 	}
@@ -286,7 +299,7 @@ func (h *Handle) Release(ctx context.Context) error {
 }
 
 // Closed ends the lock with the verdict of Close's release of it (what
-// Proto.Release found, run by Close) and returns the error Close reports
+// Ops.Release found, run by Close) and returns the error Close reports
 // for it: released, locker.ErrReleasedByClose and nil; no longer ours, a
 // loss and nil; could not tell, a loss that also wraps locker.ErrClosed
 // (the lock stays on the server until its lease ends) and an error saying

@@ -23,26 +23,28 @@ type fake struct {
 	entered   atomic.Int32
 	exited    atomic.Int32
 	released  atomic.Int32
+	// renew answers the watchdog's renewals (Start with watchdog true).
+	renew func(context.Context) (bool, error)
 }
 
+func (f *fake) Release(context.Context) (bool, error) { f.released.Add(1); return f.ours, f.err }
+func (f *fake) Cleanup() bool                         { f.cleanups.Add(1); return true }
+func (f *fake) Forget()                               { f.forgotten.Add(1) }
+func (f *fake) Enter() (bool, func()) {
+	f.entered.Add(1)
+	return f.admitted, func() { f.exited.Add(1) }
+}
+func (f *fake) Renew(ctx context.Context) (bool, error) { return f.renew(ctx) }
+
 func (f *fake) proto() Proto {
-	return Proto{
-		Release: func(context.Context) (bool, error) { f.released.Add(1); return f.ours, f.err },
-		Cleanup: func() bool { f.cleanups.Add(1); return true },
-		Forget:  func() { f.forgotten.Add(1) },
-		Enter: func() (bool, func()) {
-			f.entered.Add(1)
-			return f.admitted, func() { f.exited.Add(1) }
-		},
-		Server: "the server", Gone: "it was deleted on the server",
-	}
+	return Proto{Ops: f, Server: "the server", Gone: "it was deleted on the server"}
 }
 
 // held returns a Handle of f whose lease (no watchdog) was sent at sent.
 func held(f *fake, ttl time.Duration, sent time.Time) *Handle {
 	h := &Handle{}
 	h.Init("k", "owner", 7, ttl, backend.NewState(), f.proto())
-	h.Start(sent, RenewConfig{Drift: ttl / 10})
+	h.Start(sent, false, RenewConfig{Drift: ttl / 10})
 	return h
 }
 
@@ -92,7 +94,7 @@ func TestReleaseVerdicts(t *testing.T) {
 				// closing Locker's does, so the timer declares nothing.
 				h = &Handle{}
 				h.Init("k", "owner", 7, 100*time.Millisecond, backend.NewState(), f.proto())
-				h.Start(sent.Add(-time.Second), RenewConfig{Drift: 10 * time.Millisecond, Go: func(func()) bool { return false }})
+				h.Start(sent.Add(-time.Second), false, RenewConfig{Drift: 10 * time.Millisecond, Go: func(func()) bool { return false }})
 			}
 			err := h.Release(context.Background())
 			if len(tc.want) == 0 && err != nil {
@@ -225,9 +227,9 @@ func TestLoss(t *testing.T) {
 
 	// Found gone by a renewal: the backend's words for what else removed it.
 	g := &Handle{}
-	g.Init("k", "owner", 7, time.Minute, backend.NewState(), f.proto())
-	g.Start(time.Now(), RenewConfig{Drift: time.Second, Interval: time.Millisecond,
-		Renew: func(context.Context) (bool, error) { return false, nil }})
+	gf := &fake{renew: func(context.Context) (bool, error) { return false, nil }}
+	g.Init("k", "owner", 7, time.Minute, backend.NewState(), gf.proto())
+	g.Start(time.Now(), true, RenewConfig{Drift: time.Second, Interval: time.Millisecond})
 	select {
 	case <-g.Done():
 	case <-time.After(2 * time.Second):
@@ -266,7 +268,7 @@ func TestStartAfterEnd(t *testing.T) {
 		t.Fatal("Claim failed")
 	}
 	_ = h.Closed(true, nil)
-	h.Start(time.Now(), RenewConfig{Drift: time.Second})
+	h.Start(time.Now(), false, RenewConfig{Drift: time.Second})
 	if h.Lease().Stop() {
 		t.Error("a lease started on an ended handle was kept")
 	}

@@ -77,12 +77,26 @@ type RenewConfig struct {
 	// Renewed: a Handle passes itself, so that keeping a lease makes no
 	// closure of those three per lock (issue 32).
 	events events
+	// renewer, if set, renews instead of Renew: a Handle's Ops (see
+	// Handle.Start), so that a lock's watchdog needs no method value of
+	// its backend's handle (issue 32).
+	renewer renewer
 	// Go, if set, runs f while the owner counts it as active, on the calling
 	// goroutine, so that the owner's Close can wait for renewals and loss
 	// reports in progress; it returns false without running f when the owner
 	// is closing (the owner then ends the lock itself).
 	Go func(f func()) bool
 }
+
+// renewer extends a lease on the server (RenewConfig.Renew's contract).
+type renewer interface {
+	Renew(ctx context.Context) (ok bool, err error)
+}
+
+// renewFunc is a RenewConfig.Renew as a renewer.
+type renewFunc func(ctx context.Context) (bool, error)
+
+func (f renewFunc) Renew(ctx context.Context) (bool, error) { return f(ctx) }
 
 // events is what a lease reports to its Handle (see RenewConfig.events).
 type events interface {
@@ -116,7 +130,8 @@ func (f *funcEvents) renewed() {
 // Lease keeps one lease. Its methods are safe for concurrent use.
 type Renewal struct {
 	cfg      RenewConfig
-	ev       events // cfg.events, or cfg's Lost, Failed and Renewed
+	ev       events  // cfg.events, or cfg's Lost, Failed and Renewed
+	renew    renewer // cfg.renewer, or cfg.Renew; nil: no watchdog
 	interval time.Duration
 	retry    time.Duration
 
@@ -147,6 +162,12 @@ func StartRenewal(sent time.Time, cfg RenewConfig) *Renewal {
 	if l.ev == nil {
 		l.ev = &funcEvents{lost: cfg.Lost, failed: cfg.Failed, ok: cfg.Renewed}
 	}
+	switch {
+	case cfg.renewer != nil:
+		l.renew = cfg.renewer
+	case cfg.Renew != nil:
+		l.renew = renewFunc(cfg.Renew)
+	}
 	if l.interval <= 0 {
 		l.interval = cfg.TTL / 3
 	}
@@ -156,7 +177,7 @@ func StartRenewal(sent time.Time, cfg RenewConfig) *Renewal {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next := l.deadline
-	if cfg.Renew != nil {
+	if l.renew != nil {
 		l.due = sent.Add(l.interval)
 		next = earlier(next, l.due)
 	}
@@ -289,7 +310,7 @@ func (l *Renewal) fire() {
 	l.mu.Unlock()
 	switch {
 	case stopped:
-	case past || l.cfg.Renew == nil:
+	case past || l.renew == nil:
 		l.run(l.check)
 	case !l.run(l.renewOnce):
 		// The owner is closing and ends the lock itself; the loss is
@@ -311,7 +332,7 @@ func (l *Renewal) fire() {
 // fire ends with the timer armed for what is left.
 func (l *Renewal) rearm(now time.Time) {
 	next := l.deadline
-	if l.cfg.Renew != nil {
+	if l.renew != nil {
 		switch {
 		case l.inflight == nil:
 			next = earlier(next, l.due)
@@ -355,7 +376,7 @@ func (l *Renewal) check() {
 	}
 	var cause error
 	switch {
-	case l.cfg.Renew == nil:
+	case l.renew == nil:
 		cause = fmt.Errorf("%w: not renewed within TTL %v minus drift margin %v", ErrExpired, l.cfg.TTL, l.cfg.Drift)
 	case l.lastErr != nil:
 		cause = fmt.Errorf("%w: no renewal succeeded within TTL %v minus drift margin %v (%d sent)%s; last renewal error: %w", ErrExpired, l.cfg.TTL, l.cfg.Drift, l.tries, inflight, l.lastErr)
@@ -421,7 +442,7 @@ func (l *Renewal) renewOnce() {
 	l.mu.Unlock()
 
 	sent := now
-	ok, err := l.cfg.Renew(ctx)
+	ok, err := l.renew.Renew(ctx)
 	cancel()
 
 	l.mu.Lock()

@@ -30,11 +30,21 @@ type Handle struct {
 func newHandle(l *Locker, key string, k keys, owner string, token int64, tm timing, sent time.Time) *Handle {
 	h := &Handle{l: l, k: k, tm: tm, sent: sent}
 	h.c.Init(key, owner, token, tm.ttl, backend.NewState(), lease.Proto{
-		Release: h.release, Cleanup: h.cleanup, Forget: func() { l.unregister(h) }, Enter: l.enterFn,
-		Server: "the nodes", Gone: "it was deleted on a majority of the nodes", Log: backend.Log{L: l.cfg.Logger},
+		Ops: (*leaseOps)(h), Server: "the nodes", Gone: "it was deleted on a majority of the nodes", Log: backend.Log{L: l.cfg.Logger},
 	})
 	return h
 }
+
+// leaseOps is the Handle as its lease handle's protocol calls
+// (lease.Ops): (*leaseOps)(h) is a pointer of another type, so it costs no
+// allocation and adds no methods to Handle's own.
+type leaseOps Handle
+
+func (o *leaseOps) Release(ctx context.Context) (bool, error) { return (*Handle)(o).release(ctx) }
+func (o *leaseOps) Cleanup() bool                             { return (*Handle)(o).cleanup() }
+func (o *leaseOps) Forget()                                   { o.l.unregister((*Handle)(o)) }
+func (o *leaseOps) Enter() (bool, func())                     { return o.l.enterFn() }
+func (o *leaseOps) Renew(ctx context.Context) (bool, error)   { return (*Handle)(o).renew(ctx) }
 
 // Key returns the key as the caller gave it.
 func (h *Handle) Key() string { return h.c.Key }
@@ -81,7 +91,7 @@ func (h *Handle) Validity() time.Time {
 // declared at the validity's end when no renewal round succeeded on a
 // majority in time (internal/lease: runtime timers, no goroutine).
 func (h *Handle) start() {
-	h.c.Start(h.sent, lease.RenewConfig{Drift: h.tm.drift, Renew: h.renew, Go: h.l.runFn})
+	h.c.Start(h.sent, true, lease.RenewConfig{Drift: h.tm.drift, Go: h.l.runFn})
 }
 
 // renew extends the lease on every node where the lock is still ours. It
@@ -249,7 +259,7 @@ func (h *Handle) releaseCounts(ctx context.Context) (deleted, notOurs int, faile
 }
 
 // release is the owner-checked delete of Release and of Close
-// (lease.Proto.Release): ours when a majority deleted it, not ours when
+// (lease.Ops.Release): ours when a majority deleted it, not ours when
 // every node answered and fewer than a majority still held it.
 func (h *Handle) release(ctx context.Context) (bool, error) {
 	// Forgotten first: a Close that begins meanwhile leaves this release
@@ -270,7 +280,7 @@ func (h *Handle) release(ctx context.Context) (bool, error) {
 }
 
 // cleanup deletes the lock in the background on every node where it may
-// still be ours, announcing it (lease.Proto.Cleanup), unless the Locker is
+// still be ours, announcing it (lease.Ops.Cleanup), unless the Locker is
 // closing.
 func (h *Handle) cleanup() bool {
 	if !h.l.enter() {

@@ -64,7 +64,7 @@ type Locker struct {
 	// for, boundedly. Its config error is that of the clients or options.
 	life *backend.Life[*Handle]
 
-	// enterFn and runFn are the handles' lease.Proto.Enter and
+	// enterFn and runFn are the handles' lease.Ops.Enter and
 	// lease.RenewConfig.Go, made once: a func value of a method or a
 	// closure allocates, and every acquisition would pay for them.
 	enterFn func() (bool, func())
