@@ -92,22 +92,22 @@ func (noWaker) wait(context.Context, *waiter, string, time.Duration) (bool, bool
 // under IDs of their own (famID), so that a table's wake (wakeTable) reaches
 // them too; and each is also found by its row's owner (wakeOwner): a
 // release names the waiting rows it admits, and wakes exactly those.
-var procHub = &hub{keys: map[string][]*waiter{}, tables: map[string]map[string]struct{}{}, seen: recentReleases{at: map[string]time.Time{}}, held: map[string]int{},
+var procHub = &hub{keys: map[hubKey][]*waiter{}, tables: map[string]map[hubKey]struct{}{}, seen: recentReleases{at: map[string]time.Time{}}, held: map[hubKey]int{},
 	owners: map[string]*waiter{}, signaled: recentReleases{at: map[string]time.Time{}}}
 
 type hub struct {
 	mu       sync.Mutex
-	keys     map[string][]*waiter           // in arrival order
-	tables   map[string]map[string]struct{} // table → the IDs in keys of its keys
+	keys     map[hubKey][]*waiter           // in arrival order
+	tables   map[string]map[hubKey]struct{} // table → the IDs in keys of its keys
 	seen     recentReleases                 // release IDs heard recently
-	held     map[string]int                 // MySQL: locks held by this process's Lockers with a bell, by hubID
+	held     map[hubKey]int                 // MySQL: locks held by this process's Lockers with a bell
 	owners   map[string]*waiter             // the family waiters, by their row's owner
 	signaled recentReleases                 // SQLite: family owners recently signalled to other processes
 }
 
 type waiter struct {
 	table string
-	id    string
+	id    hubKey
 	c     chan struct{} // buffered: a wake-up never blocks the waker
 	// A family waiter's row owner, and the wake-ups addressed to it (its
 	// row is admitted); buffered.
@@ -130,7 +130,11 @@ func (w *waiter) woken() { w.pending = true }
 // and found it held, so the wake-up has nothing left to pass on.
 func (w *waiter) acted() { w.pending = false }
 
-func hubID(table, key string) string { return table + "\x00" + key }
+// hubKey names a key of a table in the hub's maps: a struct, not the two
+// joined, so that looking a key up makes no string (issue 32).
+type hubKey struct{ table, key string }
+
+func hubID(table, key string) hubKey { return hubKey{table, key} }
 
 func (h *hub) watch(table, key string) *waiter {
 	w := &waiter{table: table, id: hubID(table, key), c: make(chan struct{}, 1), seq: noSeq}
@@ -138,7 +142,7 @@ func (h *hub) watch(table, key string) *waiter {
 	if len(h.keys[w.id]) == 0 {
 		ids := h.tables[table]
 		if ids == nil {
-			ids = map[string]struct{}{}
+			ids = map[hubKey]struct{}{}
 			h.tables[table] = ids
 		}
 		ids[w.id] = struct{}{}
@@ -296,7 +300,7 @@ func (h *hub) wake(table, key, release string) {
 	if len(h.keys[id]) == 0 {
 		return
 	}
-	if release != "" && h.seen.heard(id+"\x00"+release, time.Now()) {
+	if release != "" && h.seen.heard(id.table+"\x00"+id.key+"\x00"+release, time.Now()) {
 		return
 	}
 	h.wakeOneLocked(id)
@@ -350,7 +354,7 @@ func (r *recentReleases) heard(id string, now time.Time) bool {
 	return false
 }
 
-func (h *hub) wakeOneLocked(id string) {
+func (h *hub) wakeOneLocked(id hubKey) {
 	q := h.keys[id]
 	if len(q) == 0 {
 		return
