@@ -46,6 +46,13 @@ func (l *Locker) checkPolicy(ctx context.Context, k keys) error {
 			return nil
 		}
 	}
+	return l.readPolicy(ctx, k, cc, cluster)
+}
+
+// readPolicy is checkPolicy's request, in a function of its own so that
+// the common case, which needs none, moves nothing to the heap for its
+// closure (issue 32).
+func (l *Locker) readPolicy(ctx context.Context, k keys, cc *goredis.ClusterClient, cluster bool) error {
 	return l.exec(ctx, func(ctx context.Context) error {
 		var (
 			c    goredis.Cmdable = l.via(ctx)
