@@ -517,8 +517,8 @@ func (h *toyHandle) Release(ctx context.Context) error {
 		s.mu.Lock()
 		delete(s.held, h.sk) // whoever holds it now
 		s.changedLocked()
+		h.st.End(locker.ErrReleased) // before a watchdog tick can find the key gone
 		s.mu.Unlock()
-		h.st.End(locker.ErrReleased)
 		return nil
 	case ownerPerLocker:
 		// Compare-and-delete, but with the Locker as the owner: a stale
@@ -542,8 +542,8 @@ func (h *toyHandle) Release(ctx context.Context) error {
 		s.mu.Lock()
 		delete(s.held, h.sk) // whoever holds it now
 		s.changedLocked()
+		h.st.End(locker.ErrReleased) // before a watchdog tick can find the key gone
 		s.mu.Unlock()
-		h.st.End(locker.ErrReleased)
 		return nil
 	}
 	if h.l.flaw == racyRelease {
@@ -581,6 +581,12 @@ func (h *toyHandle) Release(ctx context.Context) error {
 	if ours {
 		delete(s.held, h.sk)
 		s.changedLocked()
+		// Ended before the store's lock is let go: a watchdog tick that
+		// takes it next finds the key gone and must find the handle
+		// released, not report the release as a loss (met in a CI
+		// rehearsal on 8 Dec 2026: Loss/RenewalKeepsLock, "Err() after
+		// Release = renew: lock lost").
+		h.st.End(locker.ErrReleased)
 	}
 	s.mu.Unlock()
 	h.l.mu.Lock()
@@ -590,7 +596,6 @@ func (h *toyHandle) Release(ctx context.Context) error {
 		h.st.End(backend.KeyError("release", h.key, locker.ErrLost))
 		return backend.KeyError("release", h.key, locker.ErrLost)
 	}
-	h.st.End(locker.ErrReleased)
 	return nil
 }
 
